@@ -1,0 +1,36 @@
+# Every target creates ./.venv when it is missing and installs the pinned stack into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fairseq_bio-installed
+
+.PHONY: install demo test bench fastbpe clean
+
+install: $(STAMP)
+
+$(STAMP): setup.py requirements/stack.txt requirements/fairseq.txt requirements/dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade "pip>=23.2" "setuptools>=68" wheel
+	# torch first, from its pin: an unpinned torch (or one pulled in by another package) is a CUDA build.
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -r requirements/stack.txt -r requirements/dev.txt
+	# fairseq-fixed compiles its Cython/C++ extensions against the torch and numpy installed above.
+	$(BIN)/pip install --no-deps --no-build-isolation -r requirements/fairseq.txt
+	$(BIN)/pip install --no-deps -e .
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/fairseq-bio-demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python benchmarks/mlm_throughput.py
+
+# Optional: fairseq's --bpe fastbpe. fastBPE 0.1.0 re-runs Cython at build time only when it is importable.
+fastbpe: install
+	$(BIN)/pip install --no-build-isolation fastBPE==0.1.0
+
+clean:
+	rm -rf $(VENV) .cache runs

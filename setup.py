@@ -1,0 +1,46 @@
+"""fairseq_bio: a fairseq --user-dir plugin for biomedical language models."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_bio",
+    version="0.1.0",
+    description="Biomedical RoBERTa/ELECTRA pretraining, distillation and BLURB fine-tuning as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.11",
+    packages=find_packages(include=["fairseq_bio", "fairseq_bio.*", "preprocess", "preprocess.*"]),
+    # fairseq itself is deliberately absent: every fairseq build that imports on Python 3.11 requires
+    # torchaudio, whose PyPI wheel is a CUDA build that breaks HF's Trainer next to the CPU torch. The
+    # Makefile installs fairseq-fixed with --no-deps (requirements/fairseq.txt) and its other requirements
+    # explicitly (requirements/stack.txt).
+    install_requires=[
+        "torch==2.13.0",
+        "hydra-core==1.3.2",
+        "omegaconf==2.3.0",
+        "numpy>=1.21.3",
+        "sentencepiece>=0.2",
+        "tokenizers>=0.15",
+        "tensorboard>=2.14",
+        "submitit>=1.5",
+        "pubmed_parser==0.5.1",
+        "nltk>=3.8",
+        "tqdm",
+    ],
+    extras_require={
+        "dev": ["pytest", "transformers", "matplotlib"],
+        # fastBPE 0.1.0 only builds on Python 3.11 when Cython is importable at build time:
+        #   pip install cython && pip install --no-build-isolation fastBPE==0.1.0   (or: make fastbpe)
+        "fastbpe": ["fastBPE==0.1.0"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fairseq-bio-extract = preprocess.extract:cli_main",
+            "fairseq-bio-vocab = preprocess.vocab:cli_main",
+            "fairseq-bio-encode = preprocess.encode:cli_main",
+            "fairseq-bio-binarize = preprocess.binarize:cli_main",
+            "fairseq-bio-demo = preprocess.demo:cli_main",
+        ]
+    },
+)
