@@ -1,0 +1,11 @@
+"""fairseq_bio: biomedical language models as a fairseq ``--user-dir`` plugin.
+
+Importing registers the plugin's components with fairseq (and fairseq's checkpoint classes with torch's
+``weights_only`` loader, see ``compat``); nothing else happens at import.
+"""
+
+from . import compat
+
+compat.install()
+
+from . import criterions, models, tasks  # noqa: E402  (registration)

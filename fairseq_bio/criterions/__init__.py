@@ -1,0 +1,1 @@
+"""Registered criterions (pretraining uses fairseq's own ``masked_lm``)."""

@@ -1,0 +1,1 @@
+"""Datasets and vocabulary helpers."""
