@@ -1,0 +1,146 @@
+"""Where words begin, for any fairseq dictionary and the BPE that produced its symbols.
+
+Whole-word masking (pretraining) and word-level label alignment (fine-tuning) both need to know which
+subword tokens start a word. The rule depends on the tokenizer:
+
+- ``gpt2`` (byte-level BPE, bio-lm): dictionary symbols are GPT-2 token ids; a token begins a word when
+  its byte-level text starts with a space (``Ġ``). fairseq encodes a line without a leading space, so the
+  first word of every sentence has no ``Ġ``: it begins a word because it follows a control symbol.
+- ``sentencepiece``: a piece begins a word when it starts with ``▁``.
+- ``bert`` (WordPiece, PubMedBERT): a piece begins a word unless it starts with ``##``.
+- ``subword_nmt`` / ``fastbpe``: a token ends a word unless it ends with ``@@``; the next token then
+  continues the word.
+
+Control symbols (``<s>``, ``<pad>``, ``</s>``, ``<mask>``, fairseq's ``madeupword`` padding) belong to no
+word. ``<unk>`` stands for a whole word in WordPiece, but for an unknown character inside a word in
+SentencePiece (whose ``▁`` then comes as a piece of its own).
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+
+BPE_JSON = "bpe.json"
+SPACE_BYTE_CHAR = "\u0120"  # "Ġ": GPT-2's byte-level stand-in for a space
+SENTENCEPIECE_SPACE = "\u2581"  # "▁"
+
+
+class WordBoundaryError(ValueError):
+    """The tokenizer description cannot give word boundaries."""
+
+
+def load_bpe_json(path: str) -> Dict[str, Any]:
+    """Read a ``bpe.json`` (fairseq BPE name and options); relative file options become absolute."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            spec = json.load(f)
+    except FileNotFoundError:
+        raise WordBoundaryError(
+            f"{path}: not found; it is written by fairseq-bio-vocab next to dict.txt and names the BPE "
+            "that produced the data (see preprocess/vocab.py)"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise WordBoundaryError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("_name"), str):
+        raise WordBoundaryError(f'{path}: field "_name" (the fairseq BPE name) is missing')
+    base = os.path.dirname(os.path.abspath(path))
+    for key, value in spec.items():
+        if key != "_name" and isinstance(value, str) and _is_file_option(key):
+            spec[key] = value if os.path.isabs(value) else os.path.join(base, value)
+    return spec
+
+
+def _is_file_option(key: str) -> bool:
+    return key.endswith(("_json", "_bpe", "_model", "_file", "_codes", "_vocab", "_merges"))
+
+
+@dataclass(frozen=True)
+class WordBoundaries:
+    """Per-symbol flags of one dictionary (each a ``V`` bool tensor) and the rule that combines them."""
+
+    begins: torch.Tensor  # symbol starts a new word (when it follows a symbol that can end one)
+    ends: torch.Tensor  # a word may end after this symbol (False for subword-nmt "@@" symbols)
+    special: torch.Tensor  # control symbols: never part of a word, never masked
+
+    @classmethod
+    def from_bpe(cls, dictionary, bpe: Mapping[str, Any]) -> "WordBoundaries":
+        """Flags for ``dictionary`` whose symbols were produced by the fairseq BPE described by ``bpe``."""
+        name = bpe["_name"]
+        symbols = [dictionary[i] for i in range(len(dictionary))]
+        special = special_symbols(dictionary)
+        ends = [True] * len(symbols)
+        unk_begins = name != "sentencepiece"
+        if name == "gpt2":
+            begins = _gpt2_begins(symbols, bpe)
+        elif name == "sentencepiece":
+            begins = [s.startswith(SENTENCEPIECE_SPACE) for s in symbols]
+        elif name == "bert":
+            begins = [not s.startswith("##") for s in symbols]
+        elif name in ("subword_nmt", "fastbpe"):
+            begins = [True] * len(symbols)
+            ends = [not s.endswith("@@") for s in symbols]
+        else:
+            raise WordBoundaryError(
+                f'bpe "{name}": word boundaries are known for gpt2, sentencepiece, bert, subword_nmt '
+                "and fastbpe"
+            )
+        unk = dictionary.unk()
+        begins[unk], ends[unk] = unk_begins, True
+        return cls(
+            begins=torch.tensor(begins, dtype=torch.bool),
+            ends=torch.tensor(ends, dtype=torch.bool),
+            special=special,
+        )
+
+    @classmethod
+    def from_data_dir(cls, dictionary, data_dir: str, bpe_json: Optional[str] = None):
+        """Flags from ``<data_dir>/bpe.json`` (or ``bpe_json``), as written by preprocessing."""
+        return cls.from_bpe(dictionary, load_bpe_json(bpe_json or os.path.join(data_dir, BPE_JSON)))
+
+    def word_starts(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``B x T`` (or ``T``) bool: the token begins a word. Control symbols begin nothing."""
+        begins, ends, special = (t.to(tokens.device) for t in (self.begins, self.ends, self.special))
+        is_special = special[tokens]
+        # The first position behaves as if it followed a control symbol.
+        prev_special = torch.ones_like(is_special)
+        prev_special[..., 1:] = is_special[..., :-1]
+        prev_ends = torch.ones_like(is_special)
+        prev_ends[..., 1:] = ends[tokens[..., :-1]]
+        return ~is_special & (prev_special | (prev_ends & begins[tokens]))
+
+    def word_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``B x T`` (or ``T``) long: 1-based index of each token's word in its row, 0 for control symbols."""
+        starts = self.word_starts(tokens)
+        return torch.where(self.special.to(tokens.device)[tokens], 0, starts.long().cumsum(-1))
+
+
+def special_symbols(dictionary) -> torch.Tensor:
+    """``V`` bool: fairseq's control symbols (everything but ``<unk>`` among the specials, ``<mask>``,
+    ``madeupword`` padding)."""
+    flags = torch.zeros(len(dictionary), dtype=torch.bool)
+    flags[: dictionary.nspecial] = True
+    flags[dictionary.unk()] = False
+    for i in range(dictionary.nspecial, len(dictionary)):
+        symbol = dictionary[i]
+        if symbol == "<mask>" or symbol.startswith("madeupword"):
+            flags[i] = True
+    return flags
+
+
+def _gpt2_begins(symbols, bpe: Mapping[str, Any]):
+    path = bpe.get("gpt2_encoder_json")
+    if not path:
+        raise WordBoundaryError('bpe "gpt2" needs "gpt2_encoder_json" (the encoder.json of the BPE)')
+    try:
+        with open(path, encoding="utf-8") as f:
+            id_to_token = {v: k for k, v in json.load(f).items()}
+    except FileNotFoundError:
+        raise WordBoundaryError(f"{path}: not found (gpt2_encoder_json)") from None
+    begins = []
+    for symbol in symbols:
+        token = id_to_token.get(int(symbol)) if symbol.isdigit() else None
+        begins.append(token is None or token.startswith(SPACE_BYTE_CHAR))
+    return begins

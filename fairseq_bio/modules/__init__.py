@@ -1,0 +1,1 @@
+"""Plain nn.Modules and samplers; nothing here registers anything."""
