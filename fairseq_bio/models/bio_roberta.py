@@ -1,0 +1,198 @@
+"""bio_roberta: fairseq's RoBERTa with a config dataclass, named sizes, a pre-LN option, and per-layer
+hidden states and attention maps on request."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq import utils
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.roberta.model import RobertaEncoder, RobertaModel, base_architecture
+from fairseq.models.transformer import DEFAULT_MIN_PARAMS_TO_WRAP
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from omegaconf import OmegaConf, open_dict
+
+from ..data.word_boundaries import BPE_JSON, load_bpe_json
+from ..modules.transformer_encoder import BioTransformerEncoder
+
+logger = logging.getLogger(__name__)
+
+# Named sizes. A size left unset in the config (None) is taken from the architecture named by
+# ``model._name`` (hydra) or ``--arch`` (argparse); "bio_roberta" itself means base.
+ARCHITECTURES = {
+    "bio_roberta_tiny": dict(encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4),
+    "bio_roberta_base": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_attention_heads=12),
+    "bio_roberta_large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16),
+}
+DEFAULT_ARCHITECTURE = "bio_roberta_base"
+
+
+@dataclass
+class BioRobertaConfig(FairseqDataclass):
+    encoder_layers: Optional[int] = field(
+        default=None, metadata={"help": "number of transformer layers (default: the architecture's)"}
+    )
+    encoder_embed_dim: Optional[int] = field(
+        default=None, metadata={"help": "hidden size (default: the architecture's)"}
+    )
+    encoder_ffn_embed_dim: Optional[int] = field(
+        default=None, metadata={"help": "feed-forward inner size (default: the architecture's)"}
+    )
+    encoder_attention_heads: Optional[int] = field(
+        default=None, metadata={"help": "attention heads per layer (default: the architecture's)"}
+    )
+    encoder_normalize_before: bool = field(
+        default=False,
+        metadata={
+            "help": "pre-LayerNorm (BioMegatron/Megatron-LM ordering): normalise before attention and FFN, "
+            "add a final layer norm, and drop the embedding layer norm unless layernorm_embedding is set"
+        },
+    )
+    layernorm_embedding: Optional[bool] = field(
+        default=None, metadata={"help": "layer norm on the embeddings (default: on for post-LN, off for pre-LN)"}
+    )
+    activation_fn: ChoiceEnum(utils.get_available_activation_fns()) = field(
+        default="gelu", metadata={"help": "activation function of the feed-forward layers"}
+    )
+    pooler_activation_fn: ChoiceEnum(utils.get_available_activation_fns()) = field(
+        default="tanh", metadata={"help": "activation function of classification heads"}
+    )
+    dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
+    attention_dropout: float = field(default=0.1, metadata={"help": "dropout probability of attention weights"})
+    activation_dropout: float = field(default=0.0, metadata={"help": "dropout probability after the FFN activation"})
+    pooler_dropout: float = field(default=0.0, metadata={"help": "dropout probability in classification heads"})
+    max_positions: int = field(default=512, metadata={"help": "number of learned positions"})
+    untie_weights_roberta: bool = field(
+        default=False, metadata={"help": "untie the masked-LM output projection from the input embeddings"}
+    )
+    encoder_layerdrop: float = field(default=0.0, metadata={"help": "LayerDrop probability"})
+    encoder_layers_to_keep: Optional[str] = field(
+        default=None, metadata={"help": "comma-separated layers to keep when pruning a LayerDrop model"}
+    )
+    load_checkpoint_heads: bool = field(
+        default=False, metadata={"help": "(re-)register and load classification heads found in checkpoints"}
+    )
+    spectral_norm_classification_head: bool = field(
+        default=False, metadata={"help": "spectral normalisation on classification heads"}
+    )
+    checkpoint_activations: bool = field(
+        default=False, metadata={"help": "recompute layer activations in the backward pass to save memory"}
+    )
+    offload_activations: bool = field(
+        default=False, metadata={"help": "offload checkpointed activations to CPU (implies checkpoint_activations)"}
+    )
+    min_params_to_wrap: int = field(
+        default=DEFAULT_MIN_PARAMS_TO_WRAP, metadata={"help": "smallest layer FSDP wraps on its own"}
+    )
+
+
+def apply_architecture(cfg, name: Optional[str]) -> None:
+    """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not one)."""
+    sizes = ARCHITECTURES.get(name, ARCHITECTURES[DEFAULT_ARCHITECTURE])
+    for key, value in sizes.items():
+        if getattr(cfg, key, None) is None:
+            setattr(cfg, key, value)
+    if getattr(cfg, "encoder_normalize_before", None) is None:
+        cfg.encoder_normalize_before = False
+    if getattr(cfg, "layernorm_embedding", None) is None:
+        cfg.layernorm_embedding = not cfg.encoder_normalize_before
+    if getattr(cfg, "offload_activations", False):
+        cfg.checkpoint_activations = True
+
+
+@register_model("bio_roberta", dataclass=BioRobertaConfig)
+class BioRobertaModel(RobertaModel):
+    """RoBERTa whose forward can also return per-layer states (``return_all_hiddens``) and per-head
+    attention maps (``return_attn``): ``extra["inner_states"]`` holds ``T x B x C`` tensors (embeddings
+    first), ``extra["attn"]`` one ``B x H x T x T`` tensor per layer."""
+
+    @classmethod
+    def hub_models(cls):
+        return {}
+
+    @classmethod
+    def build_model(cls, cfg, task):
+        if OmegaConf.is_config(cfg):
+            OmegaConf.set_struct(cfg, False)  # fairseq's encoder adds its own defaults below
+        apply_architecture(cfg, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
+        base_architecture(cfg)
+        encoder = BioRobertaEncoder(cfg, task.source_dictionary)
+        if OmegaConf.is_config(cfg):
+            OmegaConf.set_struct(cfg, True)
+        return cls(cfg, encoder)
+
+    @classmethod
+    def from_pretrained(
+        cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs
+    ):
+        """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local checkpoint.
+
+        The BPE comes from ``bpe.json`` in the data dir (written by preprocessing) unless ``bpe=`` is given,
+        and the plugin is loaded from this installation, not from the ``user_dir`` recorded at training.
+        """
+        from fairseq import hub_utils
+        from fairseq.models.roberta.hub_interface import RobertaHubInterface
+
+        data_dir = os.path.join(model_name_or_path, data_name_or_path) if data_name_or_path.startswith(".") else data_name_or_path
+        bpe_json = os.path.join(data_dir, BPE_JSON)
+        if "bpe" not in kwargs and os.path.exists(bpe_json):
+            spec = load_bpe_json(bpe_json)
+            kwargs["bpe"] = spec.pop("_name")
+            kwargs.update(spec)
+        kwargs.setdefault("user_dir", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        loaded = hub_utils.from_pretrained(
+            model_name_or_path,
+            checkpoint_file,
+            data_name_or_path,
+            archive_map=cls.hub_models(),
+            load_checkpoint_heads=True,
+            **kwargs,
+        )
+        return RobertaHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
+
+
+class BioRobertaEncoder(RobertaEncoder):
+    """RoBERTa encoder over ``BioTransformerEncoder``."""
+
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = BioTransformerEncoder(args, dictionary, embed_tokens)
+        encoder.apply(init_bert_params)
+        return encoder
+
+    def forward(
+        self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, return_attn=False, **unused
+    ):
+        """``B x T`` tokens -> (``B x T x V`` logits, or ``B x T x C`` features with ``features_only``;
+        only the ``masked_tokens`` positions when given) and the extras dict."""
+        x, extra = self.extract_features(src_tokens, return_all_hiddens=return_all_hiddens, return_attn=return_attn)
+        if not features_only:
+            x = self.output_layer(x, masked_tokens=masked_tokens)
+        return x, extra
+
+    def extract_features(self, src_tokens, return_all_hiddens=False, return_attn=False, **kwargs):
+        encoder_out = self.sentence_encoder(
+            src_tokens,
+            return_all_hiddens=return_all_hiddens,
+            token_embeddings=kwargs.get("token_embeddings", None),
+            return_attn=return_attn,
+        )
+        features = encoder_out["encoder_out"][0].transpose(0, 1)  # T x B x C -> B x T x C
+        return features, {
+            "inner_states": encoder_out["encoder_states"] if return_all_hiddens else None,
+            "attn": encoder_out["attn"] if return_attn else None,
+        }
+
+
+def _register(name):
+    @register_model_architecture("bio_roberta", name)
+    def architecture(cfg):
+        apply_architecture(cfg, name)
+        base_architecture(cfg)
+
+    return architecture
+
+
+for _name in ARCHITECTURES:
+    _register(_name)

@@ -1,0 +1,3 @@
+"""Registered tasks."""
+
+from . import bio_masked_lm  # noqa: F401

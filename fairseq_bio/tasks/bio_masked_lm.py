@@ -1,0 +1,181 @@
+"""bio_masked_lm: masked-LM pretraining with whole-word masking for any tokenizer and a masking-rate
+schedule, working under both hydra and argparse (fairseq's own whole-word masking reads ``self.args``,
+which hydra never sets: fairseq #3924)."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+import torch
+from fairseq import metrics, utils
+from fairseq.data import (
+    IdDataset,
+    NestedDictionaryDataset,
+    NumelDataset,
+    NumSamplesDataset,
+    PrependTokenDataset,
+    RightPadDataset,
+    SortDataset,
+    TokenBlockDataset,
+    data_utils,
+)
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import register_task
+from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
+from fairseq.tasks.masked_lm import MaskedLMTask
+from omegaconf import II, MISSING
+
+from ..data.chunked_dataset import ChunkedSentenceDataset
+from ..data.word_boundaries import BPE_JSON, WordBoundaries
+from ..modules.masking import BatchMasker
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BioMaskedLMConfig(FairseqDataclass):
+    data: str = field(
+        default=MISSING,
+        metadata={"help": "colon-separated data dirs (shards), one per epoch in turn; the first holds valid"},
+    )
+    sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
+        default="complete",
+        metadata={
+            "help": "none: fill blocks regardless of sentences; complete: whole sentences (RoBERTa's "
+            "FULL-SENTENCES); complete_doc: whole sentences of one document; eos: one sentence per block. "
+            "Sentences longer than a block are split, never dropped"
+        },
+    )
+    tokens_per_sample: int = field(default=512, metadata={"help": "tokens per block, <s> included"})
+    mask_prob: float = field(default=0.15, metadata={"help": "fraction of words (or tokens) to predict"})
+    mask_prob_schedule: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated masking rates used over equal consecutive parts of "
+            "optimization.max_update, e.g. 0.05,0.1,0.15,0.2,0.25 (PubMedBERT); empty: mask_prob throughout"
+        },
+    )
+    leave_unmasked_prob: float = field(default=0.1, metadata={"help": "fraction of chosen words left as they are"})
+    random_token_prob: float = field(
+        default=0.1, metadata={"help": "fraction of chosen words replaced by random tokens"}
+    )
+    freq_weighted_replacement: bool = field(
+        default=False, metadata={"help": "draw random replacements by corpus frequency (dict.txt counts)"}
+    )
+    mask_whole_words: bool = field(
+        default=False, metadata={"help": "mask every token of a chosen word (word boundaries from bpe_json)"}
+    )
+    bpe_json: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "JSON naming the fairseq BPE and its files, used for word boundaries (default: "
+            "<first data dir>/bpe.json, written by fairseq-bio-vocab)"
+        },
+    )
+    max_update: int = II("optimization.max_update")
+    seed: int = II("common.seed")
+
+
+@register_task("bio_masked_lm", dataclass=BioMaskedLMConfig)
+class BioMaskedLMTask(MaskedLMTask):
+    """Masked-LM task that masks each batch as it is used, so masking follows the update number and is
+    reproducible from (seed, update, sample ids); targets are pad except at predicted positions, the
+    format of fairseq's ``masked_lm`` criterion."""
+
+    cfg: BioMaskedLMConfig
+
+    def __init__(self, cfg: BioMaskedLMConfig, dictionary=None):
+        super().__init__(cfg, dictionary)
+        self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
+        if self.mask_prob_schedule and cfg.max_update <= 0:
+            raise ValueError("task.mask_prob_schedule needs optimization.max_update > 0 to know its steps")
+        for rate in [cfg.mask_prob] + self.mask_prob_schedule:
+            if not 0.0 < rate < 1.0:
+                raise ValueError(f"masking rates must lie in (0, 1), got {rate}")
+        boundaries = None
+        if cfg.mask_whole_words:
+            data_dir = utils.split_paths(cfg.data)[0]
+            boundaries = WordBoundaries.from_data_dir(self.dictionary, data_dir, cfg.bpe_json)
+        self.masker = BatchMasker(
+            self.dictionary,
+            self.mask_idx,
+            leave_unmasked_prob=cfg.leave_unmasked_prob,
+            random_token_prob=cfg.random_token_prob,
+            freq_weighted_replacement=cfg.freq_weighted_replacement,
+            word_boundaries=boundaries,
+        )
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = utils.split_paths(self.cfg.data)
+        split_path = os.path.join(paths[(epoch - 1) % len(paths)], split)
+        dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)
+        if dataset is None:
+            raise FileNotFoundError(f"{split_path}.bin/.idx: no binarised {split} split (task.data={self.cfg.data})")
+        block = self.cfg.tokens_per_sample - 1  # room for <s>
+        if self.cfg.sample_break_mode != "none":
+            dataset = ChunkedSentenceDataset.wrap_if_needed(dataset, block)
+        dataset = TokenBlockDataset(
+            dataset,
+            dataset.sizes,
+            block,
+            pad=self.source_dictionary.pad(),
+            eos=self.source_dictionary.eos(),
+            break_mode=self.cfg.sample_break_mode,
+        )
+        dataset = PrependTokenDataset(dataset, self.source_dictionary.bos())
+        logger.info("loaded %d blocks from %s", len(dataset), split_path)
+        with data_utils.numpy_seed(self.cfg.seed):
+            shuffle = np.random.permutation(len(dataset))
+        self.datasets[split] = SortDataset(
+            NestedDictionaryDataset(
+                {
+                    "id": IdDataset(),
+                    "net_input": {
+                        "src_tokens": RightPadDataset(dataset, pad_idx=self.source_dictionary.pad()),
+                        "src_lengths": NumelDataset(dataset, reduce=False),
+                    },
+                    "nsentences": NumSamplesDataset(),
+                    "ntokens": NumelDataset(dataset, reduce=True),
+                },
+                sizes=[dataset.sizes],
+            ),
+            sort_order=[shuffle, dataset.sizes],
+        )
+
+    def mask_prob_at(self, update_num: int) -> float:
+        """The masking rate in force at ``update_num``."""
+        if not self.mask_prob_schedule:
+            return self.cfg.mask_prob
+        step = update_num * len(self.mask_prob_schedule) // self.cfg.max_update
+        return self.mask_prob_schedule[min(step, len(self.mask_prob_schedule) - 1)]
+
+    def mask_sample(self, sample, mask_prob: float, stream: int):
+        """A copy of ``sample`` with masked ``src_tokens`` and its ``target``; the randomness is fixed by
+        the task seed, ``stream`` (the update number; -1 for validation) and the batch's sample ids."""
+        tokens = sample["net_input"]["src_tokens"]
+        ids = sample["id"]
+        key = (self.cfg.seed, stream, int(ids[0]) if ids.numel() else 0, ids.numel(), tokens.size(1))
+        generator = torch.Generator(device=tokens.device)
+        generator.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
+        corrupted, target = self.masker(tokens, mask_prob, generator)
+        return {**sample, "net_input": {**sample["net_input"], "src_tokens": corrupted}, "target": target}
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        mask_prob = self.mask_prob_at(update_num)
+        if self.mask_prob_schedule:
+            metrics.log_scalar("mask_prob", mask_prob, weight=0, round=3)
+        sample = self.mask_sample(sample, mask_prob, stream=update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        # A fixed rate and fixed masks, so that validation losses compare across the run.
+        return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+def _parse_schedule(text: str) -> List[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f'task.mask_prob_schedule: "{text}" is not a comma-separated list of rates') from None
