@@ -1,0 +1,733 @@
+"""Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles and plain-text folders.
+
+Output (``train.txt`` and ``valid.txt`` in the output directory): per document the title line, then the
+abstract (then, for PMC, the body paragraphs), one sentence per line, documents separated by exactly one
+blank line -- the layout fairseq's ``sample_break_mode=complete_doc`` expects.
+
+Inputs are files or directories (searched recursively for ``*.xml``, ``*.xml.gz``, ``*.nxml``, ``*.txt``):
+
+- MEDLINE/PubMed baseline and update files (root ``<PubmedArticleSet>``, plain or gzipped). Each
+  ``<PubmedArticle>`` is parsed with pubmed_parser's own record parser (``parse_article_info``, what
+  ``parse_medline_xml`` calls). The loop around it is ours because ``parse_medline_xml`` 0.5.1 only
+  opens gzipped files and silently drops ``<DeleteCitation>``: update files delete PMIDs, and a deleted
+  citation must not survive from an earlier file. Structured-abstract labels ("BACKGROUND") are dropped;
+  each section is split into sentences on its own.
+- PMC articles (root ``<article>``, ``.nxml``): ``parse_pubmed_xml`` for title/abstract/ids and
+  ``parse_pubmed_paragraph`` for the body paragraphs.
+- Plain text (``*.txt``, e.g. clinical notes): each block of non-blank lines is a document, each line
+  a paragraph (lines are never joined, so headings and list items stay separate).
+
+Files are processed in name order (by base name); when an id (PMID, PMCID) occurs more than once, the
+record in the file that sorts last (within a file: the later record) wins, as in MEDLINE's update
+files. Workers write per-file temp shards; a merge pass applies de-duplication and the train/valid split,
+so memory holds per-record ids and flags, never the corpus text.
+"""
+
+import argparse
+import dataclasses
+import gzip
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from .common import PreprocessError, atomic_write, run_cli
+from .sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
+
+XML_SUFFIXES = (".xml", ".xml.gz", ".nxml")
+TEXT_SUFFIXES = (".txt",)
+MEDLINE_ROOT = "PubmedArticleSet"
+PMC_ROOT = "article"
+
+# Per-record status codes kept for the merge pass.
+OK, NO_ABSTRACT, TOO_SHORT, DELETED = 0, 1, 2, 3
+
+_PMC_KEY_OFFSET = 1 << 40  # PMIDs and PMCIDs share one int64 key space
+_HASH_KEY_FLAG = 1 << 62
+_NO_DEDUPE = -1
+
+
+class InputFile(NamedTuple):
+    path: Path  # where to read it
+    display: str  # how messages name it (as the user gave it)
+    rel: str  # stable name for document ids (relative to the input directory it was found in)
+
+
+class Document(NamedTuple):
+    doc_id: str  # "pmid:123", "pmc:456", "txt:notes/a.txt#0", "file:<rel>#<n>"
+    title: str
+    paragraphs: List[str]
+
+
+class Deletion(NamedTuple):
+    doc_id: str
+
+
+class _InputError(Exception):
+    """A problem with one input file (the message does not repeat the file name)."""
+
+
+@dataclasses.dataclass
+class ExtractStats:
+    """Summary of one extraction (also written to ``extract_stats.json``)."""
+
+    files: int = 0  # input files read successfully
+    documents: int = 0  # article/document records parsed (deletion entries excluded)
+    with_abstract: int = 0  # records with abstract/body text
+    written: int = 0  # = train_documents + valid_documents
+    train_documents: int = 0
+    valid_documents: int = 0
+    duplicates: int = 0  # records superseded by a later record with the same id
+    deleted: int = 0  # records whose id was deleted by a later <DeleteCitation>
+    too_short: int = 0  # winning records under --min-words
+    no_abstract: int = 0  # winning records without abstract/body text
+    skipped: int = 0  # bad files skipped with --skip-bad-files
+    sentences: int = 0  # lines written, titles included
+    words: int = 0  # whitespace-separated words written, titles included
+    skipped_files: List[str] = dataclasses.field(default_factory=list)
+    files_without_abstracts: List[str] = dataclasses.field(default_factory=list)
+    input_mb: float = 0.0  # bytes read from disk (compressed size for .gz)
+    xml_mb: float = 0.0  # uncompressed XML/text bytes parsed
+    seconds: float = 0.0
+    mb_per_s: float = 0.0  # uncompressed MB per second, end to end
+    min_words: int = 0
+    valid_fraction: float = 0.0
+    max_docs_per_file: Optional[int] = None
+    workers: int = 1
+    train_path: str = ""
+    valid_path: str = ""
+
+    def summary(self) -> str:
+        """Human-readable multi-line summary."""
+        skip = {"skipped_files", "files_without_abstracts"}
+        lines = [f"{f.name}: {getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in skip]
+        lines += [f"skipped file: {entry}" for entry in self.skipped_files]
+        lines += [f"file without abstracts: {name}" for name in self.files_without_abstracts]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Finding and opening inputs
+
+
+def find_input_files(inputs: Sequence[Union[str, os.PathLike]], exclude: Optional[Path] = None) -> List[InputFile]:
+    """The corpus files named by ``inputs`` (files or directories), sorted by base name then path."""
+    found = []
+    exclude = exclude.resolve() if exclude is not None else None
+    for given in inputs:
+        root = Path(given)
+        if root.is_dir():
+            for path in root.rglob("*"):
+                name = path.name
+                if name.startswith(".") or not path.is_file() or not name.endswith(XML_SUFFIXES + TEXT_SUFFIXES):
+                    continue
+                if exclude is not None and path.resolve().parent == exclude:
+                    continue  # never read our own train.txt/valid.txt back in
+                found.append(InputFile(path, str(path), path.relative_to(root).as_posix()))
+        else:
+            # Missing or odd files are kept: processing reports them (or counts them with --skip-bad-files).
+            found.append(InputFile(root, str(root), root.name))
+    return sorted(set(found), key=lambda f: (f.path.name, str(f.path)))
+
+
+class _CountingReader:
+    """File wrapper counting the (decompressed) bytes the XML parser reads."""
+
+    def __init__(self, f):
+        self._f = f
+        self.bytes = 0
+
+    def read(self, n=-1):
+        data = self._f.read(n)
+        self.bytes += len(data)
+        return data
+
+
+def _open_binary(path: Path):
+    """Open a plain or gzipped file; reject missing and empty files with a clear message."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise _InputError("no such file") from None
+    if path.is_dir():
+        raise _InputError("is a directory")
+    if size == 0:
+        raise _InputError("empty file")
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.seek(0)
+        return gzip.GzipFile(fileobj=f, mode="rb")
+    f.seek(0)
+    return f
+
+
+def _root_tag(path: Path) -> str:
+    """The local name of the root element, read without parsing the whole file."""
+    from lxml import etree
+
+    with _open_binary(path) as f:
+        for _, element in etree.iterparse(f, events=("start",)):
+            return etree.QName(element).localname
+    raise _InputError("no XML root element")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsers: each yields Document (and, for MEDLINE, Deletion) records
+
+
+def _medline_document(element, position: int, source: InputFile) -> Document:
+    from pubmed_parser.medline_parser import parse_article_info
+
+    try:
+        record = parse_article_info(element, True, False, False, False)
+    except Exception as e:  # pubmed_parser fails on malformed records with assorted errors
+        raise _InputError(f"record {position + 1}: pubmed_parser cannot parse it ({type(e).__name__}: {e})")
+    pmid = (record["pmid"] or "").strip()
+    doc_id = f"pmid:{pmid}" if pmid.isdigit() else f"file:{source.rel}#{position}"
+    abstract = record["abstract"] or ""
+    sections = element.findall("MedlineCitation/Article/Abstract/AbstractText")
+    if len(sections) > 1:
+        # pubmed_parser joins structured sections as "LABEL\ntext" blocks; keep the texts, drop the labels.
+        labels = {(s.get("Label") or "").strip() for s in sections}
+        paragraphs = [line for line in abstract.split("\n") if line.strip() and line.strip() not in labels]
+    else:
+        paragraphs = [abstract] if abstract.strip() else []
+    return Document(doc_id, record["title"] or "", paragraphs)
+
+
+class _Stripe(NamedTuple):
+    """Records ``position % count == index`` of a file: lets several workers share one large file."""
+
+    index: int = 0
+    count: int = 1
+
+    def __contains__(self, position: int) -> bool:
+        return position % self.count == self.index
+
+
+def _iter_medline(source: InputFile, max_docs: Optional[int], stripe: _Stripe, readers: list) -> Iterator:
+    from lxml import etree
+
+    with _open_binary(source.path) as f:
+        reader = _CountingReader(f)
+        readers.append(reader)
+        position = 0
+        articles = 0
+        for _, element in etree.iterparse(reader, events=("end",), tag=("PubmedArticle", "DeleteCitation")):
+            if element.tag == "PubmedArticle":
+                if max_docs is not None and articles >= max_docs:
+                    break
+                if position in stripe:  # other stripes' records cost only the XML parse
+                    yield position, _medline_document(element, articles, source)
+                position += 1
+                articles += 1
+            else:
+                for pmid in element.iterfind("PMID"):
+                    if position in stripe:
+                        yield position, Deletion(f"pmid:{(pmid.text or '').strip()}")
+                    position += 1
+            # Free parsed records: clear this one and drop the already-processed siblings.
+            element.clear(keep_tail=True)
+            while element.getprevious() is not None:
+                del element.getparent()[0]
+
+
+def _iter_pmc(source: InputFile) -> Iterator:
+    import pubmed_parser
+    from lxml import etree
+
+    path = str(source.path)
+    # Parse once ourselves first: pubmed_parser prints to stdout and re-raises an unrelated error on bad XML.
+    etree.parse(path)
+    meta = pubmed_parser.parse_pubmed_xml(path, nxml=True)
+    body = [p["text"] for p in pubmed_parser.parse_pubmed_paragraph(path, all_paragraph=True)]
+    pmc = (meta["pmc"] or "").strip().removeprefix("PMC")
+    doc_id = f"pmc:{pmc}" if pmc.isdigit() else f"file:{source.rel}#0"
+    abstract = meta["abstract"] or ""
+    yield Document(doc_id, meta["full_title"] or "", ([abstract] if abstract.strip() else []) + body)
+
+
+def _iter_text(source: InputFile, readers: list) -> Iterator:
+    reader = _CountingReader(None)
+    readers.append(reader)
+    with _open_binary(source.path) as f:
+        lines: List[str] = []
+        index = 0
+        offset = 0
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _InputError(
+                    f"line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {offset + e.start})"
+                ) from None
+            offset += len(raw)
+            reader.bytes = offset
+            if lineno == 1:
+                line = line.lstrip("\ufeff")
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield Document(f"txt:{source.rel}#{index}", "", lines)
+                index += 1
+                lines = []
+        if lines:
+            yield Document(f"txt:{source.rel}#{index}", "", lines)
+
+
+def iter_records(
+    source: InputFile,
+    max_docs: Optional[int] = None,
+    stripe: _Stripe = _Stripe(),
+    readers: Optional[list] = None,
+) -> Iterator:
+    """``(position, record)`` for the Documents and Deletions of one file, in file order.
+
+    Raises ``_InputError`` (or an lxml/gzip/OS error, see ``describe_error``) for bad input.
+    """
+    readers = readers if readers is not None else []
+    name = source.path.name
+    if name.endswith(XML_SUFFIXES):
+        root = _root_tag(source.path)
+        if root == MEDLINE_ROOT:
+            yield from _iter_medline(source, max_docs, stripe, readers)
+            return
+        if root != PMC_ROOT:
+            raise _InputError(
+                f"not a MEDLINE/PubMed or PMC article file (root element <{root}>, "
+                f"expected <{MEDLINE_ROOT}> or <{PMC_ROOT}>)"
+            )
+        readers.append(_CountingReader(None))
+        readers[-1].bytes = source.path.stat().st_size
+        records = _iter_pmc(source)
+    elif name.endswith(TEXT_SUFFIXES):
+        records = _iter_text(source, readers)
+    else:
+        _open_binary(source.path).close()  # missing/empty files get their own message
+        raise _InputError(f"unsupported file type (expected {', '.join(XML_SUFFIXES + TEXT_SUFFIXES)})")
+    for position, record in enumerate(records):
+        if max_docs is not None and position >= max_docs:
+            break
+        if position in stripe:
+            yield position, record
+
+
+def describe_error(exc: BaseException) -> Optional[str]:
+    """One-line description of a file-level input error, or None for errors that are bugs."""
+    from lxml import etree
+
+    if isinstance(exc, _InputError):
+        return str(exc)
+    if isinstance(exc, etree.XMLSyntaxError):
+        return f"line {exc.lineno}: not well-formed XML ({exc.msg})"
+    if isinstance(exc, EOFError):
+        return "truncated gzip file (the compressed data ends before its end-of-stream marker)"
+    if isinstance(exc, gzip.BadGzipFile):
+        return f"not a valid gzip file ({exc})"
+    if isinstance(exc, zlib.error):
+        return f"corrupt gzip data ({exc})"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-file worker
+
+
+def _in_valid(doc_id: str, valid_fraction: float) -> bool:
+    """Deterministic document-level split: a hash of the id, stable across runs and machines."""
+    if valid_fraction <= 0:
+        return False
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < valid_fraction
+
+
+def _dedupe_key(doc_id: str) -> int:
+    kind, _, value = doc_id.partition(":")
+    if kind == "txt":
+        return _NO_DEDUPE
+    if kind in ("pmid", "pmc") and value.isdigit() and int(value) < _PMC_KEY_OFFSET:
+        return int(value) + (_PMC_KEY_OFFSET if kind == "pmc" else 0)
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=7).digest()
+    return _HASH_KEY_FLAG | int.from_bytes(digest, "big")
+
+
+class _Task(NamedTuple):
+    file_index: int
+    source: InputFile
+    stripe: _Stripe
+    shard: Path
+    max_docs: Optional[int]
+    min_words: int
+    valid_fraction: float
+
+
+@dataclasses.dataclass
+class _FileResult:
+    """What one task found; the arrays hold one entry per record of its stripe, in file order."""
+
+    task: _Task
+    error: Optional[str] = None
+    xml_bytes: int = 0
+    documents: int = 0
+    with_abstract: int = 0
+    positions: np.ndarray = None  # int32 position of the record in its file
+    keys: np.ndarray = None  # int64 de-duplication key
+    status: np.ndarray = None  # int8 OK/NO_ABSTRACT/TOO_SHORT/DELETED
+    valid: np.ndarray = None  # bool
+    sentences: np.ndarray = None  # int32 lines written
+    words: np.ndarray = None  # int32 words written
+
+
+_SPLITTER: Optional[SentenceSplitter] = None
+
+
+def _init_worker(splitter: SentenceSplitter) -> None:
+    global _SPLITTER
+    _SPLITTER = splitter
+
+
+def _process_file(task: _Task) -> _FileResult:
+    """Parse one file (stripe) into its shard; file-level input errors are returned, not raised."""
+    result = _FileResult(task)
+    rows = []  # (position, key, status, valid, sentences, words) per record
+    readers: list = []
+    try:
+        with open(task.shard, "w", encoding="utf-8", newline="\n") as out:
+            for position, record in iter_records(task.source, task.max_docs, task.stripe, readers):
+                key = _dedupe_key(record.doc_id)
+                if isinstance(record, Deletion):
+                    rows.append((position, key, DELETED, False, 0, 0))
+                    continue
+                result.documents += 1
+                valid = _in_valid(record.doc_id, task.valid_fraction)
+                body_words = sum(len(p.split()) for p in record.paragraphs)
+                if body_words == 0:
+                    rows.append((position, key, NO_ABSTRACT, valid, 0, 0))
+                    continue
+                result.with_abstract += 1
+                if body_words < task.min_words:
+                    rows.append((position, key, TOO_SHORT, valid, 0, 0))
+                    continue
+                title = " ".join(record.title.split())
+                lines = [title] if title else []
+                for paragraph in record.paragraphs:
+                    lines.extend(_SPLITTER.split(paragraph))
+                out.write("\n".join(lines))
+                out.write("\n\n")
+                # Words counted from the output: Punkt may split inside a token ("p.o.Treatment").
+                rows.append((position, key, OK, valid, len(lines), sum(len(line.split()) for line in lines)))
+    except Exception as e:
+        message = describe_error(e)
+        if message is None:
+            raise
+        result.error = f"{task.source.display}: {message}"
+    result.xml_bytes = sum(r.bytes for r in readers)
+    columns = list(zip(*rows)) if rows else [()] * 6
+    result.positions = np.asarray(columns[0], dtype=np.int32)
+    result.keys = np.asarray(columns[1], dtype=np.int64)
+    result.status = np.asarray(columns[2], dtype=np.int8)
+    result.valid = np.asarray(columns[3], dtype=bool)
+    result.sentences = np.asarray(columns[4], dtype=np.int32)
+    result.words = np.asarray(columns[5], dtype=np.int32)
+    return result
+
+
+def _training_paragraphs(files: Sequence[InputFile], max_docs: Optional[int]) -> Iterator[str]:
+    """Abstract/body paragraphs in file order, for training Punkt; bad files are left to the main pass."""
+    for source in files:
+        try:
+            for _, record in iter_records(source, max_docs):
+                if isinstance(record, Document):
+                    yield from (p for p in record.paragraphs if p.strip())
+        except Exception as e:
+            if describe_error(e) is None:
+                raise
+
+
+# ---------------------------------------------------------------------------------------------------
+# Merge
+
+
+def _last_occurrence(keys: np.ndarray) -> np.ndarray:
+    """Mask of the records that are the last occurrence of their key (records without a key: all)."""
+    n = len(keys)
+    order = np.lexsort((np.arange(n), keys))
+    sorted_keys = keys[order]
+    last = np.ones(n, dtype=bool)
+    last[:-1] = sorted_keys[:-1] != sorted_keys[1:]
+    mask = np.zeros(n, dtype=bool)
+    mask[order[last]] = True
+    mask[keys == _NO_DEDUPE] = True
+    return mask
+
+
+def _read_shard(path: Path) -> Iterator[str]:
+    """The documents of a shard, each as its lines joined with newlines (ending in a newline)."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        lines: List[str] = []
+        for line in f:
+            if line == "\n":
+                yield "".join(lines)
+                lines = []
+            else:
+                lines.append(line)
+
+
+class _MergedFile(NamedTuple):
+    """The stripes of one input file, interleaved back into file order."""
+
+    results: List[_FileResult]
+    stripe: np.ndarray  # which result holds each record
+    order: np.ndarray  # record i of the file is entry order[i] of the concatenated stripe arrays
+
+
+def _interleave(results: List[_FileResult]) -> _MergedFile:
+    positions = np.concatenate([r.positions for r in results])
+    stripe = np.concatenate([np.full(len(r.positions), j, dtype=np.int32) for j, r in enumerate(results)])
+    order = np.argsort(positions, kind="stable")
+    return _MergedFile(results, stripe[order], order)
+
+
+def _concat(files: List[_MergedFile], field: str, dtype) -> np.ndarray:
+    arrays = [np.concatenate([getattr(r, field) for r in f.results])[f.order] for f in files]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+
+def _merge(files: List[_MergedFile], out_dir: Path, stats: ExtractStats) -> None:
+    """De-duplicate across files and write train.txt/valid.txt from the shards, in file order."""
+    keys = _concat(files, "keys", np.int64)
+    status = _concat(files, "status", np.int8)
+    valid = _concat(files, "valid", bool)
+    is_article = status != DELETED
+
+    winner = _last_occurrence(keys)
+    deleted_keys = keys[winner & ~is_article]
+    article_index = np.flatnonzero(is_article)
+    last_article = np.zeros(len(keys), dtype=bool)
+    last_article[article_index[_last_occurrence(keys[article_index])]] = True
+    deleted = last_article & np.isin(keys, deleted_keys)
+    kept = last_article & ~deleted
+    write = kept & (status == OK)
+
+    stats.duplicates = int((is_article & ~last_article).sum())
+    stats.deleted = int(deleted.sum())
+    stats.too_short = int((kept & (status == TOO_SHORT)).sum())
+    stats.no_abstract = int((kept & (status == NO_ABSTRACT)).sum())
+    stats.train_documents = int((write & ~valid).sum())
+    stats.valid_documents = int((write & valid).sum())
+    stats.written = stats.train_documents + stats.valid_documents
+    stats.sentences = int(_concat(files, "sentences", np.int32)[write].sum(dtype=np.int64))
+    stats.words = int(_concat(files, "words", np.int32)[write].sum(dtype=np.int64))
+
+    (out_dir / "extract_stats.json").unlink(missing_ok=True)  # the stats file marks a finished run
+    with atomic_write(out_dir / "train.txt") as train, atomic_write(out_dir / "valid.txt") as valid_out:
+        started = {id(train): False, id(valid_out): False}
+        offset = 0
+        for f in files:
+            shards = [_read_shard(r.task.shard) for r in f.results]
+            file_status = status[offset : offset + len(f.order)]
+            for i in np.flatnonzero(file_status == OK):
+                text = next(shards[f.stripe[i]])
+                if not write[offset + i]:
+                    continue
+                out = valid_out if valid[offset + i] else train
+                if started[id(out)]:
+                    out.write("\n")  # exactly one blank line between documents
+                out.write(text)
+                started[id(out)] = True
+            offset += len(f.order)
+            for r in f.results:
+                r.task.shard.unlink()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry points
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _make_tasks(files: List[InputFile], tmp: Path, workers: int, **options) -> List[_Task]:
+    """One task per file; files much larger than a fair share are striped across several workers."""
+    sizes = [_size(f.path) for f in files]
+    share = max(1, sum(sizes) // (4 * workers))
+    tasks = []
+    for i, (source, size) in enumerate(zip(files, sizes)):
+        xml = source.path.name.endswith((".xml", ".xml.gz"))  # MEDLINE-sized; PMC .nxml are small
+        count = min(workers, -(-size // share)) if workers > 1 and xml else 1
+        for j in range(max(1, count)):
+            tasks.append(_Task(i, source, _Stripe(j, max(1, count)), tmp / f"shard{i:07d}-{j:03d}.txt", **options))
+    return tasks
+
+
+def extract(
+    inputs: Sequence[Union[str, os.PathLike]],
+    out_dir: Union[str, os.PathLike],
+    *,
+    min_words: int = 0,
+    valid_fraction: float = 0.01,
+    max_docs_per_file: Optional[int] = None,
+    workers: int = 1,
+    skip_bad_files: bool = False,
+    sentence_training_texts: int = DEFAULT_TRAINING_TEXTS,
+    progress: bool = True,
+) -> ExtractStats:
+    """Extract ``inputs`` into ``out_dir/train.txt``, ``valid.txt`` and ``extract_stats.json``.
+
+    Raises PreprocessError (one line naming the file) for a bad input file unless ``skip_bad_files``.
+    """
+    from tqdm import tqdm
+
+    if min_words < 0:
+        raise PreprocessError("--min-words must be >= 0")
+    if not 0.0 <= valid_fraction < 1.0:
+        raise PreprocessError("--valid-fraction must be in [0, 1)")
+    if max_docs_per_file is not None and max_docs_per_file < 1:
+        raise PreprocessError("--max-docs-per-file must be >= 1")
+    if workers < 1:
+        raise PreprocessError("--workers must be >= 1")
+    start = time.time()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = find_input_files(inputs, exclude=out_dir)
+    if not files:
+        raise PreprocessError(f"no input files found in {', '.join(map(str, inputs))}")
+
+    splitter = SentenceSplitter.train(_training_paragraphs(files, max_docs_per_file), sentence_training_texts)
+    stats = ExtractStats(
+        min_words=min_words,
+        valid_fraction=valid_fraction,
+        max_docs_per_file=max_docs_per_file,
+        workers=workers,
+        train_path=str(out_dir / "train.txt"),
+        valid_path=str(out_dir / "valid.txt"),
+    )
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".extract-") as tmp:
+        options = dict(max_docs=max_docs_per_file, min_words=min_words, valid_fraction=valid_fraction)
+        tasks = _make_tasks(files, Path(tmp), workers, **options)
+        # Largest pieces first keeps the workers busy; results are put back in file order afterwards.
+        queue = sorted(tasks, key=lambda t: -_size(t.source.path) / t.stripe.count)
+        results: List[List[_FileResult]] = [[] for _ in files]
+        bar = tqdm(
+            total=sum(_size(f.path) for f in files), unit="B", unit_scale=True, desc="extract", disable=not progress
+        )
+        with bar:
+            if workers == 1:
+                _init_worker(splitter)
+                _collect(map(_process_file, queue), results, bar, skip_bad_files)
+            else:
+                with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(splitter,)) as pool:
+                    _collect(pool.imap_unordered(_process_file, queue), results, bar, skip_bad_files)
+        good = []
+        for source, parts in zip(files, results):
+            errors = [r.error for r in parts if r.error is not None]
+            if errors:
+                stats.skipped_files.append(errors[0])
+                continue
+            parts.sort(key=lambda r: r.task.stripe.index)
+            good.append(_interleave(parts))
+            stats.documents += sum(r.documents for r in parts)
+            stats.with_abstract += sum(r.with_abstract for r in parts)
+            stats.xml_mb += sum(r.xml_bytes for r in parts) / parts[0].task.stripe.count / 1e6
+            stats.input_mb += _size(source.path) / 1e6
+            if sum(r.with_abstract for r in parts) == 0:
+                stats.files_without_abstracts.append(source.display)
+        stats.skipped = len(stats.skipped_files)
+        stats.files = len(good)
+        stats.input_mb = round(stats.input_mb, 3)
+        stats.xml_mb = round(stats.xml_mb, 3)
+        _merge(good, out_dir, stats)
+    for name in stats.files_without_abstracts:
+        print(f"extract: warning: {name}: no abstracts", file=sys.stderr)
+    stats.seconds = round(time.time() - start, 3)
+    stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
+    with atomic_write(out_dir / "extract_stats.json") as f:
+        json.dump(dataclasses.asdict(stats), f, indent=2)
+        f.write("\n")
+    return stats
+
+
+def _collect(stream, results: List[List[_FileResult]], bar, skip_bad_files: bool) -> None:
+    for result in stream:
+        if result.error is not None and not skip_bad_files:
+            raise PreprocessError(result.error)
+        results[result.task.file_index].append(result)
+        bar.update(_size(result.task.source.path) / result.task.stripe.count)
+
+
+def cli_main(argv=None) -> None:
+    """``fairseq-bio-extract``: MEDLINE/PMC/plain text -> train.txt/valid.txt, one sentence per line."""
+
+    def main(argv):
+        parser = argparse.ArgumentParser(
+            prog="fairseq-bio-extract",
+            description="Extract one-sentence-per-line pretraining text from MEDLINE XML, PMC .nxml and .txt.",
+        )
+        parser.add_argument("inputs", nargs="+", help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt)")
+        parser.add_argument("--out", required=True, help="output directory (train.txt, valid.txt, extract_stats.json)")
+        parser.add_argument(
+            "--min-words",
+            type=int,
+            default=0,
+            help="drop documents whose abstract/body has fewer words (PubMedBERT: 128)",
+        )
+        parser.add_argument(
+            "--valid-fraction",
+            type=float,
+            default=0.01,
+            help="fraction of documents for valid.txt, chosen by a hash of the document id",
+        )
+        parser.add_argument(
+            "--max-docs-per-file",
+            type=int,
+            default=None,
+            help="read at most this many documents from each file (quick runs, tests)",
+        )
+        parser.add_argument(
+            "--workers", type=int, default=1, help="parallel processes (a file each; large files are shared in stripes)"
+        )
+        parser.add_argument(
+            "--skip-bad-files",
+            action="store_true",
+            help="count and list unreadable/invalid files instead of stopping at the first",
+        )
+        parser.add_argument(
+            "--sentence-training-texts",
+            type=int,
+            default=DEFAULT_TRAINING_TEXTS,
+            help="paragraphs used to train the Punkt sentence splitter",
+        )
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        args = parser.parse_args(argv)
+        stats = extract(
+            args.inputs,
+            args.out,
+            min_words=args.min_words,
+            valid_fraction=args.valid_fraction,
+            max_docs_per_file=args.max_docs_per_file,
+            workers=args.workers,
+            skip_bad_files=args.skip_bad_files,
+            sentence_training_texts=args.sentence_training_texts,
+            progress=not args.no_progress,
+        )
+        print(stats.summary())
+
+    run_cli("extract", main, argv)
+
+
+if __name__ == "__main__":
+    cli_main()
