@@ -1,0 +1,294 @@
+"""Learn a subword vocabulary from train.txt and write it in the formats fairseq reads.
+
+Kinds (``--kind``), each written into one directory together with ``dict.txt`` and ``bpe.json``:
+
+- ``bytebpe`` (default; bio-lm used 50k): byte-level BPE trained with HF tokenizers (no prefix space,
+  like GPT-2), exported as ``encoder.json`` + ``vocab.bpe`` for fairseq's ``--bpe gpt2``.
+- ``sentencepiece`` (``--spm-type unigram|bpe``): ``spm.model``/``spm.vocab`` for ``--bpe sentencepiece``.
+- ``wordpiece`` (PubMedBERT: uncased, 30k; ``--cased``): BERT ``vocab.txt`` for ``--bpe bert``.
+
+``dict.txt`` is fairseq's ``<symbol> <count>`` dictionary. The symbol is what encoded text contains
+(byte BPE: the token id in decimal, as fairseq's GPT2BPE.encode emits; sentencepiece: the piece;
+wordpiece: the wordpiece). Every vocabulary entry is listed, with its count from encoding the training
+text, sorted by count (descending) then id. The tokenizer's own special tokens are left out: fairseq's
+Dictionary supplies ``<s> <pad> </s> <unk>`` and the task adds ``<mask>``.
+
+``bpe.json`` names the fairseq BPE and its files with fairseq's own option names, paths relative to the
+json's folder, e.g. ``{"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe":
+"vocab.bpe"}``. Word boundaries, for whole-word masking: gpt2 token text starts with "Ġ", sentencepiece
+with "▁", wordpiece does not start with "##".
+"""
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Union
+
+import numpy as np
+
+from .common import (
+    PreprocessError,
+    atomic_write,
+    check_destination,
+    make_temp_dir,
+    remove_temp_dir,
+    replace_dir,
+    run_cli,
+)
+
+KINDS = ("bytebpe", "sentencepiece", "wordpiece")
+DEFAULT_VOCAB_SIZE = {"bytebpe": 50000, "sentencepiece": 32000, "wordpiece": 30000}
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+GPT2_MERGES_HEADER = "#version: 0.2"
+VOCAB_MARKERS = ("bpe.json",)
+
+
+def bpe_options(vocab_dir: Union[str, os.PathLike]) -> Dict:
+    """``bpe.json`` of ``vocab_dir`` with its file options made absolute (ready for fairseq's build_bpe)."""
+    vocab_dir = Path(vocab_dir)
+    path = vocab_dir / "bpe.json"
+    try:
+        with open(path, encoding="utf-8") as f:
+            options = json.load(f)
+    except FileNotFoundError:
+        raise PreprocessError(f"{path}: not found (is {vocab_dir} a vocabulary made by fairseq-bio-vocab?)")
+    except json.JSONDecodeError as e:
+        raise PreprocessError(f"{path}: not valid JSON ({e})")
+    for key in tokenizer_file_options(options):
+        options[key] = str(vocab_dir / options[key])
+    return options
+
+
+def tokenizer_file_options(options: Dict) -> List[str]:
+    """The keys of a bpe.json whose values are files of the vocabulary directory."""
+    return [k for k in ("gpt2_encoder_json", "gpt2_vocab_bpe", "sentencepiece_model", "bpe_vocab_file") if k in options]
+
+
+def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[str]:
+    """Non-blank lines of ``train_file``; with ``sample_lines``, an evenly spaced (deterministic) sample."""
+    stride = 1
+    if sample_lines is not None:
+        with open(train_file, encoding="utf-8") as f:
+            total = sum(1 for line in f if line.strip())
+        stride = max(1, -(-total // sample_lines))
+    with open(train_file, encoding="utf-8") as f:
+        kept = 0
+        for i, line in enumerate(line for line in f if line.strip()):
+            if i % stride == 0:
+                if sample_lines is not None and kept >= sample_lines:
+                    break
+                kept += 1
+                yield line.rstrip("\n")
+
+
+def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> None:
+    from tokenizers import ByteLevelBPETokenizer
+
+    tokenizer = ByteLevelBPETokenizer(add_prefix_space=False)
+    tokenizer.train_from_iterator(lines, vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False)
+    model = json.loads(tokenizer._tokenizer.to_str())["model"]
+    vocab = sorted(model["vocab"].items(), key=lambda item: item[1])
+    if [i for _, i in vocab] != list(range(len(vocab))):
+        raise PreprocessError("byte-level BPE vocabulary ids are not contiguous")
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    with open(out / "encoder.json", "w", encoding="utf-8") as f:
+        json.dump(dict(vocab), f, ensure_ascii=True)  # ASCII: fairseq opens it without an encoding
+    # fairseq's reader drops the first line (header) and the last (empty after the final newline).
+    with open(out / "vocab.bpe", "w", encoding="utf-8", newline="\n") as f:
+        f.write(GPT2_MERGES_HEADER + "\n")
+        f.writelines(merge + "\n" for merge in merges)
+    _write_bpe_json(out, {"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe": "vocab.bpe"})
+
+
+def _train_sentencepiece(lines, out: Path, vocab_size: int, spm_type: str) -> None:
+    import sentencepiece as spm
+
+    sample = out / "spm-training-sample.txt"
+    with open(sample, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(line + "\n" for line in lines)
+    spm.set_random_generator_seed(1)
+    try:
+        spm.SentencePieceTrainer.train(
+            input=str(sample),
+            model_prefix=str(out / "spm"),
+            model_type=spm_type,
+            vocab_size=vocab_size,
+            character_coverage=0.9999,
+            num_threads=os.cpu_count() or 1,
+            input_sentence_size=0,  # we pass the (already sampled) lines; use them all
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise PreprocessError(f"sentencepiece training failed: {str(e).strip().splitlines()[-1]}")
+    finally:
+        sample.unlink()
+    _write_bpe_json(out, {"_name": "sentencepiece", "sentencepiece_model": "spm.model"})
+
+
+def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, cased: bool) -> None:
+    from tokenizers import BertWordPieceTokenizer
+
+    # The same normalisation as transformers' BertTokenizer(do_lower_case=not cased), which fairseq uses.
+    tokenizer = BertWordPieceTokenizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=not cased
+    )
+    tokenizer.train_from_iterator(
+        lines,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=BERT_SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    if [i for _, i in vocab] != list(range(len(vocab))):
+        raise PreprocessError("wordpiece vocabulary ids are not contiguous")
+    with open(out / "vocab.txt", "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(token + "\n" for token, _ in vocab)
+    _write_bpe_json(out, {"_name": "bert", "bpe_vocab_file": "vocab.txt", "bpe_cased": cased})
+
+
+def _write_bpe_json(out: Path, options: Dict) -> None:
+    with open(out / "bpe.json", "w", encoding="utf-8") as f:
+        json.dump(options, f, indent=2)
+        f.write("\n")
+
+
+def _write_dict(vocab_dir: Path, train_file: Path) -> int:
+    """Count the symbols of the encoded training text; write dict.txt; return the number of entries."""
+    from .encode import Encoder, read_chunks
+
+    encoder = Encoder(vocab_dir)
+    counts = np.zeros(encoder.vocab_size, dtype=np.int64)
+    with open(train_file, encoding="utf-8") as f:
+        for chunk in read_chunks(f, 10000):
+            ids = [i for seq in encoder.encode_ids(chunk) for i in seq]
+            counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=encoder.vocab_size)
+    entries = [i for i in range(encoder.vocab_size) if encoder.symbols[i] is not None]
+    entries.sort(key=lambda i: (-counts[i], i))
+    with atomic_write(vocab_dir / "dict.txt") as f:
+        f.writelines(f"{encoder.symbols[i]} {counts[i]}\n" for i in entries)
+    return len(entries)
+
+
+def learn_vocab(
+    train_file: Union[str, os.PathLike],
+    out_dir: Union[str, os.PathLike],
+    *,
+    kind: str = "bytebpe",
+    vocab_size: Optional[int] = None,
+    min_frequency: Optional[int] = None,
+    spm_type: str = "unigram",
+    cased: bool = False,
+    sample_lines: Optional[int] = None,
+    overwrite: bool = False,
+) -> Path:
+    """Learn a ``kind`` vocabulary from ``train_file`` into ``out_dir`` (built in a temp dir, then renamed).
+
+    ``min_frequency`` applies to bytebpe/wordpiece (default 2); ``spm_type`` to sentencepiece; ``cased`` to
+    wordpiece. ``sample_lines`` trains on an evenly spaced sample of that many lines (dict.txt counts
+    still come from the whole file). Returns ``out_dir``.
+    """
+    train_file, out_dir = Path(train_file), Path(out_dir)
+    if kind not in KINDS:
+        raise PreprocessError(f"unknown vocabulary kind {kind!r} (choose from {', '.join(KINDS)})")
+    if min_frequency is not None and kind == "sentencepiece":
+        raise PreprocessError("--min-frequency does not apply to sentencepiece")
+    if spm_type not in ("unigram", "bpe"):
+        raise PreprocessError(f"unknown --spm-type {spm_type!r} (unigram or bpe)")
+    if spm_type != "unigram" and kind != "sentencepiece":
+        raise PreprocessError("--spm-type applies only to --kind sentencepiece")
+    if cased and kind != "wordpiece":
+        raise PreprocessError("--cased applies only to --kind wordpiece (bytebpe and sentencepiece are cased)")
+    if sample_lines is not None and sample_lines < 1:
+        raise PreprocessError("--sample-lines must be >= 1")
+    if not train_file.is_file() or train_file.stat().st_size == 0:
+        raise PreprocessError(f"{train_file}: missing or empty training text")
+    vocab_size = vocab_size if vocab_size is not None else DEFAULT_VOCAB_SIZE[kind]
+    min_frequency = min_frequency if min_frequency is not None else 2
+    check_destination(out_dir, overwrite, VOCAB_MARKERS)
+
+    start = time.time()
+    tmp = make_temp_dir(out_dir)
+    try:
+        lines = _training_lines(train_file, sample_lines)
+        if kind == "bytebpe":
+            _train_bytebpe(lines, tmp, vocab_size, min_frequency)
+        elif kind == "sentencepiece":
+            _train_sentencepiece(lines, tmp, vocab_size, spm_type)
+        else:
+            _train_wordpiece(lines, tmp, vocab_size, min_frequency, cased)
+        trained = time.time()
+        entries = _write_dict(tmp, train_file)
+        info = {
+            "kind": kind,
+            "vocab_size": vocab_size,
+            "dict_entries": entries,
+            "min_frequency": None if kind == "sentencepiece" else min_frequency,
+            "spm_type": spm_type if kind == "sentencepiece" else None,
+            "cased": cased if kind == "wordpiece" else True,
+            "sample_lines": sample_lines,
+            "train_file": str(train_file),
+            "train_seconds": round(trained - start, 3),
+            "count_seconds": round(time.time() - trained, 3),
+        }
+        with open(tmp / "vocab_info.json", "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        replace_dir(tmp, out_dir, overwrite, VOCAB_MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    return out_dir
+
+
+def cli_main(argv=None) -> None:
+    """``fairseq-bio-vocab``: learn bytebpe/sentencepiece/wordpiece from train.txt for fairseq."""
+
+    def main(argv):
+        parser = argparse.ArgumentParser(prog="fairseq-bio-vocab", description="Learn a vocabulary for fairseq.")
+        parser.add_argument("--train", required=True, help="training text (train.txt from fairseq-bio-extract)")
+        parser.add_argument("--out", required=True, help="output vocabulary directory (must not exist)")
+        parser.add_argument("--kind", choices=KINDS, default="bytebpe", help="tokenizer kind")
+        parser.add_argument(
+            "--vocab-size",
+            type=int,
+            default=None,
+            help="vocabulary size (default: bytebpe 50000, sentencepiece 32000, wordpiece 30000)",
+        )
+        parser.add_argument(
+            "--min-frequency", type=int, default=None, help="bytebpe/wordpiece: minimum pair/word frequency (default 2)"
+        )
+        parser.add_argument(
+            "--spm-type", choices=("unigram", "bpe"), default="unigram", help="sentencepiece model type"
+        )
+        parser.add_argument("--cased", action="store_true", help="wordpiece: keep case (PubMedBERT is uncased)")
+        parser.add_argument(
+            "--sample-lines",
+            type=int,
+            default=None,
+            help="train on an evenly spaced sample of this many lines (sentencepiece keeps its training lines "
+            "in memory: use e.g. 5000000 on full PubMed)",
+        )
+        parser.add_argument("--overwrite", action="store_true", help="replace an existing vocabulary directory")
+        args = parser.parse_args(argv)
+        out = learn_vocab(
+            args.train,
+            args.out,
+            kind=args.kind,
+            vocab_size=args.vocab_size,
+            min_frequency=args.min_frequency,
+            spm_type=args.spm_type,
+            cased=args.cased,
+            sample_lines=args.sample_lines,
+            overwrite=args.overwrite,
+        )
+        with open(out / "vocab_info.json", encoding="utf-8") as f:
+            print(f.read().strip())
+
+    run_cli("vocab", main, argv)
+
+
+if __name__ == "__main__":
+    cli_main()
