@@ -84,8 +84,7 @@ class WordBoundaries:
             ends = [not s.endswith("@@") for s in symbols]
         else:
             raise WordBoundaryError(
-                f'bpe "{name}": word boundaries are known for gpt2, sentencepiece, bert, subword_nmt '
-                "and fastbpe"
+                f'bpe "{name}": word boundaries are known for gpt2, sentencepiece, bert, subword_nmt ' "and fastbpe"
             )
         unk = dictionary.unk()
         begins[unk], ends[unk] = unk_begins, True

@@ -22,9 +22,15 @@ logger = logging.getLogger(__name__)
 # Named sizes. A size left unset in the config (None) is taken from the architecture named by
 # ``model._name`` (hydra) or ``--arch`` (argparse); "bio_roberta" itself means base.
 ARCHITECTURES = {
-    "bio_roberta_tiny": dict(encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4),
-    "bio_roberta_base": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_attention_heads=12),
-    "bio_roberta_large": dict(encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16),
+    "bio_roberta_tiny": dict(
+        encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4
+    ),
+    "bio_roberta_base": dict(
+        encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_attention_heads=12
+    ),
+    "bio_roberta_large": dict(
+        encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
+    ),
 }
 DEFAULT_ARCHITECTURE = "bio_roberta_base"
 
@@ -124,9 +130,7 @@ class BioRobertaModel(RobertaModel):
         return cls(cfg, encoder)
 
     @classmethod
-    def from_pretrained(
-        cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs
-    ):
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs):
         """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local checkpoint.
 
         The BPE comes from ``bpe.json`` in the data dir (written by preprocessing) unless ``bpe=`` is given,
@@ -135,7 +139,11 @@ class BioRobertaModel(RobertaModel):
         from fairseq import hub_utils
         from fairseq.models.roberta.hub_interface import RobertaHubInterface
 
-        data_dir = os.path.join(model_name_or_path, data_name_or_path) if data_name_or_path.startswith(".") else data_name_or_path
+        data_dir = (
+            os.path.join(model_name_or_path, data_name_or_path)
+            if data_name_or_path.startswith(".")
+            else data_name_or_path
+        )
         bpe_json = os.path.join(data_dir, BPE_JSON)
         if "bpe" not in kwargs and os.path.exists(bpe_json):
             spec = load_bpe_json(bpe_json)

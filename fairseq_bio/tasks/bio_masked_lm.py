@@ -116,14 +116,17 @@ class BioMaskedLMTask(MaskedLMTask):
         block = self.cfg.tokens_per_sample - 1  # room for <s>
         if self.cfg.sample_break_mode != "none":
             dataset = ChunkedSentenceDataset.wrap_if_needed(dataset, block)
-        dataset = TokenBlockDataset(
-            dataset,
-            dataset.sizes,
-            block,
-            pad=self.source_dictionary.pad(),
-            eos=self.source_dictionary.eos(),
-            break_mode=self.cfg.sample_break_mode,
-        )
+        # One sentence per block is what the chunked sentences already are (and fairseq's own "eos" mode
+        # needs numpy.compat, which numpy 2 removed).
+        if self.cfg.sample_break_mode != "eos":
+            dataset = TokenBlockDataset(
+                dataset,
+                dataset.sizes,
+                block,
+                pad=self.source_dictionary.pad(),
+                eos=self.source_dictionary.eos(),
+                break_mode=self.cfg.sample_break_mode,
+            )
         dataset = PrependTokenDataset(dataset, self.source_dictionary.bos())
         logger.info("loaded %d blocks from %s", len(dataset), split_path)
         with data_utils.numpy_seed(self.cfg.seed):
