@@ -4,11 +4,11 @@ import pytest
 import torch
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import build_model
+from helpers import DictionaryTask, make_dictionary, model_args
 from omegaconf import OmegaConf, open_dict
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.models.bio_roberta import ARCHITECTURES, BioRobertaConfig, BioRobertaModel
-from helpers import DictionaryTask, make_dictionary, model_args
 
 SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
 

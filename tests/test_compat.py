@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO, run_cli
+
 from fairseq_bio import compat
 
 ARGPARSE_TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
@@ -42,8 +42,12 @@ def written_checkpoints(data_bin, tmp_path_factory):
     loaded by fairseq and saved again (what average_checkpoints and the resume broadcast carry)."""
     data = data_bin("bytebpe")
     work = tmp_path_factory.mktemp("compat")
-    fairseq_train(data, work / "stock", work, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base")
-    fairseq_train(data, work / "bio", work, "--task", "bio_masked_lm", "--criterion", "masked_lm", "--arch", "bio_roberta_base")
+    fairseq_train(
+        data, work / "stock", work, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base"
+    )
+    fairseq_train(
+        data, work / "bio", work, "--task", "bio_masked_lm", "--criterion", "masked_lm", "--arch", "bio_roberta_base"
+    )
     from fairseq import checkpoint_utils
 
     resaved = work / "resaved.pt"
@@ -66,7 +70,10 @@ def test_resume_through_fairseq_train(written_checkpoints):
     result = fairseq_train(data, work / "stock", work, "--task", "masked_lm", "--criterion", "masked_lm",
                            "--arch", "roberta_base", max_update=6)  # fmt: skip
     assert "Loaded checkpoint" in result.stdout + result.stderr and "@ 3 updates" in result.stdout + result.stderr
-    assert torch.load(work / "stock" / "checkpoint_last.pt", weights_only=True)["optimizer_history"][-1]["num_updates"] == 6
+    assert (
+        torch.load(work / "stock" / "checkpoint_last.pt", weights_only=True)["optimizer_history"][-1]["num_updates"]
+        == 6
+    )
 
 
 def test_stock_roberta_from_pretrained_loads(written_checkpoints):
@@ -76,6 +83,22 @@ def test_stock_roberta_from_pretrained_loads(written_checkpoints):
     hub = RobertaModel.from_pretrained(str(work / "stock"), "checkpoint_last.pt", data_name_or_path=str(data), bpe=None)
     tokens = torch.tensor([[0, 10, 11, 12, 2]])
     assert hub.model(tokens)[0].shape[:2] == (1, 5)
+
+
+def test_stock_roberta_checkpoint_starts_continued_pretraining(written_checkpoints, tmp_path):
+    """bio_roberta has RoBERTa's parameter names: a fairseq RoBERTa checkpoint restores into it."""
+    data, work, _ = written_checkpoints
+    stock = work / "stock" / "checkpoint_last.pt"
+    fairseq_train(data, tmp_path / "continued", tmp_path, "--task", "bio_masked_lm", "--criterion", "masked_lm",
+                  "--arch", "bio_roberta_base", "--max-positions", "64", "--seed", "2", "--restore-file", stock,
+                  "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader", "--reset-meters",
+                  "--lr", "1e-7", max_update=1)  # fmt: skip
+    before = compat.load_checkpoint(stock)["model"]
+    after = compat.load_checkpoint(tmp_path / "continued" / "checkpoint_last.pt")["model"]
+    assert set(before) == set(after)
+    for name, tensor in before.items():
+        if tensor.is_floating_point():  # one update at lr 1e-7 from the stock weights, not a fresh init (seed 2)
+            torch.testing.assert_close(after[name], tensor, atol=1e-5, rtol=0, msg=name)
 
 
 class _Exploit:
@@ -97,7 +120,9 @@ def test_planted_malicious_checkpoint_is_refused(written_checkpoints, tmp_path):
     state["extra_state"]["payload"] = _Exploit(marker)
     torch.save(state, save / "checkpoint_last.pt")
 
-    with pytest.raises(compat.UnsafeCheckpointError, match=r"checkpoint_last.pt: refused to load: it pickles posix.system"):
+    with pytest.raises(
+        compat.UnsafeCheckpointError, match=r"checkpoint_last.pt: refused to load: it pickles posix.system"
+    ):
         compat.load_checkpoint(save / "checkpoint_last.pt")
 
     result = fairseq_train(data, save, tmp_path, "--task", "bio_masked_lm", "--criterion", "masked_lm",

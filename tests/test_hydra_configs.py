@@ -5,7 +5,6 @@ import json
 
 import pytest
 import yaml
-
 from conftest import REPO, run_cli
 
 

@@ -2,10 +2,10 @@
 (Whole-word masking with the real tokenizers on real PubMed text: test_whole_word_masking.py.)"""
 
 import torch
+from helpers import make_dictionary
 
 from fairseq_bio.data.word_boundaries import WordBoundaries
 from fairseq_bio.modules.masking import BatchMasker
-from helpers import make_dictionary
 
 # A WordPiece-like vocabulary: "##" pieces continue the previous word.
 SYMBOLS = [f"w{i}" for i in range(50)] + [f"##p{i}" for i in range(50)]
@@ -91,6 +91,8 @@ def test_same_seed_same_masks_other_seed_other_masks():
 def test_subword_nmt_continuation_marks_the_previous_token():
     d, mask = make_dictionary(["hyper@@", "tension", "the", "renal@@", "cell@@", "s"])
     boundaries = WordBoundaries.from_bpe(d, {"_name": "subword_nmt"})
-    tokens = torch.tensor([[d.bos()] + [d.index(s) for s in ["the", "hyper@@", "tension", "renal@@", "cell@@", "s"]] + [d.eos()]])
+    tokens = torch.tensor(
+        [[d.bos()] + [d.index(s) for s in ["the", "hyper@@", "tension", "renal@@", "cell@@", "s"]] + [d.eos()]]
+    )
     assert boundaries.word_starts(tokens).tolist() == [[False, True, True, False, True, False, False, False]]
     assert boundaries.word_ids(tokens).tolist() == [[0, 1, 2, 2, 3, 3, 3, 0]]

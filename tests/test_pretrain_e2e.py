@@ -11,7 +11,6 @@ import time
 
 import pytest
 import torch
-
 from conftest import BIN, REPO, run_cli
 
 SMALL_MODEL = [
@@ -170,7 +169,9 @@ def test_kill_9_and_restart_resumes_to_the_uninterrupted_losses(data_bin, tmp_pa
     save, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
     command = hydra_train(data, save, *settings, f"common.log_file={log}")
     argv = [str(BIN / command[0]), *map(str, command[1:])]
-    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + 300
     while True:
         assert proc.poll() is None, "training ended before it could be killed"

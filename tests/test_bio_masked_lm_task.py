@@ -1,0 +1,79 @@
+"""bio_masked_lm's data pipeline on real binarised PubMed: blocks never drop or truncate text, shards rotate
+by epoch, masking follows the schedule and is reproducible."""
+
+import pytest
+import torch
+from fairseq import tasks
+from fairseq.data import data_utils
+from omegaconf import OmegaConf
+
+import fairseq_bio  # noqa: F401
+from fairseq_bio.tasks.bio_masked_lm import BioMaskedLMConfig
+
+
+def make_task(data, **overrides):
+    cfg = OmegaConf.structured(
+        BioMaskedLMConfig(_name="bio_masked_lm", data=str(data), max_update=100, seed=1, **overrides)
+    )
+    return tasks.setup_task(cfg)
+
+
+@pytest.mark.parametrize("mode", ["complete", "complete_doc", "eos"])
+def test_blocks_keep_every_token(data_bin, mode):
+    data = data_bin("bytebpe")
+    task = make_task(data, tokens_per_sample=64, sample_break_mode=mode)
+    task.load_dataset("valid")
+    raw = data_utils.load_indexed_dataset(str(data / "valid"), task.source_dictionary)
+    assert raw.sizes.max() > 63  # real sentences longer than a block: they must be split, not dropped
+    dataset = task.dataset("valid")
+    assert max(dataset.size(i) for i in range(len(dataset))) <= 64
+    bos = task.source_dictionary.bos()
+    kept = sum(int(dataset[i]["net_input.src_tokens"].ne(bos).sum()) for i in range(len(dataset)))
+    expected = int(raw.sizes.sum())  # every token of every sentence, eos included, exactly once ...
+    if mode == "complete_doc":  # ... except the empty lines between documents, which only mark boundaries
+        expected -= int((raw.sizes == 1).sum())
+    assert kept == expected
+
+
+def test_shards_rotate_by_epoch(pubmed_corpus, learned_vocab, tmp_path):
+    from preprocess.binarize import binarize
+    from preprocess.encode import encode_files
+
+    vocab = learned_vocab("bytebpe")
+    outputs = [tmp_path / "train.bpe", tmp_path / "valid.bpe"]
+    encode_files(vocab, [pubmed_corpus / "train.txt", pubmed_corpus / "valid.txt"], outputs, progress=False)
+    data = binarize(vocab, outputs[0], outputs[1], tmp_path / "bin", shards=2)
+    task = make_task(data, tokens_per_sample=64, mask_whole_words=True)
+    sizes = []
+    for epoch in (1, 2, 3):
+        task.load_dataset("train", epoch=epoch)
+        sizes.append(len(task.dataset("train")))
+    assert sizes[0] == sizes[2] != sizes[1]
+
+
+def test_schedule_and_reproducible_masks(data_bin):
+    task = make_task(data_bin("wordpiece"), tokens_per_sample=64, mask_whole_words=True,
+                     mask_prob_schedule="0.05,0.10,0.15,0.20,0.25")  # fmt: skip
+    assert [task.mask_prob_at(u) for u in (0, 19, 20, 99, 100, 500)] == [0.05, 0.05, 0.10, 0.25, 0.25, 0.25]
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = dataset.collater([dataset[i] for i in range(16)])
+    a, b = task.mask_sample(sample, 0.15, stream=7), task.mask_sample(sample, 0.15, stream=7)
+    c = task.mask_sample(sample, 0.15, stream=8)
+    assert torch.equal(a["target"], b["target"]) and not torch.equal(a["target"], c["target"])
+    assert torch.equal(
+        sample["net_input"]["src_tokens"], dataset.collater([dataset[i] for i in range(16)])["net_input"]["src_tokens"]
+    )
+    low, high = task.mask_sample(sample, 0.05, stream=1), task.mask_sample(sample, 0.25, stream=1)
+    assert high["target"].ne(1).sum() > 3 * low["target"].ne(1).sum()
+
+
+def test_missing_bpe_json_is_a_clear_error(tmp_path, data_bin):
+    data = data_bin("bytebpe")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "dict.txt").write_text((data / "dict.txt").read_text())
+    with pytest.raises(ValueError, match=r"bare/bpe.json: not found"):
+        make_task(bare, mask_whole_words=True)
+    with pytest.raises(FileNotFoundError, match=r"bare/train.bin/.idx: no binarised train split"):
+        make_task(bare).load_dataset("train")
