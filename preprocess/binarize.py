@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from fairseq_bio.data.word_boundaries import bpe_file_options
+
 from .common import (
     PreprocessError,
     check_destination,
@@ -28,7 +30,6 @@ from .common import (
     replace_dir,
     run_cli,
 )
-from .vocab import tokenizer_file_options
 
 BINARIZED_MARKERS = ("bpe.json", "shard0/bpe.json")
 
@@ -83,7 +84,7 @@ def _copy_vocab_files(vocab_dir: Path, dest: Path) -> None:
     shutil.copy2(vocab_dir / "bpe.json", dest / "bpe.json")
     with open(vocab_dir / "bpe.json", encoding="utf-8") as f:
         options = json.load(f)
-    for key in tokenizer_file_options(options):
+    for key in bpe_file_options(options):
         shutil.copy2(vocab_dir / options[key], dest / options[key])
 
 

@@ -28,6 +28,8 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
+from fairseq_bio.data.word_boundaries import BPE_JSON, WordBoundaryError, load_bpe_json
+
 from .common import (
     PreprocessError,
     atomic_write,
@@ -47,23 +49,10 @@ VOCAB_MARKERS = ("bpe.json",)
 
 def bpe_options(vocab_dir: Union[str, os.PathLike]) -> Dict:
     """``bpe.json`` of ``vocab_dir`` with its file options made absolute (ready for fairseq's build_bpe)."""
-    vocab_dir = Path(vocab_dir)
-    path = vocab_dir / "bpe.json"
     try:
-        with open(path, encoding="utf-8") as f:
-            options = json.load(f)
-    except FileNotFoundError:
-        raise PreprocessError(f"{path}: not found (is {vocab_dir} a vocabulary made by fairseq-bio-vocab?)")
-    except json.JSONDecodeError as e:
-        raise PreprocessError(f"{path}: not valid JSON ({e})")
-    for key in tokenizer_file_options(options):
-        options[key] = str(vocab_dir / options[key])
-    return options
-
-
-def tokenizer_file_options(options: Dict) -> List[str]:
-    """The keys of a bpe.json whose values are files of the vocabulary directory."""
-    return [k for k in ("gpt2_encoder_json", "gpt2_vocab_bpe", "sentencepiece_model", "bpe_vocab_file") if k in options]
+        return load_bpe_json(str(Path(vocab_dir) / BPE_JSON))
+    except WordBoundaryError as e:
+        raise PreprocessError(str(e)) from None
 
 
 def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[str]:

@@ -32,6 +32,15 @@ class WordBoundaryError(ValueError):
     """The tokenizer description cannot give word boundaries."""
 
 
+# The options of fairseq's BPEs that name files (relative to bpe.json in a bpe.json).
+BPE_FILE_OPTIONS = ("gpt2_encoder_json", "gpt2_vocab_bpe", "sentencepiece_model", "bpe_vocab_file", "bpe_codes")
+
+
+def bpe_file_options(spec: Mapping[str, Any]):
+    """The keys of a bpe.json that name tokenizer files."""
+    return [key for key in BPE_FILE_OPTIONS if key in spec]
+
+
 def load_bpe_json(path: str) -> Dict[str, Any]:
     """Read a ``bpe.json`` (fairseq BPE name and options); relative file options become absolute."""
     try:
@@ -47,14 +56,9 @@ def load_bpe_json(path: str) -> Dict[str, Any]:
     if not isinstance(spec, dict) or not isinstance(spec.get("_name"), str):
         raise WordBoundaryError(f'{path}: field "_name" (the fairseq BPE name) is missing')
     base = os.path.dirname(os.path.abspath(path))
-    for key, value in spec.items():
-        if key != "_name" and isinstance(value, str) and _is_file_option(key):
-            spec[key] = value if os.path.isabs(value) else os.path.join(base, value)
+    for key in bpe_file_options(spec):
+        spec[key] = os.path.join(base, spec[key])
     return spec
-
-
-def _is_file_option(key: str) -> bool:
-    return key.endswith(("_json", "_bpe", "_model", "_file", "_codes", "_vocab", "_merges"))
 
 
 @dataclass(frozen=True)
