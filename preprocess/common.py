@@ -73,7 +73,7 @@ def check_destination(dest: Path, overwrite: bool, markers: Sequence[str]) -> No
         raise PreprocessError(f"{dest}: already exists (pass --overwrite to replace it)")
     if not any((dest / marker).is_file() for marker in markers):
         raise PreprocessError(
-            f"{dest}: exists but has no {' or '.join(markers)}, so it was not made by this tool; " "not replacing it"
+            f"{dest}: exists but has no {' or '.join(markers)}, so it was not made by this tool; not replacing it"
         )
 
 
