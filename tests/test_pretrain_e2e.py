@@ -11,7 +11,7 @@ import time
 
 import pytest
 import torch
-from conftest import BIN, REPO, run_cli
+from conftest import BIN, REPO, logged, run_cli
 
 SMALL_MODEL = [
     "model.encoder_layers=2",
@@ -37,19 +37,6 @@ def hydra_train(data, save_dir, *overrides):
         *SMALL_MODEL,
         *overrides,
     ]
-
-
-def logged(log_file, kind):
-    """{num_updates: entry} of fairseq's json progress entries of ``kind`` ("train_inner" or "valid")."""
-    prefix = "" if kind == "train_inner" else f"{kind}_"
-    entries = {}
-    for line in open(log_file, encoding="utf-8"):
-        if not line.startswith("{") or '"epoch"' not in line:
-            continue
-        entry = json.loads(line)
-        if f"{prefix}num_updates" in entry and (kind != "train_inner" or "update" in entry):
-            entries[int(entry[f"{prefix}num_updates"])] = {k[len(prefix) :]: v for k, v in entry.items()}
-    return entries
 
 
 def test_hydra_pretraining_on_pubmed_lowers_valid_loss(data_bin, tmp_path):
