@@ -100,3 +100,6 @@ def logged(log_file, kind):
         if f"{prefix}num_updates" in entry and (kind != "train_inner" or "update" in entry):
             entries[int(entry[f"{prefix}num_updates"])] = {k[len(prefix) :]: v for k, v in entry.items()}
     return entries
+
+
+SHARED_DATA = REPO.parent / "shared" / "data"  # the real task data (never copied into the repository)

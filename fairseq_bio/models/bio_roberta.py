@@ -11,10 +11,13 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaEncoder, RobertaModel, base_architecture
 from fairseq.models.transformer import DEFAULT_MIN_PARAMS_TO_WRAP
+from fairseq.modules import layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf, open_dict
+from torch import nn
 
 from ..data.word_boundaries import BPE_JSON, load_bpe_json
+from ..modules.tagging_head import TokenClassificationHead
 from ..modules.transformer_encoder import BioTransformerEncoder
 
 logger = logging.getLogger(__name__)
@@ -58,6 +61,10 @@ class BioRobertaConfig(FairseqDataclass):
     )
     layernorm_embedding: Optional[bool] = field(
         default=None, metadata={"help": "layer norm on the embeddings (default: on for post-LN, off for pre-LN)"}
+    )
+    layer_norm_eps: Optional[float] = field(
+        default=None,
+        metadata={"help": "epsilon of every LayerNorm of encoder and LM head (default 1e-5; BERT checkpoints: 1e-12)"},
     )
     activation_fn: ChoiceEnum(utils.get_available_activation_fns()) = field(
         default="gelu", metadata={"help": "activation function of the feed-forward layers"}
@@ -104,8 +111,17 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
         cfg.encoder_normalize_before = False
     if getattr(cfg, "layernorm_embedding", None) is None:
         cfg.layernorm_embedding = not cfg.encoder_normalize_before
+    if getattr(cfg, "layer_norm_eps", None) is None:  # also checkpoints from before the option
+        cfg.layer_norm_eps = 1e-5
     if getattr(cfg, "offload_activations", False):
         cfg.checkpoint_activations = True
+
+
+def set_layer_norm_eps(module: nn.Module, eps: float) -> None:
+    """Set ``eps`` on every LayerNorm in ``module`` (fairseq builds them all with 1e-5)."""
+    for m in module.modules():
+        if isinstance(m, nn.LayerNorm) or (layer_norm.has_fused_layernorm and isinstance(m, layer_norm.FusedLayerNorm)):
+            m.eps = eps
 
 
 @register_model("bio_roberta", dataclass=BioRobertaConfig)
@@ -125,9 +141,50 @@ class BioRobertaModel(RobertaModel):
         apply_architecture(cfg, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
         base_architecture(cfg)
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
+        set_layer_norm_eps(encoder, cfg.layer_norm_eps)
         if OmegaConf.is_config(cfg):
             OmegaConf.set_struct(cfg, True)
         return cls(cfg, encoder)
+
+    def register_tagging_head(self, name: str, num_classes: int, dropout: float = 0.1, crf: bool = False):
+        """Register a per-token head (``TokenClassificationHead``) under ``name`` in ``classification_heads``;
+        ``model(tokens, features_only=True, classification_head_name=name)`` then gives ``B x T x K`` scores."""
+        self.classification_heads[name] = TokenClassificationHead(
+            self.args.encoder_embed_dim, num_classes, dropout=dropout, crf=crf
+        )
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        # fairseq's head handling reads every head's ``dense`` layer, which token heads do not have: token heads
+        # are handled here (kept, re-registered with load_checkpoint_heads, or dropped, as fairseq does for
+        # sentence heads) and hidden from it.
+        prefix = (name + "." if name != "" else "") + "classification_heads."
+        token_heads = {}
+        for key in state_dict:
+            if key.startswith(prefix) and key.endswith(".out_proj.weight"):
+                head = key[len(prefix) : -len(".out_proj.weight")]
+                if prefix + head + ".dense.weight" not in state_dict:
+                    token_heads[head] = {k: v for k, v in state_dict.items() if k.startswith(prefix + head + ".")}
+        for head, params in token_heads.items():
+            for key in params:
+                del state_dict[key]
+            num_classes = params[prefix + head + ".out_proj.weight"].size(0)
+            crf = prefix + head + ".crf.transitions" in params
+            current = self.classification_heads[head] if head in self.classification_heads else None
+            if current is None and getattr(self.args, "load_checkpoint_heads", False):
+                self.register_tagging_head(head, num_classes, crf=crf)
+                current = self.classification_heads[head]
+            if current is None:
+                logger.warning("deleting token head %s from the checkpoint: not in the current model", head)
+                token_heads[head] = None
+            elif not isinstance(current, TokenClassificationHead) or (
+                current.out_proj.out_features != num_classes or (current.crf is not None) != crf
+            ):
+                logger.warning("deleting token head %s from the checkpoint: the current model's differs", head)
+                token_heads[head] = None
+        super().upgrade_state_dict_named(state_dict, name)
+        for params in token_heads.values():
+            if params is not None:
+                state_dict.update(params)
 
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs):

@@ -1,0 +1,231 @@
+"""fairseq-bio-predict: a fine-tuned tagging checkpoint applied to CoNLL files or raw text.
+
+CoNLL in (``token`` or ``token<TAB>tag`` per line), CoNLL out: ``token<TAB>prediction``, or conlleval's
+``token<TAB>gold<TAB>prediction`` when the input has gold tags, whose entity P/R/F1 is then printed (the metric
+code the criterion uses). Raw text in (one sentence or document per line; documents are split into sentences),
+JSON lines out: one object per input line with its entity spans (``start``/``end`` character offsets into the
+line, ``type``, ``text``). Long sentences are windowed as in training: every word gets exactly one prediction.
+"""
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+logger = logging.getLogger("fairseq_bio.cli.predict")
+
+CONLL_SUFFIXES = (".tsv", ".conll", ".iob", ".iob2", ".bio", ".txt.conll")
+
+
+class PredictError(Exception):
+    """Bad input or a checkpoint that cannot tag; printed as one line."""
+
+
+def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
+    """(task, model) of a fine-tuned ``bio_tagging`` checkpoint, in eval mode."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_bio  # noqa: F401  (registers the plugin)
+
+    from ..tasks.fine_tuning import has_vocab
+
+    if not os.path.exists(checkpoint):
+        raise PredictError(f"{checkpoint}: not found")
+    beside = os.path.dirname(os.path.abspath(checkpoint))
+    overrides = {"vocab": vocab or (beside if has_vocab(beside) else None), "cache_dir": None}
+    overrides = {k: v for k, v in overrides.items() if v is not None or k == "cache_dir"}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    if cfg.task._name != "bio_tagging":
+        raise PredictError(f"{checkpoint}: a {cfg.task._name} checkpoint, not a bio_tagging one")
+    model = models[0].eval()
+    if fp16:
+        model.half()
+    if torch.cuda.is_available() and not cpu:
+        model.cuda()
+    return task, model
+
+
+def batches(dataset, max_tokens: int, max_sentences: int):
+    """Index lists in length order, each within ``max_tokens`` (a longer sentence alone) and ``max_sentences``."""
+    order = dataset.ordered_indices()
+    batch, width = [], 0
+    for i in order:
+        size = int(dataset.sizes[i])
+        if batch and (max(width, size) * (len(batch) + 1) > max_tokens or len(batch) >= max_sentences):
+            yield batch
+            batch, width = [], 0
+        batch.append(int(i))
+        width = max(width, size)
+    if batch:
+        yield batch
+
+
+def predict_tags(task, model, sentences, max_tokens: int = 4096, max_sentences: int = 64, progress=True):
+    """BIO tags predicted for every word of every sentence (input order)."""
+    from fairseq import utils
+    from tqdm import tqdm
+
+    from ..data.tagging_dataset import word_predictions
+
+    stripped = [type(s)(words=s.words, tags=None, lines=s.lines) for s in sentences]
+    dataset = task.build_dataset(stripped, task.encode(stripped), shuffle=False)
+    head = model.classification_heads[task.cfg.head_name]
+    device = next(model.parameters()).device
+    results: List[Optional[List[str]]] = [None] * len(sentences)
+    with torch.no_grad(), tqdm(total=len(sentences), unit="sent", disable=not progress, file=sys.stderr) as bar:
+        for indices in batches(dataset, max_tokens, max_sentences):
+            sample = dataset.collater([dataset[i] for i in indices])
+            net_input = utils.move_to_cuda(sample["net_input"]) if device.type == "cuda" else sample["net_input"]
+            scores, _ = model(**net_input, features_only=True, classification_head_name=task.cfg.head_name)
+            predicted = head.predict(scores.float(), sample["positions"].to(device)).cpu()
+            for i, labels in zip(indices, word_predictions(sample, predicted)):
+                results[i] = task.predictions_to_tags(labels)
+            bar.update(len(indices))
+    return results
+
+
+@contextlib.contextmanager
+def atomic_output(path: str):
+    """A text file written under a temp name beside ``path`` and renamed onto it only when complete."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def predict_conll(task, model, input_path: str, output_path: str, **kwargs) -> Optional[Tuple[float, float, float]]:
+    """Tag a CoNLL file; returns entity (P, R, F1) when it carries gold tags."""
+    from ..data.conll import write_conll
+    from ..metrics.tagging import span_prf
+
+    sentences = task.read_split(input_path, require_tags=False)
+    predictions = predict_tags(task, model, sentences, **kwargs)
+    gold = [s.tags for s in sentences] if sentences[0].tags is not None else None
+    with atomic_output(output_path) as f:
+        if gold is None:
+            write_conll(f, [(s.words, p) for s, p in zip(sentences, predictions)])
+        else:
+            columns = [[f"{g}\t{p}" for g, p in zip(gs, ps)] for gs, ps in zip(gold, predictions)]
+            write_conll(f, [(s.words, c) for s, c in zip(sentences, columns)])
+    return span_prf(gold, predictions) if gold is not None else None
+
+
+def split_text(lines: Sequence[str], documents: bool):
+    """Per input line, its sentences as lists of ``(word, start, end)`` (offsets into the line)."""
+    from ..data.conll import words_with_offsets
+
+    splitter = None
+    if documents:
+        from preprocess.sentences import SentenceSplitter
+
+        splitter = SentenceSplitter.train(line for line in lines if line.strip())
+    out = []
+    for line in lines:
+        words = words_with_offsets(line)
+        if splitter is None or not words:
+            out.append([words] if words else [])
+            continue
+        sentences, taken = [], 0
+        for sentence in splitter.split(line):
+            n = len(words_with_offsets(sentence))
+            sentences.append(words[taken : taken + n])
+            taken += n
+        if taken != len(words):  # the splitter only collapses whitespace, so this cannot happen; never drop words
+            sentences.append(words[taken:])
+        out.append([s for s in sentences if s])
+    return out
+
+
+def predict_text(task, model, input_path: str, output_path: str, documents: bool = True, **kwargs) -> int:
+    """Tag raw text, one sentence/document per line, into JSON lines of entity spans; returns the span count."""
+    from ..data.conll import Sentence
+    from ..metrics.tagging import get_entities
+
+    lines = []
+    with open(input_path, "rb") as f:
+        for number, raw in enumerate(f.read().split(b"\n"), start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r"))
+            except UnicodeDecodeError as e:
+                raise PredictError(f"{input_path}:{number}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    per_line = split_text(lines, documents)
+    flat = [Sentence(words=[w for w, _, _ in s]) for sentences in per_line for s in sentences]
+    predictions = predict_tags(task, model, flat, **kwargs) if flat else []
+    count, k = 0, 0
+    with atomic_output(output_path) as f:
+        for number, (line, sentences) in enumerate(zip(lines, per_line), start=1):
+            spans = []
+            for words in sentences:
+                for kind, a, b in get_entities(predictions[k]):
+                    start, end = words[a][1], words[b - 1][2]
+                    spans.append({"start": start, "end": end, "type": kind, "text": line[start:end]})
+                k += 1
+            count += len(spans)
+            f.write(json.dumps({"line": number, "spans": spans}, ensure_ascii=False) + "\n")
+    return count
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="fairseq-bio-predict", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="fine-tuned bio_tagging checkpoint (.pt)")
+    parser.add_argument("--input", required=True, help="CoNLL file (token[<TAB>tag]) or raw text (one per line)")
+    parser.add_argument("--output", required=True, help="CoNLL predictions, or JSON lines of spans for text input")
+    parser.add_argument(
+        "--format", choices=["auto", "conll", "text"], default="auto",
+        help="input format (auto: conll for .tsv/.conll/.iob/.bio, else text)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sentences", action="store_true", help="text input: each line is one sentence (default: documents, split)"
+    )
+    parser.add_argument("--vocab", default=None, help="dir with dict.txt + bpe.json (default: beside the checkpoint)")
+    parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (padding included)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
+    parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    from ..data.conll import TaggingDataError
+
+    kind = args.format
+    if kind == "auto":
+        kind = "conll" if args.input.lower().endswith(CONLL_SUFFIXES) else "text"
+    if not os.path.exists(args.input):
+        raise PredictError(f"{args.input}: not found")
+    task, model = load_tagger(args.checkpoint, args.vocab, args.cpu, args.fp16)
+    options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
+    try:
+        if kind == "conll":
+            scores = predict_conll(task, model, args.input, args.output, **options)
+            print(f"wrote {args.output}")
+            if scores is not None:
+                p, r, f1 = scores
+                print(f"entity precision {100 * p:.2f} recall {100 * r:.2f} F1 {100 * f1:.2f}")
+        else:
+            count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
+            print(f"wrote {args.output}: {count} entity spans")
+    except TaggingDataError as e:
+        raise PredictError(str(e)) from None
+
+
+def cli_main(argv=None) -> None:
+    try:
+        main(argv)
+    except PredictError as e:
+        sys.exit(f"fairseq-bio-predict: {e}")

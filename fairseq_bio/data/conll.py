@@ -1,0 +1,103 @@
+"""CoNLL-style tagging files (``token<TAB>tag`` per line, blank line between sentences) and raw-text words.
+
+What users have: BLURB's NER folders (NCBI-disease, BC5CDR, BC2GM, JNLPBA) and EBM-NLP PICO in this form.
+Reading is strict where a mistake would silently change the data (a ragged line, non-UTF-8 bytes, an empty
+token) and lenient where nothing is lost (CRLF endings, trailing spaces, several blank lines, ``-DOCSTART-``).
+Every error is one line naming the file and line.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+DOCSTART = "-DOCSTART-"
+
+
+class TaggingDataError(ValueError):
+    """Bad tagging input; the message names the file and line."""
+
+
+@dataclass
+class Sentence:
+    """One sentence: its words, their tags (None for untagged input) and the file line of each word."""
+
+    words: List[str]
+    tags: Optional[List[str]] = None
+    lines: List[int] = field(default_factory=list)
+
+
+def read_conll(path, require_tags: bool = True) -> List[Sentence]:
+    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed."""
+    try:
+        with open(path, "rb") as f:
+            raw_lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        raise TaggingDataError(f"{path}: not found") from None
+    except IsADirectoryError:
+        raise TaggingDataError(f"{path}: is a directory, not a CoNLL file") from None
+    sentences: List[Sentence] = []
+    current = Sentence(words=[], tags=[], lines=[])
+    columns = None  # fixed by the first token line: 2 (token, tag) or 1 (token)
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TaggingDataError(
+                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+            ) from None
+        line = line.rstrip("\r\n").rstrip(" ")
+        if not line.strip():
+            if current.words:
+                sentences.append(current)
+                current = Sentence(words=[], tags=[], lines=[])
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        parts = [p.strip() for p in parts]
+        if parts[0] == DOCSTART:
+            continue
+        if columns is None:
+            columns = len(parts)
+            if columns == 1 and require_tags:
+                raise TaggingDataError(f"{path}:{number}: a token without a tag (expected token<TAB>tag)")
+            if columns > 2:
+                raise TaggingDataError(
+                    f"{path}:{number}: {columns} columns; expected token<TAB>tag"
+                    + ("" if require_tags else " or token")
+                )
+        if len(parts) != columns:
+            expected = "token<TAB>tag" if columns == 2 else "a token alone, as the lines before"
+            raise TaggingDataError(f"{path}:{number}: {len(parts)} column(s); expected {expected}")
+        if not parts[0]:
+            raise TaggingDataError(f"{path}:{number}: empty token")
+        if columns == 2 and not parts[1]:
+            raise TaggingDataError(f"{path}:{number}: empty tag")
+        current.words.append(parts[0])
+        current.lines.append(number)
+        if columns == 2:
+            current.tags.append(parts[1])
+    if current.words:
+        sentences.append(current)
+    if not sentences:
+        raise TaggingDataError(f"{path}: no sentences (empty file?)")
+    if columns == 1:
+        for sentence in sentences:
+            sentence.tags = None
+    return sentences
+
+
+def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:
+    """Write ``(words, tags)`` pairs as CoNLL to the open text file ``f``."""
+    for words, tags in sentences:
+        for word, tag in zip(words, tags):
+            f.write(f"{word}\t{tag}\n")
+        f.write("\n")
+
+
+# Words as BLURB's NER corpora are tokenised: runs of letters/digits, and every other non-space character alone
+# ("ataxia-telangiectasia" -> "ataxia", "-", "telangiectasia").
+_WORD = re.compile(r"[^\W_]+|\S", re.UNICODE)
+
+
+def words_with_offsets(text: str) -> List[Tuple[str, int, int]]:
+    """``(word, start, end)`` character spans of the words of raw ``text``."""
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]

@@ -1,0 +1,222 @@
+"""What every fine-tuning task shares (nothing here is registered): finding the encoder's vocabulary, checking
+that an encoder checkpoint fits it, copying the vocabulary next to the fine-tuned checkpoints, and layer-wise
+learning-rate decay.
+
+An *encoder checkpoint* is any fairseq checkpoint of ``bio_roberta`` (pretrained with ``bio_masked_lm``, an
+ELECTRA discriminator, a distilled student, an imported HF model, or a model fine-tuned here) whose vocabulary,
+``dict.txt`` and ``bpe.json``, lies next to it or in the data directory it records. Fine-tuning starts from one
+with ``checkpoint.restore_file`` (plus the reset flags the fine-tuning configs set) or
+``checkpoint.finetune_from_model``; nothing else about where it came from matters.
+"""
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import List, Optional
+
+from fairseq import utils
+from fairseq.data import Dictionary
+
+from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
+
+logger = logging.getLogger(__name__)
+
+DICT_TXT = "dict.txt"
+DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
+
+
+class FineTuningError(ValueError):
+    """A fine-tuning set-up that cannot work; the message says what to change."""
+
+
+def encoder_checkpoint(restore_file: Optional[str], finetune_from_model: Optional[str]) -> Optional[str]:
+    """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own run)."""
+    for path in (finetune_from_model, restore_file):
+        if path and path != DEFAULT_RESTORE_FILE:
+            return path
+    return None
+
+
+def has_vocab(directory: Optional[str]) -> bool:
+    return bool(directory) and all(os.path.exists(os.path.join(directory, f)) for f in (DICT_TXT, BPE_JSON))
+
+
+def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
+    """The directory holding ``dict.txt`` + ``bpe.json``: ``explicit``, else beside the encoder checkpoint, else
+    the vocabulary the checkpoint itself records (``task.vocab``, or the first ``task.data`` dir)."""
+    if explicit:
+        if not has_vocab(explicit):
+            raise FineTuningError(f"task.vocab={explicit}: needs {DICT_TXT} and {BPE_JSON}")
+        return explicit
+    if not encoder:
+        raise FineTuningError(
+            "no vocabulary: give the encoder checkpoint (checkpoint.restore_file=... or "
+            "checkpoint.finetune_from_model=...) or the directory with its dict.txt and bpe.json (task.vocab=...)"
+        )
+    if not os.path.exists(encoder):
+        raise FineTuningError(f"{encoder}: encoder checkpoint not found")
+    beside = os.path.dirname(os.path.abspath(encoder))
+    if has_vocab(beside):
+        return beside
+    recorded = _recorded_vocab_dirs(encoder)
+    for directory in recorded:
+        if has_vocab(directory):
+            return directory
+    raise FineTuningError(
+        f"{encoder}: no {DICT_TXT} + {BPE_JSON} beside it or in the directories it records "
+        f"({', '.join(recorded) or 'none'}); give task.vocab=<dir with the pretraining dict.txt and bpe.json>"
+    )
+
+
+def _recorded_vocab_dirs(checkpoint: str) -> List[str]:
+    from ..compat import load_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    task = (state.get("cfg") or {}).get("task") or {}
+    dirs = []
+    if task.get("vocab"):
+        dirs.append(task["vocab"])
+    if task.get("data"):
+        dirs.append(utils.split_paths(task["data"])[0])
+    return dirs
+
+
+# What fixes an encoder's shape and computation; a fine-tuning run takes these from its encoder checkpoint, so the
+# fine-tuning config never has to repeat the encoder's size.
+ARCHITECTURE_KEYS = (
+    "encoder_layers",
+    "encoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "encoder_attention_heads",
+    "encoder_normalize_before",
+    "layernorm_embedding",
+    "activation_fn",
+    "max_positions",
+    "untie_weights_roberta",
+    "layer_norm_eps",
+)
+
+
+def adopt_encoder_architecture(model_cfg, encoder: str) -> None:
+    """Set ``model_cfg``'s architecture keys to those the encoder checkpoint was built with."""
+    from omegaconf import OmegaConf
+
+    from ..compat import load_checkpoint
+
+    state = load_checkpoint(encoder)
+    recorded = (state.get("cfg") or {}).get("model") or state.get("args")
+    if recorded is None:
+        raise FineTuningError(f"{encoder}: records no model configuration (cfg.model)")
+    struct = OmegaConf.is_config(model_cfg) and OmegaConf.is_struct(model_cfg)
+    if struct:
+        OmegaConf.set_struct(model_cfg, False)
+    changed = []
+    for key in ARCHITECTURE_KEYS:
+        value = recorded.get(key) if hasattr(recorded, "get") else getattr(recorded, key, None)
+        if value is not None and getattr(model_cfg, key, None) != value:
+            setattr(model_cfg, key, value)
+            changed.append(f"{key}={value}")
+    if struct:
+        OmegaConf.set_struct(model_cfg, True)
+    if changed:
+        logger.info("model architecture from %s: %s", encoder, ", ".join(changed))
+
+
+def load_vocab(vocab_dir: str):
+    """(dictionary with the ``<mask>`` every bio encoder was pretrained with, bpe.json spec)."""
+    dictionary = Dictionary.load(os.path.join(vocab_dir, DICT_TXT))
+    dictionary.add_symbol("<mask>")
+    return dictionary, load_bpe_json(os.path.join(vocab_dir, BPE_JSON))
+
+
+def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
+    """Refuse an encoder checkpoint whose embedding rows or recorded dictionary differ from ``vocab_dir``'s."""
+    from ..compat import load_checkpoint
+
+    state = load_checkpoint(encoder)
+    weights = state.get("model") or {}
+    embed = weights.get("encoder.sentence_encoder.embed_tokens.weight")
+    if embed is None:
+        raise FineTuningError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
+    if embed.size(0) != len(dictionary):
+        raise FineTuningError(
+            f"{encoder}: its embeddings have {embed.size(0)} rows but {vocab_dir}/{DICT_TXT} gives {len(dictionary)} "
+            "symbols (with <mask>): the checkpoint was trained with another vocabulary"
+        )
+    for directory in _recorded_vocab_dirs(encoder):
+        other = os.path.join(directory, DICT_TXT)
+        if os.path.exists(other) and os.path.abspath(directory) != os.path.abspath(vocab_dir):
+            if _read(other) != _read(os.path.join(vocab_dir, DICT_TXT)):
+                raise FineTuningError(
+                    f"{encoder}: was pretrained with {other}, which differs from {vocab_dir}/{DICT_TXT}"
+                )
+            break
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def copy_vocab(vocab_dir: str, save_dir: str) -> None:
+    """Put ``dict.txt``, ``bpe.json`` and the BPE files beside the fine-tuned checkpoints (each written to a temp
+    name and renamed), so that they are encoder checkpoints in their own right."""
+    if not save_dir or os.path.abspath(vocab_dir) == os.path.abspath(save_dir):
+        return
+    os.makedirs(save_dir, exist_ok=True)
+    spec = load_bpe_json(os.path.join(vocab_dir, BPE_JSON))
+    files = [os.path.join(vocab_dir, DICT_TXT), os.path.join(vocab_dir, BPE_JSON)]
+    files += [spec[key] for key in bpe_file_options(spec)]
+    for src in files:
+        rel = os.path.relpath(src, vocab_dir)
+        if rel.startswith(".."):
+            raise FineTuningError(f"{vocab_dir}/{BPE_JSON}: names {src}, outside its directory")
+        dest = os.path.join(save_dir, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".{os.path.basename(dest)}.")
+        os.close(fd)
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+
+
+def layer_scales(model, decay: float):
+    """{parameter name: lr scale}: ``decay ** (distance from the top)``, embeddings lowest, the heads (and a
+    pre-LN final layer norm) at 1 (BioELECTRA, Tables 6-7)."""
+    layers = len(model.encoder.sentence_encoder.layers)
+    scales = {}
+    for name, _ in model.named_parameters():
+        if ".layers." in name:
+            depth = int(name.split(".layers.")[1].split(".")[0]) + 1
+        elif any(part in name for part in ("embed_tokens", "embed_positions", "layernorm_embedding")):
+            depth = 0
+        else:
+            depth = layers + 1
+        scales[name] = decay ** (layers + 1 - depth)
+    return scales
+
+
+def apply_layer_lr_decay(model, decay: float, optimizer_name: Optional[str]) -> None:
+    """Scale each parameter's learning rate through fairseq's composite optimizer (``optim_overrides``)."""
+    if decay == 1.0:
+        return
+    if not 0.0 < decay <= 1.0:
+        raise FineTuningError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
+    if optimizer_name != "composite":
+        raise FineTuningError(
+            f"task.layer_lr_decay={decay} needs optimizer=composite (fairseq's per-group learning rates; the "
+            f"fine-tuning configs use it), not {optimizer_name}"
+        )
+    scales = layer_scales(model, decay)
+    for name, param in model.named_parameters():
+        param.optim_overrides = {"optimizer": {"lr_scale": scales[name]}}
+
+
+def freeze_lm_head(model) -> None:
+    """The pretraining head stays in the checkpoint (so a fine-tuned model is still an encoder checkpoint) but is
+    not trained: no optimizer state for it and no unused-parameter trouble under DDP."""
+    lm_head = getattr(model.encoder, "lm_head", None)
+    if lm_head is not None:
+        for name, param in lm_head.named_parameters():
+            if name != "weight":  # tied to the input embeddings, which are trained
+                param.requires_grad_(False)
