@@ -103,3 +103,69 @@ def logged(log_file, kind):
 
 
 SHARED_DATA = REPO.parent / "shared" / "data"  # the real task data (never copied into the repository)
+
+
+# A tiny encoder pretrained on the PubMed slice, shared by every fine-tuning test: 2 layers x 128, 128 positions.
+ENCODER_SIZE = ["model.encoder_layers=2", "model.encoder_embed_dim=128", "model.encoder_ffn_embed_dim=512",
+                "model.encoder_attention_heads=2"]  # fmt: skip
+ENCODER_UPDATES = 400
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(data_bin, tmp_path_factory):
+    """checkpoint_last.pt of a bio_roberta pretrained with fairseq-hydra-train (bio_roberta_tiny config, smaller)."""
+    save_dir = tmp_path_factory.mktemp("tiny-encoder")
+    run_cli(
+        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
+         f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
+         *ENCODER_SIZE, f"optimization.max_update={ENCODER_UPDATES}", "optimization.lr=[0.001]",
+         "lr_scheduler.warmup_updates=30", "dataset.validate_interval_updates=100000",
+         "checkpoint.save_interval_updates=100000", "common.log_interval=100"],
+        cwd=save_dir, timeout=1200,
+    )  # fmt: skip
+    return save_dir / "checkpoint_last.pt"
+
+
+def conll_slice(source: Path, dest: Path, sentences: int) -> None:
+    """The first ``sentences`` sentences of a real CoNLL file (kept in the test's temp dir, never in the repo)."""
+    blocks = [b for b in source.read_text(encoding="utf-8").split("\n\n") if b.strip()][:sentences]
+    dest.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def ncbi_slice(tmp_path_factory):
+    """A slice of real NCBI-disease (train/devel/test), plus one 600-word training sentence that must be windowed."""
+    out = tmp_path_factory.mktemp("ncbi-slice")
+    src = SHARED_DATA / "ner" / "NCBI-disease"
+    conll_slice(src / "train.tsv", out / "train.tsv", 1500)
+    conll_slice(src / "devel.tsv", out / "devel.tsv", 300)
+    conll_slice(src / "test.tsv", out / "test.tsv", 300)
+    blocks = [b for b in (out / "train.tsv").read_text(encoding="utf-8").split("\n\n") if b.strip()]
+    long_sentence = "\n".join(line for b in blocks[:30] for line in b.splitlines())
+    with open(out / "train.tsv", "a", encoding="utf-8") as f:
+        f.write(long_sentence + "\n\n")
+    return out
+
+
+FINE_TUNE = ["optimizer.groups.default.lr_float=0.0005", "optimizer.groups.default.lr_scheduler.warmup_updates=10",
+             "optimization.max_epoch=0", "dataset.batch_size=16", "common.log_interval=10"]  # fmt: skip
+
+
+def fine_tune(data, save_dir, *overrides, updates=150, cwd=None):
+    """fairseq-hydra-train --config-name bio_tagging_ner on ``data``; returns the json log's path."""
+    log = Path(save_dir) / "train.log"
+    run_cli(
+        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
+         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
+         f"common.log_file={log}", f"optimization.max_update={updates}", *FINE_TUNE, *overrides],
+        cwd=cwd or save_dir, timeout=1200,
+    )  # fmt: skip
+    return log
+
+
+@pytest.fixture(scope="session")
+def ner_model(tiny_encoder, ncbi_slice, tmp_path_factory):
+    """(save_dir, json log) of the tiny encoder fine-tuned on the NCBI slice."""
+    save_dir = tmp_path_factory.mktemp("ner-pretrained")
+    log = fine_tune(ncbi_slice, save_dir, f"checkpoint.restore_file={tiny_encoder}")
+    return save_dir, log

@@ -51,7 +51,24 @@ def _keys(node, prefix=""):
             yield f"{prefix}{key}"
 
 
-@pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large", "bio_roberta_tiny"])
+@pytest.mark.parametrize("recipe, lr", [("finetune_pubmedbert", 5e-5), ("finetune_biolm", 1e-5)])
+def test_tagging_config_composes_to_the_fine_tuning_recipes(recipe, lr):
+    """PubMedBERT sec. 5 / bio-lm sec. 5.2: Adam, 10 % linear warm-up then linear decay to 0, dropout 0.1, batch 32,
+    best dev checkpoint by entity F1; per-parameter lr groups (composite) so layer_lr_decay works."""
+    cfg = composed("bio_tagging_ner", "task.data=/data", "checkpoint.restore_file=/ckpt.pt", f"recipe={recipe}")
+    group = cfg["optimizer"]["groups"]["default"]
+    assert cfg["optimizer"]["_name"] == "composite" and cfg["lr_scheduler"] == "pass_through"
+    assert group["lr_float"] == lr and cfg["optimization"]["lr"] == [lr] and group["optimizer"]["_name"] == "adam"
+    sched = group["lr_scheduler"]
+    assert sched["_name"] == "polynomial_decay" and sched["end_learning_rate"] == 0.0 and sched["power"] == 1.0
+    assert sched["warmup_updates"] == 0.1 * cfg["optimization"]["max_update"]
+    assert cfg["dataset"]["batch_size"] == 32 and cfg["model"]["dropout"] == 0.1
+    assert cfg["checkpoint"]["best_checkpoint_metric"] == "f1" and cfg["checkpoint"]["maximize_best_checkpoint_metric"]
+    assert cfg["checkpoint"]["reset_optimizer"] and cfg["task"]["_name"] == cfg["criterion"] == "bio_tagging"
+    assert cfg["optimization"]["max_epoch"] == 20
+
+
+@pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large", "bio_roberta_tiny", "bio_tagging_ner"])
 def test_primary_and_recipe_never_set_the_same_key(name):
     """fairseq-hydra-train merges its schema with the primary config, so the recipe comes after it: a key
     both set would silently take the recipe's value."""

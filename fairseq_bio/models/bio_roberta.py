@@ -149,9 +149,8 @@ class BioRobertaModel(RobertaModel):
     def register_tagging_head(self, name: str, num_classes: int, dropout: float = 0.1, crf: bool = False):
         """Register a per-token head (``TokenClassificationHead``) under ``name`` in ``classification_heads``;
         ``model(tokens, features_only=True, classification_head_name=name)`` then gives ``B x T x K`` scores."""
-        self.classification_heads[name] = TokenClassificationHead(
-            self.args.encoder_embed_dim, num_classes, dropout=dropout, crf=crf
-        )
+        head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, dropout=dropout, crf=crf)
+        self.classification_heads[name] = head.train(self.training)  # a head made while loading follows eval()
 
     def upgrade_state_dict_named(self, state_dict, name):
         # fairseq's head handling reads every head's ``dense`` layer, which token heads do not have: token heads

@@ -118,7 +118,10 @@ class BioTaggingTask(FairseqTask):
     @classmethod
     def setup_task(cls, cfg: BioTaggingConfig, from_checkpoint: bool = False, **kwargs):
         encoder = fine_tuning.encoder_checkpoint(cfg.restore_file, cfg.finetune_from_model)
-        vocab_dir = fine_tuning.resolve_vocab(cfg.vocab, encoder)
+        vocab = cfg.vocab
+        if not vocab and from_checkpoint and fine_tuning.has_vocab(cfg.save_dir):
+            vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
+        vocab_dir = fine_tuning.resolve_vocab(vocab, encoder)
         dictionary, bpe_spec = fine_tuning.load_vocab(vocab_dir)
         logger.info("dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir)
         scheme = normalize_scheme(cfg.tag_scheme)

@@ -1,0 +1,122 @@
+"""The token-classification head on bio_roberta (2 layers, 32 wide): shapes, loss/prediction with and without CRF,
+saving and loading the fairseq way beside sentence heads, and layer-wise learning-rate scales."""
+
+import pytest
+import torch
+from helpers import DictionaryTask, make_dictionary, model_args
+
+import fairseq_bio  # noqa: F401
+from fairseq_bio.data.tagging_dataset import IGNORE
+from fairseq_bio.models.bio_roberta import BioRobertaModel
+from fairseq_bio.modules.tagging_head import TokenClassificationHead
+from fairseq_bio.tasks import fine_tuning
+
+SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
+LABELS = ["O", "B-Disease", "I-Disease"]
+
+
+@pytest.fixture(scope="module")
+def task():
+    dictionary, _ = make_dictionary([f"w{i}" for i in range(40)])
+    return DictionaryTask(dictionary)
+
+
+def build(task, load_checkpoint_heads=False, seed=0):
+    torch.manual_seed(seed)
+    return BioRobertaModel.build_model(
+        model_args("bio_roberta_tiny", load_checkpoint_heads=load_checkpoint_heads, **SMALL), task
+    ).eval()
+
+
+def tokens(task, rows=3, length=9):
+    d = task.source_dictionary
+    g = torch.Generator().manual_seed(1)
+    t = torch.randint(d.nspecial, len(d) - 1, (rows, length), generator=g)
+    t[:, 0], t[:, -1] = d.bos(), d.eos()
+    t[-1, 5:] = d.pad()
+    t[-1, 4] = d.eos()
+    return t
+
+
+@pytest.mark.parametrize("crf", [False, True])
+def test_scores_loss_and_predictions(task, crf):
+    model = build(task)
+    model.register_tagging_head("tags", 3, crf=crf)
+    model.classification_heads["tags"].constrain(LABELS)
+    x = tokens(task)
+    scores, _ = model(x, features_only=True, classification_head_name="tags")
+    assert scores.shape == (3, 9, 3)
+    target = torch.full(x.shape, IGNORE)
+    target[:, 1:4] = torch.tensor([1, 2, 0])
+    head = model.classification_heads["tags"]
+    loss = head.loss(scores, target, IGNORE)
+    assert loss.ndim == 0 and loss > 0
+    loss.backward()
+    assert model.encoder.sentence_encoder.layers[0].fc1.weight.grad.abs().sum() > 0
+    positions = target.ne(IGNORE)
+    predicted = head.predict(scores.detach(), positions)
+    assert ((predicted >= 0) == positions).all()
+    if crf:  # BIO constraints: never I-Disease right after O
+        rows = [predicted[r][positions[r]].tolist() for r in range(3)]
+        assert all(not (a == 0 and b == 2) for row in rows for a, b in zip([0] + row, row))
+    else:
+        assert torch.equal(predicted[positions], scores.argmax(-1)[positions])
+
+
+def test_token_heads_round_trip_beside_sentence_heads(task, tmp_path):
+    model = build(task)
+    model.register_tagging_head("tags", 3, crf=True)
+    model.register_classification_head("sentence", num_classes=2)
+    state = model.state_dict()
+    assert (
+        "classification_heads.tags.crf.transitions" in state and "classification_heads.sentence.dense.weight" in state
+    )
+
+    # load_checkpoint_heads: an empty model re-creates both heads from the state dict alone
+    fresh = build(task, load_checkpoint_heads=True, seed=1)
+    fresh.load_state_dict(dict(state), strict=True)
+    assert isinstance(fresh.classification_heads["tags"], TokenClassificationHead)
+    assert fresh.classification_heads["tags"].crf is not None
+    x = tokens(task)
+    a = model(x, features_only=True, classification_head_name="tags")[0]
+    b = fresh(x, features_only=True, classification_head_name="tags")[0]
+    assert torch.equal(a, b)
+
+    # without it, heads the model lacks are dropped (fairseq's rule for sentence heads), the rest loads strictly
+    plain = build(task, seed=2)
+    plain.load_state_dict(dict(state), strict=True)
+    assert len(plain.classification_heads) == 0
+
+    # a pretrained encoder (no heads) loads into a model with a new head, which keeps its fresh weights
+    encoder_state = {k: v for k, v in state.items() if not k.startswith("classification_heads.")}
+    tagger = build(task, seed=3)
+    tagger.register_tagging_head("tags", 5)
+    before = tagger.classification_heads["tags"].out_proj.weight.clone()
+    tagger.load_state_dict(dict(encoder_state), strict=True)
+    assert torch.equal(tagger.classification_heads["tags"].out_proj.weight, before)
+
+    # a head of another size is replaced by the current one, not loaded into
+    tagger.load_state_dict(dict(state), strict=True)
+    assert tagger.classification_heads["tags"].out_proj.out_features == 5
+
+
+def test_layer_wise_lr_scales(task):
+    model = build(task)
+    model.register_tagging_head("tags", 3)
+    scales = fine_tuning.layer_scales(model, 0.8)
+    assert scales["encoder.sentence_encoder.embed_tokens.weight"] == pytest.approx(0.8**3)
+    assert scales["encoder.sentence_encoder.layers.0.fc1.weight"] == pytest.approx(0.8**2)
+    assert scales["encoder.sentence_encoder.layers.1.fc1.weight"] == pytest.approx(0.8)
+    assert scales["classification_heads.tags.out_proj.weight"] == 1.0
+    with pytest.raises(fine_tuning.FineTuningError, match="needs optimizer=composite"):
+        fine_tuning.apply_layer_lr_decay(model, 0.8, "adam")
+    fine_tuning.apply_layer_lr_decay(model, 0.8, "composite")
+    layer0 = model.encoder.sentence_encoder.layers[0].fc1.weight
+    assert layer0.optim_overrides == {"optimizer": {"lr_scale": pytest.approx(0.64)}}
+
+
+def test_lm_head_is_frozen_but_embeddings_train(task):
+    model = build(task)
+    fine_tuning.freeze_lm_head(model)
+    assert model.encoder.sentence_encoder.embed_tokens.weight.requires_grad
+    assert not model.encoder.lm_head.dense.weight.requires_grad and not model.encoder.lm_head.bias.requires_grad
