@@ -180,10 +180,20 @@ class BioRobertaModel(RobertaModel):
             ):
                 logger.warning("deleting token head %s from the checkpoint: the current model's differs", head)
                 token_heads[head] = None
-        super().upgrade_state_dict_named(state_dict, name)
-        for params in token_heads.values():
-            if params is not None:
-                state_dict.update(params)
+        hidden = {h: m for h, m in self.classification_heads.items() if isinstance(m, TokenClassificationHead)}
+        for head in hidden:
+            del self.classification_heads[head]
+        try:
+            super().upgrade_state_dict_named(state_dict, name)
+        finally:
+            for head, module in hidden.items():
+                self.classification_heads[head] = module
+        for head, module in hidden.items():
+            params = token_heads.get(head)
+            if params is None:  # a new head (fine-tuning starts): it keeps its initial weights
+                logger.info("token head %s: not in the checkpoint, initialised", head)
+                params = {prefix + head + "." + k: v for k, v in module.state_dict().items()}
+            state_dict.update(params)
 
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs):
