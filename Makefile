@@ -25,6 +25,16 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# fairseq's own tests for the parts fairseq_bio builds on (../shared/peer/fairseq_tests, unmodified), run with the
+# plugin loaded first (tests/peer/fairseq_bio_loaded.py, which also lists the expected failures); 7-11 min here.
+PEER ?= ../shared/peer/fairseq_tests
+PEER_TESTS := tests/test_binaries.py::TestMaskedLanguageModel tests/test_checkpoint_utils.py tests/test_train.py \
+	tests/test_reproducibility.py tests/test_roberta.py tests/test_token_block_dataset.py tests/test_dictionary.py
+.PHONY: peer-test
+peer-test: install
+	cd $(PEER) && PYTHONPATH=.:$(CURDIR)/tests/peer $(CURDIR)/$(BIN)/python -m pytest -q -p no:cacheprovider \
+		-p fairseq_bio_loaded -rfEsxX $(PEER_TESTS)
+
 bench: install
 	$(BIN)/python benchmarks/mlm_throughput.py
 

@@ -6,6 +6,18 @@ saved again (``scripts/average_checkpoints.py``, the rank-0 broadcast of a check
 GPUs), the omegaconf containers of its config. Upstream fairseq "fixed" this with ``weights_only=False``,
 which runs arbitrary code from the file. Here exactly the classes fairseq writes are allowlisted, and a file
 that pickles anything else is refused with a one-line error.
+
+``install()`` also repairs two breaks of fairseq 0.12 that are not ours, narrowly:
+
+- numpy 2 removed names fairseq still uses (``NUMPY1_NAMES``: ``np.compat.long`` in ``TokenBlockDataset``'s
+  ``break_mode="eos"`` and ``LanguagePairDataset``'s length buckets, ``np.int`` in ``compute_mask_indices``,
+  ``np.float`` in ``DynamicCRF``). numpy itself is left unchanged: each of those four fairseq modules gets, as its
+  ``np`` global, a view of numpy that adds exactly the names that module uses, with numpy 1's values (the builtins
+  ``int``/``float``, and a ``compat`` holding only ``long = int``); every other name is numpy's own.
+- fairseq's ``Dictionary.load`` passes ``add_special_symbols`` to ``cls()`` since upstream commit 728b9470 (MMS
+  release, May 2023, still on main) but the legacy ``MaskedLMDictionary``/``BertDictionary`` constructors do not
+  take it, so ``cross_lingual_lm``, ``legacy_masked_lm`` and ``translation_from_pretrained_xlm`` crash on load.
+  ``MaskedLMDictionary`` gets back fairseq 0.12.2's ``load`` (``cls()`` then ``add_from_file``).
 """
 
 import argparse
@@ -13,6 +25,7 @@ import collections
 import functools
 import pickle
 import re
+import types
 import typing
 
 import torch
@@ -67,7 +80,10 @@ def load_checkpoint(path, map_location="cpu"):
 
 def install() -> None:
     """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
-    file in one line. Idempotent; called when the plugin is imported."""
+    file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
+    and the legacy masked-LM dictionary its loader back (see the module docstring)."""
+    _install_numpy1_names()
+    _install_masked_lm_dictionary_load()
     known = set(map(id, torch.serialization.get_safe_globals()))
     torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
     from fairseq import checkpoint_utils
@@ -87,3 +103,63 @@ def install() -> None:
 
     load_checkpoint_to_cpu.fairseq_bio_refuses_unsafe = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
+# The names numpy 2 removed that the installed fairseq uses, per module (fairseq/examples/ is left alone: no
+# fairseq_bio workflow imports it). tests/test_fairseq_peer.py derives this table again from the installed fairseq
+# source, so it can grow neither broader nor stale.
+NUMPY1_NAMES = {
+    "fairseq.data.data_utils": ("int",),
+    "fairseq.data.language_pair_dataset": ("compat",),
+    "fairseq.data.token_block_dataset": ("compat",),
+    "fairseq.modules.dynamic_crf_layer": ("float",),
+}
+
+
+def _numpy1_value(name):
+    """numpy 1's value of a removed name: ``np.int``/``np.float`` were the builtins, ``np.compat.long`` was int."""
+    if name == "compat":
+        module = types.ModuleType("numpy.compat", "numpy 1's numpy.compat, reduced to what fairseq uses.")
+        module.long = int
+        return module
+    return {"int": int, "float": float}[name]
+
+
+def _numpy_with(names):
+    """A view of numpy that adds ``names`` with their numpy-1 values; every other name is numpy's own."""
+    import numpy
+
+    view = types.ModuleType("numpy", f"numpy plus numpy 1's {', '.join(names)} for fairseq (fairseq_bio.compat).")
+    # PEP 562: consulted only for names the view lacks, so every other lookup is numpy's own, current attribute.
+    view.__getattr__ = functools.partial(getattr, numpy)
+    for name in names:
+        setattr(view, name, _numpy1_value(name))
+    view.fairseq_bio_numpy1_names = tuple(names)
+    return view
+
+
+def _install_numpy1_names():
+    import importlib
+
+    for module_name, names in NUMPY1_NAMES.items():
+        module = importlib.import_module(module_name)
+        if getattr(module.np, "fairseq_bio_numpy1_names", None) != names:
+            module.np = _numpy_with(names)
+
+
+def _masked_lm_dictionary_load(cls, f, add_special_symbols=True):
+    """fairseq 0.12.2's ``Dictionary.load`` for the legacy dictionaries: their special symbols, then ``f``'s entries."""
+    if not add_special_symbols:
+        raise ValueError(f"{f}: {cls.__name__} always adds its special symbols; add_special_symbols=False")
+    d = cls()
+    d.add_from_file(f)
+    return d
+
+
+def _install_masked_lm_dictionary_load():
+    from fairseq.data.legacy.masked_lm_dictionary import MaskedLMDictionary
+
+    # A fairseq that fixed it (its own load, or a constructor that takes the flag) is left alone.
+    if "load" in vars(MaskedLMDictionary) or "add_special_symbols" in MaskedLMDictionary.__init__.__code__.co_varnames:
+        return
+    MaskedLMDictionary.load = classmethod(_masked_lm_dictionary_load)  # BertDictionary inherits it
