@@ -41,6 +41,7 @@ setup(
             "fairseq-bio-encode = preprocess.encode:cli_main",
             "fairseq-bio-binarize = preprocess.binarize:cli_main",
             "fairseq-bio-demo = preprocess.demo:cli_main",
+            "fairseq-bio-predict = fairseq_bio.cli.predict:cli_main",
             "fairseq-bio-convert-tagging = preprocess.convert_tagging:cli_main",
         ]
     },
