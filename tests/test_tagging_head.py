@@ -108,9 +108,9 @@ def test_layer_wise_lr_scales(task):
     assert scales["encoder.sentence_encoder.layers.0.fc1.weight"] == pytest.approx(0.8**2)
     assert scales["encoder.sentence_encoder.layers.1.fc1.weight"] == pytest.approx(0.8)
     assert scales["classification_heads.tags.out_proj.weight"] == 1.0
-    with pytest.raises(fine_tuning.FineTuningError, match="needs optimizer=composite"):
-        fine_tuning.apply_layer_lr_decay(model, 0.8, "adam")
-    fine_tuning.apply_layer_lr_decay(model, 0.8, "composite")
+    with pytest.raises(fine_tuning.FineTuningError, match="must lie in"):
+        fine_tuning.apply_layer_lr_decay(model, 1.5)
+    fine_tuning.apply_layer_lr_decay(model, 0.8)
     layer0 = model.encoder.sentence_encoder.layers[0].fc1.weight
     assert layer0.optim_overrides == {"optimizer": {"lr_scale": pytest.approx(0.64)}}
 

@@ -71,11 +71,12 @@ class BioTaggingConfig(FairseqDataclass):
     cache_dir: Optional[str] = field(
         default=None, metadata={"help": "where encoded words are cached (default: <checkpoint.save_dir>/encoded)"}
     )
-    max_positions: int = II("model.max_positions")
+    max_positions: Optional[int] = field(
+        default=None, metadata={"help": "tokens per window, <s> and </s> included (default: the model's positions)"}
+    )
     restore_file: str = II("checkpoint.restore_file")
     finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
     save_dir: str = II("checkpoint.save_dir")
-    optimizer_name: Optional[str] = II("optimizer._name")
     max_tokens: Optional[int] = II("dataset.max_tokens")
     seed: int = II("common.seed")
 
@@ -100,6 +101,7 @@ class BioTaggingTask(FairseqTask):
         if labels is not None:
             self.set_labels(labels)
         self._word_encoder = None
+        self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
 
     def set_labels(self, labels: Sequence[str]) -> None:
         self.labels = list(labels)
@@ -167,10 +169,17 @@ class BioTaggingTask(FairseqTask):
         if self.cfg.crf and self.cfg.crf_constraints:
             model.classification_heads[self.cfg.head_name].constrain(self.labels)
         fine_tuning.freeze_lm_head(model)
-        fine_tuning.apply_layer_lr_decay(model, self.cfg.layer_lr_decay, self.cfg.optimizer_name)
+        if self.cfg.layer_lr_decay != 1.0:
+            fine_tuning.apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
+        self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
         if not from_checkpoint:
             fine_tuning.copy_vocab(self.vocab_dir, self.cfg.save_dir)
         return model
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.layer_lr_decay != 1.0 and update_num == 0:
+            fine_tuning.check_optimizer_groups(optimizer, self.cfg.layer_lr_decay)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def split_file(self, split: str) -> str:
         names = {"train": self.cfg.train_file, "valid": self.cfg.valid_file, "test": self.cfg.test_file}
@@ -198,6 +207,10 @@ class BioTaggingTask(FairseqTask):
         return EncodedWords.cached(self.word_encoder, words, cache_dir if key else None, key or "")
 
     def build_dataset(self, sentences: Sequence[Sentence], encoded: EncodedWords, shuffle: bool) -> TaggingDataset:
+        if self.window is None:
+            raise fine_tuning.FineTuningError(
+                "bio_tagging: build the model before the datasets (windows need its positions)"
+            )
         labels = gold = None
         if sentences and sentences[0].tags is not None:
             gold = [s.tags for s in sentences]
@@ -213,7 +226,7 @@ class BioTaggingTask(FairseqTask):
         return TaggingDataset(
             encoded,
             self.dictionary,
-            self.cfg.max_positions,
+            self.window,
             labels=labels,
             continuation_labels=continuation,
             gold_tags=gold,

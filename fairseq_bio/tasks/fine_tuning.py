@@ -196,20 +196,25 @@ def layer_scales(model, decay: float):
     return scales
 
 
-def apply_layer_lr_decay(model, decay: float, optimizer_name: Optional[str]) -> None:
+def apply_layer_lr_decay(model, decay: float) -> None:
     """Scale each parameter's learning rate through fairseq's composite optimizer (``optim_overrides``)."""
-    if decay == 1.0:
-        return
     if not 0.0 < decay <= 1.0:
         raise FineTuningError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
-    if optimizer_name != "composite":
-        raise FineTuningError(
-            f"task.layer_lr_decay={decay} needs optimizer=composite (fairseq's per-group learning rates; the "
-            f"fine-tuning configs use it), not {optimizer_name}"
-        )
     scales = layer_scales(model, decay)
     for name, param in model.named_parameters():
         param.optim_overrides = {"optimizer": {"lr_scale": scales[name]}}
+
+
+def check_optimizer_groups(optimizer, decay: float) -> None:
+    """Refuse to train when the optimizer ignores the per-parameter lr scales (anything but ``composite``)."""
+    from fairseq.optim.composite import FairseqCompositeOptimizer
+
+    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
+    if not isinstance(inner, FairseqCompositeOptimizer):
+        raise FineTuningError(
+            f"task.layer_lr_decay={decay} needs optimizer=composite (fairseq's per-group learning rates; the "
+            f"fine-tuning configs use it), not {type(inner).__name__}"
+        )
 
 
 def freeze_lm_head(model) -> None:
