@@ -192,9 +192,16 @@ def test_refusals_leave_nothing(wordpiece_checkpoint, data_bin, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["moved", "spm"]  # no temp directories left either
 
 
-def test_console_script(wordpiece_checkpoint, tmp_path):
+def test_command_line(wordpiece_checkpoint, tmp_path, capsys):
     checkpoint, data = wordpiece_checkpoint
-    result = run_cli(["fairseq-bio-export-hf", checkpoint, tmp_path / "hf", "--data", data], cwd=tmp_path)
-    assert result.stdout.startswith(f"wrote {tmp_path / 'hf'} (RobertaForMaskedLM, BertTokenizer); checked on 5 real")
+    cli_main([str(checkpoint), str(tmp_path / "hf"), "--data", str(data)])
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote {tmp_path / 'hf'} (RobertaForMaskedLM, BertTokenizer); checked on 5 real sentences")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["vocab_size"] == len(open(data / "dict.txt").readlines()) + 5 and config["pad_token_id"] == 1
+    # The installed console script: a refusal is one line on stderr and exit status 1.
+    result = run_cli(["fairseq-bio-export-hf", checkpoint, tmp_path / "hf"], cwd=tmp_path, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"fairseq-bio-export-hf: {tmp_path / 'hf'}: already exists (pass --overwrite to replace it)"
+    )
