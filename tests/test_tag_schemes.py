@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from fairseq_bio.data.conll import read_conll
 from fairseq_bio.data.tag_schemes import (
     SCHEMES,
     convert_tags,
@@ -19,19 +20,8 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def read_conll_tags(path: Path):
-    """Tag column of a CoNLL ``token<TAB>tag`` file, one list per sentence (blank line between sentences)."""
-    sentences, current = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if current:
-                sentences.append(current)
-            current = []
-            continue
-        _, tag = line.rstrip().split("\t")
-        current.append(tag)
-    if current:
-        sentences.append(current)
-    return sentences
+    """Tag column of a real CoNLL file, one list per sentence (the task's own reader)."""
+    return [sentence.tags for sentence in read_conll(path)]
 
 
 def test_normalize_scheme():

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fairseq_bio.data.conll import read_conll
 from fairseq_bio.metrics import (
     SpanCounts,
     get_entities,
@@ -26,19 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def read_conll_tags(path: Path):
-    """Tag column of a CoNLL ``token<TAB>tag`` file, one list per sentence (blank line between sentences)."""
-    sentences, current = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if current:
-                sentences.append(current)
-            current = []
-            continue
-        _, tag = line.rstrip().split("\t")
-        current.append(tag)
-    if current:
-        sentences.append(current)
-    return sentences
+    """Tag column of a real CoNLL file, one list per sentence (the task's own reader)."""
+    return [sentence.tags for sentence in read_conll(path)]
 
 
 @pytest.fixture(scope="module")
