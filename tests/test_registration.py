@@ -46,6 +46,7 @@ def test_import_only_registers_bio_names(tmp_path):
         "bio_sentence_prediction",
     }
     assert set(after["criterions"]) - set(before["criterions"]) >= {
+        "bio_distillation",
         "bio_tagging",
         "bio_electra",
         "bio_sentence_prediction",
