@@ -50,6 +50,7 @@ setup(
             "fairseq-bio-import-hf = fairseq_bio.cli.import_hf:cli_main",
             "fairseq-bio-export-hf = fairseq_bio.cli.export_hf:cli_main",
             "fairseq-bio-extract-encoder = fairseq_bio.cli.extract_encoder:cli_main",
+            "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
             "fairseq-bio-vocab-report = preprocess.vocab_report:cli_main",
         ]
     },

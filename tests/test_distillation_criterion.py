@@ -44,13 +44,15 @@ def build_model(task, sizes, seed, **extra):
         return BioRobertaModel.build_model(cfg, task)
 
 
-def save_teacher(directory, symbols=SYMBOLS, seed=0):
-    """A bio_roberta checkpoint in fairseq's layout with its dict.txt beside it."""
+def save_teacher(directory, symbols=SYMBOLS, seed=0, sizes=TEACHER, head=False):
+    """A bio_roberta checkpoint in fairseq's layout with its dict.txt beside it (and a sentence head)."""
     from fairseq_bio.cli.hf_convert import encoder_checkpoint, encoder_checkpoint_cfg
 
     write_dict(directory, symbols)
-    cfg = encoder_checkpoint_cfg(str(directory), {**TEACHER, "max_positions": 16}, tokens_per_sample=16)
-    model = build_model(setup_task(directory), TEACHER, seed)
+    cfg = encoder_checkpoint_cfg(str(directory), {**sizes, "max_positions": 16}, tokens_per_sample=16)
+    model = build_model(setup_task(directory), sizes, seed)
+    if head:
+        model.register_classification_head("sentence", num_classes=3)
     path = directory / "teacher.pt"
     torch.save(encoder_checkpoint(cfg, model.state_dict(), {}), path)
     return path

@@ -1,0 +1,174 @@
+"""fairseq-bio-init-student: a distillation student initialised from a subset of a ``bio_roberta`` teacher's layers
+(Sanh et al. 2019; DistilBioBERT, Rohanian et al. 2022 sec. 4.1.2): the teacher's embeddings, the chosen transformer
+layers in order, its final layer norm and MLM head, written as an ordinary ``bio_roberta`` checkpoint with the
+teacher's ``dict.txt`` and ``bpe.json`` beside it."""
+
+import argparse
+import filecmp
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from ..compat import load_checkpoint
+from ..tasks.fine_tuning import DICT_TXT, copy_vocab, resolve_vocab
+
+LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
+EVERY_OTHER = "every-other"
+
+
+class InitStudentError(ValueError):
+    """An initialisation that cannot be done; the message names the file or option and what is wrong."""
+
+
+def choose_layers(spec: str, teacher_layers: int) -> List[int]:
+    """``every-other`` -> teacher layers 0, 2, 4, ... (0-based, the first kept, as DistilBioBERT's script does);
+    ``"0,2,4"`` -> those teacher layers, in that order, as student layers 0, 1, 2."""
+    if spec == EVERY_OTHER:
+        return list(range(0, teacher_layers, 2))
+    try:
+        layers = [int(x) for x in spec.split(",")]
+    except ValueError:
+        raise InitStudentError(
+            f'--layers {spec}: "{EVERY_OTHER}" or comma-separated teacher layers (0-based)'
+        ) from None
+    bad = [x for x in layers if not 0 <= x < teacher_layers]
+    if bad:
+        raise InitStudentError(f"--layers {spec}: teacher layer {bad[0]} is not in 0..{teacher_layers - 1}")
+    if len(set(layers)) != len(layers):
+        raise InitStudentError(f"--layers {spec}: a teacher layer is named twice")
+    return layers
+
+
+def student_weights(teacher: Dict[str, torch.Tensor], layers: List[int]) -> Dict[str, torch.Tensor]:
+    """The student's state: every teacher tensor outside the transformer layers (embeddings, embedding and final
+    layer norms, MLM head, version buffers), teacher layer ``layers[j]`` as student layer ``j``; no classification
+    heads."""
+    position = {layer: j for j, layer in enumerate(layers)}
+    student = {}
+    for key, value in teacher.items():
+        match = LAYER.match(key)
+        if match:
+            if int(match.group(1)) in position:
+                student[f"encoder.sentence_encoder.layers.{position[int(match.group(1))]}.{match.group(2)}"] = value
+        elif not key.startswith("classification_heads."):
+            student[key] = value
+    return student
+
+
+def init_student(
+    teacher,
+    out,
+    layers: str = EVERY_OTHER,
+    overwrite: bool = False,
+    embed_dim: Optional[int] = None,
+    ffn_dim: Optional[int] = None,
+    heads: Optional[int] = None,
+) -> Dict:
+    """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
+    returns {"out", "layers", "options", "vocab"}."""
+    from ..models.bio_roberta import apply_architecture
+    from .hf_convert import STRUCTURAL_OPTIONS, build_model, encoder_checkpoint, encoder_checkpoint_cfg
+
+    teacher, out = Path(teacher), Path(out).absolute()
+    if not teacher.is_file():
+        raise InitStudentError(f"{teacher}: no such checkpoint")
+    if out.exists() and not overwrite:
+        raise InitStudentError(f"{out}: exists (--overwrite to replace it)")
+    state = load_checkpoint(teacher)
+    weights = state.get("model") or {}
+    if "discriminator.embed_tokens.weight" in weights:
+        raise InitStudentError(
+            f"{teacher}: an ELECTRA checkpoint; extract its discriminator first: "
+            f"fairseq-bio-extract-encoder {teacher} <dir>/discriminator.pt"
+        )
+    recorded = (state.get("cfg") or {}).get("model")
+    name = (recorded or {}).get("_name") or ""
+    if not name.startswith("bio_roberta") or "encoder.sentence_encoder.embed_tokens.weight" not in weights:
+        raise InitStudentError(f"{teacher}: not a bio_roberta checkpoint (model {name or 'unknown'})")
+    model_cfg = argparse.Namespace(**recorded)
+    apply_architecture(model_cfg, name)
+    for option, wanted, have in (
+        ("--embed-dim", embed_dim, model_cfg.encoder_embed_dim),
+        ("--ffn-dim", ffn_dim, model_cfg.encoder_ffn_embed_dim),
+        ("--heads", heads, model_cfg.encoder_attention_heads),
+    ):
+        if wanted is not None and wanted != have:
+            raise InitStudentError(
+                f"{option} {wanted}: the teacher's is {have}; a student initialised from teacher layers copies their "
+                "tensors and has the teacher's widths and heads (a narrower student, e.g. TinyBioBERT's, starts "
+                "from random initialisation: distill without checkpoint.finetune_from_model)"
+            )
+    chosen = choose_layers(layers, model_cfg.encoder_layers)
+    options = {key: getattr(model_cfg, key) for key in STRUCTURAL_OPTIONS}
+    options["encoder_layers"] = len(chosen)
+    vocab_dir = resolve_vocab(None, str(teacher))
+
+    student = student_weights(weights, chosen)
+    cfg = encoder_checkpoint_cfg(vocab_dir, options, tokens_per_sample=options["max_positions"])
+    _, model = build_model(cfg, vocab_dir)
+    missing, unexpected = model.load_state_dict(dict(student), strict=False)
+    if missing or unexpected:  # a teacher this code does not know (another layout): copy nothing rather than guess
+        raise InitStudentError(
+            f"{teacher}: its tensors do not fit a bio_roberta student: {sorted(missing or unexpected)[:5]}"
+        )
+    extra = {"init_student": {"teacher": str(teacher.absolute()), "teacher_layers": chosen}}
+    result = encoder_checkpoint(cfg, student, extra)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    beside = out.parent / DICT_TXT
+    if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
+        raise InitStudentError(f"{beside}: a different vocabulary is already there; choose another output directory")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    try:
+        torch.save(result, tmp)
+        copy_vocab(vocab_dir, str(out.parent))
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return {"out": str(out), "layers": chosen, "options": options, "vocab": vocab_dir}
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="fairseq-bio-init-student", description=__doc__)
+    parser.add_argument("--teacher", required=True, help="a bio_roberta checkpoint")
+    parser.add_argument(
+        "--layers",
+        default=EVERY_OTHER,
+        help=f"{EVERY_OTHER} (teacher layers 0, 2, 4, ...) or comma-separated teacher layers, 0-based, in student order",
+    )
+    parser.add_argument("--out", required=True, help="the student checkpoint; dict.txt and bpe.json go beside it")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--embed-dim", type=int, help="refused unless the teacher's (copied layers keep their width)")
+    parser.add_argument("--ffn-dim", type=int, help="refused unless the teacher's")
+    parser.add_argument("--heads", type=int, help="refused unless the teacher's")
+    args = parser.parse_args(argv)
+    import fairseq_bio  # noqa: F401  (registration)
+
+    from .hf_convert import hydra_model_overrides
+
+    try:
+        info = init_student(
+            args.teacher, args.out, args.layers, args.overwrite, args.embed_dim, args.ffn_dim, args.heads
+        )
+    except (InitStudentError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"fairseq-bio-init-student: {e}") from None
+    options = info["options"]
+    print(f"wrote {info['out']}: a {options['encoder_layers']} x {options['encoder_embed_dim']} bio_roberta from "
+          f"teacher layers {','.join(map(str, info['layers']))} of {args.teacher}; vocabulary from {info['vocab']}")  # fmt: skip
+    print(
+        "distill it with checkpoint.finetune_from_model="
+        + info["out"]
+        + " and "
+        + " ".join(hydra_model_overrides(options))
+    )
+
+
+if __name__ == "__main__":
+    cli_main()
