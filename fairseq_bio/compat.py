@@ -18,11 +18,15 @@ that pickles anything else is refused with a one-line error.
   release, May 2023, still on main) but the legacy ``MaskedLMDictionary``/``BertDictionary`` constructors do not
   take it, so ``cross_lingual_lm``, ``legacy_masked_lm`` and ``translation_from_pretrained_xlm`` crash on load.
   ``MaskedLMDictionary`` gets back fairseq 0.12.2's ``load`` (``cls()`` then ``add_from_file``).
+- fairseq's ``progress_bar()`` adds a ``FileHandler`` for ``common.log_file`` on every call, and fairseq-train calls
+  it once per epoch, so epoch k's log lines are written k times (quadratic growth on small fine-tuning sets).
+  It now adds the handler only when that file has none yet.
 """
 
 import argparse
 import collections
 import functools
+import os
 import pickle
 import re
 import types
@@ -84,6 +88,7 @@ def install() -> None:
     and the legacy masked-LM dictionary its loader back (see the module docstring)."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
+    _install_one_log_file_handler()
     known = set(map(id, torch.serialization.get_safe_globals()))
     torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
     from fairseq import checkpoint_utils
@@ -163,3 +168,22 @@ def _install_masked_lm_dictionary_load():
     if "load" in vars(MaskedLMDictionary) or "add_special_symbols" in MaskedLMDictionary.__init__.__code__.co_varnames:
         return
     MaskedLMDictionary.load = classmethod(_masked_lm_dictionary_load)  # BertDictionary inherits it
+
+
+def _install_one_log_file_handler():
+    from fairseq.logging import progress_bar as module
+
+    original = module.progress_bar
+    if getattr(original, "fairseq_bio_one_handler", False):
+        return
+
+    @functools.wraps(original)
+    def progress_bar(*args, log_file=None, **kwargs):
+        if log_file is not None:
+            path = os.path.abspath(log_file)
+            if any(getattr(h, "baseFilename", None) == path for h in module.logger.handlers):
+                log_file = None  # already written by the handler an earlier epoch's bar added
+        return original(*args, log_file=log_file, **kwargs)
+
+    progress_bar.fairseq_bio_one_handler = True
+    module.progress_bar = progress_bar

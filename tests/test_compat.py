@@ -146,3 +146,25 @@ def test_no_weights_only_false_anywhere():
                     if kw.arg == "weights_only" and not (isinstance(kw.value, ast.Constant) and kw.value.value is True):
                         offenders.append(f"{path}:{node.lineno}")
     assert offenders == []
+
+
+def test_log_file_written_once_per_entry_across_epochs(tmp_path):
+    """fairseq-train makes a progress bar per epoch with ``log_file``; each entry must still land in the file once."""
+    import logging
+
+    from fairseq.logging import progress_bar
+
+    log_file = tmp_path / "train.log"
+    level = progress_bar.logger.level
+    progress_bar.logger.setLevel(logging.INFO)
+    try:
+        for epoch in (1, 2, 3):
+            bar = progress_bar.progress_bar(iter([]), log_format="json", log_file=str(log_file), epoch=epoch)
+            bar.print({"loss": float(epoch)}, tag="train", step=epoch)
+    finally:
+        progress_bar.logger.setLevel(level)
+        for handler in [h for h in progress_bar.logger.handlers if h.baseFilename == str(log_file)]:
+            progress_bar.logger.removeHandler(handler)
+            handler.close()
+    entries = [json.loads(line)["epoch"] for line in log_file.read_text().splitlines()]
+    assert entries == [1, 2, 3]
