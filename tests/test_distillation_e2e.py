@@ -23,8 +23,9 @@ CPU = ["common.cpu=true", "common.fp16=false", "task.tokens_per_sample=128", "mo
        "model._name=bio_roberta"]  # fmt: skip
 ONE_LAYER = ["model.encoder_layers=1", "model.encoder_embed_dim=128", "model.encoder_ffn_embed_dim=512",
              "model.encoder_attention_heads=2"]  # fmt: skip
+# TinyBioBERT-like: narrower than the teacher, same heads
 NARROW = ["model.encoder_layers=1", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
-          "model.encoder_attention_heads=2"]  # fmt: skip (TinyBioBERT-like: narrower than the teacher, same heads)
+          "model.encoder_attention_heads=2"]  # fmt: skip
 
 
 def distill(config, data, teacher, save_dir, *overrides, updates):
