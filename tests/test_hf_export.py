@@ -1,7 +1,9 @@
 """fairseq-bio-export-hf: bio_roberta masked LMs (byte-level BPE, WordPiece and SentencePiece vocabularies learned
-on PubMed, post-LN and pre-LN) and fine-tuned NER taggers (softmax and CRF heads) load offline with transformers' Auto
-classes and give fairseq's token ids, logits and tags on real PubMed/NCBI-disease sentences; import(export(m)) is m
-(a tagger: its encoder); what cannot be exported exactly is refused with nothing written."""
+on PubMed, post-LN and pre-LN), fine-tuned NER taggers (softmax and CRF heads) and sentence-level heads (GAD
+classification, HoC multi-label, BIOSSES regression on pairs) load offline with transformers' Auto classes and give
+fairseq's token ids, logits, tags and window-pooled predictions on real PubMed/NCBI-disease/BLURB texts;
+import(export(m)) is m (a fine-tuned model: its encoder); what cannot be exported exactly is refused with nothing
+written."""
 
 import collections
 import json
@@ -123,15 +125,25 @@ def wordpiece_checkpoint(data_bin, tmp_path_factory):
     return make_checkpoint(data, tmp_path_factory.mktemp("wordpiece") / "model.pt"), data
 
 
-def test_wordpiece_checkpoint_exports_with_a_bert_tokenizer(wordpiece_checkpoint, pubmed_corpus, tmp_path):
+def test_wordpiece_checkpoint_exports_with_berts_normalisation_and_fairseqs_pairs(
+    wordpiece_checkpoint, pubmed_corpus, tmp_path
+):
+    """WordPiece: BERT's normalisation (lower-casing, accents stripped) but fairseq's pair template: transformers'
+    BertTokenizer class would build [CLS] a [SEP] b [SEP] with token type 1, which this one-type model cannot take."""
     checkpoint, data = wordpiece_checkpoint
     out = tmp_path / "hf"
     result = export_hf(checkpoint, out, data=str(data))
-    assert result["tokenizer"] == "BertTokenizer"
+    assert result["tokenizer"] == "PreTrainedTokenizerFast" and "vocab.txt" in result["files"]
     sentences = real_sentences(pubmed_corpus, 32, start=300)
     assert any(not s.isascii() for s in real_sentences(pubmed_corpus, 400)) and any(c.isupper() for c in sentences[0])
-    diff, tokenizer, _ = check_against_hf(out, checkpoint, data, sentences)
-    assert diff <= TOL and tokenizer.do_lower_case
+    diff, tokenizer, model = check_against_hf(out, checkpoint, data, sentences)
+    assert diff <= TOL and tokenizer(sentences[0].upper())["input_ids"] == tokenizer(sentences[0].lower())["input_ids"]
+    hub = BioRobertaModel.from_pretrained(str(checkpoint.parent), checkpoint.name, data_name_or_path=str(data))
+    for a, b in zip(sentences[:8], sentences[8:16]):
+        encoded = tokenizer(a, b, return_tensors="pt")
+        assert encoded["input_ids"][0].tolist() == hub.encode(a, b).tolist()  # <s> a </s></s> b </s>
+        with torch.no_grad():
+            model(**encoded)  # whatever the tokenizer returns, the model takes
 
 
 def test_round_trip_import_of_export_is_the_same_model(wordpiece_checkpoint, trained_bytebpe, pubmed_corpus, tmp_path):
@@ -210,8 +222,10 @@ def test_refusals_leave_nothing(wordpiece_checkpoint, learned_vocab, tmp_path):
          "model 'bio_electra': ELECTRA export (discriminator -> ElectraForPreTraining, generator -> ElectraForMaskedLM) "
          "is not built yet"),
         ([str(sentence), str(tmp_path / "o4"), "--data", str(data)],
-         "classification head 'bio_sentence': sentence-level heads (-> *ForSequenceClassification"),
-        ([str(two), str(tmp_path / "o5"), "--data", str(data)], "has 2 classification heads (bio_sentence, other)"),
+         "classification head 'bio_sentence': the checkpoint's task (BioMaskedLMTask) saved no labels for it; "
+         "sentence-level heads are exported from bio_sentence_prediction checkpoints"),
+        ([str(two), str(tmp_path / "o5"), "--data", str(data)],
+         "has 2 classification heads (bio_sentence, other); an HF model has one: pick it with --head NAME"),
         ([str(no_prefix), str(tmp_path / "o6"), "--data", str(spm)], "normalizer_spec.add_dummy_prefix is False"),
         ([str(checkpoint), str(tmp_path / "o7"), "--data", str(data), "--tolerance", "-1"],
          "HF's outputs differ from fairseq's"),  # a failed check: nothing that looks complete is left
@@ -230,7 +244,8 @@ def test_command_line(wordpiece_checkpoint, tmp_path, capsys):
     checkpoint, data = wordpiece_checkpoint
     cli_main([str(checkpoint), str(tmp_path / "hf"), "--data", str(data)])
     out = capsys.readouterr().out
-    assert out.startswith(f"wrote {tmp_path / 'hf'} (RobertaForMaskedLM, BertTokenizer); checked on 5 real sentences")
+    assert out.startswith(f"wrote {tmp_path / 'hf'} (RobertaForMaskedLM, PreTrainedTokenizerFast); checked on 5 real "
+                          "sentences: token ids equal fairseq's")  # fmt: skip
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["vocab_size"] == len(open(data / "dict.txt").readlines()) + 5 and config["pad_token_id"] == 1
     # The installed console script: a refusal is one line on stderr and exit status 1.
@@ -537,3 +552,274 @@ def test_pre_ln_tagger_exports_to_roberta_prelayernorm(ner_model, ncbi_slice, tm
             expected = tagger(ids, features_only=True, classification_head_name=task.cfg.head_name)[0][0]
         first = torch.tensor([0] + [len(w) for w in words[:-1]]).cumsum(0) + 1
         assert (tag_like_the_card(tokenizer, model, sentence.words)[0] - expected[first]).abs().max() <= TOL
+
+
+# ------------------------------------------------------------------------------- fine-tuned sentence-level heads
+
+
+def load_sentence_model(checkpoint, cache, vocab=None, **overrides):
+    """A bio_sentence_prediction checkpoint as fairseq loads it (vocabulary beside it unless ``vocab``, encoded
+    texts cached in ``cache``): (model in eval mode, task)."""
+    from fairseq import checkpoint_utils
+
+    overrides.update(vocab=str(vocab or checkpoint.parent), cache_dir=str(cache))
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides=overrides)
+    return models[0].eval(), task
+
+
+def fairseq_sentence_outputs(model, task, examples):
+    """Along bio_sentence_prediction's own path (its dataset, collater and criterion): (dataset, each example's
+    window rows as id lists, ``B x K`` window-pooled outputs, targets)."""
+    from fairseq_bio.criterions.bio_sentence_prediction import (
+        BioSentencePredictionCriterion,
+        BioSentencePredictionCriterionConfig,
+    )
+
+    dataset = task.build_dataset(examples, shuffle=False)
+    batch = dataset.collater([dataset[i] for i in range(len(examples))])
+    with torch.no_grad():
+        pooled = BioSentencePredictionCriterion(BioSentencePredictionCriterionConfig(), task).pool(model, batch)
+    rows = [[] for _ in examples]
+    for row, k in zip(batch["net_input"]["src_tokens"].tolist(), batch["row_example"].tolist()):
+        rows[k].append([t for t in row if t != task.dictionary.pad()])
+    return dataset, rows, pooled, batch.get("target")
+
+
+def load_hf_classifier(out):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(out), local_files_only=True)
+    return tokenizer, model.eval()
+
+
+def as_words(example):
+    """An example's texts as fairseq_bio reads them: words split at whitespace, joined by single spaces."""
+    return tuple(" ".join(text.split()) for text in example.texts)
+
+
+def hf_sentence_outputs(tokenizer, model, texts, labels=None):
+    """HF's padded batch over ``texts`` (a list of 1- or 2-tuples): (each row's ids, ``B x K`` logits, HF's loss
+    when ``labels`` are given)."""
+    columns = [list(column) for column in zip(*texts)]
+    encoded = tokenizer(*columns, padding=True, return_tensors="pt")
+    ids = [row[mask].tolist() for row, mask in zip(encoded["input_ids"], encoded["attention_mask"].bool())]
+    with torch.no_grad():
+        out = model(**encoded, labels=labels)  # token_type_ids included, when the tokenizer returns them
+    return ids, out.logits, out.loss
+
+
+def window_texts(dataset, i, example):
+    """The texts of the windows fairseq_bio makes of example ``i`` (1- or 2-tuples, as HF's tokenizer takes them),
+    or None when a pair's first text was cut (fairseq keeps only its first pieces, which no text gives). A window
+    that starts after the text's first word starts with the space before it: its words were encoded in context."""
+    keep, windows, _ = dataset.plans[i]
+    *first, last = [text.split() for text in example.texts]
+    if first and keep < dataset.first.piece_counts(i).sum():
+        return None
+    prefix = tuple(" ".join(words) for words in first)
+    return [prefix + ((" " if a else "") + " ".join(last[a:b]),) for a, b in windows]
+
+
+def compare_windows(tokenizer, model, dataset, rows, pooled, examples):
+    """HF run on each window's text gets that window's fairseq row, and the mean of its logits is fairseq's
+    window-pooled output (what the card tells HF users to do with long inputs); returns the examples compared."""
+    compared = 0
+    for i, example in enumerate(examples):
+        texts = window_texts(dataset, i, example)
+        if texts is not None:
+            hf_ids, logits, _ = hf_sentence_outputs(tokenizer, model, texts)
+            assert hf_ids == rows[i]
+            assert (logits.mean(0) - pooled[i]).abs().max() <= TOL
+            compared += 1
+    return compared
+
+
+def one_window(dataset, examples, *tensors):
+    """The examples (and rows of ``tensors``) that fit one window: what HF can take as one padded batch."""
+    keep = [i for i in range(len(examples)) if dataset.windows(i) == 1]
+    return [examples[i] for i in keep], *(t[keep] for t in tensors)
+
+
+def test_sentence_classification_exports_with_its_labels(gad_model, tmp_path):
+    """GAD (single sentences, 2 classes): RobertaForSequenceClassification with id2label from the checkpoint's task
+    state and problem_type single_label_classification; on 50 real dev sentences HF's tokenizer gives the rows
+    fairseq_bio's task makes, HF's logits equal fairseq's and HF's loss is the criterion's cross-entropy."""
+    import torch.nn.functional as F
+
+    save_dir, _ = gad_model
+    checkpoint, out = save_dir / "checkpoint_best.pt", tmp_path / "hf"
+    result = export_hf(checkpoint, out)  # the vocabulary beside the checkpoint
+    assert result["architecture"] == "RobertaForSequenceClassification" and result["head"] == "bio_sentence"
+    assert result["logits_max_abs_diff"] <= TOL and result["pairs"] == 2 and result["sentences"] == 7
+    assert result["files"] == ["README.md", "config.json", "merges.txt", "model.safetensors", "tokenizer.json",
+                               "tokenizer_config.json", "vocab.json"] and not result["warnings"]  # fmt: skip
+    labels = compat.load_checkpoint(checkpoint)["task_state"]["labels"]
+    tokenizer, model = load_hf_classifier(out)
+    assert type(model).__name__ == "RobertaForSequenceClassification" and model.num_labels == len(labels) == 2
+    assert model.config.id2label == dict(enumerate(labels)) and model.config.label2id == {"0": 0, "1": 1}
+    assert model.config.problem_type == "single_label_classification"
+
+    fs_model, task = load_sentence_model(checkpoint, tmp_path / "cache")
+    examples = task.read_split("valid")[:50]
+    dataset, rows, pooled, target = fairseq_sentence_outputs(fs_model, task, examples)
+    assert compare_windows(tokenizer, model, dataset, rows, pooled, examples) == 50
+    single, pooled, target = one_window(dataset, examples, pooled, target)
+    hf_ids, logits, loss = hf_sentence_outputs(tokenizer, model, [as_words(ex) for ex in single], labels=target)
+    assert len(single) >= 45 and (logits - pooled).abs().max() <= TOL  # one padded batch
+    assert loss.item() == pytest.approx(F.cross_entropy(pooled, target).item(), abs=TOL)
+    assert pooled.argmax(-1).unique().numel() == 2  # the model tells sentences apart: the comparison has teeth
+    # HF's own pipeline names the labels
+    pipe = transformers.pipeline("text-classification", model=str(out), tokenizer=str(out))
+    assert pipe(as_words(single[0])[0])[0]["label"] == labels[int(pooled[0].argmax())]
+
+    card = (out / "README.md").read_text()
+    for text in ("pipeline_tag: text-classification", "## Labels", "problem_type: single_label_classification",
+                 "2 labels (`id2label` in config.json): `0`, `1`", "dense 128 x 128, tanh", "## Input",
+                 "One text (`sentence`)", "the mean of the windows' logits", "HF sees one window",
+                 "5 real PubMed sentences and 2 pairs of them", "validation f1 of this checkpoint",
+                 "AutoModelForSequenceClassification", "masked-LM head"):  # fmt: skip
+        assert text in card, text
+    # import back: the encoder is kept, the sentence head named as dropped
+    info = import_hf(out, tmp_path / "back", log=lambda line: None)
+    assert info["dropped"] == ["classification head"] and info["check"]["hidden_max_abs_diff"] <= TOL
+
+
+def test_multilabel_head_on_windowed_abstracts(hoc_model, hoc_slice, tmp_path):
+    """HoC (10 hallmarks, abstracts longer than the 128 positions): multi_label_classification with one label per
+    hallmark; HF run on each window's words gives that window's fairseq row, and the mean of HF's window logits is
+    fairseq's pooled prediction; HF's loss is the criterion's binary cross-entropy."""
+    import torch.nn.functional as F
+
+    save_dir, _ = hoc_model
+    checkpoint, out = save_dir / "checkpoint_best.pt", tmp_path / "hf"
+    export_hf(checkpoint, out)
+    tokenizer, model = load_hf_classifier(out)
+    assert model.config.problem_type == "multi_label_classification" and model.num_labels == 10
+    assert model.config.id2label == {j: str(j) for j in range(10)}
+    assert json.loads((out / "config.json").read_text())["fairseq_bio"]["threshold"] == 0.5
+
+    fs_model, task = load_sentence_model(checkpoint, tmp_path / "cache", data=str(hoc_slice))
+    examples = task.read_split("valid")[:10]
+    dataset, rows, pooled, target = fairseq_sentence_outputs(fs_model, task, examples)
+    assert sum(dataset.windows(i) for i in range(len(examples))) >= 2 * len(examples)  # most need several windows
+    assert compare_windows(tokenizer, model, dataset, rows, pooled, examples) == len(examples)
+    first_windows = [window_texts(dataset, i, ex)[0] for i, ex in enumerate(examples)]
+    _, logits, loss = hf_sentence_outputs(tokenizer, model, first_windows, labels=target.float())
+    assert loss.item() == pytest.approx(F.binary_cross_entropy_with_logits(logits, target.float()).item(), abs=TOL)
+    card = (out / "README.md").read_text()
+    assert "multi_label_classification" in card and "sigmoid exceeds 0.5" in card and "consecutive windows" in card
+
+
+@pytest.fixture(scope="module")
+def biosses_model(tiny_encoder, tmp_path_factory):
+    """The tiny encoder fine-tuned for 20 updates on real BIOSSES pairs (regression; ~15 s)."""
+    from conftest import SHARED_DATA, fine_tune_sentence
+
+    save_dir = tmp_path_factory.mktemp("biosses")
+    fine_tune_sentence("biosses", SHARED_DATA / "biosses", save_dir, f"checkpoint.restore_file={tiny_encoder}",
+                       updates=20)  # fmt: skip
+    return save_dir
+
+
+def test_regression_on_sentence_pairs(biosses_model, tmp_path, capsys):
+    """BIOSSES pairs (regression): one unnamed output, problem_type regression; on the 16 real dev pairs HF's
+    tokenizer(a, b) gives fairseq_bio's <s> a </s></s> b </s> rows (of each window, for the 4 pairs longer than 128
+    tokens), HF's outputs are fairseq's and its loss the squared error."""
+    import torch.nn.functional as F
+
+    checkpoint = biosses_model / "checkpoint_best.pt"
+    cli_main([str(checkpoint), str(tmp_path / "hf")])
+    assert "checked on 7 real sentences (2 pairs): token ids equal fairseq's" in capsys.readouterr().out
+    tokenizer, model = load_hf_classifier(tmp_path / "hf")
+    assert model.num_labels == 1 and model.config.problem_type == "regression"
+    assert model.config.id2label == {0: "LABEL_0"}  # HF's own form: one output, no name
+
+    fs_model, task = load_sentence_model(checkpoint, tmp_path / "cache")
+    examples = task.read_split("valid")
+    assert len(examples) == 16 and all(len(ex.texts) == 2 for ex in examples)
+    dataset, rows, pooled, target = fairseq_sentence_outputs(fs_model, task, examples)
+    # the pairs whose first text fairseq cuts (it keeps at most half a window of it) have no text equivalent
+    assert compare_windows(tokenizer, model, dataset, rows, pooled, examples) == len(examples) - dataset.truncated >= 14
+    eos = task.dictionary.eos()
+    assert all(r[0].count(eos) == 3 and r[0][r[0].index(eos) + 1] == eos for r in rows)  # <s> a </s></s> b </s>
+    single, pooled, target = one_window(dataset, examples, pooled, target)
+    _, logits, loss = hf_sentence_outputs(tokenizer, model, [as_words(ex) for ex in single], labels=target)
+    assert len(single) >= 12 and (logits - pooled).abs().max() <= TOL and pooled.std() > 0
+    assert loss.item() == pytest.approx(F.mse_loss(pooled.squeeze(-1), target.float()).item(), abs=TOL)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    for text in ("problem_type: regression", "gold scores 0 to 4", "A pair of texts (`sentence1` and `sentence2`)",
+                 "`tokenizer(a, b)` builds exactly that", "the first text repeated in each",
+                 'tokenizer("<first text>", "<second text>", truncation=True'):  # fmt: skip
+        assert text in card, text
+
+
+def test_wordpiece_pre_ln_pairs_export_to_roberta_prelayernorm(biosses_model, data_bin, tmp_path):
+    """A pre-LN encoder over the WordPiece vocabulary with a 3-class sentence-pair head (random weights, the
+    bio_sentence_prediction task's real config): RobertaPreLayerNormForSequenceClassification, and the WordPiece
+    tokenizer reads pairs as fairseq does (<s> a </s></s> b </s>, one token type: BERT's own template differs)."""
+    data = data_bin("wordpiece")
+    checkpoint = make_checkpoint(data, tmp_path / "wp" / "model.pt", seed=3, encoder_normalize_before=True,
+                                 layernorm_embedding=True)  # fmt: skip
+    biosses_task = compat.load_checkpoint(biosses_model / "checkpoint_best.pt")["cfg"]["task"]
+    labels = ["dissimilar", "related", "similar"]
+    g = torch.Generator().manual_seed(4)
+
+    def pair_classifier(state):
+        state["cfg"]["task"] = {**biosses_task, "kind": "classification", "labels": ",".join(labels),
+                                "vocab": str(data), "save_dir": str(tmp_path)}  # fmt: skip
+        state["task_state"] = {"labels": labels, "kind": "classification"}
+        for part, shape in (("dense", (32, 32)), ("out_proj", (3, 32))):
+            state["model"][f"classification_heads.bio_sentence.{part}.weight"] = torch.randn(shape, generator=g)
+            state["model"][f"classification_heads.bio_sentence.{part}.bias"] = torch.randn(shape[:1], generator=g)
+
+    checkpoint = save_with(checkpoint, tmp_path / "pairs" / "model.pt", pair_classifier)
+    result = export_hf(checkpoint, tmp_path / "hf", data=str(data))
+    assert result["architecture"] == "RobertaPreLayerNormForSequenceClassification"
+    assert result["tokenizer"] == "PreTrainedTokenizerFast" and result["logits_max_abs_diff"] <= TOL
+    tokenizer, model = load_hf_classifier(tmp_path / "hf")
+    assert type(model).__name__ == "RobertaPreLayerNormForSequenceClassification"
+    assert model.config.id2label == dict(enumerate(labels))
+
+    fs_model, task = load_sentence_model(checkpoint, tmp_path / "cache", vocab=data)
+    assert fs_model.encoder.sentence_encoder.layer_norm is not None and task.bpe_spec["_name"] == "bert"
+    examples = task.read_split("valid", require_labels=False)  # BIOSSES' pairs, their scores unread
+    _, rows, pooled, _ = fairseq_sentence_outputs(fs_model, task, examples)
+    hf_ids, logits, _ = hf_sentence_outputs(tokenizer, model, [as_words(ex) for ex in examples])
+    assert hf_ids == [r[0] for r in rows]
+    assert tokenizer.convert_ids_to_tokens(hf_ids[0])[:1] == ["[CLS]"] and hf_ids[0].count(task.dictionary.eos()) == 3
+    assert (logits - pooled).abs().max() <= TOL and pooled.argmax(-1).unique().numel() > 1
+
+
+def test_two_heads_need_head_to_pick_one(gad_model, tmp_path):
+    save_dir, _ = gad_model
+    g = torch.Generator().manual_seed(5)
+
+    def second_head(state):
+        for part, shape in (("dense", (128, 128)), ("out_proj", (3, 128))):
+            state["model"][f"classification_heads.other.{part}.weight"] = torch.randn(shape, generator=g)
+            state["model"][f"classification_heads.other.{part}.bias"] = torch.randn(shape[:1], generator=g)
+
+    checkpoint = save_with(save_dir / "checkpoint_best.pt", tmp_path / "two" / "checkpoint_best.pt", second_head)
+    vocab = ["--data", str(save_dir)]
+    cases = [
+        ([], "has 2 classification heads (bio_sentence, other); an HF model has one: pick it with --head NAME"),
+        (["--head", "nope"],
+         "--head nope: the checkpoint has no such classification head (it has: bio_sentence, other)"),
+        (["--head", "other"], "classification head 'other' is not the head of the checkpoint's bio_sentence_prediction "
+         "task ('bio_sentence'), whose labels are the only ones the checkpoint saved"),
+    ]  # fmt: skip
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main([str(checkpoint), str(tmp_path / "refused"), *vocab, *extra])
+        error = str(exit_info.value.code)
+        assert error.startswith("fairseq-bio-export-hf: ") and error.endswith(message) and "\n" not in error, error
+        assert not (tmp_path / "refused").exists()
+    cli_main([str(checkpoint), str(tmp_path / "hf"), *vocab, "--head", "bio_sentence"])
+    from safetensors.torch import load_file
+
+    exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    head = compat.load_checkpoint(save_dir / "checkpoint_best.pt")["model"][
+        "classification_heads.bio_sentence.dense.weight"
+    ]
+    assert torch.equal(exported["classifier.dense.weight"], head)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "- classification head 'other' (--head bio_sentence was exported)" in card

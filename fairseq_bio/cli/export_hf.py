@@ -1,24 +1,28 @@
 """``fairseq-bio-export-hf <checkpoint> <out_dir>``: a ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a
-token-classification head) as an HF transformers model directory.
+token- or sentence-classification head) as an HF transformers model directory.
 
 ``out_dir`` receives ``config.json``, ``model.safetensors``, the tokenizer of the vocabulary the model was trained
 with (``tokenizer.json`` that ``AutoTokenizer`` loads offline, ``tokenizer_config.json``, and the classic files:
-byte-level BPE -> RoBERTa tokenizer ``vocab.json`` + ``merges.txt``; WordPiece -> BERT tokenizer ``vocab.txt``;
+byte-level BPE -> RoBERTa tokenizer ``vocab.json`` + ``merges.txt``; WordPiece -> its ``vocab.txt`` and a fast
+tokenizer with BERT's normalisation and fairseq's pair template;
 SentencePiece -> its unigram or BPE model rebuilt with the ``tokenizers`` library; fastBPE -> an HF BPE over its
 codes with end-of-word suffix ``</w>``) and a model card ``README.md``. HF ids are fairseq's dictionary ids.
 
-What the checkpoint becomes is decided by its model and its head (``TARGETS``): no head -> ``*ForMaskedLM``; a
-``bio_tagging`` token head -> ``*ForTokenClassification`` with the label list as ``id2label``; post-LN models are
+What the checkpoint becomes is decided by its model and its head (``TARGETS``; ``--head`` picks one of several):
+no head -> ``*ForMaskedLM``; a ``bio_tagging`` token head -> ``*ForTokenClassification`` with the label list as
+``id2label``; a ``bio_sentence_prediction`` head (fairseq's RobertaClassificationHead) -> ``*ForSequenceClassification``
+with its labels and ``problem_type`` (single-label, multi-label classification or regression); post-LN models are
 ``Roberta*``, pre-LN models with an embedding LayerNorm ``RobertaPreLayerNorm*`` (the same computation); pre-LN
 models without one are refused, as HF has no class that computes them. A CRF has no HF equivalent: its emission
 layer is exported as the token-classification layer and its transitions go to ``crf.json`` (one warning line says
-so). Sentence-level heads and ELECTRA are refused in one line until their exporters exist.
+so). ELECTRA is refused in one line until its exporter exists.
 
 Before the directory appears, the command loads it with transformers (offline) and checks on real sentences that
-HF's tokenizer gives fairseq's token ids and that HF's hidden states and logits equal fairseq's; otherwise it fails
-and leaves nothing that looks complete. The vocabulary (``dict.txt`` + ``bpe.json`` + BPE files) is found next to
-the checkpoint (an encoder checkpoint, or a fine-tuned run's save_dir), else in ``--data``, else in the
-checkpoint's ``task.vocab`` or the first directory of its ``task.data``.
+HF's tokenizer gives fairseq's token ids (sentence heads: also on sentence pairs, ``<s> a </s></s> b </s>``) and
+that HF's hidden states and logits equal fairseq's; otherwise it fails and leaves nothing that looks complete. The
+vocabulary (``dict.txt`` + ``bpe.json`` + BPE files) is found next to the checkpoint (an encoder checkpoint, or a
+fine-tuned run's save_dir), else in ``--data``, else in the checkpoint's ``task.vocab`` or the first directory of its
+``task.data``.
 """
 
 import argparse
@@ -41,11 +45,13 @@ from preprocess.common import (
 )
 
 from .hf_convert import (
+    CHECK_PAIRS,
     CHECK_SENTENCES,
     CONTINUATION,
     ENCODER,
     END_OF_WORD,
     HFConvertError,
+    Text,
     compare_with_hf,
     encoder_name_map,
     fastbpe_pipeline,
@@ -58,6 +64,9 @@ CRF_FILE = "crf.json"
 # fairseq activation_fn -> HF hidden_act computing the same function.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu"}
 BERT_SPECIALS = {"<s>": "[CLS]", "<pad>": "[PAD]", "</s>": "[SEP]", "<unk>": "[UNK]", "<mask>": "[MASK]"}
+# bio_sentence_prediction's task.kind -> HF's problem_type (which loss HF's *ForSequenceClassification trains with)
+PROBLEM_TYPES = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
+                 "regression": "regression"}  # fmt: skip
 # Pre-LN layers in HF's RobertaPreLayerNorm: the LayerNorms sit before attention and before the FFN.
 _PRE_LN_LAYER_MAP = {
     "attention.self.query": "self_attn.q_proj",
@@ -107,20 +116,30 @@ PENDING_MODELS = {
 }
 
 
-def head_kind(model) -> Tuple[str, Optional[str]]:
-    """(kind in ``TARGETS``, head name or None) of a loaded ``bio_roberta``: its only classification head decides."""
+def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str]]:
+    """(kind in ``TARGETS``, head name or None) of a loaded ``bio_roberta``: its only classification head decides,
+    or the one ``head_name`` picks."""
     from fairseq.models.roberta.model import RobertaClassificationHead
 
     from ..modules.tagging_head import TokenClassificationHead
 
     heads = dict(model.classification_heads)
-    if not heads:
+    if head_name is not None:
+        if head_name not in heads:
+            raise HFConvertError(
+                f"--head {head_name}: the checkpoint has no such classification head (it has: "
+                f"{', '.join(heads) or 'none'})"
+            )
+        name, head = head_name, heads[head_name]
+    elif not heads:
         return "masked_lm", None
-    if len(heads) > 1:
+    elif len(heads) > 1:
         raise HFConvertError(
-            f"the checkpoint has {len(heads)} classification heads ({', '.join(heads)}); an HF model has one"
+            f"the checkpoint has {len(heads)} classification heads ({', '.join(heads)}); an HF model has one: pick it "
+            "with --head NAME"
         )
-    name, head = next(iter(heads.items()))
+    else:
+        name, head = next(iter(heads.items()))
     if isinstance(head, TokenClassificationHead):
         return "token_classification", name
     if isinstance(head, RobertaClassificationHead):
@@ -279,6 +298,73 @@ def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) 
     hf.config["fairseq_bio"] = info
 
 
+def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: set) -> None:
+    """fairseq's RobertaClassificationHead (``<s>``'s last state -> dropout -> dense -> tanh -> dropout -> out_proj,
+    what HF's RobertaClassificationHead computes) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels
+    as ``id2label`` and its kind as ``problem_type``. The masked-LM head fine-tuning keeps (frozen) is left out."""
+    model, task = hub.model, hub.task
+    task_head = getattr(getattr(task, "cfg", None), "head_name", None)
+    if getattr(task, "kind", None) not in PROBLEM_TYPES:
+        raise HFConvertError(
+            f"classification head {head_name!r}: the checkpoint's task ({type(task).__name__}) saved no labels for it; "
+            "sentence-level heads are exported from bio_sentence_prediction checkpoints"
+        )
+    if head_name != task_head:
+        raise HFConvertError(
+            f"classification head {head_name!r} is not the head of the checkpoint's bio_sentence_prediction task "
+            f"({task_head!r}), whose labels are the only ones the checkpoint saved"
+        )
+    if model.args.pooler_activation_fn != "tanh":
+        raise HFConvertError(
+            f"classification head {head_name!r} applies {model.args.pooler_activation_fn}; HF's "
+            "RobertaClassificationHead applies tanh"
+        )
+    key = f"classification_heads.{head_name}."
+    params = sorted(k[len(key) :] for k in model.state_dict() if k.startswith(key))
+    expected = [f"{layer}.{p}" for layer in ("dense", "out_proj") for p in ("bias", "weight")]
+    if params != expected:
+        raise HFConvertError(
+            f"classification head {head_name!r} has parameters {', '.join(params)}; HF's RobertaClassificationHead "
+            f"has {', '.join(expected)} (spectral norm is not exported)"
+        )
+    head, kind, labels = model.classification_heads[head_name], task.kind, list(task.labels)
+    width = 1 if kind == "regression" else len(labels)
+    if head.out_proj.out_features != width:
+        raise HFConvertError(
+            f"classification head {head_name!r} has {head.out_proj.out_features} outputs but the checkpoint's {kind} "
+            f"task state lists {len(labels)} labels ({', '.join(labels) or 'none'})"
+        )
+    for name in expected:
+        hf.state[f"classifier.{name}"] = model.state_dict()[key + name].detach().float()
+        used.add(key + name)
+    if kind == "regression":  # one output, unnamed: HF's own form for regression
+        labels = ["LABEL_0"]
+    hf.config.update(
+        id2label={str(i): label for i, label in enumerate(labels)},
+        label2id={label: i for i, label in enumerate(labels)},
+        problem_type=PROBLEM_TYPES[kind],
+        classifier_dropout=float(head.dropout.p),
+    )
+    lm_head = [k for k in model.state_dict() if k.startswith(LM_HEAD)]
+    if lm_head:
+        used.update(lm_head)
+        hf.dropped.append(
+            "the masked-LM head (kept frozen by fine-tuning; HF's sequence-classification model has none)"
+        )
+    cfg = task.cfg
+    hf.config["fairseq_bio"] = {
+        "task": "bio_sentence_prediction",
+        "head": head_name,
+        "kind": kind,
+        "text_fields": list(task.text_fields),
+        "threshold": float(cfg.threshold) if kind == "multilabel" else None,
+        "score_range": [cfg.min_score, cfg.max_score] if kind == "regression" else None,
+        "window": task.window,
+        "window_overlap": bool(cfg.window_overlap),
+        "pooling": "mean of the windows' logits",
+    }
+
+
 def crf_json(crf, labels: Sequence[str]) -> Dict:
     """The CRF's parameters and constraints, with how fairseq_bio decodes with them."""
     from ..modules.crf import DISALLOWED
@@ -310,20 +396,24 @@ TARGETS = {
     ),
     "sequence_classification": Target(
         "ForSequenceClassification", "AutoModelForSequenceClassification", "text-classification",
-        missing="sentence-level heads (-> *ForSequenceClassification with num_labels and problem_type "
-        "single_label/multi_label_classification or regression) are not exported yet",
+        _add_sequence_classification_head,
     ),
 }  # fmt: skip
 
 
-def hf_model(hub) -> Tuple[HFModel, str, Optional[str]]:
-    """The loaded checkpoint as an HF model: (HFModel, kind in ``TARGETS``, head name)."""
-    kind, head_name = head_kind(hub.model)
+def hf_model(hub, head: Optional[str] = None) -> Tuple[HFModel, str, Optional[str]]:
+    """The loaded checkpoint as an HF model: (HFModel, kind in ``TARGETS``, head name); ``head`` picks one of
+    several classification heads (the others are left out and named)."""
+    kind, head_name = head_kind(hub.model, head)
     target = TARGETS[kind]
     if target.add_head is None:
         raise HFConvertError(f"classification head {head_name!r}: {target.missing}")
     hf, class_prefix, used = roberta_encoder(hub)
     target.add_head(hf, hub, head_name, used)
+    for other in hub.model.classification_heads:
+        if other != head_name:
+            used.update(k for k in hub.model.state_dict() if k.startswith(f"classification_heads.{other}."))
+            hf.dropped.append(f"classification head {other!r} (--head {head_name} was exported)")
     hf.config = {"architectures": [class_prefix + target.suffix], **hf.config}
     left = [k for k in hub.model.state_dict() if k not in used and not k.endswith(BUFFERS)]
     if left:
@@ -404,7 +494,7 @@ def _write_byte_bpe_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int)
 
 
 def _write_wordpiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     with open(bpe["bpe_vocab_file"], encoding="utf-8") as f:
         bpe_tokens = {line.rstrip("\n") for line in f} - set(BERT_SPECIALS.values())
@@ -425,22 +515,17 @@ def _write_wordpiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
-    )
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BERT_SPECIALS.values()])
-    tokenizer.save(str(out / "tokenizer.json"))
     by_id = sorted(vocab.items(), key=lambda item: item[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
         raise HFConvertError("dict.txt: the dictionary has entries that are no WordPiece token")
     with open(out / "vocab.txt", "w", encoding="utf-8", newline="\n") as f:
         f.writelines(token + "\n" for token, _ in by_id)
-    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": not cased, "tokenize_chinese_chars": True,
-              "strip_accents": None, "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-              "cls_token": "[CLS]", "mask_token": "[MASK]"}  # fmt: skip
-    return _write_tokenizer_config(out, config, max_length, f"WordPiece ({'cased' if cased else 'uncased'})")
+    # Not transformers' BertTokenizer class: it builds BERT's own pair template ([CLS] a [SEP] b [SEP], token type 1
+    # for b), where fairseq (and this RoBERTa model, one token type) reads <s> a </s></s> b </s>.
+    description = f"WordPiece ({'cased' if cased else 'uncased'}, BERT's normalisation, fairseq's pair template)"
+    specials = _specials(dictionary)
+    return _save_fast_tokenizer(tokenizer, out, specials, list(BERT_SPECIALS.values()), max_length, description,
+                                names=BERT_SPECIALS)  # fmt: skip
 
 
 def read_fastbpe_codes(path: str) -> List[Tuple[str, str]]:
@@ -624,23 +709,28 @@ def _write_sentencepiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length:
     return info
 
 
-def _save_fast_tokenizer(tokenizer, out: Path, specials: Dict, controls, max_length: int, description: str) -> Dict:
-    """A ``tokenizers`` tokenizer with fairseq's ``<s> A </s>`` / pair template and ``controls`` as special tokens,
-    saved as ``tokenizer.json`` for ``PreTrainedTokenizerFast`` with RoBERTa's special-token names."""
+def _save_fast_tokenizer(
+    tokenizer, out: Path, specials: Dict, controls, max_length: int, description: str, names: Optional[Dict] = None
+) -> Dict:
+    """A ``tokenizers`` tokenizer with fairseq's ``<s> A </s>`` / ``<s> A </s></s> B </s>`` template (one token type)
+    and ``controls`` as special tokens, saved as ``tokenizer.json`` for ``PreTrainedTokenizerFast``; ``names`` maps
+    fairseq's ``<s> </s> <pad> <unk> <mask>`` to the vocabulary's own tokens (default: the same)."""
     from tokenizers import AddedToken, processors
 
+    name = {role: (names or {}).get(role, role) for role in specials}
+    bos, eos = name["<s>"], name["</s>"]
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>",
-        pair="<s> $A </s> </s> $B </s>",  # fairseq's hub encode of a pair
-        special_tokens=[("<s>", specials["<s>"]), ("</s>", specials["</s>"])],
+        single=f"{bos} $A {eos}",
+        pair=f"{bos} $A {eos} {eos} $B {eos}",  # fairseq's hub encode of a pair, and bio_sentence_prediction's
+        special_tokens=[(bos, specials["<s>"]), (eos, specials["</s>"])],
     )
     tokenizer.add_special_tokens(
         [AddedToken(t, special=True, normalized=False, lstrip=t == "<mask>") for t in controls]
     )
     tokenizer.save(str(out / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "sep_token": "</s>", "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>",
-              "mask_token": "<mask>"}  # fmt: skip
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "sep_token": eos,
+              "cls_token": bos, "unk_token": name["<unk>"], "pad_token": name["<pad>"],
+              "mask_token": name["<mask>"]}  # fmt: skip
     return _write_tokenizer_config(out, config, max_length, description)
 
 
@@ -695,6 +785,70 @@ def _tagging_use(words_var: str = "words") -> List[str]:
     ]
 
 
+# What a model with a sentence-level head is, and what its outputs are, per problem type.
+_SEQUENCE_MODELS = {"single_label_classification": "sentence-classification model",
+                    "multi_label_classification": "multi-label sentence-classification model",
+                    "regression": "sentence-regression model"}  # fmt: skip
+_SEQUENCE_OUTPUTS = {
+    "single_label_classification": "one logit per label; the prediction is the argmax (softmax cross-entropy in "
+    "training)",
+    "multi_label_classification": "one logit per label, each label predicted when its sigmoid exceeds {threshold:g} "
+    "(binary cross-entropy per label in training)",
+    "regression": "one output, the predicted score ({score_range}squared error in training)",
+}
+
+
+def _sequence_labels(config: Dict) -> List[str]:
+    """Card sections of a sentence-level head: its labels and outputs, and its input."""
+    info, problem = config["fairseq_bio"], config["problem_type"]
+    low, high = info["score_range"] or (None, None)
+    score_range = f"gold scores {low:g} to {high:g}; " if low is not None and high is not None else ""
+    outputs = _SEQUENCE_OUTPUTS[problem].format(threshold=info["threshold"] or 0.5, score_range=score_range)
+    lines = ["## Labels", f"`problem_type: {problem}` (task kind `{info['kind']}`): {outputs}."]
+    if problem != "regression":
+        labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
+        lines[-1] += f" {len(labels)} labels (`id2label` in config.json): " + ", ".join(f"`{x}`" for x in labels) + "."
+    fields = info["text_fields"]
+    lines += [
+        "",
+        "## Input",
+        (
+            f"A pair of texts ({' and '.join(f'`{f}`' for f in fields)}), read as `<s> a </s></s> b </s>`: "
+            "`tokenizer(a, b)` builds exactly that."
+            if len(fields) == 2
+            else f"One text (`{fields[0]}`), read as `<s> text </s>`: `tokenizer(text)`."
+        )
+        + " fairseq_bio reads a text as words split at whitespace: give HF the words joined by single spaces.",
+        "",
+    ]
+    return lines
+
+
+def _sequence_use(config: Dict) -> List[str]:
+    """The card's snippet: one input (a text or a pair) through AutoModelForSequenceClassification, read per kind."""
+    problem, pair = config["problem_type"], len(config["fairseq_bio"]["text_fields"]) == 2
+    read = {
+        "single_label_classification": "model.config.id2label[int(logits.argmax(-1))]",
+        "multi_label_classification": "[model.config.id2label[i] for i, p in enumerate(torch.sigmoid(logits)) "
+        f"if p > {config['fairseq_bio']['threshold'] or 0.5:g}]",
+        "regression": "float(logits[0])",
+    }[problem]
+    inputs = '"<first text>", "<second text>"' if pair else '"<text>"'
+    return [
+        "```python",
+        "import torch",
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
+        "",
+        'tokenizer = AutoTokenizer.from_pretrained("<this directory>")',
+        'model = AutoModelForSequenceClassification.from_pretrained("<this directory>").eval()',
+        f'encoded = tokenizer({inputs}, truncation=True, return_tensors="pt")',
+        "with torch.no_grad():",
+        "    logits = model(**encoded).logits[0]",
+        f"prediction = {read}",
+        "```",
+    ]
+
+
 def model_card(
     checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer: Dict, check: Dict, vocab_dir: Path
 ) -> str:
@@ -707,7 +861,22 @@ def model_card(
     imported = extra.get("hf_import")
     layer_order = "pre-LayerNorm" if config["model_type"] == "roberta-prelayernorm" else "post-LayerNorm (BERT/RoBERTa)"
     positions = config["max_position_embeddings"] - config["pad_token_id"] - 1
-    what = {"masked_lm": "masked language model", "token_classification": "token-classification (tagging) model"}
+    what = {"masked_lm": "masked language model", "token_classification": "token-classification (tagging) model",
+            "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type"))}  # fmt: skip
+    if kind == "masked_lm":
+        head = f", output layer {'tied to' if config['tie_word_embeddings'] else 'separate from'} the input embeddings."
+    elif kind == "token_classification":
+        head = (
+            f", a linear token-classification layer (dropout {config['classifier_dropout']:g}) over the last hidden "
+            "states."
+        )
+    else:
+        head = (
+            f"; a sentence head on the last hidden state of `<s>`: dropout {config['classifier_dropout']:g}, dense "
+            f"{config['hidden_size']} x {config['hidden_size']}, tanh, dropout, linear to {len(config['id2label'])} "
+            f"output{'s' if len(config['id2label']) > 1 else ''} (fairseq's and HF's RobertaClassificationHead compute "
+            "the same)."
+        )
     lines = [
         "---",
         "library_name: transformers",
@@ -723,12 +892,7 @@ def model_card(
         f"`{config['architectures'][0]}`: {config['num_hidden_layers']} layers, hidden size {config['hidden_size']}, "
         f"{config['num_attention_heads']} attention heads, feed-forward size {config['intermediate_size']}, "
         f"{config['hidden_act']}, {layer_order}, LayerNorm eps {config['layer_norm_eps']:g}, {positions} positions"
-        + (
-            f", output layer {'tied to' if config['tie_word_embeddings'] else 'separate from'} the input embeddings."
-            if kind == "masked_lm"
-            else f", a linear token-classification layer (dropout {config['classifier_dropout']:g}) over the last "
-            "hidden states."
-        ),
+        + head,
         "",
     ]
     if kind == "token_classification":
@@ -744,6 +908,8 @@ def model_card(
             "starts one).",
             "",
         ]
+    elif kind == "sequence_classification":
+        lines += _sequence_labels(config)
     lines += [
         "## Vocabulary",
         f"{tokenizer['description']}, {config['vocab_size']} entries (`{tokenizer['class']}`; ids are the fairseq "
@@ -767,19 +933,23 @@ def model_card(
     ]
     if kind != "masked_lm":
         lines.append("- test set: not recorded in the checkpoint (fairseq evaluates the validation split only)")
+    singles = check["sentences"] - check.get("pairs", 0)
+    checked = f"{singles} real PubMed sentences" + (
+        f" and {check['pairs']} pairs of them" if check.get("pairs") else ""
+    )
+    ids = {
+        "masked_lm": "fairseq's token ids",
+        "token_classification": "the token ids fairseq_bio's tagging task encodes their words to",
+        "sequence_classification": "the token ids of the rows fairseq_bio's sentence task makes of them",
+    }
     lines += [
         "",
         "## Check",
-        f"On {check['sentences']} real PubMed sentences ({check['tokens']} tokens) HF's tokenizer gives "
-        + (
-            "fairseq's token ids"
-            if kind == "masked_lm"
-            else "the token ids fairseq_bio's tagging task encodes their words to"
-        )
-        + f", and the logits differ from fairseq's by at most {check['logits_max_abs_diff']:.2e} (fp32).",
+        f"On {checked} ({check['tokens']} tokens) HF's tokenizer gives {ids[kind]}, and the logits differ from "
+        f"fairseq's by at most {check['logits_max_abs_diff']:.2e} (fp32).",
         "",
     ]
-    if hf.dropped or kind == "token_classification":
+    if hf.dropped or kind != "masked_lm":
         lines.append("## Not exported")
         lines += [f"- {what}" for what in hf.dropped]
         if kind == "token_classification":
@@ -787,10 +957,28 @@ def model_card(
                 f"- windows: fairseq_bio tags sentences longer than {positions - 2} tokens in overlapping windows; "
                 "HF models truncate, so split long sentences yourself"
             )
+        elif kind == "sequence_classification":
+            info = config["fairseq_bio"]
+            pair = len(info["text_fields"]) == 2
+            lines.append(
+                f"- windows: an input longer than {info['window']} tokens is cut by fairseq_bio at word boundaries "
+                f"into {'half-overlapping' if info['window_overlap'] else 'consecutive'} windows"
+                + (
+                    " of the second text, the first text repeated in each (and cut when it needs more than half)"
+                    if pair
+                    else ""
+                )
+                + ", and its prediction is the mean of the windows' logits, in training and in scoring. HF sees one "
+                f"window: `truncation=True` cuts the tokens beyond {info['window']} (not at word boundaries); to "
+                "predict as fairseq_bio does, run each window and average the logits (a window that starts after "
+                "a text's first word keeps the space before it: fairseq_bio encodes words in context)"
+            )
         lines.append("")
     lines += ["## Use"]
     if kind == "token_classification":
         lines += _tagging_use()
+    elif kind == "sequence_classification":
+        lines += _sequence_use(config)
     else:
         lines += [
             "```python",
@@ -818,6 +1006,29 @@ def _word_encoder_ids(hub) -> Callable[[str], torch.Tensor]:
     return encode
 
 
+def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
+    """``text or (a, b) -> T`` ids of the row bio_sentence_prediction makes of it (its word encoding, its dataset
+    and collater: ``<s> text </s>`` / ``<s> a </s></s> b </s>``); a text that needs more than one window is refused,
+    since HF sees one (``fits=True``: None instead)."""
+    from ..data.sentence_dataset import SentencePredictionDataset
+    from ..data.tagging_dataset import EncodedWords
+
+    task = hub.task
+
+    def encode(text: Text, fits: bool = False) -> Optional[torch.Tensor]:
+        texts = (text,) if isinstance(text, str) else tuple(text)
+        encoded = [EncodedWords.encode(task.word_encoder, [t.split()]) for t in texts]
+        dataset = SentencePredictionDataset(encoded, task.source_dictionary, task.window)
+        rows = dataset.collater([dataset[0]])["net_input"]["src_tokens"]
+        if len(rows) == 1 and not dataset.truncated:
+            return rows[0]
+        if fits:
+            return None
+        raise HFConvertError(f"check text {texts[0][:60]!r}... does not fit one window of {task.window} tokens")
+
+    return encode
+
+
 def export_hf(
     checkpoint,
     out_dir,
@@ -825,11 +1036,14 @@ def export_hf(
     data: Optional[str] = None,
     overwrite: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
-    sentences: Sequence[str] = CHECK_SENTENCES,
+    sentences: Optional[Sequence[Text]] = None,
+    head: Optional[str] = None,
     log: Callable[[str], None] = print,
 ) -> Dict:
     """Export ``checkpoint`` into the HF directory ``out_dir`` (built in a temp dir and renamed only once HF's
-    outputs were checked against fairseq's); ``log`` gets one line per warning; returns the check's numbers."""
+    outputs were checked against fairseq's on ``sentences``, default ``CHECK_SENTENCES``, and ``CHECK_PAIRS`` for a
+    sentence-level head); ``head`` picks one of several classification heads; ``log`` gets one line per warning;
+    returns the check's numbers."""
     from safetensors.torch import save_file
 
     from .. import compat
@@ -856,7 +1070,13 @@ def export_hf(
         require_fastbpe()
         read_fastbpe_codes(bpe["bpe_codes"])
     hub = load_fairseq_model(checkpoint, vocab_dir)
-    hf, kind, head_name = hf_model(hub)
+    hf, kind, head_name = hf_model(hub, head)
+    encode = {"token_classification": _word_encoder_ids, "sequence_classification": sentence_task_ids}.get(kind)
+    encode = encode(hub) if encode else None
+    if sentences is None:
+        sentences = CHECK_SENTENCES
+        if kind == "sequence_classification":  # the pairs that fit one window of the model's positions
+            sentences += tuple(pair for pair in CHECK_PAIRS if encode(pair, fits=True) is not None)
 
     tmp = make_temp_dir(out_dir)
     try:
@@ -870,7 +1090,6 @@ def export_hf(
         save_file({k: v.contiguous().clone() for k, v in hf.state.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})  # fmt: skip
         identity = torch.arange(len(hub.task.source_dictionary))
-        encode = _word_encoder_ids(hub) if kind == "token_classification" else None
         check = compare_with_hf(tmp, hub, identity, sentences, kind, head_name, encode).__dict__
         if check["logits_max_abs_diff"] > tolerance or check["hidden_max_abs_diff"] > tolerance:
             raise HFConvertError(
@@ -898,24 +1117,28 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         )
         parser.add_argument(
             "checkpoint", help="fairseq checkpoint (model.pt of an import, checkpoint_best.pt of pretraining or "
-            "of a bio_tagging fine-tuning run, ...)"
+            "of a bio_tagging / bio_sentence_prediction fine-tuning run, ...)"
         )  # fmt: skip
         parser.add_argument("out_dir", help="output directory (must not exist unless --overwrite)")
         parser.add_argument(
             "--data", help="vocabulary dir (dict.txt, bpe.json); default: beside the checkpoint, else task.vocab or "
             "task.data"
         )  # fmt: skip
+        parser.add_argument(
+            "--head", help="the classification head to export when the checkpoint has several (the others are left out)"
+        )
         parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in out_dir")
         parser.add_argument(
             "--tolerance", type=float, default=DEFAULT_TOLERANCE, help="largest |logit difference| the check accepts"
         )
         args = parser.parse_args(argv)
         result = export_hf(args.checkpoint, args.out_dir, data=args.data, overwrite=args.overwrite,
-                           tolerance=args.tolerance,
+                           tolerance=args.tolerance, head=args.head,
                            log=lambda line: print(f"fairseq-bio-export-hf: warning: {line}", file=sys.stderr))  # fmt: skip
+        pairs = f" ({result['pairs']} pairs)" if result["pairs"] else ""
         print(
             f"wrote {Path(args.out_dir).absolute()} ({result['architecture']}, {result['tokenizer']}); checked on "
-            f"{result['sentences']} real sentences: token ids equal fairseq's, logits max |diff| "
+            f"{result['sentences']} real sentences{pairs}: token ids equal fairseq's, logits max |diff| "
             f"{result['logits_max_abs_diff']:.2e}"
         )
 

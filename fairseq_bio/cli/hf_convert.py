@@ -9,7 +9,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -66,6 +66,8 @@ CHECK_SENTENCES = (
     "He never was in South or Central America, but studied the illness in Padua itself, in 18 Italian emigrants "
     "who had come back ill from the São Paulo region, Brazil.",
 )
+# Sentence pairs (``<s> a </s></s> b </s>``) the export of a sentence-level head also checks itself on.
+CHECK_PAIRS = tuple(zip(CHECK_SENTENCES[0::2], CHECK_SENTENCES[1::2]))
 
 
 class HFConvertError(PreprocessError):
@@ -649,34 +651,40 @@ def build_model(cfg: Dict, data_dir: str):
 class Comparison:
     """How far fairseq's outputs are from HF's on the check sentences."""
 
-    sentences: int
+    sentences: int  # inputs compared, pairs included
     tokens: int
     hidden_max_abs_diff: float  # over every layer's states (embeddings included)
     logits_max_abs_diff: Optional[float]  # None when only hidden states are compared
+    pairs: int = 0  # of the inputs, sentence pairs
 
 
 # The transformers Auto class that loads each kind of output the comparison reads.
 AUTO_CLASSES = {"hidden": "AutoModel", "masked_lm": "AutoModelForMaskedLM",
-                "token_classification": "AutoModelForTokenClassification"}  # fmt: skip
+                "token_classification": "AutoModelForTokenClassification",
+                "sequence_classification": "AutoModelForSequenceClassification"}  # fmt: skip
+HEAD_OUTPUTS = ("token_classification", "sequence_classification")  # the outputs of a fairseq classification head
+
+Text = Union[str, Tuple[str, str]]  # one text, or a pair
 
 
 def compare_with_hf(
     hf_dir: Path,
     hub,
     hf_to_fs: torch.Tensor,
-    sentences: Sequence[str],
+    sentences: Sequence[Text],
     outputs: str = "hidden",
     head_name: Optional[str] = None,
-    encode: Optional[Callable[[str], torch.Tensor]] = None,
+    encode: Optional[Callable[[Text], torch.Tensor]] = None,
 ) -> Comparison:
-    """Run HF (transformers, offline) and a fairseq hub model on ``sentences``: token ids must correspond one to
-    one (``hf_to_fs``; fairseq's ids from ``encode``, default ``hub.encode``); returns the largest differences of
-    hidden states and of the logits of ``outputs`` ("masked_lm", or "token_classification" with the fairseq token
-    head ``head_name``)."""
+    """Run HF (transformers, offline) and a fairseq hub model on ``sentences`` (texts, or ``(a, b)`` pairs, which
+    HF's tokenizer gets as ``tokenizer(a, b)``): token ids must correspond one to one (``hf_to_fs``; fairseq's ids
+    from ``encode``, default ``hub.encode``); returns the largest differences of hidden states and of the logits of
+    ``outputs`` ("masked_lm", or "token_classification" / "sequence_classification" with the fairseq head
+    ``head_name``)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
-    if outputs not in AUTO_CLASSES or (outputs == "token_classification") != (head_name is not None):
+    if outputs not in AUTO_CLASSES or (outputs in HEAD_OUTPUTS) != (head_name is not None):
         raise ValueError(f"outputs={outputs!r} with head_name={head_name!r}")
     # transformers' loading bar and its report of the head a base model leaves out are noise in a check
     verbosity, bar = transformers.utils.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
@@ -690,15 +698,17 @@ def compare_with_hf(
         if bar:
             transformers.utils.logging.enable_progress_bar()
     hub.eval()
-    encode = encode or hub.encode
+    encode = encode or (lambda text: hub.encode(text) if isinstance(text, str) else hub.encode(*text))
     hidden_diff, logits_diff, n_tokens = 0.0, 0.0, 0
-    for sentence in sentences:
-        hf_ids = torch.tensor(tokenizer(sentence)["input_ids"])
-        fs_ids = encode(sentence)
+    for text in sentences:
+        texts = (text,) if isinstance(text, str) else tuple(text)
+        hf_ids = torch.tensor(tokenizer(*texts)["input_ids"])
+        fs_ids = encode(text)
         if not torch.equal(hf_to_fs[hf_ids], fs_ids):
+            fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
             raise HFConvertError(
-                f"token ids differ from HF's on {sentence[:60]!r}...: HF {tokenizer.convert_ids_to_tokens(hf_ids)}, "
-                f"fairseq {[hub.task.source_dictionary[int(i)] for i in fs_ids]}"
+                f"token ids differ from HF's on {texts[0][:60]!r}{' (a pair)' if len(texts) == 2 else ''}...: "
+                f"HF {tokenizer.convert_ids_to_tokens(hf_ids)}, fairseq {fs_tokens}"
             )
         with torch.no_grad():
             hf_out = model(hf_ids[None], output_hidden_states=True)
@@ -718,7 +728,8 @@ def compare_with_hf(
             hidden_diff = max(hidden_diff, (hf_state[0] - fs_state[:, 0]).abs().max().item())
         if outputs == "masked_lm":
             logits_diff = max(logits_diff, (hf_out.logits[0] - fs_logits[0][:, hf_to_fs]).abs().max().item())
-        elif outputs == "token_classification":
+        elif outputs in HEAD_OUTPUTS:  # per token (T x K) or per text (K)
             logits_diff = max(logits_diff, (hf_out.logits[0] - fs_logits[0]).abs().max().item())
         n_tokens += len(fs_ids)
-    return Comparison(len(sentences), n_tokens, hidden_diff, logits_diff if outputs != "hidden" else None)
+    pairs = sum(not isinstance(text, str) for text in sentences)
+    return Comparison(len(sentences), n_tokens, hidden_diff, logits_diff if outputs != "hidden" else None, pairs)
