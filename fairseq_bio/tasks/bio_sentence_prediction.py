@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import numpy as np
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, MISSING
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from omegaconf import MISSING
 
 from ..data.sentence_data import (
     FORMATS,
@@ -25,7 +25,7 @@ from ..data.sentence_data import (
     read_tsv,
 )
 from ..data.sentence_dataset import SentencePredictionDataset
-from ..data.tagging_dataset import EncodedWords, WordEncoder, fingerprint
+from ..data.tagging_dataset import EncodedWords, fingerprint
 from ..metrics.classification import NEGATIVE_LABELS
 from . import fine_tuning
 
@@ -38,7 +38,7 @@ PUBMEDQA_SPLITS = {"valid": "dev"}
 
 
 @dataclass
-class BioSentencePredictionConfig(FairseqDataclass):
+class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
     data: str = field(default=MISSING, metadata={"help": "directory with the split files"})
     kind: ChoiceEnum(KINDS) = field(
         default="classification",
@@ -89,36 +89,11 @@ class BioSentencePredictionConfig(FairseqDataclass):
     data_source: str = field(
         default="", metadata={"help": "where to get the data, said when a split file is missing (licence-gated sets)"}
     )
-    vocab: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "directory with the encoder's dict.txt and bpe.json (default: beside the encoder checkpoint, "
-            "else the data directory it records)"
-        },
-    )
     head_name: str = field(default="bio_sentence", metadata={"help": "name of the head in classification_heads"})
-    layer_lr_decay: float = field(
-        default=1.0,
-        metadata={
-            "help": "lr x decay^(distance from the top layer), embeddings lowest (BioELECTRA: 0.8); needs "
-            "optimizer=composite"
-        },
-    )
-    cache_dir: Optional[str] = field(
-        default=None, metadata={"help": "where encoded texts are cached (default: <checkpoint.save_dir>/encoded)"}
-    )
-    max_positions: Optional[int] = field(
-        default=None, metadata={"help": "tokens per window, specials included (default: the model's positions)"}
-    )
     window_overlap: bool = field(
         default=False,
         metadata={"help": "windows of a long text overlap by about half (twice the rows); default: consecutive"},
     )
-    restore_file: str = II("checkpoint.restore_file")
-    finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
-    save_dir: str = II("checkpoint.save_dir")
-    max_tokens: Optional[int] = II("dataset.max_tokens")
-    seed: int = II("common.seed")
 
 
 def _names(value: str) -> List[str]:
@@ -126,31 +101,22 @@ def _names(value: str) -> List[str]:
 
 
 @register_task("bio_sentence_prediction", dataclass=BioSentencePredictionConfig)
-class BioSentencePredictionTask(FairseqTask):
+class BioSentencePredictionTask(fine_tuning.FineTuningTask):
     """Single-label, multi-label and regression fine-tuning over texts or text pairs, scored at corpus level
     (micro F1 over positive classes, BLURB's HoC F1, Pearson, accuracy and macro F1) by the criterion."""
 
     cfg: BioSentencePredictionConfig
+    task_name = "bio_sentence_prediction"
 
     def __init__(self, cfg: BioSentencePredictionConfig, dictionary, bpe_spec, vocab_dir: str, labels):
-        super().__init__(cfg)
-        self.dictionary = dictionary
-        self.bpe_spec = bpe_spec
-        self.vocab_dir = vocab_dir
+        super().__init__(cfg, dictionary, bpe_spec, vocab_dir)
         self.kind = str(cfg.kind)
         self.text_fields = _names(cfg.text_fields)
         if not 1 <= len(self.text_fields) <= 2:
             raise fine_tuning.FineTuningError(f"task.text_fields={cfg.text_fields}: one text field, or two (a pair)")
         self.negatives = set(_names(cfg.negative_labels))
-        self.labels: List[str] = []
         if labels is not None:
             self.set_labels(labels)
-        self._word_encoder = None
-        self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
-
-    def set_labels(self, labels: Sequence[str]) -> None:
-        self.labels = list(labels)
-        self.label_ids = {label: i for i, label in enumerate(self.labels)}
 
     @property
     def num_outputs(self) -> int:
@@ -170,13 +136,7 @@ class BioSentencePredictionTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: BioSentencePredictionConfig, from_checkpoint: bool = False, **kwargs):
-        encoder = fine_tuning.encoder_checkpoint(cfg.restore_file, cfg.finetune_from_model)
-        vocab = cfg.vocab
-        if not vocab and from_checkpoint and fine_tuning.has_vocab(cfg.save_dir):
-            vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
-        vocab_dir = fine_tuning.resolve_vocab(vocab, encoder)
-        dictionary, bpe_spec = fine_tuning.load_vocab(vocab_dir)
-        logger.info("dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir)
+        dictionary, bpe_spec, vocab_dir = cls.encoder_vocab(cfg, from_checkpoint)
         task = cls(cfg, dictionary, bpe_spec, vocab_dir, None)
         if not from_checkpoint and not os.path.exists(task.split_file("train")):
             raise task._missing(task.split_file("train"), "train")  # before a model is built for nothing
@@ -198,44 +158,9 @@ class BioSentencePredictionTask(FairseqTask):
             logger.info("%s: %d labels: %s", task.kind, len(labels), " ".join(labels))
         return task
 
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
-
-    @property
-    def word_encoder(self) -> WordEncoder:
-        if self._word_encoder is None:
-            self._word_encoder = WordEncoder(self.dictionary, self.bpe_spec)
-        return self._word_encoder
-
-    def build_model(self, cfg, from_checkpoint=False):
-        if not self.labels:
-            raise fine_tuning.FineTuningError(
-                "bio_sentence_prediction: no labels (from the train file, task.labels or a checkpoint)"
-            )
-        encoder = fine_tuning.encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
-        if not from_checkpoint and encoder:
-            fine_tuning.check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
-            fine_tuning.adopt_encoder_architecture(cfg, encoder)
-        model = super().build_model(cfg, from_checkpoint)
+    def register_head(self, model) -> None:
         model.register_classification_head(self.cfg.head_name, num_classes=self.num_outputs)
         model.classification_heads[self.cfg.head_name].train(model.training)  # a head made while loading: eval()
-        fine_tuning.freeze_lm_head(model)
-        if self.cfg.layer_lr_decay != 1.0:
-            fine_tuning.apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
-        self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
-        if not from_checkpoint:
-            fine_tuning.copy_vocab(self.vocab_dir, self.cfg.save_dir)
-        return model
-
-    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if self.cfg.layer_lr_decay != 1.0 and update_num == 0:
-            fine_tuning.check_optimizer_groups(optimizer, self.cfg.layer_lr_decay)
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
@@ -311,22 +236,16 @@ class BioSentencePredictionTask(FairseqTask):
 
     def encode(self, examples: Sequence[Example]) -> List[EncodedWords]:
         """Per text field, the examples' words encoded with the encoder's BPE, through the cache."""
-        with open(os.path.join(self.vocab_dir, fine_tuning.DICT_TXT), "rb") as f:
-            vocab = f.read()
-        spec = {k: (v if k == "_name" else os.path.basename(str(v))) for k, v in self.bpe_spec.items()}
-        cache_dir = self.cfg.cache_dir or (os.path.join(self.cfg.save_dir, "encoded") if self.cfg.save_dir else None)
+        vocab, spec = self.vocab_fingerprint()
         encoded = []
         for field_index in range(len(self.text_fields)):
             words = [ex.texts[field_index].split() for ex in examples]
             key = fingerprint(vocab, spec, CACHE_VERSION, "sentence", words)
-            encoded.append(EncodedWords.cached(self.word_encoder, words, cache_dir, key))
+            encoded.append(EncodedWords.cached(self.word_encoder, words, self.cache_dir, key))
         return encoded
 
     def build_dataset(self, examples: Sequence[Example], shuffle: bool) -> SentencePredictionDataset:
-        if self.window is None:
-            raise fine_tuning.FineTuningError(
-                "bio_sentence_prediction: build the model before the datasets (windows need its positions)"
-            )
+        self.check_window()
         return SentencePredictionDataset(
             self.encode(examples),
             self.dictionary,
@@ -353,9 +272,3 @@ class BioSentencePredictionTask(FairseqTask):
         )
         self.datasets[split] = dataset
         return dataset
-
-    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
-        return indices  # long texts are windowed, never dropped
-
-    def max_positions(self):
-        return None

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import numpy as np
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II, MISSING
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from omegaconf import MISSING
 
 from ..data.conll import Sentence, TaggingDataError, read_conll
 from ..data.tag_schemes import convert_tags, label_set, normalize_scheme, to_bio
-from ..data.tagging_dataset import EncodedWords, TaggingDataset, WordEncoder, fingerprint
+from ..data.tagging_dataset import EncodedWords, TaggingDataset, fingerprint
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
@@ -23,18 +23,11 @@ UNKNOWN_TAG_CHOICES = ChoiceEnum(["error", "o"])
 
 
 @dataclass
-class BioTaggingConfig(FairseqDataclass):
+class BioTaggingConfig(fine_tuning.FineTuningConfig):
     data: str = field(default=MISSING, metadata={"help": "directory with the CoNLL files (token<TAB>tag)"})
     train_file: str = field(default="train.tsv", metadata={"help": "file of the train split, in task.data"})
     valid_file: str = field(default="devel.tsv", metadata={"help": "file of the valid split, in task.data"})
     test_file: str = field(default="test.tsv", metadata={"help": "file of the test split; other splits: <split>.tsv"})
-    vocab: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "directory with the encoder's dict.txt and bpe.json (default: beside the encoder checkpoint, "
-            "else the data directory it records)"
-        },
-    )
     tag_scheme: TAG_SCHEME_CHOICES = field(
         default="bio",
         metadata={
@@ -62,50 +55,27 @@ class BioTaggingConfig(FairseqDataclass):
     )
     head_dropout: float = field(default=0.1, metadata={"help": "dropout before the tagging layer"})
     head_name: str = field(default="bio_tagging", metadata={"help": "name of the head in classification_heads"})
-    layer_lr_decay: float = field(
-        default=1.0,
-        metadata={
-            "help": "lr x decay^(distance from the top layer), embeddings lowest (BioELECTRA: 0.8); needs optimizer=composite"
-        },
-    )
-    cache_dir: Optional[str] = field(
-        default=None, metadata={"help": "where encoded words are cached (default: <checkpoint.save_dir>/encoded)"}
-    )
-    max_positions: Optional[int] = field(
-        default=None, metadata={"help": "tokens per window, <s> and </s> included (default: the model's positions)"}
-    )
-    restore_file: str = II("checkpoint.restore_file")
-    finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
-    save_dir: str = II("checkpoint.save_dir")
-    max_tokens: Optional[int] = II("dataset.max_tokens")
-    seed: int = II("common.seed")
 
 
 @register_task("bio_tagging", dataclass=BioTaggingConfig)
-class BioTaggingTask(FairseqTask):
+class BioTaggingTask(fine_tuning.FineTuningTask):
     """Token classification fine-tuning and scoring (entity P/R/F1 as conlleval, word-level macro F1 for PICO)."""
 
     cfg: BioTaggingConfig
+    task_name = "bio_tagging"
 
     def __init__(self, cfg: BioTaggingConfig, dictionary, bpe_spec, vocab_dir: str, labels: Optional[List[str]]):
-        super().__init__(cfg)
-        self.dictionary = dictionary
-        self.bpe_spec = bpe_spec
-        self.vocab_dir = vocab_dir
+        super().__init__(cfg, dictionary, bpe_spec, vocab_dir)
         self.scheme = normalize_scheme(cfg.tag_scheme)
         if cfg.label_all_subtokens and self.scheme == "bioes":
             raise fine_tuning.FineTuningError(
                 "task.label_all_subtokens needs tag_scheme bio or io (a word's later pieces have no BIOES label)"
             )
-        self.labels: List[str] = []
         if labels is not None:
             self.set_labels(labels)
-        self._word_encoder = None
-        self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
 
     def set_labels(self, labels: Sequence[str]) -> None:
-        self.labels = list(labels)
-        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        super().set_labels(labels)
         self.types = sorted({label[2:] for label in self.labels if label != "O"})
 
     def state_dict(self):
@@ -119,13 +89,7 @@ class BioTaggingTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: BioTaggingConfig, from_checkpoint: bool = False, **kwargs):
-        encoder = fine_tuning.encoder_checkpoint(cfg.restore_file, cfg.finetune_from_model)
-        vocab = cfg.vocab
-        if not vocab and from_checkpoint and fine_tuning.has_vocab(cfg.save_dir):
-            vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
-        vocab_dir = fine_tuning.resolve_vocab(vocab, encoder)
-        dictionary, bpe_spec = fine_tuning.load_vocab(vocab_dir)
-        logger.info("dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir)
+        dictionary, bpe_spec, vocab_dir = cls.encoder_vocab(cfg, from_checkpoint)
         scheme = normalize_scheme(cfg.tag_scheme)
         labels = None
         if cfg.labels:
@@ -139,47 +103,12 @@ class BioTaggingTask(FairseqTask):
             logger.info("%d labels (%s): %s", len(labels), scheme, " ".join(labels))
         return cls(cfg, dictionary, bpe_spec, vocab_dir, labels)
 
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
-
-    @property
-    def word_encoder(self) -> WordEncoder:
-        if self._word_encoder is None:
-            self._word_encoder = WordEncoder(self.dictionary, self.bpe_spec)
-        return self._word_encoder
-
-    def build_model(self, cfg, from_checkpoint=False):
-        if not self.labels:
-            raise fine_tuning.FineTuningError(
-                "bio_tagging: no labels (from the train file, task.labels or a checkpoint)"
-            )
-        encoder = fine_tuning.encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
-        if not from_checkpoint and encoder:
-            fine_tuning.check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
-            fine_tuning.adopt_encoder_architecture(cfg, encoder)
-        model = super().build_model(cfg, from_checkpoint)
+    def register_head(self, model) -> None:
         model.register_tagging_head(
             self.cfg.head_name, len(self.labels), dropout=self.cfg.head_dropout, crf=self.cfg.crf
         )
         if self.cfg.crf and self.cfg.crf_constraints:
             model.classification_heads[self.cfg.head_name].constrain(self.labels)
-        fine_tuning.freeze_lm_head(model)
-        if self.cfg.layer_lr_decay != 1.0:
-            fine_tuning.apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
-        self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
-        if not from_checkpoint:
-            fine_tuning.copy_vocab(self.vocab_dir, self.cfg.save_dir)
-        return model
-
-    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if self.cfg.layer_lr_decay != 1.0 and update_num == 0:
-            fine_tuning.check_optimizer_groups(optimizer, self.cfg.layer_lr_decay)
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def split_file(self, split: str) -> str:
         names = {"train": self.cfg.train_file, "valid": self.cfg.valid_file, "test": self.cfg.test_file}
@@ -198,19 +127,12 @@ class BioTaggingTask(FairseqTask):
         if path is not None:
             with open(path, "rb") as f:
                 content = f.read()
-            with open(os.path.join(self.vocab_dir, fine_tuning.DICT_TXT), "rb") as f:
-                vocab = f.read()
-            spec = {k: (v if k == "_name" else os.path.basename(str(v))) for k, v in self.bpe_spec.items()}
-            key = fingerprint(content, vocab, spec, 1)
-        cache_dir = self.cfg.cache_dir or (os.path.join(self.cfg.save_dir, "encoded") if self.cfg.save_dir else None)
+            key = fingerprint(content, *self.vocab_fingerprint(), 1)
         words = [s.words for s in sentences]
-        return EncodedWords.cached(self.word_encoder, words, cache_dir if key else None, key or "")
+        return EncodedWords.cached(self.word_encoder, words, self.cache_dir if key else None, key or "")
 
     def build_dataset(self, sentences: Sequence[Sentence], encoded: EncodedWords, shuffle: bool) -> TaggingDataset:
-        if self.window is None:
-            raise fine_tuning.FineTuningError(
-                "bio_tagging: build the model before the datasets (windows need its positions)"
-            )
+        self.check_window()
         labels = gold = None
         if sentences and sentences[0].tags is not None:
             gold = [s.tags for s in sentences]
@@ -244,12 +166,6 @@ class BioTaggingTask(FairseqTask):
         logger.info("%s: %d sentences, %d words", path, len(sentences), sum(len(s.words) for s in sentences))
         self.datasets[split] = dataset
         return dataset
-
-    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
-        return indices  # long sentences are windowed, never dropped
-
-    def max_positions(self):
-        return None
 
     def predictions_to_tags(self, label_ids: Sequence[int]) -> List[str]:
         """Predicted label ids of a sentence's words -> BIO tags (IO runs become one entity)."""

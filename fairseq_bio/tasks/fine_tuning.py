@@ -1,6 +1,6 @@
 """What every fine-tuning task shares (nothing here is registered): finding the encoder's vocabulary, checking
-that an encoder checkpoint fits it, copying the vocabulary next to the fine-tuned checkpoints, and layer-wise
-learning-rate decay.
+that an encoder checkpoint fits it, copying the vocabulary next to the fine-tuned checkpoints, layer-wise
+learning-rate decay, and ``FineTuningTask``, the base of the tasks that put a head on an encoder checkpoint.
 
 An *encoder checkpoint* is any fairseq checkpoint of ``bio_roberta`` (pretrained with ``bio_masked_lm``, an
 ELECTRA discriminator, a distilled student, an imported HF model, or a model fine-tuned here) whose vocabulary,
@@ -13,11 +13,16 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
 
 from fairseq import utils
 from fairseq.data import Dictionary
+from fairseq.dataclass import FairseqDataclass
+from fairseq.tasks import FairseqTask
+from omegaconf import II
 
+from ..data.tagging_dataset import WordEncoder
 from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
 
 logger = logging.getLogger(__name__)
@@ -230,3 +235,127 @@ def freeze_lm_head(model) -> None:
         for name, param in lm_head.named_parameters():
             if name != "weight":  # tied to the input embeddings, which are trained
                 param.requires_grad_(False)
+
+
+@dataclass
+class FineTuningConfig(FairseqDataclass):
+    """The options every fine-tuning task has (its own dataclass adds the data and head options)."""
+
+    vocab: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "directory with the encoder's dict.txt and bpe.json (default: beside the encoder checkpoint, "
+            "else the data directory it records)"
+        },
+    )
+    layer_lr_decay: float = field(
+        default=1.0,
+        metadata={
+            "help": "lr x decay^(distance from the top layer), embeddings lowest (BioELECTRA: 0.8); needs "
+            "optimizer=composite"
+        },
+    )
+    cache_dir: Optional[str] = field(
+        default=None, metadata={"help": "where encoded texts are cached (default: <checkpoint.save_dir>/encoded)"}
+    )
+    max_positions: Optional[int] = field(
+        default=None, metadata={"help": "tokens per window, specials included (default: the model's positions)"}
+    )
+    restore_file: str = II("checkpoint.restore_file")
+    finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
+    save_dir: str = II("checkpoint.save_dir")
+    max_tokens: Optional[int] = II("dataset.max_tokens")
+    seed: int = II("common.seed")
+
+
+class FineTuningTask(FairseqTask):
+    """A head on an encoder checkpoint: the encoder's vocabulary and BPE, the checks that the checkpoint fits
+    them, the head added by ``register_head``, layer-wise lr decay, windows as long as the model's positions,
+    and no example ever dropped for its length. Subclasses read their files and build their datasets."""
+
+    task_name = "fine-tuning"  # the registered name, for messages
+
+    def __init__(self, cfg: FineTuningConfig, dictionary, bpe_spec, vocab_dir: str):
+        super().__init__(cfg)
+        self.dictionary = dictionary
+        self.bpe_spec = bpe_spec
+        self.vocab_dir = vocab_dir
+        self.labels: List[str] = []
+        self._word_encoder = None
+        self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
+
+    def set_labels(self, labels: Sequence[str]) -> None:
+        self.labels = list(labels)
+        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+
+    @staticmethod
+    def encoder_vocab(cfg: FineTuningConfig, from_checkpoint: bool):
+        """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the fine-tuned run)."""
+        encoder = encoder_checkpoint(cfg.restore_file, cfg.finetune_from_model)
+        vocab = cfg.vocab
+        if not vocab and from_checkpoint and has_vocab(cfg.save_dir):
+            vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
+        vocab_dir = resolve_vocab(vocab, encoder)
+        dictionary, bpe_spec = load_vocab(vocab_dir)
+        logger.info("dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir)
+        return dictionary, bpe_spec, vocab_dir
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    @property
+    def word_encoder(self) -> WordEncoder:
+        if self._word_encoder is None:
+            self._word_encoder = WordEncoder(self.dictionary, self.bpe_spec)
+        return self._word_encoder
+
+    def register_head(self, model) -> None:
+        """Add the task's head to ``model`` (a ``bio_roberta``) under ``self.cfg.head_name``."""
+        raise NotImplementedError
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if not self.labels:
+            raise FineTuningError(f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)")
+        encoder = encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
+        if not from_checkpoint and encoder:
+            check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
+            adopt_encoder_architecture(cfg, encoder)
+        model = super().build_model(cfg, from_checkpoint)
+        self.register_head(model)
+        freeze_lm_head(model)
+        if self.cfg.layer_lr_decay != 1.0:
+            apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
+        self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
+        if not from_checkpoint:
+            copy_vocab(self.vocab_dir, self.cfg.save_dir)
+        return model
+
+    def check_window(self) -> None:
+        if self.window is None:
+            raise FineTuningError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.layer_lr_decay != 1.0 and update_num == 0:
+            check_optimizer_groups(optimizer, self.cfg.layer_lr_decay)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    @property
+    def cache_dir(self) -> Optional[str]:
+        return self.cfg.cache_dir or (os.path.join(self.cfg.save_dir, "encoded") if self.cfg.save_dir else None)
+
+    def vocab_fingerprint(self):
+        """(dict.txt bytes, BPE spec without directories): what an encoding depends on besides the text."""
+        with open(os.path.join(self.vocab_dir, DICT_TXT), "rb") as f:
+            vocab = f.read()
+        return vocab, {k: (v if k == "_name" else os.path.basename(str(v))) for k, v in self.bpe_spec.items()}
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        return indices  # long inputs are windowed, never dropped
+
+    def max_positions(self):
+        return None
