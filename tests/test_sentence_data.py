@@ -37,6 +37,9 @@ def test_gad_tsv_without_and_with_header():
     assert train[0].texts == (first,)
     # a quote inside a field is text (BLUE's files are read as pandas reads them)
     assert any('"S" promoter' in ex.texts[0] for ex in train)
+    # read without labels (prediction on a labelled file): the last column is still the label, not the text
+    unlabelled = read_tsv(str(GAD / "train.tsv"), ["sentence"], None)
+    assert [ex.texts for ex in unlabelled] == [ex.texts for ex in train] and unlabelled[0].label is None
     check_examples(
         train + test, "gad", "classification", ["sentence"], ["0", "1"], entity_markers=["@GENE$", "@DISEASE$"]
     )

@@ -79,7 +79,9 @@ def read_tsv(path: str, text_fields: Sequence[str], label_field: Optional[str]) 
                 f"{path}:{line}: {len(row)} field(s), expected {' <TAB> '.join(names)} (no header: the label is the "
                 "last column, the texts the ones before it)"
             )
-        examples.append(_example(row[len(row) - len(names) :], text_fields, label_field, line))
+        # Without a header the label is the last column, also when it is not wanted (a labelled file predicted).
+        end = len(row) if label_field or len(row) == len(names) else len(row) - 1
+        examples.append(_example(row[end - len(names) : end], text_fields, label_field, line))
     return examples
 
 
