@@ -68,9 +68,10 @@ def test_fine_tuned_directory_is_self_contained(gad_model):
     assert state["extra_state"]["best"] == pytest.approx(best, abs=0.01)
 
 
-def test_fairseq_validate_scores_every_test_sentence_as_the_criterion(gad_model, tmp_path):
+def test_fairseq_validate_and_predict_score_every_test_sentence_as_the_criterion(gad_model, tmp_path):
     """fairseq-validate on the fine-tuned checkpoint: the 534 test sentences are all scored (none dropped by
-    fairseq's batching), and on the dev split it reproduces the training run's dev metrics for that checkpoint."""
+    fairseq's batching), and on the dev split it reproduces the training run's dev metrics for that checkpoint;
+    fairseq-bio-predict writes a prediction per test sentence and prints the same test metrics."""
     save_dir, log = gad_model
     result = run_cli(["fairseq-validate", SHARED_DATA / "re" / "GAD", "--task", "bio_sentence_prediction",
                       "--user-dir", REPO / "fairseq_bio", "--path", save_dir / "checkpoint_best.pt",
@@ -86,6 +87,35 @@ def test_fairseq_validate_scores_every_test_sentence_as_the_criterion(gad_model,
     trained = [v for v in logged(log, "valid").values() if float(v["f1"]) == best][-1]
     for key in ("accuracy", "macro_f1", "f1", "cls_correct_0", "cls_correct_1"):
         assert float(printed["valid"][key]) == pytest.approx(float(trained[key]), abs=0.01), key
+
+    # fairseq-bio-predict on the same test file: a row per test sentence in input order, and the metrics it prints
+    # are fairseq-validate's
+    test_file = SHARED_DATA / "re" / "GAD" / "test.tsv"
+    predicted = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", test_file,
+                         "--output", tmp_path / "pred.jsonl", "--cpu", "--quiet"], cwd=tmp_path).stdout  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert [r["line"] for r in rows] == list(range(2, 536))  # line 1 is the header
+    gold = test_file.read_text(encoding="utf-8").splitlines()[1:]
+    assert [r["gold"] for r in rows] == [line.rsplit("\t", 1)[1] for line in gold]
+    assert all(r["pred"] == max(r["probabilities"], key=r["probabilities"].get) for r in rows)
+    metrics = dict(re.findall(r"(\w+) (\d+\.\d+)", predicted.splitlines()[-1]))
+    for key in ("accuracy", "macro_f1", "precision", "recall", "f1"):
+        assert float(metrics[key]) == pytest.approx(float(printed["test"][key]), abs=0.01), key
+    # the same sentences without their label column: the same predictions, no gold, no metrics
+    unlabelled = tmp_path / "unlabelled.tsv"
+    unlabelled.write_text("".join(line.rsplit("\t", 1)[0] + "\n" for line in ["index\tsentence\tlabel", *gold]))
+    run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", unlabelled,
+             "--output", tmp_path / "pred2.jsonl", "--cpu", "--quiet"], cwd=tmp_path)  # fmt: skip
+    again = [json.loads(line) for line in (tmp_path / "pred2.jsonl").read_text().splitlines()]
+    assert [r["pred"] for r in again] == [r["pred"] for r in rows] and all("gold" not in r for r in again)
+    # a label the model does not know: one line naming the file and line, nothing written
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("index\tsentence\tlabel\n" + gold[0] + "\n" + gold[1].rsplit("\t", 1)[0] + "\tmaybe\n")
+    failed = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", bad,
+                      "--output", tmp_path / "bad.jsonl", "--cpu", "--quiet"], cwd=tmp_path, check=False)  # fmt: skip
+    last = failed.stderr.strip().splitlines()[-1]
+    assert failed.returncode != 0 and last.startswith(f"fairseq-bio-predict: {bad}:3: label 'maybe'")
+    assert not (tmp_path / "bad.jsonl").exists()
 
 
 def _load(save_dir, name="checkpoint_best.pt", **overrides):

@@ -1,10 +1,16 @@
-"""fairseq-bio-predict: a fine-tuned tagging checkpoint applied to CoNLL files or raw text.
+"""fairseq-bio-predict: a fine-tuned tagging or sentence-level checkpoint applied to new files.
 
-CoNLL in (``token`` or ``token<TAB>tag`` per line), CoNLL out: ``token<TAB>prediction``, or conlleval's
+Tagging (``bio_tagging``): CoNLL in (``token`` or ``token<TAB>tag`` per line), CoNLL out: ``token<TAB>prediction``, or conlleval's
 ``token<TAB>gold<TAB>prediction`` when the input has gold tags, whose entity P/R/F1 is then printed (the metric
 code the criterion uses). Raw text in (one sentence or document per line; documents are split into sentences),
 JSON lines out: one object per input line with its entity spans (``start``/``end`` character offsets into the
 line, ``type``, ``text``). Long sentences are windowed as in training: every word gets exactly one prediction.
+
+Sentence level (``bio_sentence_prediction``: relation extraction, HoC, BIOSSES, PubMedQA, NLI): a file in the format
+the task was trained on (TSV, JSON lines; PubMedQA: ``ori_pqal.json`` with ``--split``), JSON lines out, one object
+per input row in input order: ``id``, ``line``, ``pred`` (the label, the 0/1 row, or the score), ``probabilities``
+(softmax over the labels, or a sigmoid per label) and ``gold`` when the input carries labels, whose metrics are then
+printed, computed by the criterion's own code. Long texts are windowed and their windows mean-pooled as in training.
 """
 
 import argparse
@@ -27,8 +33,18 @@ class PredictError(Exception):
     """Bad input or a checkpoint that cannot tag; printed as one line."""
 
 
+TAGGING, SENTENCE = "bio_tagging", "bio_sentence_prediction"
+
+
 def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
     """(task, model) of a fine-tuned ``bio_tagging`` checkpoint, in eval mode."""
+    return load_fine_tuned(checkpoint, vocab, cpu, fp16, tasks=(TAGGING,))
+
+
+def load_fine_tuned(
+    checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE)
+):
+    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode."""
     from fairseq import checkpoint_utils
 
     import fairseq_bio  # noqa: F401  (registers the plugin)
@@ -41,8 +57,8 @@ def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False,
     overrides = {"vocab": vocab or (beside if has_vocab(beside) else None), "cache_dir": None}
     overrides = {k: v for k, v in overrides.items() if v is not None or k == "cache_dir"}
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    if cfg.task._name != "bio_tagging":
-        raise PredictError(f"{checkpoint}: a {cfg.task._name} checkpoint, not a bio_tagging one")
+    if cfg.task._name not in tasks:
+        raise PredictError(f"{checkpoint}: a {cfg.task._name} checkpoint, not a {' or '.join(tasks)} one")
     model = models[0].eval()
     if fp16:
         model.half()
@@ -180,11 +196,108 @@ def predict_text(task, model, input_path: str, output_path: str, documents: bool
     return count
 
 
+def predict_examples(task, model, examples, max_tokens: int = 4096, max_sentences: int = 64, progress=True):
+    """One JSON-able row per example (input order): ``id``, ``line``, ``pred``, ``probabilities`` and, for
+    labelled examples, ``gold``; plus the criterion's logging output over all of them (None when unlabelled)."""
+    from fairseq import utils
+    from tqdm import tqdm
+
+    from ..criterions.bio_sentence_prediction import BioSentencePredictionCriterion
+
+    criterion = BioSentencePredictionCriterion(None, task)
+    dataset = task.build_dataset(examples, shuffle=False)
+    device = next(model.parameters()).device
+    kind, labels = task.kind, task.labels
+    outputs = [None] * len(examples)
+    with torch.no_grad(), tqdm(total=len(examples), unit="ex", disable=not progress, file=sys.stderr) as bar:
+        for indices in batches(dataset, max_tokens, max_sentences):
+            sample = dataset.collater([dataset[i] for i in indices])
+            sample = utils.move_to_cuda(sample) if device.type == "cuda" else sample
+            pooled = criterion.pool(model, sample).cpu()
+            for i, row in zip(sample["id"].tolist(), pooled):
+                outputs[i] = row
+            bar.update(len(indices))
+    pooled = torch.stack(outputs)
+    predicted = criterion.predict(pooled).tolist()
+    rows = []
+    for ex, p, out in zip(examples, predicted, pooled):
+        row = {"id": ex.id, "line": ex.line}
+        if kind == "classification":
+            row.update(pred=labels[p], probabilities=dict(zip(labels, torch.softmax(out, -1).tolist())))
+        elif kind == "multilabel":
+            row.update(pred=[int(v) for v in p], probabilities=torch.sigmoid(out).tolist())
+        else:
+            row.update(pred=p)
+        if ex.label is not None:
+            row["gold"] = [int(v) for v in ex.label] if kind == "multilabel" else ex.label
+        rows.append(row)
+    targets = task.targets(examples)
+    scored = criterion.score(pooled, torch.as_tensor(targets)) if targets is not None else None
+    return rows, scored
+
+
+def sentence_metrics(logging_output) -> dict:
+    """The corpus-level metrics (percentages) the criterion derives from its summed statistics."""
+    from fairseq import metrics
+
+    from ..criterions.bio_sentence_prediction import BioSentencePredictionCriterion
+
+    with metrics.aggregate(new_root=True) as agg:
+        BioSentencePredictionCriterion.reduce_metrics([{"loss": 0.0, "sample_size": 1, **logging_output}])
+        values = agg.get_smoothed_values()
+    return {k: v for k, v in values.items() if k not in ("loss", "windows")}
+
+
+def read_examples(task, input_path: str, split: str = "test"):
+    """The examples of ``input_path`` read as the task reads its splits, with their labels when the file has them."""
+    from ..data.sentence_data import SentenceDataError
+
+    cfg = task.cfg
+    if str(cfg.format) == "pubmedqa" or os.path.isdir(input_path):
+        data = input_path if os.path.isdir(input_path) else os.path.dirname(os.path.abspath(input_path))
+        overrides = {"data": data, "valid_from_train": 0}
+        if not os.path.isdir(input_path):
+            overrides["train_file"] = os.path.basename(input_path)
+    else:
+        overrides = {"data": os.path.dirname(os.path.abspath(input_path)), "valid_from_train": 0, "test_file":
+                     os.path.basename(input_path)}  # fmt: skip
+        split = "test"
+    saved = {k: getattr(cfg, k) for k in overrides}
+    try:
+        for key, value in overrides.items():
+            setattr(cfg, key, value)
+        try:
+            task.read_split(split, check=False)
+        except SentenceDataError:  # no label column / field: a file to predict, not to score
+            return task.read_split(split, require_labels=False)
+        return task.read_split(split)
+    finally:
+        for key, value in saved.items():
+            setattr(cfg, key, value)
+
+
+def predict_sentence_file(task, model, input_path: str, output_path: str, split: str = "test", **kwargs):
+    """Predict every example of ``input_path`` into JSON lines; returns the metrics when it has labels, else None."""
+    rows, scored = predict_examples(task, model, read_examples(task, input_path, split), **kwargs)
+    with atomic_output(output_path) as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    return sentence_metrics(scored) if scored is not None else None
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-bio-predict", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="fine-tuned bio_tagging checkpoint (.pt)")
-    parser.add_argument("--input", required=True, help="CoNLL file (token[<TAB>tag]) or raw text (one per line)")
-    parser.add_argument("--output", required=True, help="CoNLL predictions, or JSON lines of spans for text input")
+    parser.add_argument(
+        "--checkpoint", required=True, help="fine-tuned bio_tagging or bio_sentence_prediction checkpoint (.pt)"
+    )
+    parser.add_argument(
+        "--input", required=True,
+        help="tagging: CoNLL file (token[<TAB>tag]) or raw text (one per line); sentence level: a TSV / JSON lines "
+        "file in the task's format, or PubMedQA's ori_pqal.json (or its directory)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--output", required=True, help="CoNLL predictions, or JSON lines (spans for text input; one row per example)"
+    )
     parser.add_argument(
         "--format", choices=["auto", "conll", "text"], default="auto",
         help="input format (auto: conll for .tsv/.conll/.iob/.bio, else text)",
@@ -192,6 +305,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--sentences", action="store_true", help="text input: each line is one sentence (default: documents, split)"
     )
+    parser.add_argument("--split", default="test", help="PubMedQA: the split of task.split_file to predict")
     parser.add_argument("--vocab", default=None, help="dir with dict.txt + bpe.json (default: beside the checkpoint)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (padding included)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
@@ -202,16 +316,22 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from ..data.conll import TaggingDataError
+    from ..data.sentence_data import SentenceDataError
 
     kind = args.format
     if kind == "auto":
         kind = "conll" if args.input.lower().endswith(CONLL_SUFFIXES) else "text"
     if not os.path.exists(args.input):
         raise PredictError(f"{args.input}: not found")
-    task, model = load_tagger(args.checkpoint, args.vocab, args.cpu, args.fp16)
+    task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
     try:
-        if kind == "conll":
+        if hasattr(task, "kind"):  # bio_sentence_prediction
+            scores = predict_sentence_file(task, model, args.input, args.output, split=args.split, **options)
+            print(f"wrote {args.output}")
+            if scores is not None:
+                print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
+        elif kind == "conll":
             scores = predict_conll(task, model, args.input, args.output, **options)
             print(f"wrote {args.output}")
             if scores is not None:
@@ -220,7 +340,7 @@ def main(argv=None) -> None:
         else:
             count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
             print(f"wrote {args.output}: {count} entity spans")
-    except TaggingDataError as e:
+    except (TaggingDataError, SentenceDataError, FileNotFoundError) as e:
         raise PredictError(str(e)) from None
 
 
