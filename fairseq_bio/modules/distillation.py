@@ -31,12 +31,24 @@ def _mean(total: Tensor, count: int) -> Tensor:
     return total / count if count > 0 else total * 0.0
 
 
+def _masked_mean(values: Tensor, mask: Optional[Tensor], per_position: int = 1) -> Tensor:
+    """Mean of ``values`` (shape ``...``) over the positions where ``mask`` is True, each standing for
+    ``per_position`` elements. Multiplying by the mask instead of indexing with it: boolean indexing of B x T x C
+    states and B x H x T x T maps (nonzero + gather, and a scatter backwards) was most of these terms' cost."""
+    if mask is None:
+        return values.sum() / (values.numel() * per_position)
+    if mask.shape != values.shape[-mask.dim() :]:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not match values of shape {tuple(values.shape)}")
+    weight = mask.to(values.dtype)
+    return _mean((values * weight).sum(), int(mask.sum()) * (values.numel() // mask.numel()) * per_position)
+
+
 def mlm_loss(logits: Tensor, target: Tensor, padding_idx: int) -> Tensor:
     """Mean cross-entropy of ``... x V`` logits against ``...`` targets, over targets that are not padding (eq. 1:
     the masked positions, the task puts padding everywhere else)."""
-    keep = target.ne(padding_idx)
-    picked = _select(logits, keep).float()
-    return _mean(F.cross_entropy(picked, target[keep], reduction="sum"), picked.size(0))
+    flat = logits.reshape(-1, logits.size(-1)).float()
+    total = F.cross_entropy(flat, target.reshape(-1), ignore_index=padding_idx, reduction="sum")
+    return _mean(total, int(target.ne(padding_idx).sum()))
 
 
 def kl_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0, mask: Optional[Tensor] = None):
@@ -44,11 +56,14 @@ def kl_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float =
     Hinton's temperature; T^2 keeps the gradient's scale independent of T)."""
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: must be > 0")
-    s = _select(student_logits, mask).float() / temperature
-    t = _select(teacher_logits, mask).float() / temperature
+    s = _select(student_logits, mask).float()
+    t = _select(teacher_logits, mask).detach().float()
     if s.shape != t.shape:
         raise ValueError(f"student logits {tuple(s.shape)} and teacher logits {tuple(t.shape)} differ in shape")
-    kl = F.kl_div(F.log_softmax(s, dim=-1), F.log_softmax(t, dim=-1), log_target=True, reduction="sum")
+    if temperature != 1.0:  # N x V passes are most of this term's cost: skip the ones T = 1 does not need
+        s, t = s / temperature, t / temperature
+    log_t = F.log_softmax(t, dim=-1)
+    kl = (log_t.exp() * (log_t - F.log_softmax(s, dim=-1))).sum()
     return _mean(kl, s.size(0)) * temperature**2
 
 
@@ -65,17 +80,16 @@ def _projected(student: Tensor, teacher: Tensor, projection: Projection, what: s
 def cosine_loss(student: Tensor, teacher: Tensor, mask: Optional[Tensor] = None, projection: Projection = None):
     """Mean over positions of 1 - cos(h_s W, h_t) for ``... x C`` states (eq. 3, eq. 10's hidden term; bio-lm's
     learned projection W when the widths differ)."""
-    s, t = _select(student, mask), _select(teacher, mask)
-    s = _projected(s, t, projection, "cosine alignment").float()
-    return _mean((1.0 - F.cosine_similarity(s, t.float(), dim=-1)).sum(), s.size(0))
+    s = _projected(student, teacher, projection, "cosine alignment").float()
+    return _masked_mean(1.0 - F.cosine_similarity(s, teacher.float(), dim=-1), mask)
 
 
 def hidden_mse(student: Tensor, teacher: Tensor, mask: Optional[Tensor] = None, projection: Projection = None):
     """MSE(h_s W, h_t) over positions and the teacher's channels for ``... x C`` states (eq. 6's hidden term,
     eq. 7 for the embeddings)."""
-    s, t = _select(student, mask), _select(teacher, mask)
-    s = _projected(s, t, projection, "hidden-state MSE").float()
-    return _mean(F.mse_loss(s, t.float(), reduction="sum"), s.numel())
+    s = _projected(student, teacher, projection, "hidden-state MSE").float()
+    squares = F.mse_loss(s, teacher.float(), reduction="none").sum(-1)
+    return _masked_mean(squares, mask, per_position=s.size(-1))
 
 
 def _check_maps(student: Tensor, teacher: Tensor, mask: Optional[Tensor]) -> None:
@@ -92,11 +106,11 @@ def attention_mse(student: Tensor, teacher: Tensor, mask: Optional[Tensor] = Non
     """1/H sum over heads of MSE(a_s^h, a_t^h) for ``B x H x T x T`` maps, over (query, key) pairs of non-pad
     tokens (eq. 6's attention term)."""
     _check_maps(student, teacher, mask)
-    diff = (student.float() - teacher.float()) ** 2
+    squares = (student.float() - teacher.float()) ** 2  # B x H x T x T
     if mask is None:
-        return diff.mean()
-    pairs = (mask[:, :, None] & mask[:, None, :])[:, None].expand_as(diff)
-    return _mean(diff[pairs].sum(), int(pairs.sum()))
+        return squares.mean()
+    pairs = mask[:, :, None] & mask[:, None, :]  # B x T x T
+    return _masked_mean(squares.transpose(0, 1), pairs)  # H x B x T x T: pairs broadcast over heads
 
 
 def attention_kl(student: Tensor, teacher: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -108,10 +122,7 @@ def attention_kl(student: Tensor, teacher: Tensor, mask: Optional[Tensor] = None
     # student probability; t = 0 there makes the product 0 either way.
     log_s = s.clamp_min(torch.finfo(s.dtype).tiny).log()
     rows = (torch.xlogy(t, t) - t * log_s).sum(-1)  # B x H x T
-    if mask is None:
-        return rows.mean()
-    queries = mask[:, None, :].expand_as(rows)
-    return _mean(rows[queries].sum(), int(queries.sum()))
+    return _masked_mean(rows.transpose(0, 1), mask)  # H x B x T: the query mask broadcast over heads
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> List[int]:
