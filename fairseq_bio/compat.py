@@ -21,6 +21,9 @@ that pickles anything else is refused with a one-line error.
 - fairseq's ``progress_bar()`` adds a ``FileHandler`` for ``common.log_file`` on every call, and fairseq-train calls
   it once per epoch, so epoch k's log lines are written k times (quadratic growth on small fine-tuning sets).
   It now adds the handler only when that file has none yet.
+
+It also installs ``fairseq_bio.checkpoints``: every checkpoint file fairseq writes appears atomically, and a corrupt
+one is named in one line with the newest intact checkpoint beside it (see that module).
 """
 
 import argparse
@@ -78,17 +81,27 @@ def load_checkpoint(path, map_location="cpu"):
     install()
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise UnsafeCheckpointError(_refusal(path, e)) from None
+    except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
+        from .checkpoints import corrupt_error
+
+        corrupt = corrupt_error(path, e)  # an empty or truncated file is not an unsafe one
+        if corrupt is not None:
+            raise corrupt from None
+        if isinstance(e, pickle.UnpicklingError):
+            raise UnsafeCheckpointError(_refusal(path, e)) from None
+        raise
 
 
 def install() -> None:
     """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
     file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
-    and the legacy masked-LM dictionary its loader back (see the module docstring)."""
+    and the legacy masked-LM dictionary its loader back, and installs ``checkpoints`` (see the module docstring)."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
+    from . import checkpoints
+
+    checkpoints.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
     torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
     from fairseq import checkpoint_utils

@@ -107,6 +107,11 @@ class BioMaskedLMTask(MaskedLMTask):
             word_boundaries=boundaries,
         )
 
+    @classmethod
+    def load_dict(cls, cfg):
+        check_binarised(cfg.data)
+        return super().load_dict(cfg)
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
         split_path = os.path.join(paths[(epoch - 1) % len(paths)], split)
@@ -175,6 +180,24 @@ class BioMaskedLMTask(MaskedLMTask):
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
         return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+def check_binarised(data: str) -> None:
+    """Refuse, in one line saying what to run, a ``task.data`` that is raw text rather than binarised directories."""
+    steps = (
+        "encode and binarise it first: fairseq-bio-encode --vocab VOCAB --inputs train.txt valid.txt --outputs "
+        "train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe --valid valid.bpe --destdir "
+        "data-bin (VOCAB from fairseq-bio-vocab; `make demo` runs every step), and give task.data=data-bin"
+    )
+    for i, path in enumerate(utils.split_paths(data)):
+        if os.path.isfile(path):
+            raise ValueError(f"task.data={path}: a file, not a binarised data directory (dict.txt, train.bin/.idx); "
+                             f"if it is text, {steps}")  # fmt: skip
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"task.data={path}: no such directory")
+        if i == 0 and not os.path.exists(os.path.join(path, "dict.txt")):  # the other shards need only .bin/.idx
+            raise FileNotFoundError(f"task.data={path}: no dict.txt, so not a binarised data directory; if it holds "
+                                    f"text, {steps}")  # fmt: skip
 
 
 def _parse_schedule(text: str) -> List[float]:
