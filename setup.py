@@ -52,6 +52,7 @@ setup(
             "fairseq-bio-extract-encoder = fairseq_bio.cli.extract_encoder:cli_main",
             "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
             "fairseq-bio-vocab-report = preprocess.vocab_report:cli_main",
+            "fairseq-bio-blurb = fairseq_bio.cli.blurb:cli_main",
         ]
     },
 )

@@ -1,0 +1,290 @@
+"""fairseq-bio-blurb end to end on slices of the real shared data, from the tiny pretrained encoder: 2 datasets x
+2 seeds through fairseq-hydra-train, fairseq-validate and the predictors write results.md/json/png with a partial
+BLURB score; a run killed mid-way is redone and a second invocation reuses every run; BLUE's HoC is scored by its
+own example-based F1 from the predictions; the update budgets on the full shared data are the shipped recipes'; the
+aggregate reproduces seed 001 Table 6; bad names fail in one line."""
+
+import contextlib
+import json
+import math
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import time
+
+import psutil
+import pytest
+from conftest import BIN, SHARED_DATA, conll_slice, logged
+from test_blurb_score import TABLE_6
+
+from fairseq_bio.cli.blurb import (
+    BLUE_RECIPES,
+    BLURB_RECIPES,
+    BlurbError,
+    aggregate,
+    build_parser,
+    compose,
+    main,
+    plan_runs,
+    render_markdown,
+)
+from fairseq_bio.metrics.blurb import BLUE, BLURB
+from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
+from fairseq_bio.metrics.tagging import span_prf
+
+# the tiny encoder learns something in 30 updates at lr 1e-3 (the recipes' lrs are for thousands of updates)
+SMOKE = "--seeds 2 --max-update 30 --lr-grid 1e-3 -- dataset.batch_size=16 common.log_interval=5".split()
+LR = "lr0.001"
+
+
+@pytest.fixture(scope="module")
+def blurb_data(tmp_path_factory):
+    """A --data root of real slices: NCBI-disease (CoNLL) and GAD (BLUE TSV: 265 train rows + the 535 dev rows the
+    preset holds out, every 4th of the 534 test rows: 134)."""
+    root = tmp_path_factory.mktemp("blurb-data")
+    ncbi, gad = root / "ner" / "NCBI-disease", root / "re" / "GAD"
+    ncbi.mkdir(parents=True)
+    gad.mkdir(parents=True)
+    src = SHARED_DATA / "ner" / "NCBI-disease"
+    for name, n in (("train.tsv", 300), ("devel.tsv", 100), ("test.tsv", 100)):
+        conll_slice(src / name, ncbi / name, n)
+    train = (SHARED_DATA / "re" / "GAD" / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    test = (SHARED_DATA / "re" / "GAD" / "test.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (gad / "train.tsv").write_text("".join(train[:800]), encoding="utf-8")
+    (gad / "test.tsv").write_text("".join(test[:1] + test[1::4]), encoding="utf-8")  # the file is sorted by label
+    return root
+
+
+def _args(encoder, data, out, *extra):
+    return ["--checkpoint", str(encoder), "--data", str(data), "--out", str(out), *extra]
+
+
+def _read_tagged(path):
+    gold, pred = [[]], [[]]
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            if gold[-1]:
+                gold.append([])
+                pred.append([])
+            continue
+        _, g, p = line.split("\t")
+        gold[-1].append(g)
+        pred[-1].append(p)
+    return [g for g in gold if g], [p for p in pred if p]
+
+
+def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monkeypatch):
+    """The killed first run is redone, the other three run; results hold every run, per-dataset statistics over the
+    two seeds, the per-type averages and the partial BLURB score; test scores equal the predictions' own; a second
+    invocation starts no fairseq-hydra-train (every run reused, nothing rewritten)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "out"
+    argv = _args(tiny_encoder, blurb_data, out, "--tasks", "gad,ncbi", *SMOKE)
+    first = out / "ncbi-disease" / LR / "seed1"  # table order: NER before RE
+
+    # 1. stop the runner (SIGTERM, as a scheduler ending the job) as soon as the first run's training has started:
+    # it takes its fairseq-hydra-train down with it
+    proc = subprocess.Popen([str(BIN / "fairseq-bio-blurb"), *argv], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while not (first / "train.log").exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert any("fairseq-hydra-train" in " ".join(c.cmdline()) for c in children)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 1 and stderr.strip().splitlines()[-1].startswith("fairseq-bio-blurb: interrupted")
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert (first / "cmd.txt").exists() and (first / "train.log").exists()
+    assert not (first / "result.json").exists()
+
+    # 2. run: the interrupted run is redone from the start, the other three run
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["counts"] == {"ran": 3, "redone": 1, "stale": 0, "reused": 0, "failed": 0}
+    runs = {(r["dataset"], r["seed"]): r for r in results["runs"]}
+    assert runs[("ncbi-disease", 1)]["status"] == "redone" and len(runs) == 4
+
+    for (name, seed), r in runs.items():
+        run_dir = out / name / LR / f"seed{seed}"
+        assert r["run_dir"] == str(run_dir) and r["updates"] == 30
+        command = shlex.split((run_dir / "cmd.txt").read_text())
+        assert command[0].endswith("fairseq-hydra-train") and f"common.seed={seed}" in command
+        assert f"checkpoint.save_dir={run_dir}" in command and "dataset.batch_size=16" in command
+        assert "optimizer.groups.default.lr_scheduler.warmup_updates=3" in command  # 10 % of 30 updates
+        stored = json.loads((run_dir / "result.json").read_text())
+        assert stored["test_metric"] == r["test_metric"] and stored["identity"]["command"] == command
+        if name == "ncbi-disease":  # fairseq-validate's test F1 = conlleval F1 of fairseq-bio-predict's output
+            gold, pred = _read_tagged(run_dir / "predictions.tsv")
+            assert len(gold) == 100 == r["test_examples"]
+            assert r["test_metric"] == pytest.approx(100 * span_prf(gold, pred)[2], abs=0.01)
+        else:  # ... = micro F1 over the positive class of the sentence predictions
+            rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").open()]
+            assert len(rows) == 134 == r["test_examples"]
+            f1 = micro_f1([row["gold"] for row in rows], [row["pred"] for row in rows], ("0",))
+            assert r["test_metric"] == pytest.approx(100 * f1, abs=0.01)
+        # the dev score is the best dev F1 logged, the one checkpoint_best was saved at
+        assert r["dev_metric"] == max(float(v["f1"]) for v in logged(run_dir / "train.log", "valid").values())
+
+    # per dataset: statistics over the two seeds; per type: the mean; BLURB: the mean of the two covered types
+    for name, task_type in (("ncbi-disease", "ner"), ("gad", "relation_extraction")):
+        values = [runs[(name, s)]["test_metric"] for s in (1, 2)]
+        d = results["datasets"][name]
+        assert d["n"] == 2 and d["values"] == values and d["task_type"] == task_type
+        assert d["mean"] == pytest.approx(statistics.fmean(values))
+        assert d["std"] == pytest.approx(statistics.stdev(values))
+        assert d["median"] == pytest.approx(statistics.median(values))
+        assert results["per_type"][task_type] == pytest.approx(d["mean"])
+    score = results["score"]
+    expected = statistics.fmean([results["datasets"]["ncbi-disease"]["mean"], results["datasets"]["gad"]["mean"]])
+    assert score["score"] == pytest.approx(expected) and score["partial"]
+    assert score["covered_types"] == ["ner", "relation_extraction"]
+    assert set(score["missing_types"]) == {"pico", "sentence_similarity", "document_classification",
+                                           "question_answering"}  # fmt: skip
+    assert results["missing"]["chemprot"] == "not run (not in --tasks)" and results["missing"]["hoc"].startswith(
+        "not run"
+    )
+    md = (out / "results.md").read_text()
+    assert f"**BLURB score: {expected:.2f}** — **partial**: covers 2 of 6 task types" in md
+    assert "| NCBI-disease | ner | entity_f1 | 2 |" in md and "- ChemProt: not run (not in --tasks)" in md
+    png = (out / "results.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+    # 3. again: every run reused, no fairseq-hydra-train started (no run file rewritten), the same results
+    mtimes = {p: p.stat().st_mtime_ns for p in out.glob("*/lr*/seed*/*") if p.is_file()}
+    assert main(argv) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["counts"] == {"ran": 0, "redone": 0, "stale": 0, "reused": 4, "failed": 0}
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
+    assert again["score"] == results["score"] and again["datasets"] == results["datasets"]
+
+
+@pytest.fixture(scope="module")
+def blue_hoc(tmp_path_factory):
+    """Real HoC abstracts with at least one hallmark (BLUE's HoC has none without: its metric is undefined there)."""
+    out = tmp_path_factory.mktemp("blue-hoc")
+    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
+        lines = (SHARED_DATA / "hoc" / f"{split}.json").read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if any(json.loads(line)["label"])][:n]
+        (out / f"{split}.json").write_text("".join(kept), encoding="utf-8")
+    return out
+
+
+def test_blue_hoc_is_scored_from_predictions_with_blues_metric(tiny_encoder, blue_hoc, tmp_path, monkeypatch):
+    """--preset blue: HoC's test score is BLUE's example-based F1 of the kept predictions, while BLURB's micro F1
+    of the same predictions equals what fairseq-validate logged (the predictor pools windows as validation does);
+    the BLUE score is the plain mean over the datasets present, marked partial."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "out"
+    argv = _args(tiny_encoder, tmp_path, out, "--preset", "blue", "--tasks", "hoc", "--dataset-dir",
+                 f"hoc={blue_hoc}", "--seeds", "1", "--max-update", "10", "--", "dataset.batch_size=8")  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    (run,) = results["runs"]
+    rows = [json.loads(line) for line in open(os.path.join(run["run_dir"], "predictions.jsonl"))]
+    assert len(rows) == 20 and all(len(row["pred"]) == 10 for row in rows)
+    gold, pred, ids = [r["gold"] for r in rows], [r["pred"] for r in rows], [r["id"] for r in rows]
+    assert run["metric"] == "hoc_example_f1"
+    assert run["test_metric"] == pytest.approx(100 * blue_hoc_f1(gold, pred, ids))
+    assert float(run["test"]["f1"]) == pytest.approx(100 * hoc_f1(gold, pred, ids), abs=0.01)
+    assert results["score"]["score"] == pytest.approx(run["test_metric"]) and results["score"]["partial"]
+    assert set(results["missing"]) == set(BLUE.names()) - {"hoc"}
+    assert "**BLUE score:" in (out / "results.md").read_text()
+
+
+def test_budgets_on_the_shared_data_are_the_recipes(tmp_path):
+    """On the full shared data the runner counts each train file to the update budget the shipped configs carry
+    (epochs x batches, 10 % warm-up), and lists exactly the datasets that are not there as missing."""
+    encoder = tmp_path / "encoder.pt"
+    encoder.write_bytes(b"")
+    args = build_parser().parse_args(_args(encoder, SHARED_DATA, tmp_path / "out"))
+    args.overrides, args.checkpoint = [], encoder
+    plans, missing = plan_runs(args, BLURB, BLURB.names())
+    budgets = {p.recipe.name: (p.budget.max_update, p.budget.warmup, len(p.seeds)) for p in plans}
+    assert budgets == {
+        "bc5-disease": (8 * 285, 228, 5),  # 4,560 sentences at batch 16, 8 epochs (LinkBERT's BLURB script)
+        "ncbi-disease": (3400, 340, 5),  # bio_tagging_ner's own: 20 epochs of 5,424 sentences at batch 32
+        "ddi": (3955, 396, 5),  # the sentence_task presets' budgets
+        "gad": (1340, 134, 5),
+        "biosses": (150, 15, 10),
+        "hoc": (1640, 164, 5),
+        "pubmedqa": (870, 87, 10),
+    }
+    assert {n for n, why in missing.items() if why.startswith("no data")} == {
+        "bc5-chem", "bc2gm", "jnlpba", "ebm-pico", "chemprot", "bioasq"}  # fmt: skip
+
+    args.preset = "blue"
+    plans, missing = plan_runs(args, BLUE, BLUE.names())
+    assert [p.recipe.name for p in plans] == ["biosses", "bc5cdr-disease"]
+    assert set(missing) == {"medsts", "bc5cdr-chemical", "share-clefe", "ddi", "chemprot", "i2b2-2010", "hoc",
+                            "mednli"}  # fmt: skip
+    assert set(BLURB_RECIPES) == set(BLURB.names()) and set(BLUE_RECIPES) == set(BLUE.names())
+
+
+def test_gated_presets_and_blue_versions_compose():
+    """The presets for the sets users bring (ChemProt, BioASQ) carry their epochs x batches of BLURB's train sizes
+    (seed 001 Table 3: 18,035 and 670); BLUE's relation sets read BLUE's TSVs with BLUE's labels."""
+    base = ["task.data=/d", "checkpoint.restore_file=/c.pt"]
+    for name, epochs, batch, train in (("chemprot", 10, 32, 18035), ("bioasq", 20, 16, 670)):
+        cfg = compose(BLURB_RECIPES[name], base)
+        updates = cfg["optimization"]["max_update"]
+        assert (cfg["optimization"]["max_epoch"], cfg["dataset"]["batch_size"]) == (epochs, batch)
+        assert updates == epochs * math.ceil(train / batch)
+        assert cfg["optimizer"]["groups"]["default"]["lr_scheduler"]["warmup_updates"] == round(updates / 10)
+    task = compose(BLUE_RECIPES["i2b2-2010"], base)["task"]
+    assert task["labels"] == "false,PIP,TeCP,TeRP,TrAP,TrCP,TrIP,TrNAP,TrWP" and task["negative_labels"] == "false"
+    assert (task["train_file"], task["test_file"], task["entity_markers"]) == ("train.tsv", "test.tsv", "")
+    assert compose(BLUE_RECIPES["ddi"], base)["task"]["negative_labels"] == "DDI-false"
+
+
+@pytest.mark.parametrize("model", sorted(TABLE_6))
+def test_report_reproduces_table_6(model):
+    """Fed seed 001 Table 6's per-dataset numbers as runs, the report gives that table's BLURB score to 0.01, not
+    partial; without BioASQ it is marked partial with question answering covered in part."""
+    table = TABLE_6[model]
+    records = [{"dataset": BLURB.task(name).name, "lr": 3e-5, "seed": 1, "dev_metric": value, "test_metric": value}
+               for name, value in table.items() if name != "BLURB score"]  # fmt: skip
+    results = aggregate(BLURB, records, {})
+    assert round(results["score"]["score"], 2) == table["BLURB score"] and not results["score"]["partial"]
+    md = render_markdown(results)
+    assert f"**BLURB score: {table['BLURB score']:.2f}**" in md and "partial" not in md
+    partial = aggregate(BLURB, [r for r in records if r["dataset"] != "bioasq"], {"bioasq": "no data"})
+    assert partial["score"]["partial"] and partial["score"]["incomplete_types"] == ["question_answering"]
+    assert "**partial**" in render_markdown(partial) and "- BioASQ: no data" in render_markdown(partial)
+
+
+def test_learning_rate_is_chosen_on_dev():
+    """With an lr grid, each dataset reports the test scores of the lr whose mean dev score over seeds is best."""
+    records = [{"dataset": "gad", "lr": lr, "seed": s, "dev_metric": dev, "test_metric": test}
+               for lr, s, dev, test in [(1e-5, 1, 70, 90), (1e-5, 2, 72, 92), (3e-5, 1, 75, 60), (3e-5, 2, 74, 62)]]  # fmt: skip
+    d = aggregate(BLURB, records, {})["datasets"]["gad"]
+    assert d["lr"] == 3e-5 and d["values"] == [60, 62] and d["dev_by_lr"] == {"1e-05": 71, "3e-05": 74.5}
+
+
+def test_bad_input_fails_in_one_line(tmp_path, blurb_data):
+    encoder = tmp_path / "encoder.pt"
+    encoder.write_bytes(b"")
+    done = subprocess.run([str(BIN / "fairseq-bio-blurb"), *_args(encoder, blurb_data, tmp_path / "o", "--tasks",
+                          "gad,nosuch")], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "fairseq-bio-blurb: unknown BLURB dataset 'nosuch'; known: " + ", ".join(BLURB.names())
+    )
+    with pytest.raises(BlurbError, match=r"^no data for any of chemprot under .*"):
+        main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "chemprot"))
+    with pytest.raises(BlurbError, match=r"^gad: the overrides do not compose with bio_sentence_prediction: "):
+        main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "gad", "--", "task.no_such_option=1"))
+    with pytest.raises(BlurbError, match=r"^gad: give learning rates with --lr-grid or as overrides, not both$"):
+        main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "gad", "--lr-grid", "1e-5,3e-5", "--",
+                   "optimizer.groups.default.lr_float=1e-4"))  # fmt: skip
+    with pytest.raises(BlurbError, match=r"nosuch\.pt: encoder checkpoint not found$"):
+        main(_args(tmp_path / "nosuch.pt", blurb_data, tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
