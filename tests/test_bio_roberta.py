@@ -118,3 +118,79 @@ def test_argparse_namespace_converts(task):
         model_args("bio_roberta_large", task="bio_masked_lm", data="x", encoder_layers=2, encoder_embed_dim=32)
     )
     assert cfg.model.encoder_attention_heads == ARCHITECTURES["bio_roberta_large"]["encoder_attention_heads"]
+
+
+def _layer_and_input(task, attention_dropout):
+    """The first layer of a small model (only attention dropout on) and its input ``T x B x C`` with a pad mask."""
+    model = small_model(task, attention_dropout=attention_dropout, dropout=0.0, activation_dropout=0.0)
+    encoder = model.encoder.sentence_encoder
+    tokens = batch(task)
+    x, _ = encoder.forward_embedding(tokens)
+    return encoder.layers[0], x.transpose(0, 1), tokens.eq(task.source_dictionary.pad())
+
+
+def test_attention_maps_are_fairseqs_attention_in_eval_mode(task):
+    """Eval: the maps path's output equals fairseq's MultiheadAttention (need_weights=False) and its maps equal
+    the per-head weights torch's F.multi_head_attention_forward gives for the same parameters."""
+    import torch.nn.functional as F
+
+    layer, x, pad = _layer_and_input(task, attention_dropout=0.1)
+    layer.eval()
+    attn = layer.self_attn
+    out, maps = layer._attention_with_maps(x, pad, None)
+    fairseq_out, _ = attn(query=x, key=x, value=x, key_padding_mask=pad, need_weights=False)
+    torch.testing.assert_close(out, fairseq_out, rtol=0, atol=1e-6)
+    _, torch_maps = F.multi_head_attention_forward(
+        x, x, x, attn.embed_dim, attn.num_heads, torch.empty([0]),
+        torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)), None, None, False, 0.1,
+        attn.out_proj.weight, attn.out_proj.bias, False, pad, need_weights=True, use_separate_proj_weight=True,
+        q_proj_weight=attn.q_proj.weight, k_proj_weight=attn.k_proj.weight, v_proj_weight=attn.v_proj.weight,
+        average_attn_weights=False,
+    )  # fmt: skip
+    assert maps.shape == (2, 4, 7, 7)
+    torch.testing.assert_close(maps, torch_maps, rtol=0, atol=1e-6)
+    # The whole layer and encoder: the same states with and without maps.
+    plain, _ = layer(x, encoder_padding_mask=pad)
+    with_maps, _ = layer(x, encoder_padding_mask=pad, need_attn=True)
+    torch.testing.assert_close(plain, with_maps, rtol=0, atol=1e-6)
+
+
+def test_attention_maps_in_training_come_before_dropout(task):
+    """Training with attention dropout 0.1: the maps are distributions, 0 on padding columns and the same as in eval
+    mode, while the values are still mixed through dropped-out weights (the output depends on the seed and is on
+    average the eval output: inverted dropout)."""
+    layer, x, pad = _layer_and_input(task, attention_dropout=0.1)
+    layer.eval()
+    eval_out, eval_maps = layer._attention_with_maps(x, pad, None)
+    layer.train()
+    outs = []
+    for seed in range(400):
+        torch.manual_seed(seed)
+        out, maps = layer._attention_with_maps(x, pad, None)
+        if seed < 2:
+            torch.testing.assert_close(maps.sum(-1), torch.ones(2, 4, 7))
+            assert maps[1, :, :, 5:].abs().max() == 0  # row 1 has 5 real tokens
+            torch.testing.assert_close(maps, eval_maps, rtol=0, atol=1e-6)
+        outs.append(out.detach())
+    assert (outs[0] - outs[1]).abs().max() > 1e-3  # dropout still acts on the mixing
+    assert (outs[0] - eval_out).abs().max() > 1e-3
+    mean = torch.stack(outs).mean(0)
+    assert (mean - eval_out).abs().max() < 0.1 * eval_out.abs().max()
+    # ... and the maps carry gradients (attention-transfer losses train the student through them)
+    maps.sum().backward()
+    assert layer.self_attn.k_proj.weight.grad.abs().sum() > 0
+
+
+def test_encoder_maps_in_training_match_eval_without_other_dropout(task):
+    """Through the whole encoder: with only attention dropout on, every layer's maps in training equal eval's in
+    the first layer (later layers see dropped-out mixing) and are distributions in all."""
+    model = small_model(task, attention_dropout=0.1, dropout=0.0, activation_dropout=0.0)
+    tokens = batch(task)
+    _, eval_extra = model(tokens, features_only=True, return_attn=True)
+    model.train()
+    torch.manual_seed(0)
+    _, extra = model(tokens, features_only=True, return_attn=True)
+    torch.testing.assert_close(extra["attn"][0], eval_extra["attn"][0], rtol=0, atol=1e-6)
+    for maps in extra["attn"]:
+        torch.testing.assert_close(maps.sum(-1), torch.ones(2, 4, 7))
+        assert maps[1, :, :, 5:].abs().max() == 0

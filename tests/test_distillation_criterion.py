@@ -208,13 +208,28 @@ def test_bad_set_ups_fail_in_one_line(task, teacher_path, tmp_path):
     with pytest.raises(DistillationError, match="every weight is 0"):
         criterion_for(task, teacher_path, **OFF)
     crit = criterion_for(task, teacher_path, **dict(OFF, attn_weight=1.0))
-    dropped = build_model(task, STUDENT, seed=1, attention_dropout=0.1)
-    with pytest.raises(DistillationError, match="model.attention_dropout=0"):
-        crit(dropped.train(), hand_batch(task))
-    crit(dropped.eval(), hand_batch(task))  # validation has no dropout: fine
     wider = build_model(task, {**STUDENT, "encoder_embed_dim": 8}, seed=1)
     with pytest.raises(DistillationError, match="built for a 1 x 16 student"):
         crit(wider, hand_batch(task))
+
+
+def test_attention_terms_train_with_attention_dropout(task, teacher_path):
+    """The attention terms compare maps before dropout: with attention dropout 0.1 (and no other dropout) a training
+    step's attention terms equal eval mode's, while the states, mixed through dropped-out attention, do not; the
+    step trains the student's attention."""
+    for attn_loss in ("mse", "kl"):
+        crit = criterion_for(task, teacher_path, **dict(OFF, mlm_weight=1.0, attn_weight=1.0, attn_loss=attn_loss))
+        student = build_model(task, STUDENT, seed=1, attention_dropout=0.1, dropout=0.0, activation_dropout=0.0)
+        tokens = hand_batch(task)["net_input"]["src_tokens"]
+        _, _, eval_log = crit(student.eval(), hand_batch(task))
+        eval_features, _ = student(tokens, features_only=True)
+        torch.manual_seed(0)
+        loss, _, log = crit(student.train(), hand_batch(task))
+        assert log["attn_loss"].item() == pytest.approx(eval_log["attn_loss"].item(), abs=1e-6)
+        train_features, _ = student(tokens, features_only=True)
+        assert (train_features - eval_features).abs().max() > 1e-3  # attention dropout is on
+        loss.backward()
+        assert student.encoder.sentence_encoder.layers[0].self_attn.q_proj.weight.grad.abs().sum() > 0
 
 
 def test_teacher_follows_the_students_dtype(task, teacher_path):

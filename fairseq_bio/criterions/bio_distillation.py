@@ -64,8 +64,8 @@ class BioDistillationConfig(FairseqDataclass):
     attn_weight: float = field(
         default=0.0,
         metadata={
-            "help": "weight of the per-head attention-map term, summed over student layers (eq. 6 / 10); needs "
-            "model.attention_dropout=0"
+            "help": "weight of the per-head attention-map term (maps before attention dropout), summed over student "
+            "layers (eq. 6 / 10)"
         },
     )
     attn_loss: ChoiceEnum(["mse", "kl"]) = field(
@@ -181,13 +181,6 @@ class BioDistillationCriterion(FairseqCriterion):
                 f"criterion: built for a {self.student_layers} x {self.student_dim} student (model.encoder_layers, "
                 f"model.encoder_embed_dim) but the model is {layers} x {dim}"
             )
-        if "attn_loss" in self.on and encoder.training:
-            dropout = max(layer.self_attn.dropout_module.p for layer in encoder.layers)
-            if dropout > 0:
-                raise DistillationError(
-                    f"criterion.attn_weight={self.cfg.attn_weight} needs model.attention_dropout=0 (it is {dropout}): "
-                    "the encoder returns attention maps after dropout, which are not distributions"
-                )
 
     def forward(self, model, sample, reduce=True):
         tokens = sample["net_input"]["src_tokens"]

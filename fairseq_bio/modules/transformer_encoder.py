@@ -1,4 +1,4 @@
-"""fairseq's transformer encoder, able to return every layer's per-head attention map on request."""
+"""fairseq's transformer encoder, able to return every layer's per-head attention maps (before dropout) on request."""
 
 from typing import List, Optional
 
@@ -12,7 +12,8 @@ from torch import Tensor
 
 
 class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
-    """Post-LN (BERT/RoBERTa) or pre-LN (Megatron) layer; ``need_attn`` also returns ``B x H x T x T``."""
+    """Post-LN (BERT/RoBERTa) or pre-LN (Megatron) layer; ``need_attn`` also returns the per-head attention
+    probabilities before dropout, ``B x H x T x T``."""
 
     def forward(
         self,
@@ -47,33 +48,30 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
         return x, attn
 
     def _attention_with_maps(self, x: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]):
-        # fairseq's MultiheadAttention only returns head-averaged weights on its fast path; this is the same
-        # computation with the same parameters, keeping the heads apart (and differentiable, for distillation).
+        """``T x B x C`` -> (``T x B x C``, attention probabilities before dropout ``B x H x T x T``)."""
+        # fairseq's MultiheadAttention averages the heads, and torch's F.multi_head_attention_forward gives back
+        # the weights after dropout, which in training are not distributions. Distillation compares maps, so this
+        # is their computation with the same parameters, keeping the heads apart and dropping out only the copy
+        # that mixes the values.
         attn = self.self_attn
-        return F.multi_head_attention_forward(
-            x,
-            x,
-            x,
-            attn.embed_dim,
-            attn.num_heads,
-            torch.empty([0]),
-            torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)),
-            attn.bias_k,
-            attn.bias_v,
-            attn.add_zero_attn,
-            attn.dropout_module.p,
-            attn.out_proj.weight,
-            attn.out_proj.bias,
-            attn.training or attn.dropout_module.apply_during_inference,
-            key_padding_mask.bool() if key_padding_mask is not None else None,
-            need_weights=True,
-            attn_mask=attn_mask,
-            use_separate_proj_weight=True,
-            q_proj_weight=attn.q_proj.weight,
-            k_proj_weight=attn.k_proj.weight,
-            v_proj_weight=attn.v_proj.weight,
-            average_attn_weights=False,
-        )
+        if attn.bias_k is not None or attn.add_zero_attn:
+            raise NotImplementedError("attention maps with add_bias_kv or add_zero_attn (encoders use neither)")
+        T, B, C = x.shape
+        H = attn.num_heads
+
+        def heads(y: Tensor) -> Tensor:  # T x B x C -> B x H x T x D
+            return y.view(T, B, H, attn.head_dim).permute(1, 2, 0, 3)
+
+        q = heads(attn.q_proj(x) * attn.scaling)  # fairseq scales q after its projection (bias included)
+        k, v = heads(attn.k_proj(x)), heads(attn.v_proj(x))
+        scores = torch.matmul(q, k.transpose(-1, -2))  # B x H x T x T
+        if attn_mask is not None:
+            scores = scores + attn_mask  # additive T x T (the layer has turned a 0/1 mask into 0/-1e8)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask.view(B, 1, 1, T).to(torch.bool), float("-inf"))
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
+        mixed = torch.matmul(attn.dropout_module(probs), v)  # B x H x T x D
+        return attn.out_proj(mixed.permute(2, 0, 1, 3).reshape(T, B, C)), probs
 
 
 class BioTransformerEncoder(TransformerEncoder):
@@ -96,7 +94,8 @@ class BioTransformerEncoder(TransformerEncoder):
         return_attn: bool = False,
     ):
         """As fairseq's encoder; with ``return_attn`` the dict also holds ``attn``: one ``B x H x T x T``
-        tensor per layer. Nothing extra is computed or kept unless asked for."""
+        tensor per layer, the attention probabilities before dropout. Nothing extra is computed or kept unless
+        asked for."""
         padding_mask = src_tokens.eq(self.padding_idx)
         has_pads = padding_mask.any()
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
