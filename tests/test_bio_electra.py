@@ -142,6 +142,8 @@ def test_criterion_equals_a_direct_computation_and_labels_equal_samples_original
     predicted = (z > 0) & keep
     assert log["replaced_detected"] == int((predicted & replaced).sum())
     assert log["original_correct"] == int((~predicted & ~replaced & keep).sum())
+    assert log["replaced_prob_sum"] == pytest.approx(float(p[replaced].sum()), abs=1e-5)
+    assert log["original_prob_sum"] == pytest.approx(float(p[~replaced & keep].sum()), abs=1e-5)
 
     out = model(src, original_tokens=original, masked_tokens=masked, generator=torch.Generator().manual_seed(0))
     keys = {"generator_logits", "sampled_tokens", "discriminator_tokens", "replaced", "discriminator_logits"}
@@ -163,10 +165,10 @@ def test_reduce_metrics_derives_rates_from_summed_counts():
     logs = [
         {"loss": 2.0, "sample_size": 1, "gen_loss_sum": 10.0, "masked": 4, "gen_correct": 1, "disc_loss_sum": 3.0,
          "tokens": 30, "disc_correct": 27, "replaced": 3, "replaced_detected": 1, "original": 27,
-         "original_correct": 26, "predicted_replaced": 2},
+         "original_correct": 26, "predicted_replaced": 2, "replaced_prob_sum": 1.5, "original_prob_sum": 2.7},
         {"loss": 4.0, "sample_size": 1, "gen_loss_sum": 2.0, "masked": 1, "gen_correct": 1, "disc_loss_sum": 1.0,
          "tokens": 10, "disc_correct": 10, "replaced": 1, "replaced_detected": 1, "original": 9,
-         "original_correct": 9, "predicted_replaced": 1},
+         "original_correct": 9, "predicted_replaced": 1, "replaced_prob_sum": 0.9, "original_prob_sum": 0.9},
     ]  # fmt: skip
     with metrics.aggregate() as agg:
         BioElectraCriterion.reduce_metrics(logs)
@@ -177,6 +179,7 @@ def test_reduce_metrics_derives_rates_from_summed_counts():
     assert values["replaced_recall"] == 0.5 and values["replaced_frac"] == 0.1  # not the mean of 1/3 and 1
     assert values["replaced_precision"] == pytest.approx(2 / 3, abs=1e-4)
     assert values["original_acc"] == pytest.approx(35 / 36, abs=1e-4)
+    assert values["replaced_prob"] == pytest.approx(2.4 / 4, abs=1e-4) and values["original_prob"] == 0.1
     assert not any(k.startswith("_") for k in values)
 
 
@@ -212,3 +215,107 @@ def test_phase_2_grows_the_position_table_on_loading():
     assert grown.shape == (16 + 2, 32) and torch.equal(grown[: saved.size(0)], saved)
     assert torch.equal(grown[saved.size(0) :], fresh[saved.size(0) :])  # positions phase 1 never had: initialised
     assert long.generator.embed_positions.weight is grown
+
+
+def test_discriminator_sees_the_samples_in_place_and_labels_line_up_on_pubmed(data_bin):
+    """Real blocks through the task's masker and an untrained generator: the discriminator's actual input is the
+    original with the draws at exactly the masked positions (row-major, no shift, never <s>, </s> or pad), the
+    labels are "input differs from the original", and an oracle head reading those labels scores loss ~0."""
+    from fairseq_bio.tasks.bio_electra import BioElectraTask, BioElectraTaskConfig
+
+    task = BioElectraTask.setup_task(
+        OmegaConf.structured(
+            BioElectraTaskConfig(data=str(data_bin("bytebpe")), tokens_per_sample=64, mask_whole_words=True, seed=5)
+        )
+    )
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    sample = task.mask_sample(dataset.collater([dataset[i] for i in range(16)]), 0.15, stream=3)
+    dictionary = task.source_dictionary
+    pad, bos, eos = dictionary.pad(), dictionary.bos(), dictionary.eos()
+    original, masked = sample["original_tokens"], sample["target"].ne(pad)
+    assert original.eq(pad).any() and (original[:, 0] == bos).all()  # padded rows, <s> first
+    assert not masked[:, 0].any() and not masked[original.eq(eos) | original.eq(pad)].any()
+
+    cfg = OmegaConf.structured(BioElectraConfig(**{**TINY, "max_positions": 64}))
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = BioElectraModel.build_model(cfg, task)
+    model.eval()
+    seen = []
+    model.discriminator.register_forward_pre_hook(lambda module, args: seen.append(args[0].clone()))
+    out = model(**sample["net_input"], original_tokens=original, masked_tokens=masked,
+                generator=torch.Generator().manual_seed(sample["sampling_seed"]))  # fmt: skip
+    (disc_input,) = seen
+    assert torch.equal(disc_input, out["discriminator_tokens"])
+    assert torch.equal(disc_input[~masked], original[~masked])  # <s>, </s>, pad and unmasked tokens untouched
+    assert torch.equal(disc_input[masked], out["sampled_tokens"])  # the draws, in row-major order
+    assert torch.equal(out["replaced"], disc_input.ne(original)) and not out["replaced"][~masked].any()
+    # An untrained generator draws ~uniformly from ~3000 symbols: nearly every masked position is replaced.
+    assert out["replaced"].sum() >= 0.95 * masked.sum() > 0
+
+    # The criterion's labels sit at the same positions: a head that answers the truth scores ~0 and recall 1;
+    # the same answer one position off misses replacements (whole words: spans overlap their shift only in part).
+    criterion = BioElectraCriterion(task)
+    for shift, good in ((0, True), (1, False)):
+        truth = out["replaced"].roll(shift, dims=1)
+        handle = model.discriminator_head.register_forward_hook(lambda m, a, o: (truth.float() * 2 - 1) * 30.0)
+        with torch.no_grad():
+            _, _, log = criterion(model, sample)
+        handle.remove()
+        if good:
+            assert float(log["disc_loss_sum"]) < 1e-6 and log["replaced_detected"] == log["replaced"] > 0
+            assert log["disc_correct"] == log["tokens"]
+        else:
+            assert log["replaced_detected"] < 0.8 * log["replaced"] and float(log["disc_loss_sum"]) > 1000
+
+
+def test_restored_optimizer_state_grows_with_the_position_table():
+    """Per-parameter state (fp32, memory-efficient fp16) and fairseq's flat fp16 master copy: the phase-1 moments
+    are kept where they were, the new position rows get zeros; any other misfit is refused in one line."""
+    from fairseq_bio.tasks.bio_electra import grow_optimizer_state
+
+    short, dictionary, _ = build(max_positions=8)
+    criterion = BioElectraCriterion(DictionaryTask(dictionary))
+
+    def stepped(params):
+        optimizer = torch.optim.Adam(params, lr=1e-3)
+        for p in params:
+            p.grad = torch.randn_like(p)
+        optimizer.step()
+        return optimizer
+
+    def flat(model):
+        return torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+
+    for flattened in (False, True):
+        long, _, _ = build(max_positions=16)
+        long.load_state_dict(short.state_dict())
+        old_rows, positions = long.grown_positions_from, long.discriminator.embed_positions.weight
+        assert (old_rows, positions.size(0)) == (10, 18)
+        old_params = [flat(short)] if flattened else list(short.parameters())
+        new_params = [flat(long)] if flattened else list(long.parameters())
+        saved = stepped(old_params).state_dict()
+        optimizer = torch.optim.Adam(new_params, lr=1e-3)
+        optimizer.load_state_dict(saved)
+        grow_optimizer_state(optimizer, long, criterion, positions, old_rows)
+        for key in ("exp_avg", "exp_avg_sq"):
+            new = [optimizer.state[p][key] for p in new_params]
+            old = [saved["state"][i][key] for i in range(len(old_params))]
+            if flattened:  # back to per-parameter pieces, in the order fairseq flattens them
+                new = list(new[0].split([p.numel() for p in long.parameters()]))
+                old = list(old[0].split([p.numel() for p in short.parameters()]))
+            for (name, param), n, o in zip(long.named_parameters(), new, old):
+                n = n.view(param.shape)
+                if param is positions:
+                    assert torch.equal(n[:old_rows], o.view(old_rows, -1)) and not n[old_rows:].any(), key
+                else:
+                    assert torch.equal(n, o.view(param.shape)), (key, name)
+        for p in new_params:
+            p.grad = torch.ones_like(p)
+        optimizer.step()  # the grown state fits
+
+    wrong = torch.optim.Adam([positions], lr=1e-3)
+    wrong.state[positions] = {"exp_avg": torch.zeros(3, 3)}
+    with pytest.raises(ValueError, match="does not fit a parameter of shape .* checkpoint.reset_optimizer=true"):
+        grow_optimizer_state(wrong, long, criterion, positions, old_rows)

@@ -11,7 +11,8 @@ from fairseq.dataclass import FairseqDataclass
 
 # Summable counts each step logs; every rate is derived from them in reduce_metrics.
 COUNTS = ("gen_loss_sum", "masked", "gen_correct", "disc_loss_sum", "tokens", "disc_correct", "replaced",
-          "replaced_detected", "original", "original_correct", "predicted_replaced")  # fmt: skip
+          "replaced_detected", "original", "original_correct", "predicted_replaced", "replaced_prob_sum",
+          "original_prob_sum")  # fmt: skip
 
 
 @dataclass
@@ -63,6 +64,9 @@ class BioElectraCriterion(FairseqCriterion):
         loss = gen_loss_sum / max(n_masked, 1) + self.discriminator_weight * disc_loss_sum / max(n_tokens, 1)
 
         predicted = (out["discriminator_logits"] > 0) & tokens
+        # The discriminator's probability of "replaced", summed per class: it separates the classes (and shows
+        # learning) long before it crosses 0.5 on replaced tokens against a ~14 % prior.
+        probs = torch.sigmoid(out["discriminator_logits"].detach().float())
         logging_output = {
             "loss": loss.data,
             "ntokens": sample["ntokens"],
@@ -79,6 +83,8 @@ class BioElectraCriterion(FairseqCriterion):
             "original": n_tokens - int(replaced.sum()),
             "original_correct": int((~predicted & ~replaced & tokens).sum()),
             "predicted_replaced": int(predicted.sum()),
+            "replaced_prob_sum": float(probs[replaced].sum()),
+            "original_prob_sum": float(probs[tokens & ~replaced].sum()),
         }
         return loss, 1, logging_output
 
@@ -106,6 +112,8 @@ class BioElectraCriterion(FairseqCriterion):
         metrics.log_derived("replaced_precision", ratio("replaced_detected", "predicted_replaced"))
         metrics.log_derived("original_acc", ratio("original_correct", "original"))
         metrics.log_derived("replaced_frac", ratio("replaced", "tokens"))
+        metrics.log_derived("replaced_prob", ratio("replaced_prob_sum", "replaced"))
+        metrics.log_derived("original_prob", ratio("original_prob_sum", "original"))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
