@@ -154,6 +154,9 @@ class BioElectraModel(BaseFairseqModel):
         forbidden = special_symbols(dictionary)
         forbidden[dictionary.unk()] = True
         self.register_buffer("forbidden", forbidden, persistent=False)  # never sampled as replacements
+        # Rows of the position table a loaded checkpoint had, when loading grew it (None otherwise): the task
+        # grows the restored optimizer state to match before the first update.
+        self.grown_positions_from: Optional[int] = None
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -228,6 +231,7 @@ class BioElectraModel(BaseFairseqModel):
             grown = current.detach().clone().to(saved)
             grown[: saved.size(0)] = saved
             state_dict[key] = grown
+            self.grown_positions_from = saved.size(0)
 
 
 def _register(name):
