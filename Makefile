@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fairseq_bio-installed
 FASTBPE_STAMP := $(VENV)/.fastbpe-installed
 
-.PHONY: install demo test bench bench-tagging bench-hf-parity fastbpe clean
+.PHONY: install demo test bench bench-tagging bench-hf-parity bench-distill fastbpe clean
 
 install: $(STAMP)
 
@@ -48,6 +48,13 @@ bench-tagging: install
 # NER fine-tuning of the real MiniLM: our bio_tagging vs HF Trainer (test F1, training time).
 bench-hf-parity: install
 	$(BIN)/python benchmarks/hf_parity.py
+
+# Distillation: (a) step time vs student MLM step + teacher forward, (b) inference speed and memory of the paper's
+# students vs the 12 x 768 teacher, (c) NCBI-disease F1 of a distilled tiny student and its teacher (hours on 2 CPU
+# cores; `benchmarks/distillation.py --ner --quick` takes about 15 minutes).
+bench-distill: install
+	$(BIN)/python benchmarks/distillation.py
+	$(BIN)/python benchmarks/distillation.py --ner
 
 # Optional: fairseq's --bpe fastbpe (fairseq-bio-vocab --kind fastbpe). fastBPE 0.1.0 is a source distribution that
 # re-runs Cython at build time only when it is importable, hence --no-build-isolation (Cython is in stack.txt); it

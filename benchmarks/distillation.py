@@ -15,10 +15,24 @@ binarised data dir (its dict.txt sets the vocabulary), otherwise uniform over a 
 
 Writes ``benchmarks/results/distillation.md`` and ``.png`` and prints the ratios. ``--sizes small`` (4 x 256
 teacher, 2 x 256 and 2 x 128 students) is a quick check, not the measurement.
+
+(c) ``--ner``: NER on NCBI-disease from a distilled tiny student, its teacher, and the student's architecture from
+    random initialisation, all through the user-facing tools: the PubMed sample binarised as ``make demo`` does, the
+    teacher pretrained with ``--config-name bio_roberta_tiny`` within a wall-clock budget (``benchmarks/tagging.py``'s
+    pretraining), the student distilled with ``--config-name distill_tinybiobert`` (random initialisation, the
+    preset's terms: embeddings, every layer's states through W_h and attention maps, KL), then each fine-tuned with
+    ``--config-name bio_tagging_ner`` (same updates, lr and seed; best dev entity F1 checkpoint) and scored on the
+    whole test file with ``fairseq-bio-predict``.
+
+    python benchmarks/distillation.py --ner            # 4 x 256 teacher (30 min), 2 x 128 student, all of NCBI
+    python benchmarks/distillation.py --ner --quick    # smoke run: minutes of each step, 1,000 train sentences
+
+Writes ``benchmarks/results/distillation_ner.md`` (with the commands run) and prints it.
 """
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -156,7 +170,7 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
         student_sizes = sizes[names[index]]
         attn = weights.get("attn_weight", 0) > 0
         torch.manual_seed(1)
-        student = build(task, student_sizes, attention_dropout=0.0 if attn else 0.1).to(device).train()
+        student = build(task, student_sizes).to(device).train()  # the presets' dropout, attention included
 
         def criterion(**w):
             c = BioDistillationConfig(teacher=str(teacher_path), student_layers=student_sizes["encoder_layers"],
@@ -304,6 +318,184 @@ def write_results(step_rows, infer_rows, args) -> None:
     print(text)
 
 
+# (c) The student has half the teacher's layers and width, and its heads (TinyBioBERT: 4 x 312 from 12 x 768, 12 heads
+# each; per-head attention maps can only be compared head for head).
+NER_TEACHER = "tiny"  # benchmarks/tagging.py's sizes: bio_roberta_tiny's 4 x 256, 4 heads
+NER_STUDENT = dict(encoder_layers=2, encoder_embed_dim=128, encoder_ffn_embed_dim=512, encoder_attention_heads=4)
+NER_MAX_POSITIONS = 128  # the CPU pretraining recipe's (recipe/cpu_demo.yaml)
+NER_FULL = dict(workdir="runs/bench_distill", pretrain_minutes=30.0, pretrain_updates=None, probe_updates=50,
+                max_docs_per_file=None, distill_updates=3000, distill_minutes=60.0, train_sentences=None,
+                dev_sentences=None, epochs=10, batch_size=32)  # fmt: skip
+NER_QUICK = dict(workdir="runs/bench_distill_quick", pretrain_minutes=5.0, pretrain_updates=400, probe_updates=20,
+                 max_docs_per_file=3000, distill_updates=300, distill_minutes=6.0, train_sentences=1000,
+                 dev_sentences=300, epochs=3, batch_size=16)  # fmt: skip
+
+
+def ner_tools():
+    """benchmarks/tagging.py, whose data preparation, pretraining, fine-tuning and prediction steps (c) reuses."""
+    for path in (REPO, REPO / "benchmarks"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    import tagging
+
+    return tagging
+
+
+def distill(tools, run, args, data_bin: Path, teacher: Path, save_dir: Path) -> dict:
+    """``fairseq-hydra-train --config-name distill_tinybiobert`` for ``args.distill_updates`` (at most
+    ``args.distill_minutes``) on the CPU recipe's 128-token blocks; its updates, minutes and validation terms."""
+    every = max(10, args.distill_updates // 5)
+    log = save_dir / "train.log"
+    save_dir.mkdir(parents=True)
+    cmd = [tools.BIN / "fairseq-hydra-train", "--config-dir", tools.CONFIG_DIR, "--config-name", "distill_tinybiobert",
+           f"task.data={data_bin}", f"common.user_dir={tools.PLUGIN_DIR}", f"criterion.teacher={teacher}",
+           f"checkpoint.save_dir={save_dir}", f"common.log_file={log}", "common.log_format=json",
+           "common.log_interval=10", "common.cpu=true", "common.fp16=false", "dataset.num_workers=0",
+           f"task.tokens_per_sample={NER_MAX_POSITIONS}", f"model.max_positions={NER_MAX_POSITIONS}",
+           *(f"model.{k}={v}" for k, v in NER_STUDENT.items()), "dataset.batch_size=16",
+           "optimization.update_freq=[1]", f"optimization.lr=[{args.distill_lr}]",
+           f"optimization.max_update={args.distill_updates}",
+           f"lr_scheduler.warmup_updates={max(1, args.distill_updates // 20)}",
+           f"optimization.stop_time_hours={args.distill_minutes / 60:.5f}",
+           f"dataset.validate_interval_updates={every}", "dataset.max_valid_steps=20",
+           f"checkpoint.save_interval_updates={every}", "checkpoint.keep_interval_updates=1"]  # fmt: skip
+    start = time.perf_counter()
+    run(cmd, "distill", save_dir)
+    entries = tools.json_entries(log)
+    valid = [e for e in entries if "valid_loss" in e]
+    first_train = next((e for e in entries if "kl_loss" in e), {})
+    return {
+        "checkpoint": save_dir / "checkpoint_best.pt",
+        "updates": tools.last_update(entries),
+        "minutes": (time.perf_counter() - start) / 60,
+        "first_train": first_train,
+        "valid": valid[-1] if valid else {},
+    }
+
+
+def ner_report(rows, meta, commands) -> str:
+    """The markdown of (c)."""
+    from fairseq_bio.criterions.bio_distillation import TERMS
+
+    t, d = meta["teacher"], meta["distill"]
+    terms = ", ".join(f"{k[6:-5]} {float(v):.4g}" for k, v in d["valid"].items()
+                      if k.startswith("valid_") and k.endswith("_loss") and k[6:] in TERMS)  # fmt: skip
+    lines = [
+        "# NER from a distilled tiny student and its teacher (NCBI-disease; issue 9 benchmark (c))",
+        "",
+        f"{meta['mode']} run, {meta['date']}, {meta['device']}.",
+        "",
+        f"- Teacher: bio_roberta {meta['teacher_shape']} ({meta['teacher_params'] / 1e6:.2f} M encoder parameters), "
+        f"pretrained (bio_roberta_tiny, whole-word masking) on the PubMed sample for {t['updates']} updates in "
+        f"{t['minutes']:.1f} min (budget {meta['pretrain_minutes']:g} min), valid perplexity {t['valid_ppl']}.",
+        f"- Student: {meta['student_shape']} ({meta['student_params'] / 1e6:.2f} M encoder parameters), random "
+        f"initialisation, distilled with distill_tinybiobert (lr {meta['distill_lr']:g}, batch 16 x "
+        f"{NER_MAX_POSITIONS}) for {d['updates']} updates in {d['minutes']:.1f} min; train KL at update "
+        f"{d['first_train'].get('num_updates', '?')}: {d['first_train'].get('kl_loss', '?')}; last validation "
+        f"(update {d['valid'].get('valid_num_updates', '?')}): {terms or 'none'}.",
+        f"- Fine-tuning: bio_tagging_ner, {meta['train']} train sentences, {meta['dev']} dev sentences, batch "
+        f"{meta['batch_size']}, lr {meta['lr']:g} with 10 % warm-up, {meta['updates']} updates, seed "
+        f"{meta['seed']} for every model; the best dev entity F1 checkpoint; test: the whole test file "
+        "(fairseq-bio-predict).",
+        "",
+        "| model | encoder | parameters | best dev F1 | test P | test R | test F1 | fine-tune wall s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['shape']} | {r['params'] / 1e6:.2f} M | {r['dev_f1']:.2f} | {r['p']:.2f} | "
+                     f"{r['r']:.2f} | {r['f1']:.2f} | {r['wall']:.0f} |")  # fmt: skip
+    lines += ["", "Commands run (in this order):", "", "```", *commands, "```", ""]
+    return "\n".join(lines)
+
+
+def shape(sizes: dict) -> str:
+    return f"{sizes['encoder_layers']} x {sizes['encoder_embed_dim']}"
+
+
+def ner_benchmark(args) -> None:
+    """(c): pretrain a teacher, distil a tiny student from it, fine-tune both (and the student's architecture from
+    random initialisation) on NCBI-disease; dev and test F1."""
+    tools = ner_tools()
+    import torch
+
+    from preprocess.common import PreprocessError, atomic_write
+
+    for key, value in (NER_QUICK if args.quick else NER_FULL).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    args.size, args.new_encoder, args.lr = NER_TEACHER, args.new_teacher, args.ner_lr
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    run = tools.Runner(workdir, args.threads)
+    data_bin = tools.prepare_data(workdir, args.workers, 16000, args.max_docs_per_file)
+    teacher = tools.pretrain(args, run, workdir, data_bin)
+    teacher_ckpt = Path(teacher["checkpoint"])
+    student = distill(tools, run, args, data_bin, teacher_ckpt, workdir / f"student-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"[bench] distilled {student['updates']} updates in {student['minutes']:.1f} min: {student['valid']}",
+          flush=True)  # fmt: skip
+
+    models = [
+        ("teacher", shape(tools.SIZES[NER_TEACHER]), teacher_ckpt, [f"checkpoint.restore_file={teacher_ckpt}"]),
+        ("distilled student", shape(NER_STUDENT), student["checkpoint"],
+         [f"checkpoint.restore_file={student['checkpoint']}"]),
+        # fairseq's default restore_file in a fresh save_dir: nothing is restored
+        ("student architecture, random init", shape(NER_STUDENT), None,
+         ["checkpoint.restore_file=checkpoint_last.pt", *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
+          f"model.max_positions={NER_MAX_POSITIONS}"]),
+    ]  # fmt: skip
+    rows, arch = [], {}
+    with tempfile.TemporaryDirectory(prefix="bench-distill-ner-") as tmp:
+        tmp = Path(tmp)
+        data = tools.ner_data("NCBI-disease", args.train_sentences, args.dev_sentences, tmp)
+        train_n = len(tools.conll_blocks(data / "train.tsv"))
+        updates = max(1, math.ceil(args.epochs * train_n / args.batch_size))
+        for name, encoder_shape, encoder, overrides in models:
+            slug = name.split(",")[0].replace(" ", "-")
+            save_dir = tmp / slug
+            save_dir.mkdir()
+            row = {"model": name, "shape": encoder_shape}
+            row.update(tools.fine_tune(run, slug, data, save_dir, overrides, args, updates, args.seed, data_bin))
+            checkpoint = save_dir / "checkpoint_best.pt"
+            row["params"] = tools.encoder_parameters(checkpoint)
+            arch[name] = tools.architecture(checkpoint)
+            pred_dir = tmp / f"{slug}-predict"
+            pred_dir.mkdir()
+            row.update(tools.predict(run, slug, checkpoint, data / "test.tsv", pred_dir))
+            (run.logs / f"{slug}.train.log").write_bytes((save_dir / "train.log").read_bytes())
+            rows.append(row)
+            print(f"[bench] {name}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} ({row['updates']} updates, "
+                  f"{row['wall']:.0f} s)", flush=True)  # fmt: skip
+        if arch["distilled student"] != arch["student architecture, random init"]:
+            raise PreprocessError("the distilled student and the random one differ in architecture")
+        commands = [c.replace(str(tmp), "$TMP") for c in run.commands]
+    meta = {
+        "mode": "quick (smoke)" if args.quick else "full",
+        "date": time.strftime("%Y-%m-%d"),
+        "device": f"CPU, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"{args.threads or os.environ.get('OMP_NUM_THREADS', 'all')} thread(s) per tool",
+        "teacher": teacher,
+        "teacher_shape": shape(tools.SIZES[NER_TEACHER]),
+        "teacher_params": rows[0]["params"],
+        "student_shape": shape(NER_STUDENT),
+        "student_params": rows[1]["params"],
+        "pretrain_minutes": args.pretrain_minutes,
+        "distill": student,
+        "distill_lr": args.distill_lr,
+        "train": "all" if args.train_sentences is None else f"the first {args.train_sentences}",
+        "dev": "all" if args.dev_sentences is None else f"the first {args.dev_sentences}",
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "updates": updates,
+        "seed": args.seed,
+    }
+    text = ner_report(rows, meta, commands)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with atomic_write(RESULTS / "distillation_ner.md") as f:
+        f.write(text)
+    print(text)
+    print(f"wrote {RESULTS / 'distillation_ner.md'}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", choices=sorted(SIZES), default="paper")
@@ -313,9 +505,31 @@ def main(argv=None):
     parser.add_argument("--step-batch", type=int, default=32, help="sequences per training step in (a)")
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
+    ner = parser.add_argument_group("(c) NER fine-tuning of a distilled student and its teacher (--ner)")
+    ner.add_argument("--ner", action="store_true", help="run (c) instead of (a) and (b)")
+    ner.add_argument("--quick", action="store_true",
+                     help="smoke run: " + ", ".join(f"{k}={v}" for k, v in NER_QUICK.items()))  # fmt: skip
+    ner.add_argument("--ner-workdir", help=f"data, teacher, student and logs; reused (default {NER_FULL['workdir']})")
+    ner.add_argument("--pretrain-minutes", type=float, help="teacher pretraining budget (default 30)")
+    ner.add_argument("--new-teacher", action="store_true", help="pretrain again even if the workdir has a teacher")
+    ner.add_argument("--distill-updates", type=int, help="distillation updates (default 3000)")
+    ner.add_argument("--distill-minutes", type=float, help="distillation wall-clock cap (default 60)")
+    ner.add_argument("--distill-lr", type=float, default=1e-3, help="distillation peak lr (the preset's is 5e-4 at "
+                     "192 x 256 tokens per update)")  # fmt: skip
+    ner.add_argument("--train-sentences", type=int, help="first N NCBI-disease train sentences (default: all)")
+    ner.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")
+    ner.add_argument("--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch")
+    ner.add_argument("--batch-size", type=int, help="fine-tuning sentences per update (default 32)")
+    ner.add_argument("--ner-lr", type=float, default=5e-4, help="fine-tuning peak lr (tiny models need more than 5e-5)")
+    ner.add_argument("--seed", type=int, default=1, help="fine-tuning seed (the same for every model)")
+    ner.add_argument("--threads", type=int, help="OMP/MKL threads of every tool (default: the environment's)")
+    ner.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes")
     args = parser.parse_args(argv)
     if args.memory_worker:
         return memory_worker(args.memory_worker, args.device, args.data, args.workdir)
+    if args.ner:
+        args.workdir = args.ner_workdir
+        return ner_benchmark(args)
     with tempfile.TemporaryDirectory() as work:
         step_rows = step_times(SIZES[args.sizes], args.data, args.steps, args.device, Path(work), args.step_batch)
         infer_rows = inference(SIZES[args.sizes], args.data, args.steps, args.device, Path(work))
