@@ -8,14 +8,15 @@ The learning check (measured on this PubMed slice, OMP_NUM_THREADS=1; the number
 temperature 1 (the default objective). Replaced recall 0.019/0.010/0.014 and precision 0.67/0.52/0.52 (the
 all-"original" guess: 0 and undefined; a random guess: precision = the replaced fraction, 0.14), mean P(replaced)
 0.154/0.141/0.144 on replaced tokens vs 0.136/0.128/0.129 on original ones; generator 9.62-9.80 bits (uniform
-11.55, unigram 9.79). Why this config: ~70 s on a free core; smaller and shorter than bio_electra_tiny (4 x 256,
-128 tokens, ~4x the time per update). Why the long warm-up: with 30 warm-up updates to lr >= 1e-3 the
-discriminator collapses within ~40 updates (its last hidden states become one vector for every token, so its
-output is the prior for every token) and stays there for hundreds of updates (recall 0 through 450 updates at lr
-1e-3 and 2e-3, 2 x 128); with 300 it separates the classes from update ~150. Recall stays small in this budget
-because the generator reaches the unigram distribution by update ~200: from then on a replacement is only
-detectable from context the discriminator must learn better than the generator (2 x 128 at lr 1e-3: recall
-0.005 after 1,600 updates). At temperature 2 (flatter, rarer samples) the same run reaches recall 0.047."""
+11.55, unigram 9.79). Why this config: ~40-70 s on one core; smaller and shorter than bio_electra_tiny (4 x 256,
+128 tokens, ~4x the time per update). Why the long warm-up (now also electra_cpu_demo's): with 30 warm-up updates
+to lr >= 1e-3 (bio_electra_tiny: 5e-4) the discriminator collapses within ~40 updates (its last hidden states
+become one vector for every token, so its output is the prior everywhere) and stays there (recall 0 and equal
+P(replaced) on both kinds through 1,500 updates of this config; benchmarks/electra.py); with 300 it separates the
+classes from update ~150. Recall stays small in this budget because the generator reaches the unigram distribution
+by update ~200: from then on a replacement is only detectable from context the discriminator must learn better than
+the generator (recall ~0.01 through 1,500 updates). At temperature 2 (flatter, rarer samples) the same run reaches
+recall 0.047."""
 
 import json
 import math
