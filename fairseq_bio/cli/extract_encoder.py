@@ -3,16 +3,13 @@
 fine-tuning task starts from it like from any other encoder."""
 
 import argparse
-import filecmp
-import os
-import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
 import torch
 
 from ..compat import load_checkpoint
-from ..tasks.fine_tuning import DICT_TXT, copy_vocab, resolve_vocab
+from ..tasks.fine_tuning import resolve_vocab
 
 PARTS = ("discriminator", "generator")
 # bio_roberta's MLM head: the discriminator has none, so a new one is initialised (continued MLM pretraining only;
@@ -30,7 +27,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     from fairseq.models.roberta.model import base_architecture  # noqa: F401  (fairseq registered before building)
 
     from ..models.bio_electra import SHARED, apply_architecture, encoder_options
-    from .hf_convert import build_model, encoder_checkpoint, encoder_checkpoint_cfg
+    from .hf_convert import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
 
     checkpoint, out = Path(checkpoint), Path(out).absolute()
     if part not in PARTS:
@@ -79,20 +76,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     extra = {"electra_extract": {"source": str(checkpoint.absolute()), "part": part, "lm_head": lm_head}}
     result = encoder_checkpoint(cfg, model.state_dict(), extra)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    beside = out.parent / DICT_TXT
-    if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
-        raise ExtractError(f"{beside}: a different vocabulary is already there; choose another output directory")
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
-        torch.save(result, tmp)
-        copy_vocab(vocab_dir, str(out.parent))
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    save_encoder_checkpoint(result, out, vocab_dir, ExtractError)
     return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head}
 
 

@@ -631,6 +631,30 @@ def encoder_checkpoint(cfg: Dict, model_state: Dict[str, torch.Tensor], extra: D
     }
 
 
+def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueError) -> None:
+    """Write ``state`` to ``out`` with the vocabulary (dict.txt, bpe.json) beside it; the checkpoint appears only
+    once complete (temp file, then rename). A different dict.txt already in that directory raises ``error``."""
+    import filecmp
+    import tempfile
+
+    from ..tasks.fine_tuning import DICT_TXT, copy_vocab
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    beside = out.parent / DICT_TXT
+    if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
+        raise error(f"{beside}: a different vocabulary is already there; choose another output directory")
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        copy_vocab(vocab_dir, str(out.parent))
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def build_model(cfg: Dict, data_dir: str):
     """The ``bio_masked_lm`` task (dictionary from ``data_dir``) and its freshly built ``bio_roberta``."""
     from fairseq import tasks

@@ -4,17 +4,14 @@ layers in order, its final layer norm and MLM head, written as an ordinary ``bio
 teacher's ``dict.txt`` and ``bpe.json`` beside it."""
 
 import argparse
-import filecmp
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from ..compat import load_checkpoint
-from ..tasks.fine_tuning import DICT_TXT, copy_vocab, resolve_vocab
+from ..tasks.fine_tuning import resolve_vocab
 
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
 EVERY_OTHER = "every-other"
@@ -71,7 +68,13 @@ def init_student(
     """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
     returns {"out", "layers", "options", "vocab"}."""
     from ..models.bio_roberta import apply_architecture
-    from .hf_convert import STRUCTURAL_OPTIONS, build_model, encoder_checkpoint, encoder_checkpoint_cfg
+    from .hf_convert import (
+        STRUCTURAL_OPTIONS,
+        build_model,
+        encoder_checkpoint,
+        encoder_checkpoint_cfg,
+        save_encoder_checkpoint,
+    )
 
     teacher, out = Path(teacher), Path(out).absolute()
     if not teacher.is_file():
@@ -118,20 +121,7 @@ def init_student(
     extra = {"init_student": {"teacher": str(teacher.absolute()), "teacher_layers": chosen}}
     result = encoder_checkpoint(cfg, student, extra)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    beside = out.parent / DICT_TXT
-    if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
-        raise InitStudentError(f"{beside}: a different vocabulary is already there; choose another output directory")
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    os.close(fd)
-    try:
-        torch.save(result, tmp)
-        copy_vocab(vocab_dir, str(out.parent))
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    save_encoder_checkpoint(result, out, vocab_dir, InitStudentError)
     return {"out": str(out), "layers": chosen, "options": options, "vocab": vocab_dir}
 
 
