@@ -30,6 +30,7 @@ from fairseq_bio.cli.blurb import (
     plan_runs,
     render_markdown,
 )
+from fairseq_bio.cli.predict import read_conll_predictions
 from fairseq_bio.metrics.blurb import BLUE, BLURB
 from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
 from fairseq_bio.metrics.tagging import span_prf
@@ -59,20 +60,6 @@ def blurb_data(tmp_path_factory):
 
 def _args(encoder, data, out, *extra):
     return ["--checkpoint", str(encoder), "--data", str(data), "--out", str(out), *extra]
-
-
-def _read_tagged(path):
-    gold, pred = [[]], [[]]
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if gold[-1]:
-                gold.append([])
-                pred.append([])
-            continue
-        _, g, p = line.split("\t")
-        gold[-1].append(g)
-        pred[-1].append(p)
-    return [g for g in gold if g], [p for p in pred if p]
 
 
 def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monkeypatch):
@@ -123,7 +110,7 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
         stored = json.loads((run_dir / "result.json").read_text())
         assert stored["test_metric"] == r["test_metric"] and stored["identity"]["command"] == command
         if name == "ncbi-disease":  # fairseq-validate's test F1 = conlleval F1 of fairseq-bio-predict's output
-            gold, pred = _read_tagged(run_dir / "predictions.tsv")
+            gold, pred = read_conll_predictions(str(run_dir / "predictions.tsv"))
             assert len(gold) == 100 == r["test_examples"]
             assert r["test_metric"] == pytest.approx(100 * span_prf(gold, pred)[2], abs=0.01)
         else:  # ... = micro F1 over the positive class of the sentence predictions

@@ -26,14 +26,14 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..metrics.blurb import BENCHMARKS, Benchmark, BenchmarkTask, benchmark_score, summarize_runs
+from .predict import atomic_output, read_conll_predictions
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "hydra_configs"
@@ -430,24 +430,8 @@ def make_runs(plan: Plan, args) -> List[Run]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def atomic_file(path: Path, mode: str = "w") -> Iterator[Any]:
-    """A file written under a temp name beside ``path`` and renamed onto it only when the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
-            yield f
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_json(path: Path, obj: Any) -> None:
-    with atomic_file(path) as f:
+    with atomic_output(path) as f:
         json.dump(obj, f, indent=1)
         f.write("\n")
 
@@ -509,18 +493,7 @@ def predict(run: Run, args) -> Tuple[List[Any], List[Any], List[str]]:
         rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
         ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
         return [r["gold"] for r in rows], [r["pred"] for r in rows], ids
-    gold: List[List[str]] = [[]]
-    pred: List[List[str]] = [[]]
-    for line in out.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            if gold[-1]:
-                gold.append([])
-                pred.append([])
-            continue
-        _, g, p = line.split("\t")
-        gold[-1].append(g)
-        pred[-1].append(p)
-    gold, pred = [g for g in gold if g], [p for p in pred if p]
+    gold, pred = read_conll_predictions(str(out))
     return gold, pred, [str(i) for i in range(len(gold))]
 
 
@@ -541,7 +514,7 @@ def execute(run: Run, args) -> Dict[str, Any]:
     run.dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_OUTPUTS:
         (run.dir / name).unlink(missing_ok=True)
-    with atomic_file(run.dir / "cmd.txt") as f:
+    with atomic_output(run.dir / "cmd.txt") as f:
         f.write(shlex.join(run.command) + "\n")
     start = time.time()
     with open(run.dir / "train.out", "w", encoding="utf-8") as out:
@@ -557,7 +530,7 @@ def execute(run: Run, args) -> Dict[str, Any]:
     maximize = bool(run.plan.cfg["checkpoint"].get("maximize_best_checkpoint_metric", True))
     best = (max if maximize else min)(dev.values(), key=lambda e: float(e[selection]))
     validated = subprocess.run(run.validate, cwd=run.dir, capture_output=True, text=True)
-    with atomic_file(run.dir / "test.log") as f:
+    with atomic_output(run.dir / "test.log") as f:
         f.write(validated.stdout + validated.stderr)
     if validated.returncode:
         raise RunFailed(f"fairseq-validate exited {validated.returncode}: {_last_line(validated.stderr)}")
@@ -754,7 +727,7 @@ def render_chart(results: Dict[str, Any], path: Path) -> None:
                  "datasets missing)"  # fmt: skip
     fig.suptitle(title)
     fig.tight_layout()
-    with atomic_file(path, "wb") as f:
+    with atomic_output(path, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
 
@@ -762,7 +735,7 @@ def render_chart(results: Dict[str, Any], path: Path) -> None:
 def write_results(out: Path, results: Dict[str, Any]) -> None:
     """results.json, results.md and results.png under ``out``, each written atomically."""
     write_json(out / "results.json", results)
-    with atomic_file(out / "results.md") as f:
+    with atomic_output(out / "results.md") as f:
         f.write(render_markdown(results))
     render_chart(results, out / "results.png")
 

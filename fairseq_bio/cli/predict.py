@@ -107,19 +107,37 @@ def predict_tags(task, model, sentences, max_tokens: int = 4096, max_sentences: 
 
 
 @contextlib.contextmanager
-def atomic_output(path: str):
-    """A text file written under a temp name beside ``path`` and renamed onto it only when complete."""
+def atomic_output(path: str, mode: str = "w"):
+    """A file written under a temp name beside ``path`` and renamed onto it only when complete (text: UTF-8, ``\\n``)."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
             yield f
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the output from the user's group
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def read_conll_predictions(path: str) -> Tuple[List[List[str]], List[List[str]]]:
+    """(gold, predicted) tags per sentence of a ``token<TAB>gold<TAB>prediction`` file that ``predict_conll`` wrote."""
+    gold: List[List[str]] = [[]]
+    pred: List[List[str]] = [[]]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                if gold[-1]:
+                    gold.append([])
+                    pred.append([])
+                continue
+            _, g, p = line.rstrip("\n").split("\t")
+            gold[-1].append(g)
+            pred[-1].append(p)
+    return [g for g in gold if g], [p for p in pred if p]
 
 
 def predict_conll(task, model, input_path: str, output_path: str, **kwargs) -> Optional[Tuple[float, float, float]]:
