@@ -163,6 +163,7 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
         "lr": PRETRAIN_LR[args.size],
         "updates": args.pretrain_updates,
         "probe_updates": args.probe_updates,
+        "dropout": args.pretrain_dropout,
     }
     record = steps.done.get("bench_pretrain")
     if record and record["params"] == params and not args.new_encoder and Path(record["checkpoint"]).exists():
@@ -172,7 +173,8 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     budget = 60 * args.pretrain_minutes
     start = time.perf_counter()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    common = [*size_overrides(args.size), f"optimization.lr=[{PRETRAIN_LR[args.size]}]", "common.log_format=json"]
+    common = [*size_overrides(args.size), f"optimization.lr=[{PRETRAIN_LR[args.size]}]", "common.log_format=json",
+              f"model.dropout={args.pretrain_dropout}", f"model.attention_dropout={args.pretrain_dropout}"]
     updates, overhead = args.pretrain_updates, STARTUP_ALLOWANCE
     if updates is None:  # 1. probe: updates/s of this size on this machine now, and the tool's start-up time
         with tempfile.TemporaryDirectory() as tmp:
@@ -319,8 +321,9 @@ def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:
         "",
         f"{meta['mode']} run, {meta['date']}, {meta['device']}. Encoder: bio_roberta {meta['size']} "
         f"({' x '.join(str(SIZES[meta['size']][k]) for k in ('encoder_layers', 'encoder_embed_dim'))}, "
-        f"{enc['params'] / 1e6:.1f} M parameters, {MAX_POSITIONS} positions), pretrained with whole-word masking on "
-        f"the PubMed sample for {enc['updates']} updates in {enc['minutes']:.1f} min (budget {meta['budget']:g} min, "
+        f"{enc['params'] / 1e6:.1f} M parameters, {MAX_POSITIONS} positions), pretrained with whole-word masking "
+        f"(dropout {meta['pretrain_dropout']:g}) on the PubMed sample for {enc['updates']} updates in "
+        f"{enc['minutes']:.1f} min (budget {meta['budget']:g} min, "
         f"valid perplexity {enc['valid_ppl']}). Fine-tuning: bio_tagging_ner, {meta['train']} train sentences, "
         f"{meta['dev']} dev sentences, batch {meta['batch_size']}, lr {meta['lr']:g} with 10 % warm-up, the same "
         "updates and seed for both starting points, best dev entity F1 checkpoint; test: the whole test file.",
@@ -411,6 +414,9 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, help="fine-tuning sentences per update (default 32)")
     parser.add_argument("--lr", type=float, default=5e-4, help="fine-tuning peak lr (tiny models need more than 5e-5)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="one fine-tuning run per seed and init")
+    parser.add_argument("--pretrain-dropout", type=float, default=0.0,
+                        help="pretraining dropout and attention dropout (default 0: a 30-min encoder underfits, and "
+                        "dropout only slows it; see tests/test_tagging_margin.py)")
     parser.add_argument("--pretrain-updates", type=int, help="planned pretraining updates (default: from a probe)")
     parser.add_argument("--probe-updates", type=int, help="updates of the pretraining speed probe (default 50)")
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of every tool (default: torch's, all cores; "
@@ -485,6 +491,7 @@ def main(argv=None):
             "size": args.size,
             "encoder": encoder,
             "budget": args.pretrain_minutes,
+            "pretrain_dropout": args.pretrain_dropout,
             "train": "all" if args.train_sentences is None else f"first {args.train_sentences}",
             "dev": dev,
             "batch_size": args.batch_size,
