@@ -1063,6 +1063,13 @@ def export_hf(
             raise HFConvertError(f"{checkpoint}: model {model_name!r}: {why}")
     if not model_name.startswith("bio_roberta"):
         raise HFConvertError(f"{checkpoint}: model {model_name!r}: only bio_roberta checkpoints are exported")
+    markers = str(_section(state, "task").get("entity_representation") or "dummy_cls")
+    if markers != "dummy_cls":  # HF heads pool <s>, and HF's tokenizers know no [E1]: refused, not half-exported
+        raise HFConvertError(
+            f"{checkpoint}: task.entity_representation={markers}: not exported: an HF tokenizer cannot wrap the "
+            "entities in [E1]/[E2] markers from their offsets, and no HF sequence-classification model pools "
+            "entity-start states; fairseq-bio-predict serves this checkpoint"
+        )
     vocab_dir = find_vocab_dir(checkpoint, state, data)
     check_destination(out_dir, overwrite, MARKERS)
     bpe = load_bpe_json(str(vocab_dir / "bpe.json"))

@@ -250,7 +250,9 @@ def predict_examples(task, model, examples, max_tokens: int = 4096, max_sentence
             row["gold"] = [int(v) for v in ex.label] if kind == "multilabel" else ex.label
         rows.append(row)
     targets = task.targets(examples)
-    scored = criterion.score(pooled, torch.as_tensor(targets)) if targets is not None else None
+    documents = task.documents(examples)  # sentences of documents (BLUE's HoC): scored per document
+    documents = None if documents is None else torch.as_tensor(documents)
+    scored = criterion.score(pooled, torch.as_tensor(targets), documents) if targets is not None else None
     return rows, scored
 
 

@@ -6,10 +6,17 @@ which corpus-level metrics are derived, so ``checkpoint.best_checkpoint_metric``
   evaluation.py), and ``precision`` / ``recall`` / ``f1`` micro-averaged over the positive classes (task.
   negative_labels left out: BLURB's relation extraction);
 - multilabel: ``precision`` / ``recall`` / ``f1`` pooled over every (document, label) cell (BLURB's HoC, as
-  LinkBERT's ``eval_hoc``) and ``macro_f1`` (mean per-label F1);
+  LinkBERT's ``eval_hoc``) and ``macro_f1`` (mean per-label F1); with ``task.group_documents`` (rows are sentences,
+  BLUE's HoC) the rows' gold and predicted labels are first ORed per document (batches never split one), and BLUE's
+  example-based ``example_precision`` / ``example_recall`` / ``example_f1`` (F1 of the mean per-document precision
+  and recall, BLUE's ``eval_hoc.py``) are logged too, over the documents with a gold label (``documents``; BLUE's
+  script divides by zero on the others, and its files have none);
 - regression: ``pearson`` from accumulated sums (BIOSSES).
 
 All are percentages. Each logs ``windows`` (rows the examples became) beside fairseq's ``nsentences``.
+
+The head reads the ``<s>`` state (fairseq's classification head), or with ``task.entity_representation=
+marker_start`` the concatenated states of the ``[E1]`` and ``[E2]`` tokens (``EntityStartClassificationHead``).
 """
 
 import math
@@ -23,8 +30,11 @@ from fairseq.dataclass import FairseqDataclass
 
 from ..data.sentence_dataset import pool_windows
 from ..metrics.classification import (
+    ExampleSums,
     class_counts,
+    example_based_sums,
     from_log_fields,
+    group_by_document,
     hoc_prf_from,
     log_fields,
     macro_f1_from,
@@ -33,8 +43,9 @@ from ..metrics.classification import (
 )
 from ..metrics.similarity import PearsonSums, pearson_sums
 from ..metrics.tagging import SpanCounts
+from ..modules.entity_head import entity_start_positions
 
-CLASS, POSITIVE, LABEL, PEARSON = "cls_", "pos_", "ml_", "ps_"
+CLASS, POSITIVE, LABEL, PEARSON, EXAMPLE = "cls_", "pos_", "ml_", "ps_", "ex_"
 
 
 @dataclass
@@ -53,7 +64,12 @@ class BioSentencePredictionCriterion(FairseqCriterion):
 
     def pool(self, model, sample) -> torch.Tensor:
         """``B x K`` head outputs of the batch's examples: the mean over each example's windows."""
-        rows, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
+        if getattr(self.task, "representation", None) == "marker_start":
+            features, _ = model(**sample["net_input"], features_only=True)
+            starts = entity_start_positions(sample["net_input"]["src_tokens"], self.task.start_marker_ids)
+            rows = model.classification_heads[self.head_name](features, starts)
+        else:
+            rows, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
         return pool_windows(rows.float(), sample["row_example"], sample["nsentences"])
 
     def forward(self, model, sample, reduce=True):
@@ -76,7 +92,7 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             "windows": sample["row_example"].numel(),
         }
         if not model.training and target is not None:
-            logging_output.update(self.score(outputs.detach(), target))
+            logging_output.update(self.score(outputs.detach(), target, sample.get("document")))
         return loss, sample_size, logging_output
 
     def predict(self, outputs: torch.Tensor):
@@ -87,10 +103,16 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             return (torch.sigmoid(outputs) > self.task.cfg.threshold).long()
         return outputs.squeeze(-1)
 
-    def score(self, outputs, target):
-        """Flat summable statistics of the batch (see the module docstring)."""
+    def score(self, outputs, target, documents=None):
+        """Flat summable statistics of the batch (see the module docstring); ``documents`` (B, multilabel): the
+        document of each row, whose rows are ORed into one before counting (every row of a document is here)."""
         predicted = self.predict(outputs).tolist()
         gold = target.tolist()
+        if self.kind == "multilabel" and documents is not None:
+            _, gold, predicted = group_by_document(documents.tolist(), [[int(v) for v in g] for g in gold], predicted)
+            out = log_fields(multilabel_counts(gold, predicted), LABEL)
+            out.update(log_fields(example_sums(gold, predicted), EXAMPLE))
+            return out
         labels = self.task.labels
         if self.kind == "classification":
             counts = class_counts(gold, predicted)
@@ -112,7 +134,7 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         sample_size = total("sample_size")
         metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3)
         metrics.log_scalar_sum("windows", total("windows"))
-        stats = sorted(k for k in keys if k.startswith((CLASS, POSITIVE, LABEL, PEARSON)))
+        stats = sorted(k for k in keys if k.startswith((CLASS, POSITIVE, LABEL, PEARSON, EXAMPLE)))
         for key in stats:
             metrics.log_scalar_sum(key, total(key))
         if not stats:
@@ -140,7 +162,7 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             for i, name in enumerate(("precision", "recall", "f1")):
                 metrics.log_derived(name, percent(lambda t, i=i: from_log_fields(SpanCounts, t, POSITIVE).prf()[i]))
         elif any(k.startswith(LABEL) for k in stats):
-            width = len({k.rsplit("_", 1)[1] for k in stats})
+            width = len({k.rsplit("_", 1)[1] for k in stats if k.startswith(LABEL)})
 
             def per_label(totals):
                 return list(from_log_fields(SpanCounts, totals, LABEL, list(range(width))).values())
@@ -148,9 +170,19 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             for i, name in enumerate(("precision", "recall", "f1")):
                 metrics.log_derived(name, percent(lambda t, i=i: hoc_prf_from(per_label(t))[i]))
             metrics.log_derived("macro_f1", percent(lambda t: hoc_prf_from(per_label(t), "macro")[2]))
+            if any(k.startswith(EXAMPLE) for k in stats):
+                for i, name in enumerate(("example_precision", "example_recall", "example_f1")):
+                    metrics.log_derived(name, percent(lambda t, i=i: from_log_fields(ExampleSums, t, EXAMPLE).prf()[i]))
+                metrics.log_derived("documents", lambda m: int(m[EXAMPLE + "total"].sum))
         else:
             metrics.log_derived("pearson", percent(lambda t: from_log_fields(PearsonSums, t, PEARSON).value()))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def example_sums(gold, predicted) -> ExampleSums:
+    """BLUE's example-based sums over the documents (0/1 rows) with at least one gold label (BLUE's script divides
+    by zero on the others, and BLUE's files have none)."""
+    return sum((example_based_sums([g], [p]) for g, p in zip(gold, predicted) if any(g)), ExampleSums())

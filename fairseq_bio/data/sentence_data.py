@@ -1,14 +1,24 @@
 """Readers of the sentence-level task files users have (no fairseq import): BLUE-style TSV with or without a
 header, JSON lines (BLURB's seqcls files, MedNLI), and PubMedQA's ``ori_pqal.json`` with a split file. Each gives
-``Example`` rows that remember their line, so that every check below fails in one line naming file and line."""
+``Example`` rows that remember their line, so that every check below fails in one line naming file and line.
+
+**Entities of a relation (entity markers).** A relation-extraction row may carry its two entities as character
+offsets into its text, in JSON lines as ``"entities": [{"start": 10, "end": 16, "type": "GENE"}, {"start": 40,
+"end": 49, "type": "DISEASE"}]`` (``end`` exclusive, ``type`` optional; the first entity is E1, the second E2).
+Dummified rows without offsets (BLUE/BLURB's ``@GENE$``, ``@DRUG$``) get them from their placeholders
+(``placeholder_entities``: the placeholder spans in text order; one combined placeholder such as ``@DRUG-DRUG$``
+is both entities). ``marked_words`` then wraps E1 in ``[E1] ... [/E1]`` and E2 in ``[E2] ... [/E2]`` (Baldini
+Soares et al. 2019's markers, which PubMedBERT's Table 12 pools from), as words of their own.
+"""
 
 import csv
 import json
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 KINDS = ("classification", "multilabel", "regression")
 FORMATS = ("auto", "tsv", "jsonl", "pubmedqa")
@@ -26,6 +36,8 @@ class Example:
     label: Any
     line: int
     id: Optional[str] = None
+    entities: Any = None  # as read (JSON), then the relation's two ``Entity`` after ``attach_entities``
+    source: Optional[str] = None  # the file it was read from, for errors found after reading (windows)
 
 
 def file_format(path: str, fmt: str = "auto") -> str:
@@ -42,10 +54,13 @@ def file_format(path: str, fmt: str = "auto") -> str:
     raise SentenceDataError(f"{path}: cannot tell the format from the extension {ext!r}; set task.format=tsv|jsonl")
 
 
-def read_tsv(path: str, text_fields: Sequence[str], label_field: Optional[str]) -> List[Example]:
+def read_tsv(
+    path: str, text_fields: Sequence[str], label_field: Optional[str], id_field: Optional[str] = None
+) -> List[Example]:
     """Rows of a tab-separated file (CSV quoting, as pandas reads BLUE's files). A first row naming the label or
-    a text column is a header and columns are found by name (BLUE's ``index sentence label``, BIOSSES); otherwise
-    the label is the last column and the texts the columns before it (BLUE's ``sentence<TAB>label``)."""
+    a text column is a header and columns are found by name (BLUE's ``index sentence label``, BIOSSES; the row id
+    from ``id_field`` when the header has it); otherwise the label is the last column and the texts the columns
+    before it (BLUE's ``sentence<TAB>label``)."""
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
         rows = []
@@ -67,11 +82,13 @@ def read_tsv(path: str, text_fields: Sequence[str], label_field: Optional[str]) 
                 f"{path}:{first_line}: no column {missing[0]!r} in the header ({', '.join(repr(h) for h in header)})"
             )
         columns = [header.index(name) for name in names]
+        id_column = header.index(id_field) if id_field and id_field in header else None
         for line, row in rows[1:]:
             if len(row) != len(header):
                 raise SentenceDataError(f"{path}:{line}: {len(row)} fields, the header has {len(header)}")
             values = [row[c] for c in columns]
-            examples.append(_example(values, text_fields, label_field, line))
+            row_id = row[id_column].strip() if id_column is not None else None
+            examples.append(_example(values, text_fields, label_field, line, row_id))
         return examples
     for line, row in rows:
         if len(row) < len(names):
@@ -92,9 +109,14 @@ def _example(values: Sequence[str], text_fields, label_field, line: int, row_id=
 
 
 def read_jsonl(
-    path: str, text_fields: Sequence[str], label_field: Optional[str], id_field: Optional[str] = None
+    path: str,
+    text_fields: Sequence[str],
+    label_field: Optional[str],
+    id_field: Optional[str] = None,
+    entities_field: Optional[str] = None,
 ) -> List[Example]:
-    """Objects of a JSON-lines file (BLURB's ``{"id", "sentence", "label"}``, MedNLI's ``sentence1/2, gold_label``)."""
+    """Objects of a JSON-lines file (BLURB's ``{"id", "sentence", "label"}``, MedNLI's ``sentence1/2, gold_label``);
+    ``entities_field``: the row's entity offsets as read, when it has them (checked by ``attach_entities``)."""
     examples = []
     with open(path, encoding="utf-8") as f:
         for line, raw in enumerate(f, 1):
@@ -115,7 +137,10 @@ def read_jsonl(
                 if not isinstance(text, str):
                     raise SentenceDataError(f"{path}:{line}: field {name!r} is not a string")
             row_id = obj.get(id_field) if id_field else None
-            examples.append(_example(values, text_fields, label_field, line, None if row_id is None else str(row_id)))
+            example = _example(values, text_fields, label_field, line, None if row_id is None else str(row_id))
+            if entities_field:
+                example.entities = obj.get(entities_field)
+            examples.append(example)
     if not examples:
         raise SentenceDataError(f"{path}: no rows")
     return examples
@@ -190,10 +215,12 @@ def check_examples(
     width: Optional[int] = None,
     score_range: Tuple[Optional[float], Optional[float]] = (None, None),
     entity_markers: Sequence[str] = (),
+    label_names: Optional[Sequence[str]] = None,
 ) -> None:
     """Normalise labels in place (classification: str; multilabel: tuple of 0/1; regression: float) and refuse
     empty texts, labels outside ``labels``, rows of another ``width``, scores outside ``score_range``, and
-    (relation extraction) a row in which none of ``entity_markers`` occurs."""
+    (relation extraction) a row in which none of ``entity_markers`` occurs. A multi-label label given as text
+    (BLUE's HoC TSVs) is read with ``parse_label_set`` against ``label_names``."""
     known = None if labels is None else set(labels)
     low, high = score_range
     for ex in examples:
@@ -214,6 +241,8 @@ def check_examples(
             if known is not None and ex.label not in known:
                 raise SentenceDataError(f"{where}: label {ex.label!r} is not one of {', '.join(labels)}")
         elif kind == "multilabel":
+            if isinstance(ex.label, str):
+                ex.label = parse_label_set(ex.label, label_names, where)
             if not isinstance(ex.label, list) or any(v not in (0, 1) or isinstance(v, float) for v in ex.label):
                 raise SentenceDataError(f"{where}: label {ex.label!r} is not a list of 0/1")
             if width is not None and len(ex.label) != width:
@@ -232,3 +261,155 @@ def check_examples(
             ex.label = score
         else:
             raise ValueError(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+
+
+def parse_label_set(value: str, names: Optional[Sequence[str]], where: str) -> List[int]:
+    """0/1 per label of a multi-label label written as text: BLUE's released HoC form ``"0_0,1_1,...,9_0"``
+    (``<position>_<0|1>`` per label), or the label names present separated by commas (``create_hoc.py``'s form);
+    empty: none. ``names`` (``task.labels``, in model order) give the width and the names."""
+    if not names:
+        raise SentenceDataError(f"{where}: label {value!r} is text; give the label names in order (task.labels)")
+    row = [0] * len(names)
+    index = {name: i for i, name in enumerate(names)}
+    for item in (v.strip() for v in value.split(",")):
+        if not item:
+            continue
+        position, _, flag = item.rpartition("_")
+        if position.isdigit() and flag in ("0", "1"):
+            if int(position) >= len(names):
+                raise SentenceDataError(f"{where}: label {item!r} names position {position} of {len(names)} labels")
+            row[int(position)] |= int(flag)
+        elif item in index:
+            row[index[item]] = 1
+        else:
+            raise SentenceDataError(f"{where}: label {item!r} is neither <position>_<0|1> nor one of task.labels")
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Entities of a relation and the markers around them
+
+ENTITY_MARKERS = ("[E1]", "[/E1]", "[E2]", "[/E2]")  # the words inserted; the task adds them to its dictionary
+START_MARKERS = ("[E1]", "[E2]")
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One entity of a relation: characters ``[start, end)`` of the text, and its type (may be empty)."""
+
+    start: int
+    end: int
+    type: str = ""
+
+
+def placeholder_entities(text: str, placeholders: Sequence[str]) -> List[Entity]:
+    """The relation's (E1, E2) in a dummified text: the spans of its ``placeholders`` in text order (BLUE/BLURB's
+    ``@GENE$ ... @DISEASE$``); one placeholder only (``@DRUG-DRUG$``: both entities are one mention) is both."""
+    if not placeholders:
+        raise ValueError("no entity offsets and no placeholders to find them by (task.entity_markers)")
+    pattern = "|".join(re.escape(p) for p in sorted(placeholders, key=len, reverse=True))
+    found = [Entity(m.start(), m.end(), m.group(0).strip("@$")) for m in re.finditer(pattern, text)]
+    if len(found) == 1:
+        return found * 2
+    if len(found) != 2:
+        raise ValueError(
+            f"{len(found)} entity placeholders ({', '.join(placeholders)}) in the text; entity markers need the "
+            "relation's two"
+        )
+    return found
+
+
+def parse_entities(raw: Any, text: str) -> List[Entity]:
+    """The two ``Entity`` of a row's ``entities`` field (``[{"start", "end", "type"}, ...]``), checked against
+    ``text``: offsets inside it, non-empty, E1 and E2 disjoint or the same mention."""
+    if not isinstance(raw, list) or len(raw) != 2:
+        n = f"{len(raw)} entities" if isinstance(raw, list) else f"a {type(raw).__name__}"
+        raise ValueError(f"entities: {n}; entity markers need a list of the relation's two")
+    entities = []
+    for k, item in enumerate(raw, 1):
+        if not isinstance(item, dict) or "start" not in item or "end" not in item:
+            raise ValueError(f"entity {k}: expected an object with start and end, got {item!r}")
+        start, end, kind = item["start"], item["end"], item.get("type", "")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+            raise ValueError(f"entity {k}: start {start!r} and end {end!r} must be integers")
+        if not 0 <= start < end <= len(text):
+            raise ValueError(f"entity {k}: offsets {start}-{end} lie outside the text (0-{len(text)}) or are empty")
+        if not text[start:end].strip():
+            raise ValueError(f"entity {k}: offsets {start}-{end} cover only whitespace")
+        entities.append(Entity(start, end, str(kind or "")))
+    first, second = entities
+    same = (first.start, first.end) == (second.start, second.end)
+    if not same and first.start < second.end and second.start < first.end:
+        raise ValueError(
+            f"entities overlap: {first.start}-{first.end} and {second.start}-{second.end} (they must be disjoint, "
+            "or one mention that is both)"
+        )
+    return entities
+
+
+def attach_entities(examples: Iterable[Example], path: str, placeholders: Sequence[str]) -> None:
+    """Set each example's ``entities`` to its relation's (E1, E2): from its offsets when it has them, else from its
+    ``placeholders``; anything else is a one-line error naming file and line."""
+    for ex in examples:
+        text = ex.texts[0]
+        try:
+            if ex.entities is not None:
+                ex.entities = parse_entities(ex.entities, text)
+            else:
+                ex.entities = placeholder_entities(text, placeholders)
+        except ValueError as e:
+            raise SentenceDataError(f"{path}:{ex.line}: {e}") from None
+        taken = set(ENTITY_MARKERS) & set(text.split())
+        if taken:
+            raise SentenceDataError(f"{path}:{ex.line}: the text has the word {sorted(taken)[0]!r}, an entity marker")
+
+
+def marked_words(text: str, entities: Sequence[Entity]) -> List[str]:
+    """The words of ``text`` (split at whitespace) with ``[E1]``/``[/E1]`` around E1 and ``[E2]``/``[/E2]`` around
+    E2 as words of their own (a word an offset cuts becomes two); one mention that is both: ``[E1] [E2] x [/E2]
+    [/E1]``."""
+    cuts: Dict[int, List[Tuple[int, str]]] = {}
+    for k, entity in enumerate(entities[:2]):
+        start, end = ENTITY_MARKERS[2 * k], ENTITY_MARKERS[2 * k + 1]
+        # at one offset: ends before starts, E1's start before E2's, E2's end before E1's (nesting)
+        cuts.setdefault(entity.start, []).append((1 + k, start))
+        cuts.setdefault(entity.end, []).append((-1 - k, end))
+    words: List[str] = []
+    last = 0
+    for offset in sorted(cuts):
+        words.extend(text[last:offset].split())
+        words.extend(marker for _, marker in sorted(cuts[offset]))
+        last = offset
+    words.extend(text[last:].split())
+    return words
+
+
+def entity_rows(examples: Sequence[Example], label_field: str = "label") -> List[Dict[str, Any]]:
+    """JSON-lines objects ``{"id", "sentence", "label", "entities"}`` of examples with attached entities (the offset
+    form of a dummified file: ``attach_entities`` with its placeholders, then this)."""
+    rows = []
+    for i, ex in enumerate(examples):
+        if not ex.entities or not isinstance(ex.entities[0], Entity):
+            raise ValueError(f"example {i} (line {ex.line}) has no attached entities")
+        row: Dict[str, Any] = {"id": ex.id if ex.id is not None else str(ex.line), "sentence": ex.texts[0]}
+        if ex.label is not None:
+            row[label_field] = ex.label
+        row["entities"] = [{"start": e.start, "end": e.end, "type": e.type} for e in ex.entities]
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(rows: Sequence[Dict[str, Any]], dest: str) -> None:
+    """JSON lines written to a temp file beside ``dest`` and renamed onto it when complete."""
+    directory = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -7,6 +7,12 @@ exactly one (``consecutive_windows``), or with ``overlap`` into windows that ove
 window (the first keeps at least half the room, and only its first pieces when it is longer still). Every window
 is one row; an example's prediction is the mean of its rows' head outputs (``pool_windows``), in training and in
 scoring alike, so it is deterministic and every window counts.
+
+A relation with entity markers (``focus``: the words from its first marker to its last) is one row whatever its
+length: the whole text when it fits, else the one window centred on the markers (``centred_window``); a relation
+whose markers alone do not fit is refused (``WindowError``), never cut. Sentences of documents (``documents``: BLUE's
+HoC) are ordered by document when not shuffled, and batches never split a document, so per-batch document-level
+statistics add up to the corpus's.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -55,6 +61,47 @@ def plan_rows(
     return keep, windows(second, room), room
 
 
+class WindowError(ValueError):
+    """An example that cannot become rows as asked (``index``: which)."""
+
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index = index
+
+
+def centred_window(counts: Sequence[int], capacity: int, first: int, last: int) -> Optional[Window]:
+    """The word window ``[a, b)`` holding words ``first..last`` within ``capacity`` pieces, grown one word at a time
+    on alternate sides (so centred on them) while it fits; None when those words alone do not fit."""
+    a, b = first, last + 1
+    used = int(sum(counts[a:b]))
+    if used > capacity:
+        return None
+    left = True
+    while a > 0 or b < len(counts):
+        grow_left = a > 0 and (left or b >= len(counts))
+        n = counts[a - 1] if grow_left else counts[b]
+        if used + n > capacity:
+            break
+        used += n
+        a, b = (a - 1, b) if grow_left else (a, b + 1)
+        left = not left
+    return a, b
+
+
+class MarkerWordEncoder:
+    """A ``WordEncoder`` whose marker words (``[E1]`` ...) are their own dictionary ids; the first other word opens
+    the sentence (byte-level BPE: no space before it), so the pieces between markers are the unmarked text's."""
+
+    def __init__(self, encoder, marker_ids: Dict[str, int]):
+        self.encoder = encoder
+        self.marker_ids = dict(marker_ids)
+
+    def encode_sentence(self, words: Sequence[str]) -> List[List[int]]:
+        first = next((i for i, w in enumerate(words) if w not in self.marker_ids), -1)
+        return [[self.marker_ids[w]] if w in self.marker_ids else self.encoder.encode(w, i == first)
+                for i, w in enumerate(words)]  # fmt: skip
+
+
 def pool_windows(rows: torch.Tensor, row_example: torch.Tensor, n: int) -> torch.Tensor:
     """Mean of the ``R x K`` row outputs over each example's rows: ``n x K``."""
     sums = rows.new_zeros((n,) + tuple(rows.shape[1:])).index_add_(0, row_example, rows)
@@ -74,9 +121,15 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         overlap: bool = False,
         shuffle: bool = False,
         seed: int = 1,
+        focus: Optional[Sequence[Tuple[int, int]]] = None,
+        documents: Optional[np.ndarray] = None,
     ):
         if not 1 <= len(texts) <= 2:
             raise ValueError(f"one text or a pair, not {len(texts)} texts")
+        if focus is not None and len(texts) != 1:
+            raise ValueError("entity markers (focus) mark one text, not a pair")
+        self.focus = focus  # per example: (first, last) word of its markers, which one window must hold
+        self.documents = None if documents is None else np.asarray(documents, dtype=np.int64)
         self.first = texts[0]
         self.second = texts[1] if len(texts) == 2 else None
         self.dictionary = dictionary
@@ -93,6 +146,17 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
 
     def _plan(self, i: int):
         second = None if self.second is None else self.second.piece_counts(i)
+        if self.focus is not None:
+            counts, capacity = self.first.piece_counts(i), self.max_positions - 2
+            window = centred_window(counts, capacity, *self.focus[i])
+            if window is None:
+                first, last = self.focus[i]
+                raise WindowError(
+                    i,
+                    f"the entity markers span {int(sum(counts[first : last + 1]))} pieces, more than one window of "
+                    f"{self.max_positions} tokens holds (task.max_positions); a relation is never cut",
+                )
+            return None, [window], capacity
         return plan_rows(self.first.piece_counts(i), second, self.max_positions, self.overlap)
 
     def _len(self, i: int) -> int:
@@ -123,10 +187,41 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
             pieces = [int(p) for w in words[a:b] for p in w][:room]  # a single over-long word is clipped
             rows.append((prefix, pieces))
         target = None if self.targets is None else self.targets[index]
-        return {"id": index, "rows": rows, "target": target}
+        item = {"id": index, "rows": rows, "target": target}
+        if self.documents is not None:
+            item["document"] = int(self.documents[index])
+        return item
 
     def collater(self, samples):
         return collate_rows(samples, self.dictionary, pair=self.second is not None)
+
+    def ordered_indices(self):
+        """Documents' sentences together, in document order, when scoring; otherwise length-sorted."""
+        if self.documents is None or self.shuffle:
+            return super().ordered_indices()
+        return np.argsort(self.documents, kind="mergesort")
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        """fairseq's batches, or when scoring documents, whole documents per batch (one over the limits alone)."""
+        if self.documents is None or self.shuffle:
+            return super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+        indices = np.asarray(indices, dtype=np.int64)
+        starts = np.flatnonzero(np.diff(self.documents[indices], prepend=-1) != 0)
+        batches, batch, width = [], [], 0
+        for doc in np.split(indices, starts[1:]):
+            doc_width = max(self.num_tokens(int(i)) for i in doc)
+            wider = max(width, doc_width)
+            full = (max_sentences and len(batch) + len(doc) > max_sentences) or (
+                max_tokens and wider * (len(batch) + len(doc)) > max_tokens
+            )
+            if batch and full:
+                batches.append(np.asarray(batch, dtype=np.int64))
+                batch, wider = [], doc_width
+            batch.extend(int(i) for i in doc)
+            width = wider
+        if batch:
+            batches.append(np.asarray(batch, dtype=np.int64))
+        return batches
 
 
 def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> Dict[str, Any]:
@@ -154,4 +249,6 @@ def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> D
     }
     if samples[0].get("target") is not None:
         batch["target"] = torch.as_tensor(np.stack([np.asarray(sample["target"]) for sample in samples]))
+    if "document" in samples[0]:
+        batch["document"] = torch.tensor([sample["document"] for sample in samples], dtype=torch.long)
     return batch

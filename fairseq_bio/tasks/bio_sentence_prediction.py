@@ -1,8 +1,16 @@
 """bio_sentence_prediction: sentence- and document-level fine-tuning (relation extraction, HoC, BIOSSES, PubMedQA,
 NLI) on the files users have, from any encoder checkpoint: one text or a pair, a [CLS]-pooled head (fairseq's
 ``register_classification_head``) for single-label, multi-label (sigmoid) or regression outputs; texts encoded
-with the encoder's own BPE (cached) and windowed when longer than its positions, never cut."""
+with the encoder's own BPE (cached) and windowed when longer than its positions, never cut.
 
+Relation extraction with entity markers (``task.entity_representation``, PubMedBERT Table 12): ``marker_cls`` and
+``marker_start`` wrap the relation's two entities (offsets from the rows, or their placeholders) in ``[E1] ...
+[/E1]``, ``[E2] ... [/E2]``, four tokens appended to the encoder's dictionary (their embedding rows added when the
+encoder checkpoint is restored, each the mean of its rows); ``marker_start`` classifies the concatenated top states
+of ``[E1]`` and ``[E2]`` instead of [CLS]. ``task.group_documents``: rows are sentences of documents (BLUE's HoC),
+scored per document."""
+
+import copy
 import logging
 import os
 from dataclasses import dataclass, field
@@ -14,25 +22,31 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..data.sentence_data import (
+    ENTITY_MARKERS,
     FORMATS,
     KINDS,
+    START_MARKERS,
     Example,
     SentenceDataError,
+    attach_entities,
     check_examples,
     file_format,
+    marked_words,
     read_jsonl,
     read_pubmedqa,
     read_tsv,
 )
-from ..data.sentence_dataset import SentencePredictionDataset
+from ..data.sentence_dataset import MarkerWordEncoder, SentencePredictionDataset, WindowError
 from ..data.tagging_dataset import EncodedWords, fingerprint
-from ..metrics.classification import NEGATIVE_LABELS
+from ..metrics.classification import NEGATIVE_LABELS, document_id
+from ..modules.entity_head import EntityStartClassificationHead, grow_vocab_rows_on_load
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 UNKNOWN_LABEL_CHOICES = ChoiceEnum(["error", "skip"])
+ENTITY_REPRESENTATIONS = ("dummy_cls", "marker_cls", "marker_start")
 # fairseq's split names -> the keys of PubMedQA's split file (blurb_split.json: train / dev / test)
 PUBMEDQA_SPLITS = {"valid": "dev"}
 
@@ -81,7 +95,30 @@ class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
         metadata={"help": "classes left out of the micro P/R/F1 (relation extraction's no-relation classes)"},
     )
     entity_markers: str = field(
-        default="", metadata={"help": "comma-separated dummified entities; a row with none of them is an error (RE)"}
+        default="",
+        metadata={
+            "help": "comma-separated dummified entities (placeholders); a row with none of them is an error (RE); "
+            "with entity markers, rows without offsets take their entities from these"
+        },
+    )
+    entity_representation: ChoiceEnum(ENTITY_REPRESENTATIONS) = field(
+        default="dummy_cls",
+        metadata={
+            "help": "relation extraction: dummy_cls (the text as given, [CLS] head); marker_cls / marker_start: "
+            "[E1] [/E1] [E2] [/E2] added to the dictionary around the two entities, [CLS] head / head on the "
+            "concatenated [E1] and [E2] states (PubMedBERT Table 12)"
+        },
+    )
+    entities_field: str = field(
+        default="entities",
+        metadata={"help": "JSON-lines field with the two entities' character offsets ([{start, end, type}, ...])"},
+    )
+    group_documents: bool = field(
+        default=False,
+        metadata={
+            "help": "multilabel rows are sentences of documents (BLUE's HoC): a row's document is its id up to the "
+            "first '_'; metrics OR the labels per document and score documents"
+        },
     )
     min_score: Optional[float] = field(default=None, metadata={"help": "regression: lowest valid gold score"})
     max_score: Optional[float] = field(default=None, metadata={"help": "regression: highest valid gold score"})
@@ -115,16 +152,60 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         if not 1 <= len(self.text_fields) <= 2:
             raise fine_tuning.FineTuningError(f"task.text_fields={cfg.text_fields}: one text field, or two (a pair)")
         self.negatives = set(_names(cfg.negative_labels))
+        self.representation = str(cfg.entity_representation)
+        self.marker_ids = {}
+        self.model_dictionary = dictionary  # what the model embeds: the encoder's dictionary, plus any markers
+        if self.representation != "dummy_cls":
+            if len(self.text_fields) != 1:
+                raise fine_tuning.FineTuningError(
+                    f"task.entity_representation={self.representation} marks entities in one text, not a pair "
+                    f"(task.text_fields={cfg.text_fields})"
+                )
+            self.model_dictionary = copy.deepcopy(dictionary)
+            for marker in ENTITY_MARKERS:
+                if marker in dictionary.indices:
+                    raise fine_tuning.FineTuningError(
+                        f"{vocab_dir}/{fine_tuning.DICT_TXT} already has {marker!r}, the entity marker token"
+                    )
+                self.marker_ids[marker] = self.model_dictionary.add_symbol(marker)
+            logger.info(
+                "entity markers %s: ids %s after the encoder's %d (task.entity_representation=%s)",
+                " ".join(self.marker_ids),
+                ",".join(map(str, self.marker_ids.values())),
+                len(dictionary),
+                self.representation,
+            )
+        if cfg.group_documents and self.kind != "multilabel":
+            raise fine_tuning.FineTuningError(f"task.group_documents needs task.kind=multilabel, not {self.kind}")
         if labels is not None:
             self.set_labels(labels)
+
+    @property
+    def source_dictionary(self):
+        """The encoder's dictionary with the entity markers appended (``self.dictionary``: the encoder's own, which
+        its checkpoint must fit and which the BPE encodes into)."""
+        return self.model_dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.model_dictionary
+
+    @property
+    def start_marker_ids(self) -> List[int]:
+        """Dictionary ids of ``[E1]`` and ``[E2]`` (marker_start pools their states)."""
+        return [self.marker_ids[m] for m in START_MARKERS]
 
     @property
     def num_outputs(self) -> int:
         return 1 if self.kind == "regression" else len(self.labels)
 
     def state_dict(self):
-        """Saved in every checkpoint (``task_state``): the labels in model order and the kind of head."""
-        return {"labels": list(self.labels), "kind": self.kind}
+        """Saved in every checkpoint (``task_state``): the labels in model order and the kind of head (and the
+        marker tokens the embeddings end with)."""
+        state = {"labels": list(self.labels), "kind": self.kind}
+        if self.marker_ids:
+            state["entity_markers"] = list(self.marker_ids)
+        return state
 
     def load_state_dict(self, state_dict):
         if state_dict.get("kind") and state_dict["kind"] != self.kind:
@@ -159,8 +240,22 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         return task
 
     def register_head(self, model) -> None:
-        model.register_classification_head(self.cfg.head_name, num_classes=self.num_outputs)
+        if self.representation == "marker_start":
+            model.classification_heads[self.cfg.head_name] = EntityStartClassificationHead(
+                model.args.encoder_embed_dim,
+                self.num_outputs,
+                activation_fn=model.args.pooler_activation_fn,
+                pooler_dropout=model.args.pooler_dropout,
+            )
+        else:
+            model.register_classification_head(self.cfg.head_name, num_classes=self.num_outputs)
         model.classification_heads[self.cfg.head_name].train(model.training)  # a head made while loading: eval()
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if self.marker_ids:  # the encoder checkpoint restored next has no rows for the markers
+            grow_vocab_rows_on_load(model, len(self.marker_ids), self.dictionary.pad())
+        return model
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
@@ -192,9 +287,10 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                 raise self._missing(split_path, split)
             examples = read_pubmedqa(path, split_path, PUBMEDQA_SPLITS.get(split, split), label_field)
         elif fmt == "tsv":
-            examples = read_tsv(path, self.text_fields, label_field)
+            examples = read_tsv(path, self.text_fields, label_field, self.cfg.id_field)
         else:
-            examples = read_jsonl(path, self.text_fields, label_field, self.cfg.id_field)
+            entities = self.cfg.entities_field if self.marker_ids else None
+            examples = read_jsonl(path, self.text_fields, label_field, self.cfg.id_field, entities)
         if self.cfg.valid_from_train and fmt != "pubmedqa" and split in ("train", "valid"):
             n = self.cfg.valid_from_train
             if n >= len(examples):
@@ -222,9 +318,37 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             labels=labels,
             width=len(self.labels) if self.kind == "multilabel" else None,
             score_range=(self.cfg.min_score, self.cfg.max_score),
-            entity_markers=_names(self.cfg.entity_markers),
+            # with markers, a row needs its two entities instead (offsets, or from these placeholders)
+            entity_markers=() if self.marker_ids else _names(self.cfg.entity_markers),
+            label_names=self.labels if self.kind == "multilabel" else None,
         )
+        if self.marker_ids:
+            attach_entities(examples, path, _names(self.cfg.entity_markers))
+        if self.cfg.group_documents:
+            for ex in examples:
+                if not ex.id:
+                    raise SentenceDataError(
+                        f"{path}:{ex.line}: no row id (task.id_field={self.cfg.id_field}); task.group_documents "
+                        "reads each sentence's document from it"
+                    )
+        for ex in examples:
+            ex.source = path
         return examples
+
+    def documents(self, examples: Sequence[Example]) -> Optional[np.ndarray]:
+        """Per example, the index of its document (first-seen order) with task.group_documents; else None."""
+        if not self.cfg.group_documents:
+            return None
+        index = {}
+        return np.asarray([index.setdefault(document_id(ex.id), len(index)) for ex in examples], dtype=np.int64)
+
+    def words(self, ex: Example, field_index: int) -> List[str]:
+        """The words of one text of an example, entity markers included when the task adds them."""
+        if self.marker_ids:
+            if not ex.entities:
+                raise SentenceDataError(f"{ex.source}:{ex.line}: no entities attached (read it with read_split)")
+            return marked_words(ex.texts[field_index], ex.entities)
+        return ex.texts[field_index].split()
 
     def targets(self, examples: Sequence[Example]) -> Optional[np.ndarray]:
         """Label ids (B), 0/1 rows (B x K, float) or scores (B, float) of labelled examples; None when unlabelled."""
@@ -237,24 +361,38 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
     def encode(self, examples: Sequence[Example]) -> List[EncodedWords]:
         """Per text field, the examples' words encoded with the encoder's BPE, through the cache."""
         vocab, spec = self.vocab_fingerprint()
+        encoder = MarkerWordEncoder(self.word_encoder, self.marker_ids) if self.marker_ids else self.word_encoder
         encoded = []
         for field_index in range(len(self.text_fields)):
-            words = [ex.texts[field_index].split() for ex in examples]
-            key = fingerprint(vocab, spec, CACHE_VERSION, "sentence", words)
-            encoded.append(EncodedWords.cached(self.word_encoder, words, self.cache_dir, key))
+            words = [self.words(ex, field_index) for ex in examples]
+            key = fingerprint(vocab, spec, CACHE_VERSION, "sentence", self.marker_ids, words)
+            encoded.append(EncodedWords.cached(encoder, words, self.cache_dir, key))
         return encoded
 
     def build_dataset(self, examples: Sequence[Example], shuffle: bool) -> SentencePredictionDataset:
         self.check_window()
-        return SentencePredictionDataset(
-            self.encode(examples),
-            self.dictionary,
-            self.window,
-            targets=self.targets(examples),
-            overlap=self.cfg.window_overlap,
-            shuffle=shuffle,
-            seed=self.cfg.seed,
-        )
+        encoded = self.encode(examples)
+        focus = None
+        if self.marker_ids:  # first and last marker word of each relation: one window must hold them
+            focus = []
+            for i in range(len(examples)):
+                marks = [w for w, word in enumerate(self.words(examples[i], 0)) if word in self.marker_ids]
+                focus.append((marks[0], marks[-1]))
+        try:
+            return SentencePredictionDataset(
+                encoded,
+                self.dictionary,
+                self.window,
+                targets=self.targets(examples),
+                overlap=self.cfg.window_overlap,
+                shuffle=shuffle,
+                seed=self.cfg.seed,
+                focus=focus,
+                documents=self.documents(examples),
+            )
+        except WindowError as e:
+            ex = examples[e.index]
+            raise SentenceDataError(f"{ex.source}:{ex.line}: {e}") from None
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         examples = self.read_split(split)
