@@ -1,0 +1,142 @@
+"""bio_extractive_qa: extractive question answering (BioASQ factoid in SQuAD v1.1 form, as BioBERT distributes it;
+SQuAD itself) fine-tuning any encoder checkpoint: ``<s> question </s></s> context window </s>`` rows, a start/end
+span head on every context piece, contexts windowed with a doc stride (``data/qa_dataset.py`` says how, and what
+the windows that do not hold the answer learn), the SQuAD JSON read directly and encoded with the encoder's BPE
+(cached)."""
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.tasks import register_task
+from omegaconf import MISSING
+
+from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
+from ..data.squad import SquadFile, read_squad
+from ..data.tagging_dataset import fingerprint
+from . import fine_tuning
+
+logger = logging.getLogger(__name__)
+
+# The span head's two outputs per piece, in model order (saved in the task state like other tasks' labels).
+SPAN_OUTPUTS = ("start", "end")
+
+
+@dataclass
+class BioExtractiveQAConfig(fine_tuning.FineTuningConfig):
+    data: str = field(default=MISSING, metadata={"help": "directory with the SQuAD-format split files"})
+    train_file: str = field(default="train.json", metadata={"help": "file of the train split, in task.data"})
+    valid_file: str = field(default="dev.json", metadata={"help": "file of the valid split, in task.data"})
+    test_file: str = field(default="test.json", metadata={"help": "file of the test split; other splits: <split>.json"})
+    doc_stride: int = field(
+        default=128, metadata={"help": "context pieces between the starts of consecutive windows (BERT's run_squad)"}
+    )
+    max_query_length: int = field(default=64, metadata={"help": "question pieces kept (the rest are cut)"})
+    max_answer_length: int = field(default=30, metadata={"help": "longest predicted answer, in pieces"})
+    n_best: int = field(
+        default=20, metadata={"help": "start and end candidates per window, and answers the probabilities cover"}
+    )
+    top_answers: int = field(default=5, metadata={"help": "ranked answers per question (BioASQ factoid: 5)"})
+    head_dropout: float = field(default=0.0, metadata={"help": "dropout before the span layer (BERT's QA: none)"})
+    head_name: str = field(default="bio_qa", metadata={"help": "name of the span head in classification_heads"})
+    data_source: str = field(
+        default="", metadata={"help": "where to get the data, said when a split file is missing (gated sets)"}
+    )
+
+
+@register_task("bio_extractive_qa", dataclass=BioExtractiveQAConfig)
+class BioExtractiveQATask(fine_tuning.FineTuningTask):
+    """Span extraction fine-tuning, scored per question (SQuAD EM/F1, BioASQ factoid strict/lenient accuracy and
+    MRR over all the question's windows) by the criterion."""
+
+    cfg: BioExtractiveQAConfig
+    task_name = "bio_extractive_qa"
+
+    def __init__(self, cfg: BioExtractiveQAConfig, dictionary, bpe_spec, vocab_dir: str):
+        super().__init__(cfg, dictionary, bpe_spec, vocab_dir)
+        for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "top_answers"):
+            if getattr(cfg, name) < 1:
+                raise fine_tuning.FineTuningError(f"task.{name}={getattr(cfg, name)}: must be at least 1")
+        self.set_labels(SPAN_OUTPUTS)
+        self._offset_encoder = None
+
+    def state_dict(self):
+        """Saved in every checkpoint (``task_state``): what the head's outputs are."""
+        return {"labels": list(self.labels), "kind": "extractive_qa"}
+
+    def load_state_dict(self, state_dict):
+        if state_dict.get("kind", "extractive_qa") != "extractive_qa":
+            raise fine_tuning.FineTuningError(
+                f"the checkpoint's head is {state_dict['kind']}, not an extractive-QA one"
+            )
+
+    @classmethod
+    def setup_task(cls, cfg: BioExtractiveQAConfig, from_checkpoint: bool = False, **kwargs):
+        dictionary, bpe_spec, vocab_dir = cls.encoder_vocab(cfg, from_checkpoint)
+        task = cls(cfg, dictionary, bpe_spec, vocab_dir)
+        train = task.split_file("train")
+        if not from_checkpoint and not os.path.exists(train):
+            raise task._missing(train, "train")  # before a model is built for nothing
+        return task
+
+    def register_head(self, model) -> None:
+        # A token head with two outputs (start, end) per position: HF's qa_outputs Linear(d, 2).
+        model.register_tagging_head(self.cfg.head_name, len(SPAN_OUTPUTS), dropout=self.cfg.head_dropout)
+
+    @property
+    def offset_encoder(self) -> OffsetEncoder:
+        if self._offset_encoder is None:
+            self._offset_encoder = OffsetEncoder(self.word_encoder)
+        return self._offset_encoder
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+
+    def split_file(self, split: str) -> str:
+        names = {"train": self.cfg.train_file, "valid": self.cfg.valid_file, "test": self.cfg.test_file}
+        return os.path.join(self.cfg.data, names.get(split) or f"{split}.json")
+
+    def _missing(self, path: str, split: str) -> FileNotFoundError:
+        hint = f"; {self.cfg.data_source}" if self.cfg.data_source else ""
+        return FileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
+
+    def read_file(self, path: str, require_answers=True) -> SquadFile:
+        """The questions and contexts of a SQuAD file (``require_answers``: as ``read_squad``)."""
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: not found")
+        return read_squad(path, require_answers)
+
+    def encode(self, squad: SquadFile) -> EncodedQA:
+        """Questions and contexts encoded with the encoder's BPE (piece character spans included), through the cache."""
+        vocab, spec = self.vocab_fingerprint()
+        texts = [[ex.question for ex in squad.examples], squad.contexts]
+        key = fingerprint(vocab, spec, CACHE_VERSION, self.cfg.max_query_length, texts)
+        return EncodedQA.cached(self.offset_encoder, squad, self.cfg.max_query_length, self.cache_dir, key)
+
+    def build_dataset(self, squad: SquadFile, shuffle: bool = False) -> ExtractiveQADataset:
+        self.check_window()
+        stride = self.cfg.doc_stride
+        return ExtractiveQADataset(
+            squad, self.encode(squad), self.dictionary, self.window, stride, shuffle=shuffle, seed=self.cfg.seed
+        )
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        path = self.split_file(split)
+        if not os.path.exists(path):
+            raise self._missing(path, split)
+        dataset = self.build_dataset(self.read_file(path), shuffle=split == "train")
+        dataset.max_tokens = self.cfg.max_tokens
+        windows = sum(dataset.windows(i) for i in range(len(dataset)))
+        logger.info(
+            "%s (%s): %d questions on %d contexts, %d windows of <= %d tokens (doc stride %d); %d first answers "
+            "begin or end inside a piece",
+            path,
+            split,
+            len(dataset),
+            len(dataset.squad.contexts),
+            windows,
+            self.window,
+            self.cfg.doc_stride,
+            dataset.unaligned_answers(),
+        )
+        self.datasets[split] = dataset
+        return dataset
