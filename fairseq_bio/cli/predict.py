@@ -11,6 +11,12 @@ the task was trained on (TSV, JSON lines; PubMedQA: ``ori_pqal.json`` with ``--s
 per input row in input order: ``id``, ``line``, ``pred`` (the label, the 0/1 row, or the score), ``probabilities``
 (softmax over the labels, or a sigmoid per label) and ``gold`` when the input carries labels, whose metrics are then
 printed, computed by the criterion's own code. Long texts are windowed and their windows mean-pooled as in training.
+
+Extractive QA (``bio_extractive_qa``): a SQuAD v1.1 JSON file in, JSON lines out, one object per question in file
+order: ``id``, ``question``, ``answers`` (the top 5, best first: ``text``, exactly ``context[start:end]``, ``start`` /
+``end`` character offsets into the context, ``score``, ``probability``) and ``gold`` when the file has answers, whose
+SQuAD EM/F1 and BioASQ factoid strict/lenient accuracy and MRR are then printed, computed by the criterion's code.
+Long contexts are windowed with the task's doc stride as in training.
 """
 
 import argparse
@@ -33,7 +39,7 @@ class PredictError(Exception):
     """Bad input or a checkpoint that cannot tag; printed as one line."""
 
 
-TAGGING, SENTENCE = "bio_tagging", "bio_sentence_prediction"
+TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractive_qa"
 
 
 def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
@@ -42,7 +48,7 @@ def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False,
 
 
 def load_fine_tuned(
-    checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE)
+    checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE, QA)
 ):
     """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode."""
     from fairseq import checkpoint_utils
@@ -305,15 +311,68 @@ def predict_sentence_file(task, model, input_path: str, output_path: str, split:
     return sentence_metrics(scored) if scored is not None else None
 
 
+def predict_questions(task, model, squad, max_tokens: int = 4096, max_sentences: int = 64, progress=True):
+    """One JSON-able row per question of ``squad`` (file order): ``id``, ``question``, ``answers`` and, when the
+    file has answers, ``gold``; plus the criterion's logging output over all of them (None when unlabelled)."""
+    from fairseq import utils
+    from tqdm import tqdm
+
+    from ..criterions.bio_extractive_qa import BioExtractiveQACriterion
+    from ..data.squad import gold_texts
+
+    criterion = BioExtractiveQACriterion(None, task)
+    dataset = task.build_dataset(squad)
+    device = next(model.parameters()).device
+    answers: List[Optional[list]] = [None] * len(squad.examples)
+    with torch.no_grad(), tqdm(total=len(answers), unit="q", disable=not progress, file=sys.stderr) as bar:
+        for indices in batches(dataset, max_tokens, max_sentences):
+            sample = dataset.collater([dataset[i] for i in indices])
+            sample = utils.move_to_cuda(sample) if device.type == "cuda" else sample
+            start_logits, end_logits = criterion.span_logits(model, sample)
+            for i, ranked in zip(sample["id"].tolist(), criterion.answers(start_logits, end_logits, sample)):
+                answers[i] = ranked
+            bar.update(len(indices))
+    rows = []
+    for ex, ranked in zip(squad.examples, answers):
+        row = {"id": ex.id, "question": ex.question, "answers": ranked}
+        if ex.answers is not None:
+            row["gold"] = gold_texts(ex)
+        rows.append(row)
+    scored = criterion.score(answers, [r["gold"] for r in rows]) if squad.labelled else None
+    return rows, scored
+
+
+def qa_metrics(logging_output) -> dict:
+    """SQuAD EM/F1 and BioASQ factoid strict/lenient accuracy and MRR (percentages), as the criterion derives them."""
+    from fairseq import metrics
+
+    from ..criterions.bio_extractive_qa import SUMS, BioExtractiveQACriterion
+
+    with metrics.aggregate(new_root=True) as agg:
+        BioExtractiveQACriterion.reduce_metrics([{"loss": 0.0, "sample_size": 1, **logging_output}])
+        values = agg.get_smoothed_values()
+    return {k: v for k, v in values.items() if k not in ("loss", "windows", *SUMS)}
+
+
+def predict_qa_file(task, model, input_path: str, output_path: str, **kwargs) -> Optional[dict]:
+    """Answer every question of a SQuAD file into JSON lines; returns the metrics when it has answers, else None."""
+    rows, scored = predict_questions(task, model, task.read_file(input_path, require_answers=None), **kwargs)
+    with atomic_output(output_path) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return qa_metrics(scored) if scored is not None else None
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="fairseq-bio-predict", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--checkpoint", required=True, help="fine-tuned bio_tagging or bio_sentence_prediction checkpoint (.pt)"
-    )
+        "--checkpoint", required=True,
+        help="fine-tuned bio_tagging, bio_sentence_prediction or bio_extractive_qa checkpoint (.pt)",
+    )  # fmt: skip
     parser.add_argument(
         "--input", required=True,
         help="tagging: CoNLL file (token[<TAB>tag]) or raw text (one per line); sentence level: a TSV / JSON lines "
-        "file in the task's format, or PubMedQA's ori_pqal.json (or its directory)",
+        "file in the task's format, or PubMedQA's ori_pqal.json (or its directory); extractive QA: a SQuAD JSON file",
     )  # fmt: skip
     parser.add_argument(
         "--output", required=True, help="CoNLL predictions, or JSON lines (spans for text input; one row per example)"
@@ -337,6 +396,7 @@ def main(argv=None) -> None:
 
     from ..data.conll import TaggingDataError
     from ..data.sentence_data import SentenceDataError
+    from ..data.squad import SquadDataError
 
     kind = args.format
     if kind == "auto":
@@ -346,7 +406,12 @@ def main(argv=None) -> None:
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
     try:
-        if hasattr(task, "kind"):  # bio_sentence_prediction
+        if task.task_name == QA:
+            scores = predict_qa_file(task, model, args.input, args.output, **options)
+            print(f"wrote {args.output}")
+            if scores is not None:
+                print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
+        elif hasattr(task, "kind"):  # bio_sentence_prediction
             scores = predict_sentence_file(task, model, args.input, args.output, split=args.split, **options)
             print(f"wrote {args.output}")
             if scores is not None:
@@ -360,7 +425,7 @@ def main(argv=None) -> None:
         else:
             count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
             print(f"wrote {args.output}: {count} entity spans")
-    except (TaggingDataError, SentenceDataError, FileNotFoundError) as e:
+    except (TaggingDataError, SentenceDataError, SquadDataError, FileNotFoundError) as e:
         raise PredictError(str(e)) from None
 
 
