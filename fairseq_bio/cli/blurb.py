@@ -76,6 +76,7 @@ class Recipe:
     score_from: str = "validate"  # "predictions": the test score is computed from the predictions (BLUE's HoC)
     source: str = ""  # where users get the data when it is not there
     version: str = ""  # how the files read here differ from the benchmark's own version
+    alternative: Optional["Recipe"] = None  # the dataset in another form, run when this one's files are absent
 
     def command_base(self) -> List[str]:
         """The config (and preset) of this dataset's hydra command line."""
@@ -149,10 +150,12 @@ BLUE_RECIPES: Dict[str, Recipe] = {
         Recipe("i2b2-2010", SENTENCE, "blue/i2b2-2010", "f1", "re_chemprot", _BLUE_TSV + (
                "task.labels='false,PIP,TeCP,TeRP,TrAP,TrCP,TrIP,TrNAP,TrWP'", "task.negative_labels='false'"),
                source="i2b2-2010 relations (clinical, n2c2 data use agreement) as BLUE's TSV (create_i2b2_bert.py)"),
-        Recipe("hoc", SENTENCE, "blue/HoC", "f1", "hoc", score_from="predictions",
-               source=f"BLUE's HoC ({_BLUE_RELEASE}: 1,108 / 157 / 315 abstracts, sentence rows labelled by hallmark "
-               "name) grouped per abstract into JSON lines {\"sentence\", \"label\": 10 x 0/1 in BLUE's label order, "
-               "\"id\": PMID}"),
+        Recipe("hoc", SENTENCE, "blue/HoC", "example_f1", "hoc_blue", score_from="predictions",
+               source=f"BLUE's HoC ({_BLUE_RELEASE}: 1,108 / 157 / 315 abstracts as train/dev/test.tsv of sentences: "
+               "index <PMID>_s<n>, sentence, labels), or the same grouped per abstract into JSON lines",
+               alternative=Recipe("hoc", SENTENCE, "blue/HoC", "f1", "hoc", score_from="predictions",
+                                  source=f"BLUE's HoC ({_BLUE_RELEASE}) grouped per abstract into JSON lines "
+                                  "{\"sentence\", \"label\": 10 x 0/1 in BLUE's label order, \"id\": PMID}")),
         Recipe("mednli", SENTENCE, "blue/MedNLI", "accuracy", "mednli",
                source="MedNLI (clinical, PhysioNet credentialed access: physionet.org/content/mednli)"),
     )
@@ -367,8 +370,13 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         user = extra + per_dataset.get(task.name, [])
         if args.lr_grid and any(_key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user):
             raise BlurbError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
-        cfg = compose(recipe, [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user])
+        given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
+        cfg = compose(recipe, given)
         absent = [p for p in split_files(recipe.config, cfg["task"]).values() if not os.path.exists(p)]
+        if absent and recipe.alternative is not None:  # the dataset in its other form (BLUE's HoC: abstracts)
+            other = compose(recipe.alternative, given)
+            if all(os.path.exists(p) for p in split_files(recipe.alternative.config, other["task"]).values()):
+                recipe, cfg, absent = recipe.alternative, other, []
         if absent:
             hint = recipe.source or cfg["task"].get("data_source") or ""
             missing[task.name] = f"no data: {absent[0]} not found" + (f" (needs {hint})" if hint else "")
