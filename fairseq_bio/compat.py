@@ -95,13 +95,15 @@ def load_checkpoint(path, map_location="cpu"):
 def install() -> None:
     """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
     file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
-    and the legacy masked-LM dictionary its loader back, and installs ``checkpoints`` (see the module docstring)."""
+    and the legacy masked-LM dictionary its loader back, and installs ``checkpoints`` and ``fp16_diagnosis`` (see
+    their module docstrings)."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
-    from . import checkpoints
+    from . import checkpoints, fp16_diagnosis
 
     checkpoints.install()
+    fp16_diagnosis.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
     torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
     from fairseq import checkpoint_utils
