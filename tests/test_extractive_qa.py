@@ -484,3 +484,43 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
         for answer in row["answers"]:
             assert dev.context(ex)[answer["start"] : answer["end"]] == answer["text"]
     shutil.rmtree(imported.parent, ignore_errors=True)
+
+
+def test_hf_export_as_roberta_for_question_answering(qa_model, bytebpe_vocab, tmp_path):
+    """The QA checkpoint exports as RobertaForQuestionAnswering (qa_outputs = the span head); HF's start/end logits
+    on the rows of real dev questions (one windowed) equal fairseq's, and decode to the criterion's answers."""
+    transformers = pytest.importorskip("transformers")
+    from fairseq_bio.cli.export_hf import export_hf
+    from fairseq_bio.cli.predict import load_fine_tuned
+    from fairseq_bio.criterions.bio_extractive_qa import BioExtractiveQACriterion
+
+    save_dir, _ = qa_model
+    out = tmp_path / "hf"
+    result = export_hf(save_dir / "checkpoint_last.pt", out, log=lambda line: None)
+    assert result["architecture"] == "RobertaForQuestionAnswering" and result["kind"] == "question_answering"
+    assert result["pairs"] >= 3 and result["logits_max_abs_diff"] <= 1e-4
+    config = json.loads((out / "config.json").read_text())
+    assert config["fairseq_bio"]["doc_stride"] == 32 and config["fairseq_bio"]["window"] == 128
+    assert "RobertaForQuestionAnswering" in (out / "README.md").read_text()
+
+    task, model = load_fine_tuned(str(save_dir / "checkpoint_last.pt"), cpu=True)
+    dataset = task.build_dataset(task.read_file(str(QA_DATA / "dev.json")))
+    batch = dataset.collater([dataset[0], dataset[9]])  # two questions, every window of each
+    assert len(batch["row_example"]) > 2
+    criterion = BioExtractiveQACriterion(None, task)
+    hf = transformers.AutoModelForQuestionAnswering.from_pretrained(str(out)).eval()
+    tokens = batch["net_input"]["src_tokens"]
+    with torch.no_grad():
+        start, end = criterion.span_logits(model, batch)
+        hf_out = hf(tokens, attention_mask=tokens.ne(task.dictionary.pad()).long())
+    span = batch["span_mask"].clone()
+    span[:, 0] = True
+    assert torch.allclose(hf_out.start_logits[span], start[span], atol=1e-4)
+    assert torch.allclose(hf_out.end_logits[span], end[span], atol=1e-4)
+    ours = criterion.answers(start, end, batch)
+    theirs = criterion.answers(
+        hf_out.start_logits.masked_fill(~span, -1e4), hf_out.end_logits.masked_fill(~span, -1e4), batch
+    )
+    assert [[(a["text"], a["start"], a["end"]) for a in q] for q in theirs] == [
+        [(a["text"], a["start"], a["end"]) for a in q] for q in ours
+    ]

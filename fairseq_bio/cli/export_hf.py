@@ -11,7 +11,8 @@ codes with end-of-word suffix ``</w>``) and a model card ``README.md``. HF ids a
 What the checkpoint becomes is decided by its model and its head (``TARGETS``; ``--head`` picks one of several):
 no head -> ``*ForMaskedLM``; a ``bio_tagging`` token head -> ``*ForTokenClassification`` with the label list as
 ``id2label``; a ``bio_sentence_prediction`` head (fairseq's RobertaClassificationHead) -> ``*ForSequenceClassification``
-with its labels and ``problem_type`` (single-label, multi-label classification or regression); post-LN models are
+with its labels and ``problem_type`` (single-label, multi-label classification or regression); a ``bio_extractive_qa``
+span head -> ``*ForQuestionAnswering`` (its two outputs per token are HF's ``qa_outputs``); post-LN models are
 ``Roberta*``, pre-LN models with an embedding LayerNorm ``RobertaPreLayerNorm*`` (the same computation); pre-LN
 models without one are refused, as HF has no class that computes them. A CRF has no HF equivalent: its emission
 layer is exported as the token-classification layer and its transitions go to ``crf.json`` (one warning line says
@@ -298,6 +299,30 @@ def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) 
     hf.config["fairseq_bio"] = info
 
 
+def _add_question_answering_head(hf: HFModel, hub, head_name: str, used: set) -> None:
+    """A ``bio_extractive_qa`` span head (two outputs per token: start, end) as RoBERTa's ``qa_outputs``, the task's
+    windowing and decoding options under ``fairseq_bio``. The masked-LM head fine-tuning keeps (frozen) is left out."""
+    head, task = hub.model.classification_heads[head_name], hub.task
+    if head.out_proj.out_features != 2:
+        raise HFConvertError(f"span head {head_name!r} has {head.out_proj.out_features} outputs per token, not 2")
+    key = f"classification_heads.{head_name}."
+    for p in ("weight", "bias"):
+        hf.state[f"qa_outputs.{p}"] = getattr(head.out_proj, p).detach().float()
+        used.add(f"{key}out_proj.{p}")
+    used.update(k for k in hub.model.state_dict() if k.startswith(LM_HEAD))
+    hf.dropped.append("the masked-LM head (kept frozen by fine-tuning; HF's question-answering model has none)")
+    cfg = task.cfg
+    hf.config["fairseq_bio"] = {
+        "task": "bio_extractive_qa",
+        "head": head_name,
+        "window": task.window,
+        "doc_stride": cfg.doc_stride,
+        "max_query_length": cfg.max_query_length,
+        "max_answer_length": cfg.max_answer_length,
+        "n_best": cfg.n_best,
+    }
+
+
 def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: set) -> None:
     """fairseq's RobertaClassificationHead (``<s>``'s last state -> dropout -> dense -> tanh -> dropout -> out_proj,
     what HF's RobertaClassificationHead computes) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels
@@ -398,6 +423,9 @@ TARGETS = {
         "ForSequenceClassification", "AutoModelForSequenceClassification", "text-classification",
         _add_sequence_classification_head,
     ),
+    "question_answering": Target(
+        "ForQuestionAnswering", "AutoModelForQuestionAnswering", "question-answering", _add_question_answering_head,
+    ),
 }  # fmt: skip
 
 
@@ -405,6 +433,8 @@ def hf_model(hub, head: Optional[str] = None) -> Tuple[HFModel, str, Optional[st
     """The loaded checkpoint as an HF model: (HFModel, kind in ``TARGETS``, head name); ``head`` picks one of
     several classification heads (the others are left out and named)."""
     kind, head_name = head_kind(hub.model, head)
+    if kind == "token_classification" and getattr(hub.task, "task_name", None) == "bio_extractive_qa":
+        kind = "question_answering"  # the span head is a token head with outputs (start, end)
     target = TARGETS[kind]
     if target.add_head is None:
         raise HFConvertError(f"classification head {head_name!r}: {target.missing}")
@@ -849,6 +879,43 @@ def _sequence_use(config: Dict) -> List[str]:
     ]
 
 
+def _qa_input(config: Dict) -> List[str]:
+    """Card section of a span head: its input rows and outputs."""
+    return [
+        "## Input and outputs",
+        "A question and a context, read as `<s> question </s></s> context </s>`: `tokenizer(question, context)` "
+        "builds exactly that (fairseq_bio reads texts as words split at whitespace: give HF the words joined by single "
+        "spaces). `start_logits` and `end_logits` score each token as the first and the last of the answer; only "
+        "context tokens are candidates (fairseq_bio masks the question and the special tokens).",
+        "",
+    ]
+
+
+def _qa_use() -> List[str]:
+    """The card's snippet: the best span of one row through AutoModelForQuestionAnswering."""
+    return [
+        "```python",
+        "import torch",
+        "from transformers import AutoModelForQuestionAnswering, AutoTokenizer",
+        "",
+        'tokenizer = AutoTokenizer.from_pretrained("<this directory>")',
+        'model = AutoModelForQuestionAnswering.from_pretrained("<this directory>").eval()',
+        'question, context = "<question>", "<context>"',
+        'encoded = tokenizer(question, context, return_offsets_mapping=True, return_tensors="pt")',
+        'offsets = encoded.pop("offset_mapping")[0]',
+        "context_tokens = torch.tensor([s == 1 for s in encoded.sequence_ids(0)])",
+        "with torch.no_grad():",
+        "    out = model(**encoded)",
+        "start = out.start_logits[0].masked_fill(~context_tokens, -1e4)",
+        "end = out.end_logits[0].masked_fill(~context_tokens, -1e4)",
+        "scores = start[:, None] + end[None, :]  # start x end, end >= start, at most 30 tokens",
+        "allowed = torch.ones_like(scores, dtype=torch.bool).triu() & ~torch.ones_like(scores, dtype=torch.bool).triu(30)",
+        "i, j = divmod(int(scores.masked_fill(~allowed, -1e9).argmax()), scores.size(1))",
+        "answer = context[int(offsets[i][0]) : int(offsets[j][1])]",
+        "```",
+    ]
+
+
 def model_card(
     checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer: Dict, check: Dict, vocab_dir: Path
 ) -> str:
@@ -862,7 +929,8 @@ def model_card(
     layer_order = "pre-LayerNorm" if config["model_type"] == "roberta-prelayernorm" else "post-LayerNorm (BERT/RoBERTa)"
     positions = config["max_position_embeddings"] - config["pad_token_id"] - 1
     what = {"masked_lm": "masked language model", "token_classification": "token-classification (tagging) model",
-            "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type"))}  # fmt: skip
+            "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type")),
+            "question_answering": "extractive question-answering model"}  # fmt: skip
     if kind == "masked_lm":
         head = f", output layer {'tied to' if config['tie_word_embeddings'] else 'separate from'} the input embeddings."
     elif kind == "token_classification":
@@ -870,6 +938,8 @@ def model_card(
             f", a linear token-classification layer (dropout {config['classifier_dropout']:g}) over the last hidden "
             "states."
         )
+    elif kind == "question_answering":
+        head = ", a linear span layer (`qa_outputs`: a start and an end logit per token) over the last hidden states."
     else:
         head = (
             f"; a sentence head on the last hidden state of `<s>`: dropout {config['classifier_dropout']:g}, dense "
@@ -910,6 +980,8 @@ def model_card(
         ]
     elif kind == "sequence_classification":
         lines += _sequence_labels(config)
+    elif kind == "question_answering":
+        lines += _qa_input(config)
     lines += [
         "## Vocabulary",
         f"{tokenizer['description']}, {config['vocab_size']} entries (`{tokenizer['class']}`; ids are the fairseq "
@@ -937,10 +1009,13 @@ def model_card(
     checked = f"{singles} real PubMed sentences" + (
         f" and {check['pairs']} pairs of them" if check.get("pairs") else ""
     )
+    if kind == "question_answering":
+        checked = f"{check['pairs']} question-context pairs of real PubMed sentences"
     ids = {
         "masked_lm": "fairseq's token ids",
         "token_classification": "the token ids fairseq_bio's tagging task encodes their words to",
         "sequence_classification": "the token ids of the rows fairseq_bio's sentence task makes of them",
+        "question_answering": "the token ids of the question-context rows fairseq_bio's QA task makes of them",
     }
     lines += [
         "",
@@ -973,12 +1048,24 @@ def model_card(
                 "predict as fairseq_bio does, run each window and average the logits (a window that starts after "
                 "a text's first word keeps the space before it: fairseq_bio encodes words in context)"
             )
+        elif kind == "question_answering":
+            info = config["fairseq_bio"]
+            lines.append(
+                f"- windows and decoding: fairseq_bio cuts the question to {info['max_query_length']} tokens, windows "
+                f"a context longer than a row of {info['window']} tokens with a doc stride of {info['doc_stride']} "
+                f"tokens, and answers with the best span (start + end logit, at most {info['max_answer_length']} "
+                "tokens, starting in the window where its first token has the most context) over all windows, mapped "
+                "back to the context's characters (`fairseq-bio-predict`). HF's model scores one row; HF's "
+                "question-answering pipeline windows with `doc_stride` as the *overlap* of windows instead"
+            )
         lines.append("")
     lines += ["## Use"]
     if kind == "token_classification":
         lines += _tagging_use()
     elif kind == "sequence_classification":
         lines += _sequence_use(config)
+    elif kind == "question_answering":
+        lines += _qa_use()
     else:
         lines += [
             "```python",
@@ -1027,6 +1114,50 @@ def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
         raise HFConvertError(f"check text {texts[0][:60]!r}... does not fit one window of {task.window} tokens")
 
     return encode
+
+
+def qa_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
+    """``(question, context) -> T`` ids of the first row bio_extractive_qa makes of them (its word encoding,
+    dataset and collater: ``<s> question </s></s> context </s>``); a pair that needs more than one window, or whose
+    question is cut, is refused (``fits=True``: None instead)."""
+    from ..data.squad import QAExample, SquadFile
+
+    task = hub.task
+
+    def encode(text: Text, fits: bool = False) -> Optional[torch.Tensor]:
+        question, context = (text, text) if isinstance(text, str) else text
+        squad = SquadFile("<check>", [context], [QAExample("check", question, 0, None, 1)])
+        dataset = task.build_dataset(squad)
+        pieces = sum(len(task.word_encoder.encode(w, k == 0)) for k, w in enumerate(question.split()))
+        if dataset.windows(0) == 1 and len(dataset.encoded.question(0)) == pieces:
+            return dataset.collater([dataset[0]])["net_input"]["src_tokens"][0]
+        if fits:
+            return None
+        raise HFConvertError(f"check pair {question[:60]!r}... does not fit one row of {task.window} tokens")
+
+    return encode
+
+
+def compare_qa_logits(hf_dir: Path, hub, head_name: str, pairs: Sequence[Text], encode) -> float:
+    """Largest |difference| of HF's start/end logits from the fairseq span head's on ``pairs`` (ids from
+    ``encode``, already checked equal to HF's tokenizer's by ``compare_with_hf``)."""
+    import transformers
+
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        model = transformers.AutoModelForQuestionAnswering.from_pretrained(str(hf_dir)).float().eval()
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    worst = 0.0
+    for pair in pairs:
+        ids = encode(pair)
+        with torch.no_grad():
+            out = model(ids[None])
+            scores, _ = hub.model(ids[None], features_only=True, classification_head_name=head_name)
+        worst = max(worst, (out.start_logits[0] - scores[0, :, 0]).abs().max().item())
+        worst = max(worst, (out.end_logits[0] - scores[0, :, 1]).abs().max().item())
+    return worst
 
 
 def export_hf(
@@ -1078,12 +1209,16 @@ def export_hf(
         read_fastbpe_codes(bpe["bpe_codes"])
     hub = load_fairseq_model(checkpoint, vocab_dir)
     hf, kind, head_name = hf_model(hub, head)
-    encode = {"token_classification": _word_encoder_ids, "sequence_classification": sentence_task_ids}.get(kind)
+    encode = {"token_classification": _word_encoder_ids, "sequence_classification": sentence_task_ids,
+              "question_answering": qa_task_ids}.get(kind)  # fmt: skip
     encode = encode(hub) if encode else None
     if sentences is None:
         sentences = CHECK_SENTENCES
         if kind == "sequence_classification":  # the pairs that fit one window of the model's positions
             sentences += tuple(pair for pair in CHECK_PAIRS if encode(pair, fits=True) is not None)
+        if kind == "question_answering":  # question-context rows: the pairs (and each sentence asked about itself)
+            pairs = CHECK_PAIRS + tuple((s, s) for s in CHECK_SENTENCES)
+            sentences = tuple(pair for pair in pairs if encode(pair, fits=True) is not None)
 
     tmp = make_temp_dir(out_dir)
     try:
@@ -1097,7 +1232,11 @@ def export_hf(
         save_file({k: v.contiguous().clone() for k, v in hf.state.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})  # fmt: skip
         identity = torch.arange(len(hub.task.source_dictionary))
-        check = compare_with_hf(tmp, hub, identity, sentences, kind, head_name, encode).__dict__
+        if kind == "question_answering":  # HF's QA models give start/end logits: the hidden states, then those
+            check = compare_with_hf(tmp, hub, identity, sentences, "hidden", None, encode).__dict__
+            check["logits_max_abs_diff"] = compare_qa_logits(tmp, hub, head_name, sentences, encode)
+        else:
+            check = compare_with_hf(tmp, hub, identity, sentences, kind, head_name, encode).__dict__
         if check["logits_max_abs_diff"] > tolerance or check["hidden_max_abs_diff"] > tolerance:
             raise HFConvertError(
                 f"{checkpoint}: HF's outputs differ from fairseq's: logits {check['logits_max_abs_diff']:.2e}, hidden "

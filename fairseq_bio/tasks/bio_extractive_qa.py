@@ -138,5 +138,17 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
             self.cfg.doc_stride,
             dataset.unaligned_answers(),
         )
+        short = sum(
+            self.window - len(dataset.encoded.question(i)) - 4 < self.cfg.doc_stride for i in range(len(dataset))
+        )
+        if short:
+            logger.warning(
+                "%s: %d questions leave fewer than task.doc_stride=%d context pieces in a row of %d tokens: their "
+                "windows follow each other without overlap (lower task.doc_stride for overlap)",
+                path,
+                short,
+                self.cfg.doc_stride,
+                self.window,
+            )
         self.datasets[split] = dataset
         return dataset
