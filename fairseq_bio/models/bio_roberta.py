@@ -6,15 +6,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch.nn.functional as F
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.roberta.model import RobertaEncoder, RobertaModel, base_architecture
+from fairseq.models.roberta.model import RobertaEncoder, RobertaLMHead, RobertaModel, base_architecture
 from fairseq.models.transformer import DEFAULT_MIN_PARAMS_TO_WRAP
 from fairseq.modules import layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf, open_dict
-from torch import nn
+from torch import Tensor, nn
 
 from ..data.word_boundaries import BPE_JSON, load_bpe_json
 from ..modules.tagging_head import TokenClassificationHead
@@ -99,6 +100,20 @@ class BioRobertaConfig(FairseqDataclass):
     min_params_to_wrap: int = field(
         default=DEFAULT_MIN_PARAMS_TO_WRAP, metadata={"help": "smallest layer FSDP wraps on its own"}
     )
+    compile_encoder_layers: bool = field(
+        default=False,
+        metadata={
+            "help": "torch.compile each encoder layer (fuses the layer's elementwise work; the first batches of "
+            "each shape compile for seconds to minutes; not with checkpoint_activations)"
+        },
+    )
+    lm_head_vocab_multiple: int = field(
+        default=64,
+        metadata={
+            "help": "on CUDA, the masked-LM head multiplies by its output matrix padded to a multiple of this many "
+            "rows (tensor-core tiles) and slices the padding off the logits; parameters keep their shape; 1: off"
+        },
+    )
 
 
 def apply_architecture(cfg, name: Optional[str]) -> None:
@@ -115,6 +130,11 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
         cfg.layer_norm_eps = 1e-5
     if getattr(cfg, "offload_activations", False):
         cfg.checkpoint_activations = True
+    # Checkpoints from before these options hold none: they get the defaults.
+    if getattr(cfg, "compile_encoder_layers", None) is None:
+        cfg.compile_encoder_layers = False
+    if getattr(cfg, "lm_head_vocab_multiple", None) is None:
+        cfg.lm_head_vocab_multiple = 64
 
 
 def set_layer_norm_eps(module: nn.Module, eps: float) -> None:
@@ -140,8 +160,15 @@ class BioRobertaModel(RobertaModel):
             OmegaConf.set_struct(cfg, False)  # fairseq's encoder adds its own defaults below
         apply_architecture(cfg, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
         base_architecture(cfg)
+        if cfg.compile_encoder_layers and getattr(cfg, "checkpoint_activations", False):
+            raise ValueError("model.compile_encoder_layers=true with checkpoint_activations: choose one")
+        if cfg.lm_head_vocab_multiple < 1:
+            raise ValueError(f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1")
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
         set_layer_norm_eps(encoder, cfg.layer_norm_eps)
+        if cfg.compile_encoder_layers:
+            for layer in encoder.sentence_encoder.layers:
+                layer.compile()  # in place: parameter names and state-dict keys stay as they are
         if OmegaConf.is_config(cfg):
             OmegaConf.set_struct(cfg, True)
         return cls(cfg, encoder)
@@ -227,6 +254,38 @@ class BioRobertaModel(RobertaModel):
         return RobertaHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
 
 
+class BioRobertaLMHead(RobertaLMHead):
+    """fairseq's RoBERTa masked-LM head (same parameters and keys): ``N x C`` features -> ``N x V`` logits. On
+    CUDA the output matmul runs on the ``V x C`` matrix padded with zero rows to a multiple of ``vocab_multiple``,
+    and the padding's logits are sliced off, so they are never predicted."""
+
+    def __init__(self, embed_dim, output_dim, activation_fn, weight=None, vocab_multiple: int = 64):
+        super().__init__(embed_dim, output_dim, activation_fn, weight)
+        self.vocab_multiple = vocab_multiple
+
+    def forward(self, features, masked_tokens=None, **kwargs):
+        if masked_tokens is not None:  # only the predicted positions (fairseq's masked_lm criterion passes them)
+            features = features[masked_tokens, :]
+        x = self.layer_norm(self.activation_fn(self.dense(features)))
+        # Tensor cores want the output width in whole tiles, and dictionaries with <mask> added are often odd-sized
+        # (RoBERTa's 50,265; the demo's 16,005). CPU BLAS gains nothing from it (measured slower: the copy and the
+        # slice), so it stays off there.
+        return padded_linear(x, self.weight, self.bias, self.vocab_multiple if x.is_cuda else 1)
+
+
+def padded_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], multiple: int) -> Tensor:
+    """``N x C`` features, ``V x C`` weight, ``V`` bias -> ``N x V`` logits, the matmul run on the weight padded with
+    zero rows to a multiple of ``multiple`` and the padding's columns sliced off."""
+    # Padding per forward copies V x C, cheap against the N x C x V matmul, and keeps the parameter (tied to the
+    # embeddings), its optimizer state and every checkpoint as they are.
+    vocab = weight.size(0)
+    pad = -vocab % multiple
+    if pad == 0:
+        return F.linear(x, weight, bias)
+    bias = F.pad(bias, (0, pad)) if bias is not None else None
+    return F.linear(x, F.pad(weight, (0, 0, 0, pad)), bias)[..., :vocab]
+
+
 class BioRobertaEncoder(RobertaEncoder):
     """RoBERTa encoder over ``BioTransformerEncoder``."""
 
@@ -234,6 +293,9 @@ class BioRobertaEncoder(RobertaEncoder):
         encoder = BioTransformerEncoder(args, dictionary, embed_tokens)
         encoder.apply(init_bert_params)
         return encoder
+
+    def build_lm_head(self, embed_dim, output_dim, activation_fn, weight):
+        return BioRobertaLMHead(embed_dim, output_dim, activation_fn, weight, self.args.lm_head_vocab_multiple)
 
     def forward(
         self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, return_attn=False, **unused
