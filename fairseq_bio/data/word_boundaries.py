@@ -18,8 +18,8 @@ SentencePiece (whose ``▁`` then comes as a piece of its own).
 
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
@@ -68,6 +68,16 @@ class WordBoundaries:
     begins: torch.Tensor  # symbol starts a new word (when it follows a symbol that can end one)
     ends: torch.Tensor  # a word may end after this symbol (False for subword-nmt "@@" symbols)
     special: torch.Tensor  # control symbols: never part of a word, never masked
+    # (begins, ends, special) per device they were used on: copied once, not per batch
+    _on_device: Dict[torch.device, Tuple[torch.Tensor, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def tables(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(begins, ends, special) on ``device``, copied there once and then reused."""
+        if device not in self._on_device:
+            self._on_device[device] = tuple(t.to(device) for t in (self.begins, self.ends, self.special))
+        return self._on_device[device]
 
     @classmethod
     def from_bpe(cls, dictionary, bpe: Mapping[str, Any]) -> "WordBoundaries":
@@ -105,7 +115,7 @@ class WordBoundaries:
 
     def word_starts(self, tokens: torch.Tensor) -> torch.Tensor:
         """``B x T`` (or ``T``) bool: the token begins a word. Control symbols begin nothing."""
-        begins, ends, special = (t.to(tokens.device) for t in (self.begins, self.ends, self.special))
+        begins, ends, special = self.tables(tokens.device)
         is_special = special[tokens]
         # The first position behaves as if it followed a control symbol.
         prev_special = torch.ones_like(is_special)
@@ -117,7 +127,7 @@ class WordBoundaries:
     def word_ids(self, tokens: torch.Tensor) -> torch.Tensor:
         """``B x T`` (or ``T``) long: 1-based index of each token's word in its row, 0 for control symbols."""
         starts = self.word_starts(tokens)
-        return torch.where(self.special.to(tokens.device)[tokens], 0, starts.long().cumsum(-1))
+        return torch.where(self.tables(tokens.device)[2][tokens], 0, starts.long().cumsum(-1))
 
 
 def special_symbols(dictionary) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """BERT/RoBERTa masking of a padded batch, optionally whole words at a time."""
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -44,6 +44,14 @@ class BatchMasker:
         self.replacement_weights = torch.where(drawable, weights, torch.zeros(()))
         if self.replacement_weights.sum() <= 0:
             raise ValueError("the dictionary has no ordinary symbol to draw random replacements from")
+        self._tables: Dict[torch.device, Tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def tables(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(``V`` maskable flags, ``V`` replacement weights) on ``device``, copied there once and then reused."""
+        # A copy per batch is a host-to-device transfer that synchronises with the GPU's stream every update.
+        if device not in self._tables:
+            self._tables[device] = (self.maskable.to(device), self.replacement_weights.to(device))
+        return self._tables[device]
 
     def __call__(
         self, tokens: torch.Tensor, mask_prob: float, generator: torch.Generator
@@ -51,7 +59,8 @@ class BatchMasker:
         """``B x T`` tokens -> (corrupted ``B x T`` input, ``B x T`` targets: original token where chosen,
         pad elsewhere)."""
         device = tokens.device
-        maskable = self.maskable.to(device)[tokens]
+        maskable_symbols, replacement_weights = self.tables(device)
+        maskable = maskable_symbols[tokens]
         if self.word_boundaries is not None:
             starts = self.word_boundaries.word_starts(tokens)
         else:
@@ -81,8 +90,6 @@ class BatchMasker:
         corrupted = torch.where(chosen & ~keep & ~randomize, torch.full_like(tokens, self.mask_idx), tokens)
         num_random = int(randomize.sum())
         if num_random:
-            draws = torch.multinomial(
-                self.replacement_weights.to(device), num_random, replacement=True, generator=generator
-            )
+            draws = torch.multinomial(replacement_weights, num_random, replacement=True, generator=generator)
             corrupted = corrupted.masked_scatter(randomize, draws)
         return corrupted, targets
