@@ -8,4 +8,4 @@ from . import compat
 
 compat.install()
 
-from . import criterions, models, tasks  # noqa: E402  (registration)
+from . import criterions, models, optim, tasks  # noqa: E402  (registration)

@@ -1,0 +1,3 @@
+"""Registered optimizers."""
+
+from . import bio_adamw  # noqa: F401

@@ -1,0 +1,71 @@
+"""bio_adamw: torch's fused AdamW behind fairseq's optimizer interface, with the option names of fairseq's ``adam``.
+
+fairseq's ``adam`` is AdamW too (decoupled weight decay), but it is fused only when apex or fairseq's own CUDA
+extension is installed, which pip installs never have; otherwise it is a Python loop of about eight passes over
+every parameter (measured on this CPU for bio_roberta_base: 811 ms per step against 227 ms for torch's fused
+AdamW). The one difference in the update: fairseq adds ``adam_eps`` to ``sqrt(v)`` before the bias correction of
+``v``, torch after it, so in the first few hundred updates fairseq's effective epsilon is ``adam_eps /
+sqrt(1 - beta2^t)`` of torch's; afterwards the two are the same update.
+"""
+
+import ast
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, List, Tuple
+
+import torch
+from fairseq.dataclass import FairseqDataclass
+from fairseq.optim import FairseqOptimizer, register_optimizer
+from omegaconf import II, OmegaConf
+
+
+@dataclass
+class BioAdamWConfig(FairseqDataclass):
+    adam_betas: Any = field(default=(0.9, 0.999), metadata={"help": "betas, e.g. '(0.9, 0.98)'"})
+    adam_eps: float = field(default=1e-8, metadata={"help": "epsilon added to sqrt(v)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay (AdamW)"})
+    fused: bool = field(
+        default=True,
+        metadata={"help": "torch's fused kernel (CUDA and CPU): one pass per parameter; false: the foreach kernels"},
+    )
+    lr: List[float] = II("optimization.lr")
+
+
+@register_optimizer("bio_adamw", dataclass=BioAdamWConfig)
+class BioAdamW(FairseqOptimizer):
+    """``torch.optim.AdamW`` (fused by default) for fairseq's trainer; fp16/bf16 training keeps fp32 master weights
+    through fairseq's ``FP16Optimizer`` (flat or not)."""
+
+    def __init__(self, cfg: BioAdamWConfig, params):
+        super().__init__(cfg)
+        kernel = {"fused": True} if cfg.fused else {"foreach": True}
+        self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel)
+
+    @property
+    def optimizer_config(self):
+        """The settings a restored checkpoint's optimizer state is overridden with (fairseq's ``adam`` keys)."""
+        return {
+            "lr": self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr,
+            "betas": parse_betas(self.cfg.adam_betas),
+            "eps": self.cfg.adam_eps,
+            "weight_decay": self.cfg.weight_decay,
+        }
+
+    @property
+    def supports_flat_params(self):
+        return True  # an elementwise update: one flat fp32 master tensor works as well as many
+
+
+def parse_betas(betas) -> Tuple[float, float]:
+    """``'(0.9, 0.98)'`` (fairseq's string form), a list/tuple or an omegaconf list -> ``(0.9, 0.98)``."""
+    value = betas
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            value = None
+    elif OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value)
+    if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(b, (int, float)) for b in value)):
+        raise ValueError(f"optimizer.adam_betas={betas!r}: not a pair of numbers such as '(0.9, 0.98)'")
+    return float(value[0]), float(value[1])
