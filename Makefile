@@ -26,7 +26,7 @@ demo: install
 
 # CI (.ci/run) builds the optional fastBPE too, so the fastbpe vocabulary tests run rather than skip.
 test: install $(FASTBPE_STAMP)
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 # fairseq's own tests for the parts fairseq_bio builds on (../shared/peer/fairseq_tests, unmodified), run with the
 # plugin loaded first (tests/peer/fairseq_bio_loaded.py, which also lists the expected failures); 7-11 min here.

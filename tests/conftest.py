@@ -3,15 +3,46 @@ a slice that keeps the suite fast, and vocabularies/data-bins learned from it wi
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 SLICE_DOCS = 1500  # abstracts read from one real MEDLINE baseline file
+# `make test` runs the suite in two pytest-xdist workers (2 cores, one thread per fairseq process): the session's
+# expensive fixtures are built once, by the first worker that needs them, and reused by the other (build_once).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+THREADS = "1" if XDIST_WORKER else "2"
+
+
+def pytest_configure(config):
+    if XDIST_WORKER:
+        import torch
+
+        torch.set_num_threads(1)  # in-process models: one thread per worker, as the CLI runs get
+
+
+def build_once(tmp_path_factory, name, build):
+    """``build(directory)`` for the whole test session: with pytest-xdist the first worker that asks builds it
+    (under a file lock) and the others wait and reuse it; a build that failed half-way is redone. ``build`` returns
+    a Path or a tuple of Paths (inside ``directory``), returned to every caller."""
+    root = tmp_path_factory.getbasetemp()
+    if XDIST_WORKER:
+        root = root.parent  # pytest-xdist: each worker's basetemp is a child of the session's
+    directory, record = root / f"shared-{name}", root / f"shared-{name}.json"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not record.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir(parents=True)
+            value = build(directory)
+            record.write_text(json.dumps([str(v) for v in value] if isinstance(value, tuple) else str(value)))
+    value = json.loads(record.read_text())
+    return tuple(map(Path, value)) if isinstance(value, list) else Path(value)
 
 
 @pytest.fixture(scope="session")
@@ -26,16 +57,18 @@ def pubmed_corpus(pubmed_sample, tmp_path_factory):
     """train.txt/valid.txt: real abstracts, one sentence per line, blank line between documents."""
     from preprocess.extract import extract
 
-    out = tmp_path_factory.mktemp("corpus")
-    extract(
-        [pubmed_sample / "pubmed20n0014.xml.gz"],
-        out,
-        max_docs_per_file=SLICE_DOCS,
-        valid_fraction=0.05,
-        workers=1,
-        progress=False,
-    )
-    return out
+    def build(out):
+        extract(
+            [pubmed_sample / "pubmed20n0014.xml.gz"],
+            out,
+            max_docs_per_file=SLICE_DOCS,
+            valid_fraction=0.05,
+            workers=1,
+            progress=False,
+        )
+        return out
+
+    return build_once(tmp_path_factory, "corpus", build)
 
 
 _VOCAB_SIZES = {"bytebpe": 3000, "sentencepiece": 3000, "wordpiece": 3000, "fastbpe": 3000}
@@ -50,8 +83,8 @@ def learned_vocab(pubmed_corpus, tmp_path_factory):
 
     def get(kind):
         if kind not in cache:
-            out = tmp_path_factory.mktemp(f"vocab-{kind}") / "vocab"
-            cache[kind] = learn_vocab(pubmed_corpus / "train.txt", out, kind=kind, vocab_size=_VOCAB_SIZES[kind])
+            cache[kind] = build_once(tmp_path_factory, f"vocab-{kind}", lambda out: learn_vocab(
+                pubmed_corpus / "train.txt", out / "vocab", kind=kind, vocab_size=_VOCAB_SIZES[kind]))  # fmt: skip
         return cache[kind]
 
     return get
@@ -65,14 +98,16 @@ def data_bin(pubmed_corpus, learned_vocab, tmp_path_factory):
 
     cache = {}
 
+    def build(kind, work):
+        vocab = learned_vocab(kind)
+        inputs = [pubmed_corpus / "train.txt", pubmed_corpus / "valid.txt"]
+        outputs = [work / "train.bpe", work / "valid.bpe"]
+        encode_files(vocab, inputs, outputs, workers=1, progress=False)
+        return Path(binarize(vocab, outputs[0], outputs[1], work / "data-bin", workers=1))
+
     def get(kind="bytebpe"):
         if kind not in cache:
-            vocab = learned_vocab(kind)
-            work = tmp_path_factory.mktemp(f"bin-{kind}")
-            inputs = [pubmed_corpus / "train.txt", pubmed_corpus / "valid.txt"]
-            outputs = [work / "train.bpe", work / "valid.bpe"]
-            encode_files(vocab, inputs, outputs, workers=1, progress=False)
-            cache[kind] = Path(binarize(vocab, outputs[0], outputs[1], work / "data-bin", workers=1))
+            cache[kind] = build_once(tmp_path_factory, f"bin-{kind}", lambda work: build(kind, work))
         return cache[kind]
 
     return get
@@ -80,7 +115,7 @@ def data_bin(pubmed_corpus, learned_vocab, tmp_path_factory):
 
 def run_cli(args, cwd, timeout=600, check=True):
     """Run one of the installed console scripts (fairseq-train, fairseq-hydra-train, ...) for real."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", THREADS)}
     result = subprocess.run(
         [str(BIN / args[0]), *map(str, args[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -114,7 +149,10 @@ ENCODER_UPDATES = 400
 @pytest.fixture(scope="session")
 def tiny_encoder(data_bin, tmp_path_factory):
     """checkpoint_last.pt of a bio_roberta pretrained with fairseq-hydra-train (bio_roberta_tiny config, smaller)."""
-    save_dir = tmp_path_factory.mktemp("tiny-encoder")
+    return build_once(tmp_path_factory, "tiny-encoder", lambda save_dir: _pretrain_tiny(data_bin, save_dir))
+
+
+def _pretrain_tiny(data_bin, save_dir):
     run_cli(
         ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
          f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
@@ -135,7 +173,10 @@ def conll_slice(source: Path, dest: Path, sentences: int) -> None:
 @pytest.fixture(scope="session")
 def ncbi_slice(tmp_path_factory):
     """A slice of real NCBI-disease (train/devel/test), plus one 600-word training sentence that must be windowed."""
-    out = tmp_path_factory.mktemp("ncbi-slice")
+    return build_once(tmp_path_factory, "ncbi-slice", _ncbi_slice)
+
+
+def _ncbi_slice(out):
     src = SHARED_DATA / "ner" / "NCBI-disease"
     conll_slice(src / "train.tsv", out / "train.tsv", 1500)
     conll_slice(src / "devel.tsv", out / "devel.tsv", 300)
@@ -166,9 +207,8 @@ def fine_tune(data, save_dir, *overrides, updates=150, cwd=None):
 @pytest.fixture(scope="session")
 def ner_model(tiny_encoder, ncbi_slice, tmp_path_factory):
     """(save_dir, json log) of the tiny encoder fine-tuned on the NCBI slice."""
-    save_dir = tmp_path_factory.mktemp("ner-pretrained")
-    log = fine_tune(ncbi_slice, save_dir, f"checkpoint.restore_file={tiny_encoder}")
-    return save_dir, log
+    return build_once(tmp_path_factory, "ner-pretrained", lambda save_dir: (
+        save_dir, fine_tune(ncbi_slice, save_dir, f"checkpoint.restore_file={tiny_encoder}")))  # fmt: skip
 
 
 def fine_tune_sentence(sentence_task, data, save_dir, *overrides, updates=100):
@@ -189,7 +229,10 @@ def fine_tune_sentence(sentence_task, data, save_dir, *overrides, updates=100):
 @pytest.fixture(scope="session")
 def gad_model(tiny_encoder, tmp_path_factory):
     """(save_dir, json log) of the tiny encoder fine-tuned on real GAD (BLURB's 4,261 / 535 train / dev sizes)."""
-    save_dir = tmp_path_factory.mktemp("gad")
+    return build_once(tmp_path_factory, "gad", lambda save_dir: _fine_tune_gad(tiny_encoder, save_dir))
+
+
+def _fine_tune_gad(tiny_encoder, save_dir):
     log = fine_tune_sentence("re_gad", SHARED_DATA / "re" / "GAD", save_dir, f"checkpoint.restore_file={tiny_encoder}",
                              "optimizer.groups.default.lr_float=0.001", "optimizer.groups.default.lr_scheduler.warmup_updates=30",
                              updates=300)  # fmt: skip
@@ -200,7 +243,10 @@ def gad_model(tiny_encoder, tmp_path_factory):
 def hoc_slice(tmp_path_factory):
     """The first abstracts of real HoC (train/dev/test JSON lines); most are longer than the tiny encoder's 128
     positions, so they are windowed."""
-    out = tmp_path_factory.mktemp("hoc-slice")
+    return build_once(tmp_path_factory, "hoc-slice", _hoc_slice)
+
+
+def _hoc_slice(out):
     for split, n in (("train", 400), ("dev", 100), ("test", 50)):
         lines = (SHARED_DATA / "hoc" / f"{split}.json").read_text(encoding="utf-8").splitlines(keepends=True)
         (out / f"{split}.json").write_text("".join(lines[:n]), encoding="utf-8")
@@ -210,7 +256,10 @@ def hoc_slice(tmp_path_factory):
 @pytest.fixture(scope="session")
 def hoc_model(tiny_encoder, hoc_slice, tmp_path_factory):
     """(save_dir, json log) of the tiny encoder fine-tuned on the HoC slice (multi-label, windowed abstracts)."""
-    save_dir = tmp_path_factory.mktemp("hoc")
+    return build_once(tmp_path_factory, "hoc", lambda save_dir: _fine_tune_hoc(tiny_encoder, hoc_slice, save_dir))
+
+
+def _fine_tune_hoc(tiny_encoder, hoc_slice, save_dir):
     log = fine_tune_sentence("hoc", hoc_slice, save_dir, f"checkpoint.restore_file={tiny_encoder}",
                              "optimizer.groups.default.lr_float=0.001", "dataset.batch_size=8", updates=60)  # fmt: skip
     return save_dir, log
