@@ -21,9 +21,17 @@ that pickles anything else is refused with a one-line error.
 - fairseq's ``progress_bar()`` adds a ``FileHandler`` for ``common.log_file`` on every call, and fairseq-train calls
   it once per epoch, so epoch k's log lines are written k times (quadratic growth on small fine-tuning sets).
   It now adds the handler only when that file has none yet.
+- fairseq's ``broadcast_object``, which hands rank 0's checkpoint to the other ranks when a multi-GPU run resumes,
+  pickles a ``_TensorPlaceholder`` that torch's ``weights_only`` loader refuses, so every rank but 0 failed to
+  resume. That one class is allowlisted too (it holds an int).
+- fairseq's ``DistributedFairseqModel`` gives torch's ``DistributedDataParallel`` ``device_ids=[device_id]`` even
+  for a model on the CPU, which torch refuses, so ``common.cpu=true`` training on several processes (gloo) cannot
+  start. A CPU model now gets ``device_ids=None`` (what torch asks for CPU modules); GPU models are unchanged.
 
 It also installs ``fairseq_bio.checkpoints``: every checkpoint file fairseq writes appears atomically, and a corrupt
 one is named in one line with the newest intact checkpoint beside it (see that module).
+``fairseq_bio.preemption`` makes SIGUSR1/SIGUSR2/SIGTERM save a checkpoint at the next update boundary and end the run
+so that it resumes (requeued under SLURM/submitit; see that module).
 """
 
 import argparse
@@ -95,17 +103,26 @@ def load_checkpoint(path, map_location="cpu"):
 def install() -> None:
     """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
     file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
-    and the legacy masked-LM dictionary its loader back, and installs ``checkpoints`` and ``fp16_diagnosis`` (see
-    their module docstrings)."""
+    and the legacy masked-LM dictionary its loader back, lets CPU models train on several processes, and installs
+    ``checkpoints``, ``fp16_diagnosis`` and ``preemption`` (see their module docstrings)."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
-    from . import checkpoints, fp16_diagnosis
+    _install_cpu_ddp()
+    from . import checkpoints, fp16_diagnosis, preemption
 
     checkpoints.install()
     fp16_diagnosis.install()
+    preemption.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
-    torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
+    # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
+    # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's
+    # default, weights_only=True: without it every rank but 0 fails to resume. Never written to a file, so not in
+    # FAIRSEQ_SAFE_GLOBALS (what checkpoint files hold).
+    from fairseq.distributed.utils import _TensorPlaceholder
+
+    allowed = FAIRSEQ_SAFE_GLOBALS + [_TensorPlaceholder]
+    torch.serialization.add_safe_globals([g for g in allowed if id(g) not in known])
     from fairseq import checkpoint_utils
 
     loader = checkpoint_utils.load_checkpoint_to_cpu
@@ -202,3 +219,22 @@ def _install_one_log_file_handler():
 
     progress_bar.fairseq_bio_one_handler = True
     module.progress_bar = progress_bar
+
+
+def _install_cpu_ddp():
+    from fairseq.models import distributed_fairseq_model as wrapper
+
+    if getattr(wrapper.DistributedDataParallel, "fairseq_bio_cpu_ddp", False):
+        return
+
+    class DistributedDataParallel(wrapper.DistributedDataParallel):
+        """torch's DDP, given no device ids for a module on the CPU (fairseq passes ``[device_id]`` regardless)."""
+
+        fairseq_bio_cpu_ddp = True
+
+        def __init__(self, module, *args, device_ids=None, output_device=None, **kwargs):
+            if all(p.device.type == "cpu" for p in module.parameters()):
+                device_ids = output_device = None
+            super().__init__(module, *args, device_ids=device_ids, output_device=output_device, **kwargs)
+
+    wrapper.DistributedDataParallel = DistributedDataParallel
