@@ -44,7 +44,8 @@ def slurm(tmp_path):
         # CPU-only torch cannot do; on the CPU the id has no other use, so both tasks say 0.
         return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(log), "SLURM_JOB_ID": JOB_ID,
                 "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_NTASKS": "2",
-                "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0"}  # fmt: skip
+                "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": "0"}  # fmt: skip
 
     env.log = log
     return env
@@ -97,7 +98,7 @@ def test_two_processes_mlm_equal_one_process_and_survive_a_requeue(reference, da
     assert resumed in requeued[0].output(whole=True)
     assert updates_in(two / "checkpoint_last.pt") == MLM_UPDATES
     assert_same_parameters(reference / "checkpoint_last.pt", two / "checkpoint_last.pt")
-    one_losses, two_losses = losses(f"{reference}.log"), losses(f"{two}.log")
+    one_losses, two_losses = losses(reference / "train.log"), losses(f"{two}.log")
     assert sorted(two_losses) == sorted(one_losses) == list(range(1, MLM_UPDATES + 1))
     assert two_losses == pytest.approx(one_losses, abs=2e-3)  # logged with 3 decimals
     # every update of the two ranks counted 16 sequences: rank 1's batch was in it

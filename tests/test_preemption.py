@@ -20,7 +20,7 @@ def reference(data_bin, tmp_path_factory):
 
 def assert_resumed_exactly(reference, save_dir):
     """Every update's loss and the final parameters are the uninterrupted run's."""
-    got, want = losses(f"{save_dir}.log"), losses(f"{reference}.log")
+    got, want = losses(f"{save_dir}.log"), losses(reference / "train.log")
     assert sorted(got) == sorted(want) == list(range(1, MLM_UPDATES + 1))
     assert got == pytest.approx(want, abs=2e-3)  # logged with 3 decimals
     a = compat.load_checkpoint(reference / "checkpoint_last.pt")["model"]

@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import BIN, ENCODER_SIZE, REPO, logged
+from conftest import BIN, ENCODER_SIZE, REPO, build_once, logged
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -89,11 +89,14 @@ MLM_UPDATES = 14
 
 
 def mlm_reference(data_bin, tmp_path_factory) -> Path:
-    """save_dir of the uninterrupted single-process MLM run (update_freq 2); its json log is ``<save_dir>.log``.
-    Made once per session whichever test module asks first (the directory outlives the fixture's module)."""
-    save_dir = tmp_path_factory.getbasetemp() / "launch-mlm-reference"
-    if not (save_dir / "checkpoint_last.pt").exists():
-        run = Run.train("bio_roberta_tiny", save_dir, f"task.data={data_bin('bytebpe')}", *MLM,
-                        "optimization.update_freq=[2]")  # fmt: skip
+    """save_dir of the uninterrupted single-process MLM run (update_freq 2), its json log ``train.log`` inside; built
+    once per session (conftest.build_once: whichever test module, or pytest-xdist worker, asks first)."""
+
+    def build(save_dir):
+        data = f"task.data={data_bin('bytebpe')}"
+        run = Run.train("bio_roberta_tiny", save_dir, data, *MLM, "optimization.update_freq=[2]",
+                        log=save_dir / "train.log", out=save_dir / "train.out")  # fmt: skip
         assert run.finish() == 0, run.output()
-    return save_dir
+        return save_dir
+
+    return build_once(tmp_path_factory, "launch-mlm-reference", build)
