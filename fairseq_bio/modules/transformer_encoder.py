@@ -1,6 +1,6 @@
-"""fairseq's transformer encoder with a faster attention (one fused QKV projection, torch's scaled_dot_product_attention)
-that keeps fairseq's parameters and state-dict keys, and returns every layer's per-head attention maps (before
-dropout) on request."""
+"""fairseq's transformer encoder with a faster attention (one fused QKV projection, torch's
+scaled_dot_product_attention) that keeps fairseq's parameters and state-dict keys, and returns every layer's per-head
+attention maps (before dropout) on request."""
 
 from typing import List, Optional, Tuple
 
