@@ -326,3 +326,30 @@ def test_compiled_layers_equal_eager_on_cpu(task):
         BioRobertaModel.build_model(
             _args("bio_roberta_tiny", False, compile_encoder_layers=True, checkpoint_activations=True), task
         )
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_activation_checkpointing_gives_the_same_training_step(task, offload):
+    """model.checkpoint_activations=true (and offload_activations, which implies it) recomputes each layer in the
+    backward pass: the same logits and gradients as the plain model, and the same state-dict keys, so checkpoints
+    move freely between the two."""
+    _, plain = stock_and_bio(task)
+    option = {"offload_activations": True} if offload else {"checkpoint_activations": True}
+    torch.manual_seed(0)
+    saving = BioRobertaModel.build_model(_args("bio_roberta_tiny", False, **option), task)
+    assert saving.state_dict().keys() == plain.state_dict().keys()
+    saving.load_state_dict(plain.state_dict())
+    saving.train()
+    plain.train()
+    calls = {"saving": 0, "plain": 0}  # runs of the first layer's feed-forward: twice when recomputed
+    for name, model in (("saving", saving), ("plain", plain)):
+        fc1 = next(m for n, m in model.named_modules() if n.endswith("layers.0.fc1"))
+        fc1.register_forward_hook(lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
+    tokens, masked = tokens_and_mask(task, padded=True)
+    weights = torch.randn(int(masked.sum()), len(task.source_dictionary), generator=torch.Generator().manual_seed(4))
+    logits, reference = saving(tokens, masked_tokens=masked)[0], plain(tokens, masked_tokens=masked)[0]
+    close(logits, reference)
+    (logits * weights).sum().backward()
+    (reference * weights).sum().backward()
+    assert_same_gradients(saving, plain)
+    assert calls == {"saving": 2, "plain": 1}
