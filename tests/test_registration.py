@@ -8,15 +8,16 @@ import textwrap
 SNAPSHOT = textwrap.dedent("""
     import json, logging, os, sys
     import torch
-    import fairseq.criterions, fairseq.models, fairseq.tasks
+    import fairseq.criterions, fairseq.models, fairseq.optim, fairseq.tasks
     from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.optim import OPTIMIZER_REGISTRY
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
     def state():
         return {
             "tasks": sorted(TASK_REGISTRY), "models": sorted(MODEL_REGISTRY), "archs": sorted(ARCH_MODEL_REGISTRY),
-            "criterions": sorted(CRITERION_REGISTRY), "files": sorted(os.listdir(".")), "argv": sys.argv,
+            "criterions": sorted(CRITERION_REGISTRY), "optimizers": sorted(OPTIMIZER_REGISTRY), "files": sorted(os.listdir(".")), "argv": sys.argv,
             "handlers": [type(h).__name__ for h in logging.getLogger().handlers],
             "rng": torch.random.get_rng_state().sum().item(), "dtype": str(torch.get_default_dtype()),
             "threads": torch.get_num_threads(),
@@ -35,22 +36,25 @@ def test_import_only_registers_bio_names(tmp_path):
     ).stdout
     snap = json.loads(out.strip().splitlines()[-1])
     before, after = snap["before"], snap["after"]
-    for registry in ("tasks", "models", "archs", "criterions"):
+    for registry in ("tasks", "models", "archs", "criterions", "optimizers"):
         added = set(after[registry]) - set(before[registry])
         assert set(before[registry]) <= set(after[registry])
         assert all(name.startswith("bio_") for name in added), added
-    assert set(after["tasks"]) - set(before["tasks"]) >= {
+    assert set(after["tasks"]) - set(before["tasks"]) == {
         "bio_masked_lm",
         "bio_tagging",
         "bio_electra",
         "bio_sentence_prediction",
+        "bio_extractive_qa",
     }
-    assert set(after["criterions"]) - set(before["criterions"]) >= {
+    assert set(after["criterions"]) - set(before["criterions"]) == {
         "bio_distillation",
         "bio_tagging",
         "bio_electra",
         "bio_sentence_prediction",
+        "bio_extractive_qa",
     }
+    assert set(after["optimizers"]) - set(before["optimizers"]) == {"bio_adamw"}
     assert set(after["archs"]) - set(before["archs"]) == {
         "bio_roberta",
         "bio_roberta_tiny",
