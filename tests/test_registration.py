@@ -17,7 +17,8 @@ SNAPSHOT = textwrap.dedent("""
     def state():
         return {
             "tasks": sorted(TASK_REGISTRY), "models": sorted(MODEL_REGISTRY), "archs": sorted(ARCH_MODEL_REGISTRY),
-            "criterions": sorted(CRITERION_REGISTRY), "optimizers": sorted(OPTIMIZER_REGISTRY), "files": sorted(os.listdir(".")), "argv": sys.argv,
+            "criterions": sorted(CRITERION_REGISTRY), "optimizers": sorted(OPTIMIZER_REGISTRY),
+            "files": sorted(os.listdir(".")), "argv": sys.argv,
             "handlers": [type(h).__name__ for h in logging.getLogger().handlers],
             "rng": torch.random.get_rng_state().sum().item(), "dtype": str(torch.get_default_dtype()),
             "threads": torch.get_num_threads(),
