@@ -24,7 +24,6 @@ question's answer is the best span over all its windows.
 
 import logging
 import os
-import tempfile
 import unicodedata
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -32,8 +31,10 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
+from preprocess.common import atomic_write
+
 from .batching import LengthSortedExamples
-from .squad import QAExample, SquadFile, context_words, gold_texts
+from .squad import SquadFile, context_words, gold_texts
 from .tagging_dataset import WordEncoder
 
 logger = logging.getLogger(__name__)
@@ -210,15 +211,8 @@ class EncodedQA:
         encoded = cls.encode(encoder, squad, max_query_length)
         if path:
             os.makedirs(cache_dir, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".qa-", suffix=".npz")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.savez(f, **{name: getattr(encoded, name) for name in cls.FIELDS})
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            with atomic_write(path, "wb") as f:
+                np.savez(f, **{name: getattr(encoded, name) for name in cls.FIELDS})
         return encoded
 
     def question(self, i: int) -> np.ndarray:

@@ -16,9 +16,10 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from preprocess.common import atomic_write
 
 KINDS = ("classification", "multilabel", "regression")
 FORMATS = ("auto", "tsv", "jsonl", "pubmedqa")
@@ -401,15 +402,7 @@ def entity_rows(examples: Sequence[Example], label_field: str = "label") -> List
 
 def write_jsonl(rows: Sequence[Dict[str, Any]], dest: str) -> None:
     """JSON lines written to a temp file beside ``dest`` and renamed onto it when complete."""
-    directory = os.path.dirname(os.path.abspath(dest))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(dest)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    with atomic_write(dest) as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")

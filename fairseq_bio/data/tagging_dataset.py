@@ -11,13 +11,14 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from argparse import Namespace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from fairseq.data import FairseqDataset
+
+from preprocess.common import atomic_write
 
 from .batching import LengthSortedExamples
 
@@ -105,20 +106,10 @@ class EncodedWords:
         encoded = cls.encode(encoder, sentences)
         if path:
             os.makedirs(cache_dir, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".encoded-", suffix=".npz")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.savez(
-                        f,
-                        pieces=encoded.pieces,
-                        word_starts=encoded.word_starts,
-                        sentence_starts=encoded.sentence_starts,
-                    )
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            with atomic_write(path, "wb") as f:
+                np.savez(
+                    f, pieces=encoded.pieces, word_starts=encoded.word_starts, sentence_starts=encoded.sentence_starts
+                )
         return encoded
 
     def __len__(self):
