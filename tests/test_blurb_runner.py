@@ -118,6 +118,13 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
             assert len(rows) == 134 == r["test_examples"]
             f1 = micro_f1([row["gold"] for row in rows], [row["pred"] for row in rows], ("0",))
             assert r["test_metric"] == pytest.approx(100 * f1, abs=0.01)
+        # examples trained on: a whole epoch of the slice (in at least ceil(n / 16) batches of at most 16), then some
+        # of a second one (fairseq logs the mean batch size to one decimal); the throughput is that over the
+        # training process's wall time
+        n_train = 300 if name == "ncbi-disease" else 265
+        assert n_train < r["train_examples"] <= n_train + 16 * (30 - math.ceil(n_train / 16)) + 2
+        assert r["train_examples_per_s"] == pytest.approx(r["train_examples"] / r["train_s"], rel=0.01)
+        assert 0 < r["test_examples_per_s"] and r["train_s"] < r["wall_s"]
         # the dev score is the best dev F1 logged, the one checkpoint_best was saved at
         assert r["dev_metric"] == max(float(v["f1"]) for v in logged(run_dir / "train.log", "valid").values())
 
@@ -130,6 +137,8 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
         assert d["std"] == pytest.approx(statistics.stdev(values))
         assert d["median"] == pytest.approx(statistics.median(values))
         assert results["per_type"][task_type] == pytest.approx(d["mean"])
+        trained, seconds = (sum(runs[(name, s)][k] for s in (1, 2)) for k in ("train_examples", "train_s"))
+        assert d["train_examples_per_s"] == pytest.approx(trained / seconds, rel=0.01)
     score = results["score"]
     expected = statistics.fmean([results["datasets"]["ncbi-disease"]["mean"], results["datasets"]["gad"]["mean"]])
     assert score["score"] == pytest.approx(expected) and score["partial"]

@@ -476,6 +476,20 @@ def valid_entries(log: Path) -> Dict[int, Dict[str, Any]]:
             if "num_updates" in e}  # fmt: skip
 
 
+def examples_trained(log: Path) -> int:
+    """Training examples a run went through: per epoch, its updates times fairseq's average batch size (``bsz``),
+    from the epoch-end ``train_`` entries of its log."""
+    if not log.exists():
+        return 0
+    epochs = [e for e in json_entries(log.read_text(encoding="utf-8"), "train_") if "num_updates" in e and "bsz" in e]
+    total, before = 0.0, 0
+    for entry in epochs:
+        updates = int(entry["num_updates"])
+        total += (updates - before) * float(entry["bsz"])
+        before = updates
+    return round(total)
+
+
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else "(no output)"
@@ -537,6 +551,7 @@ def execute(run: Run, args) -> Dict[str, Any]:
         raise RunFailed(f"no dev validation or no checkpoint_best.pt (see {run.dir / 'train.out'})")
     maximize = bool(run.plan.cfg["checkpoint"].get("maximize_best_checkpoint_metric", True))
     best = (max if maximize else min)(dev.values(), key=lambda e: float(e[selection]))
+    scoring = time.time()
     validated = subprocess.run(run.validate, cwd=run.dir, capture_output=True, text=True)
     with atomic_output(run.dir / "test.log") as f:
         f.write(validated.stdout + validated.stderr)
@@ -548,6 +563,7 @@ def execute(run: Run, args) -> Dict[str, Any]:
     test = tests[-1]
     recipe, bench = run.plan.recipe, run.plan.task
     gold, pred, ids = predict(run, args)
+    score_s, trained = time.time() - scoring, examples_trained(run.dir / "train.log")
     predicted = 100 * bench.score(gold, pred, **({"ids": ids} if bench.metric.startswith("hoc") else {}))
     if recipe.score_from == "predictions":
         test_metric = predicted
@@ -574,6 +590,9 @@ def execute(run: Run, args) -> Dict[str, Any]:
         "test_examples": len(gold),
         "predictions": "predictions.tsv" if recipe.config == TAGGING else "predictions.jsonl",
         "train_s": round(train_s, 1),
+        "train_examples": trained,
+        "train_examples_per_s": round(trained / train_s, 2) if train_s > 0 else None,
+        "test_examples_per_s": round(len(gold) / score_s, 2) if score_s > 0 else None,
         "wall_s": round(time.time() - start, 1),
         "identity": run.identity,
     }
@@ -618,6 +637,7 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
             "dev_selected_on": chosen[0].get("dev_selected_on"),
             "dev_by_lr": {f"{k:g}": v for k, v in dev_by_lr.items()},
             "wall_s": round(sum(r.get("wall_s", 0.0) for r in done), 1),
+            "train_examples_per_s": _rate(done, "train_examples", "train_s"),
         }
     score = benchmark_score({t.name: datasets[t.name]["values"] if t.name in datasets else None
                              for t in benchmark.tasks}, benchmark)  # fmt: skip
@@ -630,6 +650,12 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
         "summary": score.summary(),
         "missing": {name: missing[name] for name in benchmark.names() if name in missing},
     }
+
+
+def _rate(records: Sequence[Dict[str, Any]], count: str, seconds: str) -> Optional[float]:
+    """Examples per second over runs (total examples / total seconds); None for records made before it was kept."""
+    timed = [r for r in records if r.get(count) and r.get(seconds)]
+    return round(sum(r[count] for r in timed) / sum(r[seconds] for r in timed), 2) if timed else None
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -658,12 +684,13 @@ def render_markdown(results: Dict[str, Any]) -> str:
         head += f"; {len(score['missing'])} of {len(bench.tasks)} datasets missing (listed below)"
     lines += [head, "", f"The score is the {results['aggregate']} ({results['benchmark']}'s own rule); test scores "
               "x 100, of the best dev checkpoint of each run.", ""]  # fmt: skip
-    lines += ["| dataset | task type | metric | n | mean ± std | median | lr | dev mean (selected on) | wall (s) |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines += ["| dataset | task type | metric | n | mean ± std | median | lr | dev mean (selected on) | wall (s) "
+              "| train examples/s |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, d in results["datasets"].items():
         lines.append(f"| {d['title']} | {d['task_type']} | {d['metric']} | {d['n']} | {d['mean']:.2f} ± "
                      f"{d['std']:.2f} | {d['median']:.2f} | {d['lr']:g} | {_dev(d)} | "
-                     f"{d.get('wall_s', 0):.0f} |")  # fmt: skip
+                     f"{d.get('wall_s', 0):.0f} | {_fmt(d.get('train_examples_per_s'))} |")  # fmt: skip
     lines += ["", "| task type | datasets | average |", "| --- | ---: | ---: |"]
     for task_type in bench.task_types:
         names = bench.names([task_type])
@@ -679,11 +706,15 @@ def render_markdown(results: Dict[str, Any]) -> str:
         lines += ["", "Dataset versions:", ""] + [f"- {name}: {note}" for name, note in notes.items()]
     runs = results.get("runs") or []
     if runs:
-        lines += ["", "| run | status | updates | dev | test | wall (s) | directory |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+        lines += ["", "Per run: wall time of training and scoring together; examples/s of training (the "
+                  "fairseq-hydra-train process: examples trained on / its wall time, start-up, dev validation and "
+                  "checkpoint saves included) and of test scoring (fairseq-validate and fairseq-bio-predict).", "",
+                  "| run | status | updates | dev | test | wall (s) | train examples/s | test examples/s | directory |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
         for r in runs:
             lines.append(f"| {r['dataset']} lr={r['lr']:g} seed={r['seed']} | {r['status']} | {r.get('updates', '')} | "
                          f"{_fmt(r.get('dev_metric'))} | {_fmt(r.get('test_metric'))} | {r.get('wall_s', 0):.0f} | "
+                         f"{_fmt(r.get('train_examples_per_s'))} | {_fmt(r.get('test_examples_per_s'))} | "
                          f"`{r['run_dir']}` |")  # fmt: skip
         failed = [r for r in runs if r["status"] == "failed"]
         if failed:
@@ -824,7 +855,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for plan in plans:
         b = plan.budget
         size = f"{b.train_examples} train examples, " if b.train_examples is not None else ""
-        print(f"{tag} {plan.recipe.name}: {len(plan.lrs) * len(plan.seeds)} runs ({size}{b.max_update} updates, "
+        n_runs = len(plan.lrs) * len(plan.seeds)
+        print(f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
               f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}, seeds {_span(plan.seeds)})",
               flush=True)  # fmt: skip
     if args.dry_run:
@@ -865,7 +897,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     write_results(out, results)
     print(f"{tag} {results['summary']}")
-    print(f"{tag} {len(records)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    print(f"{tag} {len(records)} run{'s' * (len(records) != 1)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     print(f"{tag} wrote {out / 'results.md'}, results.json, results.png")
     return 1 if counts["failed"] else 0
 
