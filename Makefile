@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fairseq_bio-installed
 FASTBPE_STAMP := $(VENV)/.fastbpe-installed
 
-.PHONY: install demo test bench bench-tagging bench-hf-parity bench-distill fastbpe clean
+.PHONY: install demo test bench bench-tagging bench-hf-parity bench-distill bench-blurb fastbpe clean
 
 install: $(STAMP)
 
@@ -48,6 +48,11 @@ bench-tagging: install
 # NER fine-tuning of the real MiniLM: our bio_tagging vs HF Trainer (test F1, training time).
 bench-hf-parity: install
 	$(BIN)/python benchmarks/hf_parity.py
+
+# BLURB from the real MiniLM on every shared dataset: scores, wall time and examples/s per task (CPU: one seed, short
+# budgets, about 45 min on 2 cores; a GPU: the recipes).
+bench-blurb: install
+	$(BIN)/python benchmarks/blurb.py
 
 # Distillation: (a) step time vs student MLM step + teacher forward, (b) inference speed and memory of the paper's
 # students vs the 12 x 768 teacher, (c) NCBI-disease F1 of a distilled tiny student and its teacher (hours on 2 CPU

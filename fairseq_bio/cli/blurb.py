@@ -897,7 +897,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     write_results(out, results)
     print(f"{tag} {results['summary']}")
-    print(f"{tag} {len(records)} run{'s' * (len(records) != 1)}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    done = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{tag} {len(records)} run{'s' * (len(records) != 1)}: {done}")
     print(f"{tag} wrote {out / 'results.md'}, results.json, results.png")
     return 1 if counts["failed"] else 0
 
