@@ -6,7 +6,6 @@ the BLURB runner reads, and fairseq-bio-predict's metrics equal to the criterion
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -446,6 +445,50 @@ def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote {tmp_path / 'questions.jsonl'}"
     again = [json.loads(x) for x in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["answers"] for r in again] == [r["answers"] for r in rows] and "gold" not in again[0]
+
+
+def test_predict_groups_bioasq_snippets_into_one_question(qa_model, tmp_path, capsys):
+    """--group-snippets: the dev questions as BioBERT's snippet entries (<id>_000 in the question's own context,
+    <id>_001 in the next abstract followed by its own) give one row per question, its answers merged over both
+    snippets, and the printed scores are those of the merged answers."""
+    from fairseq_bio.cli.predict import main as predict
+    from fairseq_bio.metrics.qa import factoid_scores, squad_scores
+
+    save_dir, _ = qa_model
+    squad = json.loads((QA_DATA / "dev.json").read_text(encoding="utf-8"))
+    paragraphs = [p for article in squad["data"] for p in article["paragraphs"]]
+    questions = [qa for p in paragraphs for qa in p["qas"]]
+    snippets = []
+    for i, p in enumerate(paragraphs):
+        other = paragraphs[(i + 1) % len(paragraphs)]
+        for qa in p["qas"]:
+            snippets.append({"context": p["context"], "qas": [{**qa, "id": f"{qa['id']}_000"}]})
+            shift = len(other["context"]) + 1
+            moved = [{**a, "answer_start": a["answer_start"] + shift} for a in qa["answers"]]
+            snippets.append({"context": other["context"] + " " + p["context"],
+                             "qas": [{**qa, "id": f"{qa['id']}_001", "answers": moved}]})  # fmt: skip
+    path, out = tmp_path / "snippets.json", tmp_path / "grouped.jsonl"
+    path.write_text(json.dumps({"version": "BioASQ", "data": [{"title": "t", "paragraphs": snippets}]}), "utf-8")
+    capsys.readouterr()
+    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--output", str(out),
+             "--group-snippets", "--quiet", "--cpu"])  # fmt: skip
+    line = capsys.readouterr().out.strip().splitlines()[-1].split()
+    printed = dict(zip(line[0::2], map(float, line[1::2])))
+    rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in rows] == [qa["id"] for qa in questions]
+    for row, qa in zip(rows, questions):
+        assert row["snippets"] == [f"{qa['id']}_000", f"{qa['id']}_001"]
+        assert row["gold"] == list(dict.fromkeys(a["text"] for a in qa["answers"]))
+        assert 1 <= len(row["answers"]) <= 5
+        texts = [a["text"].lower() for a in row["answers"]]
+        assert len(set(texts)) == len(texts)
+        probabilities = [a["probability"] for a in row["answers"]]
+        assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 2 + 1e-6
+    answers, golds = [[a["text"] for a in r["answers"]] for r in rows], [r["gold"] for r in rows]
+    strict, lenient, mrr = factoid_scores(answers, golds)
+    em, f1 = squad_scores([a[0] for a in answers], golds)
+    expected = {"exact_match": em, "f1": f1, "strict_acc": strict, "lenient_acc": lenient, "mrr": mrr}
+    assert printed == {k: pytest.approx(100 * v, abs=0.006) for k, v in expected.items()}
 
 
 def test_predict_refuses_bad_input_in_one_line(qa_model, tmp_path):

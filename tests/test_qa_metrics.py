@@ -1,14 +1,17 @@
-"""SQuAD exact match / F1 (official normalisation) and BioASQ factoid strict / lenient accuracy and MRR (official
-BioASQ evaluator semantics), on hand-computed cases."""
+"""SQuAD exact match / F1 (official normalisation), BioASQ factoid strict / lenient accuracy and MRR (official
+BioASQ evaluator semantics) and BioBERT's merge of a question's snippet answers, on hand-computed cases."""
 
 import pytest
 
 from fairseq_bio.metrics.qa import (
     FactoidSums,
     SquadSums,
+    clean_factoid_answer,
     factoid_scores,
     factoid_sums,
+    merge_snippet_answers,
     normalize_answer,
+    snippet_question_id,
     squad_exact_match,
     squad_f1,
     squad_scores,
@@ -85,3 +88,53 @@ def test_bioasq_factoid_by_hand():
         factoid_sums(["IL-6"], ["IL-6"])
     with pytest.raises(ValueError, match=r"^question 0 gold: answer 6 is not a string or a list of strings$"):
         factoid_sums([["IL-6"]], [[6]])
+
+
+@pytest.mark.parametrize(
+    "text, cleaned",
+    [
+        ("IL-6", "IL-6"),
+        ("IL-6,", "IL-6"),
+        ("IL-6.", "IL-6"),
+        ("IL-6 ", "IL-6"),
+        ("IL-6..", "IL-6."),  # one character only
+        ("(IL-6)", "IL-6"),
+        ("(IL-6).", "(IL-6)"),  # one rule only: the trailing full stop
+        ("interleukin 6 (IL-6)", "interleukin 6 (IL-6)"),
+        ("(a) and (b)", "(a) and (b)"),  # two pairs: not one enclosing pair
+        ("interleukin 6 (IL", ""),  # unbalanced: dropped
+        ("IL-6)", ""),
+        ("", ""),
+    ],
+)
+def test_clean_factoid_answer(text, cleaned):
+    assert clean_factoid_answer(text) == cleaned
+
+
+def test_snippet_question_id():
+    assert snippet_question_id("55031181e9bde69634000014_002") == "55031181e9bde69634000014"
+    assert snippet_question_id("q_1_10") == "q_1"
+    assert snippet_question_id("55031181e9bde69634000014") == "55031181e9bde69634000014"
+    assert snippet_question_id("q_x") == "q_x" and snippet_question_id("_1") == "_1"
+
+
+def test_merge_snippet_answers_by_hand():
+    snippets = [
+        {"text": "TNF", "probability": 0.30},
+        {"text": "IL-6.", "probability": 0.25},  # cleaned to IL-6
+        {"text": "interleukin (IL", "probability": 0.20},  # unbalanced: dropped
+        {"text": "x" * 101, "probability": 0.9},  # too long: dropped
+        {"text": "il-6", "probability": 0.10},  # merged into IL-6 (first spelling kept): 0.35
+        {"text": "(CRP)", "probability": 0.05},
+        {"text": "a", "probability": 0.04},
+        {"text": "b", "probability": 0.03},
+        {"text": "c", "probability": 0.02},
+    ]
+    merged = merge_snippet_answers(snippets)
+    assert [a["text"] for a in merged] == ["IL-6", "TNF", "CRP", "a", "b"]
+    assert [a["probability"] for a in merged] == pytest.approx([0.35, 0.30, 0.05, 0.04, 0.03])
+    assert len(merge_snippet_answers(snippets, max_answers=None)) == 6
+    # ties keep the order they came in; nothing left gives no answers
+    assert [a["text"] for a in merge_snippet_answers([{"text": "b", "probability": 0.5},
+                                                      {"text": "a", "probability": 0.5}])] == ["b", "a"]  # fmt: skip
+    assert merge_snippet_answers([{"text": ")", "probability": 1.0}]) == []

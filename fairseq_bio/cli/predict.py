@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 import tempfile
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -354,9 +354,42 @@ def qa_metrics(logging_output) -> dict:
     return {k: v for k, v in values.items() if k not in ("loss", "windows", *SUMS)}
 
 
-def predict_qa_file(task, model, input_path: str, output_path: str, **kwargs) -> Optional[dict]:
-    """Answer every question of a SQuAD file into JSON lines; returns the metrics when it has answers, else None."""
-    rows, scored = predict_questions(task, model, task.read_file(input_path, require_answers=None), **kwargs)
+def group_snippet_rows(rows: List[dict]) -> List[dict]:
+    """BioBERT's BioASQ factoid answers: the rows of one question's snippets (ids ``<question id>_<nnn>``) become one
+    row (first-seen order) with the question id, its ``snippets``, the answers of all of them merged
+    (``metrics.qa.merge_snippet_answers``) and their gold answers together."""
+    from ..metrics.qa import merge_snippet_answers, snippet_question_id
+
+    groups: Dict[str, List[dict]] = {}
+    for row in rows:
+        groups.setdefault(snippet_question_id(str(row["id"])), []).append(row)
+    grouped = []
+    for question_id, members in groups.items():
+        row = {"id": question_id, "question": members[0]["question"], "snippets": [m["id"] for m in members],
+               "answers": merge_snippet_answers([a for m in members for a in m["answers"] or ()])}  # fmt: skip
+        if "gold" in members[0]:
+            row["gold"] = list(dict.fromkeys(g for m in members for g in m["gold"]))
+        grouped.append(row)
+    return grouped
+
+
+def predict_qa_file(task, model, input_path: str, output_path: str, group_snippets=False, **kwargs) -> Optional[dict]:
+    """Answer every question of a SQuAD file into JSON lines; returns the metrics when it has answers, else None.
+    ``group_snippets``: one row per BioASQ question from its snippets' n-best answers (``group_snippet_rows``)."""
+    squad = task.read_file(input_path, require_answers=None)
+    if group_snippets:  # BioBERT pools each snippet's whole n-best list
+        top_answers, task.cfg.top_answers = task.cfg.top_answers, task.cfg.n_best
+        try:
+            rows, scored = predict_questions(task, model, squad, **kwargs)
+        finally:
+            task.cfg.top_answers = top_answers
+        rows = group_snippet_rows(rows)
+        if scored is not None:
+            from ..criterions.bio_extractive_qa import BioExtractiveQACriterion
+
+            scored = BioExtractiveQACriterion.score([r["answers"] for r in rows], [r["gold"] for r in rows])
+    else:
+        rows, scored = predict_questions(task, model, squad, **kwargs)
     with atomic_output(output_path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -385,6 +418,10 @@ def main(argv=None) -> None:
         "--sentences", action="store_true", help="text input: each line is one sentence (default: documents, split)"
     )
     parser.add_argument("--split", default="test", help="PubMedQA: the split of task.split_file to predict")
+    parser.add_argument(
+        "--group-snippets", action="store_true",
+        help="extractive QA: one answer list per BioASQ question from its snippet entries <id>_<nnn> (BioBERT's merge)",
+    )  # fmt: skip
     parser.add_argument("--vocab", default=None, help="dir with dict.txt + bpe.json (default: beside the checkpoint)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (padding included)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
@@ -407,7 +444,7 @@ def main(argv=None) -> None:
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
     try:
         if task.task_name == QA:
-            scores = predict_qa_file(task, model, args.input, args.output, **options)
+            scores = predict_qa_file(task, model, args.input, args.output, args.group_snippets, **options)
             print(f"wrote {args.output}")
             if scores is not None:
                 print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))

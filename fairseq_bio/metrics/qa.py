@@ -17,13 +17,21 @@ matches a gold synonym, *lenient* when any answer does, and the reciprocal rank 
 answer k (0 without one); strict accuracy, lenient accuracy and MRR are their means over factoid questions. The
 evaluator scores whatever list it is given; the challenge caps it at five, so answers past ``max_answers`` (5) are
 ignored here.
+
+**BioASQ snippets as one question** (BioBERT's ``transform_n2b_factoid``, dmis-lab/biobert-pytorch). BioBERT's SQuAD
+form of BioASQ has one entry per (question, snippet), id ``<question id>_<nnn>``; the answer to the question is
+made from the answers of all its snippets: pooled and taken in order of probability, each cleaned (one trailing
+comma, full stop or space removed, or else a single pair of enclosing parentheses removed; an answer with an
+unbalanced parenthesis dropped), empty or over 100 characters dropped, case-insensitive duplicates merged by adding
+their probabilities (the first spelling kept), then ranked by the summed probability; the top five are the
+question's ranked answers (``merge_snippet_answers``).
 """
 
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -167,6 +175,43 @@ def factoid_sums(
     return sums
 
 
+_SNIPPET_ID = re.compile(r"(.+)_\d+")
+MAX_FACTOID_ANSWER_CHARS = 100
+
+
+def snippet_question_id(example_id: str) -> str:
+    """The question id of a snippet entry ``<question id>_<nnn>``; any other id is its own question."""
+    match = _SNIPPET_ID.fullmatch(example_id)
+    return match.group(1) if match else example_id
+
+
+def clean_factoid_answer(text: str) -> str:
+    """BioBERT's answer clean-up before snippets are merged ("" = drop the answer); one rule applies at most."""
+    if text[-1:] in (",", ".", " "):
+        return text[:-1]
+    if len(text) > 2 and text[0] == "(" and text[-1] == ")" and text.count("(") == text.count(")") == 1:
+        return text[1:-1]
+    if ("(" in text) != (")" in text):
+        return ""
+    return text
+
+
+def merge_snippet_answers(
+    answers: Sequence[Dict[str, Any]], max_answers: Optional[int] = BIOASQ_MAX_ANSWERS
+) -> List[Dict[str, Any]]:
+    """One question's ranked answers from the answers of all its snippets (``{"text", "probability"}`` each), as
+    ``{"text", "probability"}`` with the summed probability, best first."""
+    merged: Dict[str, Dict[str, Any]] = {}
+    for answer in sorted(answers, key=lambda a: -float(a["probability"])):  # stable: file order among ties
+        text = clean_factoid_answer(str(answer["text"]))
+        if not text or len(text) > MAX_FACTOID_ANSWER_CHARS:
+            continue
+        entry = merged.setdefault(text.lower(), {"text": text, "probability": 0.0})
+        entry["probability"] += float(answer["probability"])
+    ranked = sorted(merged.values(), key=lambda a: -a["probability"])
+    return ranked[:max_answers] if max_answers is not None else ranked
+
+
 def factoid_scores(
     predictions: Sequence[Sequence[Answer]],
     golds: Sequence[Answer],
@@ -179,10 +224,14 @@ def factoid_scores(
 __all__ = [
     "BIOASQ_MAX_ANSWERS",
     "FactoidSums",
+    "MAX_FACTOID_ANSWER_CHARS",
     "SquadSums",
     "factoid_scores",
     "factoid_sums",
+    "clean_factoid_answer",
+    "merge_snippet_answers",
     "normalize_answer",
+    "snippet_question_id",
     "squad_exact_match",
     "squad_f1",
     "squad_scores",
