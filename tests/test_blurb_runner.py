@@ -5,6 +5,7 @@ own example-based F1 from the predictions; the update budgets on the full shared
 aggregate reproduces seed 001 Table 6; bad names fail in one line."""
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from test_blurb_score import TABLE_6
 from fairseq_bio.cli.blurb import (
     BLUE_RECIPES,
     BLURB_RECIPES,
+    LOCK_FILE,
     BlurbError,
     aggregate,
     build_parser,
@@ -284,3 +286,15 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data):
     with pytest.raises(BlurbError, match=r"nosuch\.pt: encoder checkpoint not found$"):
         main(_args(tmp_path / "nosuch.pt", blurb_data, tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+    # a second runner on an --out that another one holds is refused before it touches a run
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    with open(busy / LOCK_FILE, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 12345 on node7\n")
+        held.flush()
+        with pytest.raises(
+            BlurbError, match=r"busy: another fairseq-bio-blurb is running there \(pid 12345 on node7\); "
+        ):
+            main(_args(encoder, blurb_data, busy, "--tasks", "gad"))
+    assert sorted(p.name for p in busy.iterdir()) == [LOCK_FILE]

@@ -866,6 +866,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not plans:
         raise BlurbError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
 
+    lock = lock_out(out)
+    try:
+        return run_all(runs, args, benchmark, plans, missing, out, tag)
+    finally:
+        lock.close()
+
+
+LOCK_FILE = ".fairseq-bio-blurb.lock"
+
+
+def lock_out(out: Path):
+    """An exclusive lock on ``<out>/.fairseq-bio-blurb.lock`` while this runner works there: two runners on one
+    ``--out`` would redo and overwrite each other's runs. A file system without locks is run on unlocked."""
+    import fcntl
+    import socket
+
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "its pid unknown"
+        f.close()
+        raise BlurbError(f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
+                         "another --out") from None  # fmt: skip
+    except OSError as e:  # e.g. a Lustre mount without -o flock
+        logging.getLogger(__name__).warning("%s: not locked (%s)", out / LOCK_FILE, e)
+        return f
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f
+
+
+def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], missing: Dict[str, str], out: Path,
+            tag: str) -> int:  # fmt: skip
+    """Every run in turn (a failed one is reported and the others go on), then the results under ``out``."""
     records = []
     for i, run in enumerate(runs, 1):
         start = time.time()
