@@ -50,7 +50,7 @@ bench-hf-parity: install
 	$(BIN)/python benchmarks/hf_parity.py
 
 # BLURB from the real MiniLM on every shared dataset: scores, wall time and examples/s per task (CPU: one seed, short
-# budgets, about 45 min on 2 cores; a GPU: the recipes).
+# budgets, about 75 min on 2 cores; a GPU: the recipes).
 bench-blurb: install
 	$(BIN)/python benchmarks/blurb.py
 

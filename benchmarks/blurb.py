@@ -8,7 +8,7 @@ student). On a CPU the recipes' budgets (PubMedBERT sec. 6.2: up to 40 epochs) t
 (the default without a GPU) runs one seed of each dataset with the shorter budgets of ``CPU_BUDGETS``; ``--budget
 recipe`` runs the recipes as they are (5 seeds by default on a GPU).
 
-    python benchmarks/blurb.py                         # MiniLM, CPU budgets, one seed (about 45 min on 2 cores)
+    python benchmarks/blurb.py                         # MiniLM, CPU budgets, one seed (about 75 min on 2 cores)
     python benchmarks/blurb.py --budget recipe --seeds 5    # the full run (a GPU)
     python benchmarks/blurb.py --checkpoint runs/demo/checkpoints/checkpoint_best.pt --out runs/bench_blurb_demo
 
@@ -27,15 +27,15 @@ from hf_parity import minilm_dir  # noqa: E402
 from tagging import BIN, REPO, RESULTS  # noqa: E402
 
 DATASETS = "ncbi-disease,bc5-disease,gad,ddi,hoc,biosses,pubmedqa"  # every BLURB dataset in ../shared/data
-# One seed each in about 45 minutes on 2 CPU cores: whole epochs where they fit (BIOSSES: its recipe's 30), DDI's
-# 25,296 training pairs cut to 300 updates of 32.
+# One seed each in about 75 minutes on 2 CPU cores: one or two whole epochs (BIOSSES: its recipe's 30), DDI's 25,296
+# training pairs cut to 300 updates of 32.
 CPU_BUDGETS = (
     "ncbi-disease:optimization.max_epoch=2",
     "bc5-disease:optimization.max_epoch=1",
     "gad:optimization.max_epoch=2",
     "ddi:optimization.max_update=300",
-    "hoc:optimization.max_epoch=3",
-    "pubmedqa:optimization.max_epoch=3",
+    "hoc:optimization.max_epoch=2",
+    "pubmedqa:optimization.max_epoch=2",
 )
 
 
