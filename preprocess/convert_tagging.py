@@ -56,6 +56,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from fairseq_bio.data.conll import words_with_offsets, write_conll
 from fairseq_bio.data.tag_schemes import convert_tags
+from fairseq_bio.errors import json_error
 
 from .common import PreprocessError, atomic_write, run_cli
 from .sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
@@ -584,14 +585,14 @@ def read_bioc_json(path, stats: Optional[PubtatorStats] = None) -> List[Document
         items = [(json.loads(text), None)]
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
-            raise PreprocessError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+            raise PreprocessError(json_error(path, e)) from None
         items = []
         for number, line in enumerate(text.split("\n"), start=1):
             if line.strip():
                 try:
                     items.append((json.loads(line), number))
                 except json.JSONDecodeError as e:
-                    raise PreprocessError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+                    raise PreprocessError(json_error(path, e, number)) from None
     documents = []
     for obj, line in items:
         for i, raw in enumerate(_bioc_documents(obj, path, line)):

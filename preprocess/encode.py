@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
+from fairseq_bio.outputs import same_file
+
 from .common import (
     PreprocessError,
     atomic_write,
@@ -199,6 +201,10 @@ def encode_files(
     for path in inputs:
         if not Path(path).is_file():
             raise PreprocessError(f"{path}: no such file")
+    for output_path in outputs:  # an encoded file written over a corpus would destroy it
+        for path in inputs:
+            if same_file(output_path, path):
+                raise PreprocessError(f"{output_path}: is the input {path}; --outputs must name other files")
     vocab_dir = str(vocab_dir)
     pool = None
     if workers > 1:

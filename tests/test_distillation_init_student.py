@@ -12,6 +12,7 @@ from test_distillation_criterion import TEACHER, save_teacher
 
 from fairseq_bio.cli.init_student import InitStudentError, init_student
 from fairseq_bio.compat import load_checkpoint
+from fairseq_bio.outputs import OutputError
 
 FOUR = {**TEACHER, "encoder_layers": 4}
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
@@ -75,7 +76,7 @@ def test_shapes_that_cannot_be_copied_are_refused(teacher, tmp_path):
             init_student(teacher, tmp_path / "s.pt", **kwargs)
     assert not (tmp_path / "s.pt").exists()
     init_student(teacher, tmp_path / "s.pt", embed_dim=32, ffn_dim=64, heads=4)  # the teacher's own sizes are fine
-    with pytest.raises(InitStudentError, match="exists"):
+    with pytest.raises(OutputError, match="s.pt: exists; pass --overwrite to replace it"):
         init_student(teacher, tmp_path / "s.pt")
 
 

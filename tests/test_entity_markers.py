@@ -271,14 +271,14 @@ def test_missing_entities_marker_words_and_windows_fail_in_one_line(loaded, tmp_
     task, _ = loaded
     plain = tmp_path / "plain.tsv"
     plain.write_text("Mutations in @GENE$ cause @DISEASE$ .\t1\nBRCA1 variants and breast cancer risk\t0\n")
-    with pytest.raises(SentenceDataError, match=rf"^{plain}:2: 0 entity placeholders \(@GENE\$, @DISEASE\$\)"):
+    with pytest.raises(SentenceDataError, match=rf"^{plain}:2: entity placeholders none; a relation's row holds"):
         read_examples(task, str(plain))
     plain.write_text("Mutations in @GENE$ cause @DISEASE$ [E1] .\t1\n")
     with pytest.raises(SentenceDataError, match=rf"^{plain}:1: the text has the word '\[E1\]', an entity marker$"):
         read_examples(task, str(plain))
     far = tmp_path / "far.tsv"
     filler = " ".join(["the"] * 200)
-    far.write_text(f"@GENE$ is studied .\t1\n@GENE$ {filler} @DISEASE$ .\t0\n")
+    far.write_text(f"@GENE$ is linked to @DISEASE$ .\t1\n@GENE$ {filler} @DISEASE$ .\t0\n")
     with pytest.raises(SentenceDataError) as error:
         predict_sentence_file(*loaded, str(far), str(tmp_path / "far.jsonl"), progress=False)
     assert str(error.value).startswith(f"{far}:2: the entity markers span ") and str(error.value).endswith(

@@ -123,7 +123,7 @@ def test_bad_input_is_one_line_naming_file_line_and_question(case, tmp_path):
 def test_not_json_names_the_line(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"data": [\n  {"paragraphs": [}\n]}', encoding="utf-8")
-    with pytest.raises(SquadDataError, match=r"broken.json:2: not JSON"):
+    with pytest.raises(SquadDataError, match=r"broken.json:2:19: not valid JSON \(Expecting value\)"):
         read_squad(str(path))
 
 

@@ -386,7 +386,7 @@ def _callable_pickle(hf):
 MALFORMED = {
     "missing config": (lambda hf: (hf / "config.json").unlink(), "config.json: missing"),
     "config not JSON": (lambda hf: (hf / "config.json").write_text('{\n  "model_type": "bert",\n  oops\n}'),
-                        "config.json: line 3: not valid JSON"),
+                        "config.json:3:3: not valid JSON"),
     "unknown model_type": (lambda hf: (hf / "config.json").write_text(
         (hf / "config.json").read_text().replace('"model_type": "bert"', '"model_type": "gpt2"')),
         "config.json: field \"model_type\": 'gpt2' is not one of bert, roberta, electra"),

@@ -507,7 +507,7 @@ def predict(run: Run, args) -> Tuple[List[Any], List[Any], List[str]]:
         test = split_files(recipe.config, task)["test"]
     out = run.dir / ("predictions.tsv" if recipe.config == TAGGING else "predictions.jsonl")
     command = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run.dir / "checkpoint_best.pt"), "--input", test,
-               "--output", str(out), "--quiet", *extra] + (["--cpu"] if args.cpu else [])  # fmt: skip
+               "--output", str(out), "--overwrite", "--quiet", *extra] + (["--cpu"] if args.cpu else [])  # fmt: skip
     done = subprocess.run(command, cwd=run.dir, capture_output=True, text=True)
     if done.returncode:
         raise RunFailed(f"fairseq-bio-predict exited {done.returncode}: {_last_line(done.stderr)}")

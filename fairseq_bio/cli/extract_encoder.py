@@ -9,6 +9,7 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from ..compat import load_checkpoint
+from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab
 
 PARTS = ("discriminator", "generator")
@@ -34,8 +35,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
         raise ExtractError(f"--part {part}: must be one of {', '.join(PARTS)}")
     if not checkpoint.is_file():
         raise ExtractError(f"{checkpoint}: no such checkpoint")
-    if out.exists() and not overwrite:
-        raise ExtractError(f"{out}: exists (--overwrite to replace it)")
+    check_output(out, [checkpoint], overwrite, option="out")
     state = load_checkpoint(checkpoint)
     model_cfg = argparse.Namespace(**((state.get("cfg") or {}).get("model") or {}))
     name = getattr(model_cfg, "_name", None) or ""

@@ -15,6 +15,8 @@ import torch
 
 from preprocess.common import PreprocessError
 
+from ..errors import json_error
+
 CHECKPOINT_FILE = "model.pt"
 DICT_FILE = "dict.txt"
 FASTBPE_CODES = "codes"
@@ -99,7 +101,7 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise HFConvertError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        raise HFConvertError(json_error(path, e)) from None
     if not isinstance(data, dict):
         raise HFConvertError(f"{path}: line 1: expected a JSON object")
     return data

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from ..compat import load_checkpoint
+from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab
 
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
@@ -79,8 +80,7 @@ def init_student(
     teacher, out = Path(teacher), Path(out).absolute()
     if not teacher.is_file():
         raise InitStudentError(f"{teacher}: no such checkpoint")
-    if out.exists() and not overwrite:
-        raise InitStudentError(f"{out}: exists (--overwrite to replace it)")
+    check_output(out, [teacher], overwrite, option="--out")
     state = load_checkpoint(teacher)
     weights = state.get("model") or {}
     if "discriminator.embed_tokens.weight" in weights:

@@ -30,12 +30,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..errors import BioError, run_cli
+from ..outputs import check_output
+
 logger = logging.getLogger("fairseq_bio.cli.predict")
 
-CONLL_SUFFIXES = (".tsv", ".conll", ".iob", ".iob2", ".bio", ".txt.conll")
 
-
-class PredictError(Exception):
+class PredictError(BioError):
     """Bad input or a checkpoint that cannot tag; printed as one line."""
 
 
@@ -408,11 +409,14 @@ def main(argv=None) -> None:
         "file in the task's format, or PubMedQA's ori_pqal.json (or its directory); extractive QA: a SQuAD JSON file",
     )  # fmt: skip
     parser.add_argument(
-        "--output", required=True, help="CoNLL predictions, or JSON lines (spans for text input; one row per example)"
-    )
+        "--output", required=True,
+        help="CoNLL predictions, or JSON lines (spans for text input; one row per example); never the input, and "
+        "not an existing file unless --overwrite",
+    )  # fmt: skip
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument(
         "--format", choices=["auto", "conll", "text"], default="auto",
-        help="input format (auto: conll for .tsv/.conll/.iob/.bio, else text)",
+        help="tagging input format (auto: by content: token<TAB>tag lines are CoNLL, whatever the file's name)",
     )  # fmt: skip
     parser.add_argument(
         "--sentences", action="store_true", help="text input: each line is one sentence (default: documents, split)"
@@ -430,16 +434,11 @@ def main(argv=None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from ..data.conll import sniff_format
 
-    from ..data.conll import TaggingDataError
-    from ..data.sentence_data import SentenceDataError
-    from ..data.squad import SquadDataError
-
-    kind = args.format
-    if kind == "auto":
-        kind = "conll" if args.input.lower().endswith(CONLL_SUFFIXES) else "text"
     if not os.path.exists(args.input):
         raise PredictError(f"{args.input}: not found")
+    check_output(args.output, [args.input, args.checkpoint], args.overwrite)
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
     try:
@@ -453,7 +452,7 @@ def main(argv=None) -> None:
             print(f"wrote {args.output}")
             if scores is not None:
                 print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
-        elif kind == "conll":
+        elif (args.format if args.format != "auto" else sniff_format(args.input)) == "conll":
             scores = predict_conll(task, model, args.input, args.output, **options)
             print(f"wrote {args.output}")
             if scores is not None:
@@ -462,12 +461,9 @@ def main(argv=None) -> None:
         else:
             count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
             print(f"wrote {args.output}: {count} entity spans")
-    except (TaggingDataError, SentenceDataError, SquadDataError, FileNotFoundError) as e:
+    except FileNotFoundError as e:
         raise PredictError(str(e)) from None
 
 
 def cli_main(argv=None) -> None:
-    try:
-        main(argv)
-    except PredictError as e:
-        sys.exit(f"fairseq-bio-predict: {e}")
+    run_cli("fairseq-bio-predict", main, argv)

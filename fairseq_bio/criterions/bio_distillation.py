@@ -14,6 +14,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II, MISSING
 from torch import nn
 
+from ..errors import BioError
 from ..modules import distillation as losses
 
 logger = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ DICT_TXT = "dict.txt"
 TERMS = ("mlm_loss", "kl_loss", "cos_loss", "embed_loss", "hidden_loss", "attn_loss")
 
 
-class DistillationError(ValueError):
+class DistillationError(BioError, ValueError):
     """A distillation set-up that cannot work; the message names what to change."""
 
 

@@ -9,6 +9,8 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from ..errors import BioConfigError
+
 # Summable counts each step logs; every rate is derived from them in reduce_metrics.
 COUNTS = ("gen_loss_sum", "masked", "gen_correct", "disc_loss_sum", "tokens", "disc_correct", "replaced",
           "replaced_detected", "original", "original_correct", "predicted_replaced", "replaced_prob_sum",
@@ -35,7 +37,7 @@ class BioElectraCriterion(FairseqCriterion):
     def __init__(self, task, discriminator_weight: float = 50.0, temperature: float = 1.0):
         super().__init__(task)
         if temperature <= 0:
-            raise ValueError(f"criterion.temperature={temperature}: must be > 0")
+            raise BioConfigError(f"criterion.temperature={temperature}: must be > 0")
         self.discriminator_weight = discriminator_weight
         self.temperature = temperature
 

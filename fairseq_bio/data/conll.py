@@ -10,10 +10,12 @@ import re
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
+from ..errors import BioError
+
 DOCSTART = "-DOCSTART-"
 
 
-class TaggingDataError(ValueError):
+class TaggingDataError(BioError, ValueError):
     """Bad tagging input; the message names the file and line."""
 
 
@@ -83,6 +85,51 @@ def read_conll(path, require_tags: bool = True) -> List[Sentence]:
         for sentence in sentences:
             sentence.tags = None
     return sentences
+
+
+CONLL_SUFFIXES = (".tsv", ".conll", ".iob", ".iob2", ".bio", ".txt.conll")
+# A tag as BLURB's NER and PICO files write them, for lines whose columns are split by spaces, not a tab.
+_TAG = re.compile(r"O|[BIESLU]-\S+")
+
+
+def _tagged(line: str) -> bool:
+    """Whether a non-blank line reads as ``token<TAB>tag`` (or ``token tag`` with a BIO-style tag)."""
+    if "\t" in line:
+        parts = [p.strip() for p in line.rstrip("\r\n ").split("\t")]
+        return len(parts) == 2 and all(parts) and not any(c.isspace() for c in parts[1])
+    parts = line.split()
+    return len(parts) == 2 and _TAG.fullmatch(parts[1]) is not None
+
+
+def sniff_format(path) -> str:
+    """``conll`` or ``text``: what a tagging input holds, by its content, whatever its name. Every non-blank line
+    ``token<TAB>tag`` (``-DOCSTART-`` lines aside): CoNLL. No such line: raw text, or bare tokens when the name says
+    CoNLL (.tsv, .conll, .iob, .bio). Some such lines and some not: CoNLL when the name says so (the reader then
+    names the bad line), else refused in one line naming ``--format``."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode("utf-8", errors="replace").split("\n")
+    except FileNotFoundError:
+        raise TaggingDataError(f"{path}: not found") from None
+    except IsADirectoryError:
+        raise TaggingDataError(f"{path}: is a directory, not a tagging input file") from None
+    named_conll = str(path).lower().endswith(CONLL_SUFFIXES)
+    tagged = untagged = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.split()[0] == DOCSTART:
+            continue
+        if _tagged(line):
+            tagged = tagged or number
+        else:
+            untagged = untagged or number
+    if tagged is None:
+        return "conll" if named_conll else "text"
+    if untagged is None or named_conll:
+        return "conll"
+    raise TaggingDataError(
+        f"{path}: line {tagged} reads as CoNLL (token<TAB>tag) but line {untagged} does not; pass --format conll "
+        "(the bad lines are then named) or --format text"
+    )
 
 
 def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:

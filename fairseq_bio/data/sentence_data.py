@@ -21,11 +21,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from preprocess.common import atomic_write
 
+from ..errors import BioError, json_error
+
 KINDS = ("classification", "multilabel", "regression")
 FORMATS = ("auto", "tsv", "jsonl", "pubmedqa")
 
 
-class SentenceDataError(ValueError):
+class SentenceDataError(BioError, ValueError):
     """Bad task data; the message is one line naming the file and line."""
 
 
@@ -126,7 +128,7 @@ def read_jsonl(
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise SentenceDataError(f"{path}:{line}: not a JSON object ({e.msg})") from None
+                raise SentenceDataError(json_error(path, e, line)) from None
             if not isinstance(obj, dict):
                 raise SentenceDataError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
             values = []
@@ -163,7 +165,7 @@ def _load_json(path: str) -> Tuple[Any, str]:
     try:
         return json.loads(text), text
     except json.JSONDecodeError as e:
-        raise SentenceDataError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+        raise SentenceDataError(json_error(path, e)) from None
 
 
 def read_pubmedqa(
@@ -217,10 +219,12 @@ def check_examples(
     score_range: Tuple[Optional[float], Optional[float]] = (None, None),
     entity_markers: Sequence[str] = (),
     label_names: Optional[Sequence[str]] = None,
+    strict_placeholders: bool = True,
 ) -> None:
     """Normalise labels in place (classification: str; multilabel: tuple of 0/1; regression: float) and refuse
     empty texts, labels outside ``labels``, rows of another ``width``, scores outside ``score_range``, and
-    (relation extraction) a row in which none of ``entity_markers`` occurs. A multi-label label given as text
+    (relation extraction) a row without its relation's ``entity_markers`` (placeholders): both entities, once each
+    (``relation_placeholders``), or with ``strict_placeholders=False`` at least one. A multi-label label given as text
     (BLUE's HoC TSVs) is read with ``parse_label_set`` against ``label_names``."""
     known = None if labels is None else set(labels)
     low, high = score_range
@@ -229,8 +233,14 @@ def check_examples(
         for name, text in zip(text_fields, ex.texts):
             if not text.strip():
                 raise SentenceDataError(f"{where}: empty text in field {name!r}")
-        if entity_markers and not any(m in text for text in ex.texts for m in entity_markers):
-            raise SentenceDataError(f"{where}: no entity marker ({', '.join(entity_markers)}) in the text")
+        if entity_markers and not strict_placeholders:
+            if not any(m in text for text in ex.texts for m in entity_markers):
+                raise SentenceDataError(f"{where}: no entity marker ({', '.join(entity_markers)}) in the text")
+        elif entity_markers:
+            try:
+                placeholder_entities(ex.texts[0], entity_markers)
+            except ValueError as e:
+                raise SentenceDataError(f"{where}: {e}") from None
         if ex.label is None:
             continue
         if kind == "classification":
@@ -303,13 +313,43 @@ class Entity:
     type: str = ""
 
 
-def placeholder_entities(text: str, placeholders: Sequence[str]) -> List[Entity]:
+def relation_placeholders(placeholders: Sequence[str]) -> str:
+    """What a row of a relation with these ``placeholders`` must hold, in words: one placeholder per entity
+    (two different ones once each, or the only one twice), or one combined placeholder (its name has a '-', as
+    ``@DRUG-DRUG$`` / ``@CHEM-GENE$``: both entities are one mention) alone."""
+    combined = [p for p in placeholders if "-" in p.strip("@$")]
+    single = [p for p in placeholders if p not in combined]
+    if len(single) == 1:
+        need = f"{single[0]} twice"
+    elif len(single) == 2:
+        need = f"{single[0]} and {single[1]} once each"
+    else:
+        need = f"two different ones of {', '.join(single)}" if single else ""
+    alone = " or ".join(combined)
+    return " or ".join(part for part in (need, f"{alone} alone" if alone else "") if part)
+
+
+def placeholder_entities(text: str, placeholders: Sequence[str], strict: bool = True) -> List[Entity]:
     """The relation's (E1, E2) in a dummified text: the spans of its ``placeholders`` in text order (BLUE/BLURB's
-    ``@GENE$ ... @DISEASE$``); one placeholder only (``@DRUG-DRUG$``: both entities are one mention) is both."""
+    ``@GENE$ ... @DISEASE$``); one combined placeholder (``@DRUG-DRUG$``: both entities are one mention) is both.
+    ``strict``: the placeholders must be those of one relation (``relation_placeholders``), else ValueError; not
+    strict: any one or two placeholders."""
     if not placeholders:
         raise ValueError("no entity offsets and no placeholders to find them by (task.entity_markers)")
     pattern = "|".join(re.escape(p) for p in sorted(placeholders, key=len, reverse=True))
-    found = [Entity(m.start(), m.end(), m.group(0).strip("@$")) for m in re.finditer(pattern, text)]
+    matches = list(re.finditer(pattern, text))
+    found = [Entity(m.start(), m.end(), m.group(0).strip("@$")) for m in matches]
+    names = [m.group(0) for m in matches]
+    combined = {p for p in placeholders if "-" in p.strip("@$")}
+    if strict:
+        single = [p for p in placeholders if p not in combined]
+        pair = len(names) == 2 and not combined & set(names) and (len(single) == 1 or names[0] != names[1])
+        if not (pair or (len(names) == 1 and names[0] in combined)):
+            counts = ", ".join(f"{p} x{names.count(p)}" for p in placeholders if p in names) or "none"
+            raise ValueError(
+                f"entity placeholders {counts}; a relation's row holds {relation_placeholders(placeholders)} "
+                "(task.entity_placeholders=any accepts other counts)"
+            )
     if len(found) == 1:
         return found * 2
     if len(found) != 2:
@@ -348,16 +388,18 @@ def parse_entities(raw: Any, text: str) -> List[Entity]:
     return entities
 
 
-def attach_entities(examples: Iterable[Example], path: str, placeholders: Sequence[str]) -> None:
+def attach_entities(
+    examples: Iterable[Example], path: str, placeholders: Sequence[str], strict_placeholders: bool = True
+) -> None:
     """Set each example's ``entities`` to its relation's (E1, E2): from its offsets when it has them, else from its
-    ``placeholders``; anything else is a one-line error naming file and line."""
+    ``placeholders`` (``placeholder_entities``); anything else is a one-line error naming file and line."""
     for ex in examples:
         text = ex.texts[0]
         try:
             if ex.entities is not None:
                 ex.entities = parse_entities(ex.entities, text)
             else:
-                ex.entities = placeholder_entities(text, placeholders)
+                ex.entities = placeholder_entities(text, placeholders, strict_placeholders)
         except ValueError as e:
             raise SentenceDataError(f"{path}:{ex.line}: {e}") from None
         taken = set(ENTITY_MARKERS) & set(text.split())

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
+from ..errors import BioError
 from .batching import LengthSortedExamples
 from .tagging_dataset import EncodedWords, plan_windows
 
@@ -61,7 +62,7 @@ def plan_rows(
     return keep, windows(second, room), room
 
 
-class WindowError(ValueError):
+class WindowError(BioError, ValueError):
     """An example that cannot become rows as asked (``index``: which)."""
 
     def __init__(self, index: int, message: str):

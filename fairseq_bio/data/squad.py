@@ -13,8 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from ..errors import BioError, json_error
 
-class SquadDataError(ValueError):
+
+class SquadDataError(BioError, ValueError):
     """Bad SQuAD-format data; the message is one line naming the file (and line and question id)."""
 
 
@@ -88,7 +90,7 @@ def read_squad(path: str, require_answers: Optional[bool] = True) -> SquadFile:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SquadDataError(f"{path}:{e.lineno}: not JSON ({e.msg})") from None
+        raise SquadDataError(json_error(path, e)) from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise SquadDataError(f'{path}:1: no "data" list (SQuAD v1.1: {{"data": [{{"paragraphs": [...]}}]}})')
     lines = _id_lines(text)

@@ -23,12 +23,14 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 
+from ..errors import BioError, json_error
+
 BPE_JSON = "bpe.json"
 SPACE_BYTE_CHAR = "\u0120"  # "Ġ": GPT-2's byte-level stand-in for a space
 SENTENCEPIECE_SPACE = "\u2581"  # "▁"
 
 
-class WordBoundaryError(ValueError):
+class WordBoundaryError(BioError, ValueError):
     """The tokenizer description cannot give word boundaries."""
 
 
@@ -52,7 +54,7 @@ def load_bpe_json(path: str) -> Dict[str, Any]:
             "that produced the data (see preprocess/vocab.py)"
         ) from None
     except json.JSONDecodeError as e:
-        raise WordBoundaryError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        raise WordBoundaryError(json_error(path, e)) from None
     if not isinstance(spec, dict) or not isinstance(spec.get("_name"), str):
         raise WordBoundaryError(f'{path}: field "_name" (the fairseq BPE name) is missing')
     base = os.path.dirname(os.path.abspath(path))

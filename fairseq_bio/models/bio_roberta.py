@@ -18,6 +18,7 @@ from omegaconf import OmegaConf, open_dict
 from torch import Tensor, nn
 
 from ..data.word_boundaries import BPE_JSON, load_bpe_json
+from ..errors import BioConfigError
 from ..modules.tagging_head import TokenClassificationHead
 from ..modules.transformer_encoder import BioTransformerEncoder
 
@@ -161,9 +162,9 @@ class BioRobertaModel(RobertaModel):
         apply_architecture(cfg, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
         base_architecture(cfg)
         if cfg.compile_encoder_layers and getattr(cfg, "checkpoint_activations", False):
-            raise ValueError("model.compile_encoder_layers=true with checkpoint_activations: choose one")
+            raise BioConfigError("model.compile_encoder_layers=true with checkpoint_activations: choose one")
         if cfg.lm_head_vocab_multiple < 1:
-            raise ValueError(f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1")
+            raise BioConfigError(f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1")
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
         set_layer_norm_eps(encoder, cfg.layer_norm_eps)
         if cfg.compile_encoder_layers:

@@ -18,6 +18,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim import FairseqOptimizer, register_optimizer
 from omegaconf import II, OmegaConf
 
+from ..errors import BioConfigError
+
 
 @dataclass
 class BioAdamWConfig(FairseqDataclass):
@@ -67,5 +69,5 @@ def parse_betas(betas) -> Tuple[float, float]:
     elif OmegaConf.is_config(value):
         value = OmegaConf.to_container(value)
     if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(b, (int, float)) for b in value)):
-        raise ValueError(f"optimizer.adam_betas={betas!r}: not a pair of numbers such as '(0.9, 0.98)'")
+        raise BioConfigError(f"optimizer.adam_betas={betas!r}: not a pair of numbers such as '(0.9, 0.98)'")
     return float(value[0]), float(value[1])

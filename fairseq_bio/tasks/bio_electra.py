@@ -12,6 +12,7 @@ from itertools import chain
 import torch
 from fairseq.tasks import register_task
 
+from ..errors import BioConfigError
 from .bio_masked_lm import BioMaskedLMConfig, BioMaskedLMTask
 
 _SAMPLING = 1  # keys the replacement draws apart from the masks of the same batch
@@ -74,7 +75,7 @@ def grow_optimizer_state(optimizer: torch.optim.Optimizer, model, criterion, gro
                     at += old_rows * width
                     state[key] = torch.cat([value[:at], value.new_zeros((rows - old_rows) * width), value[at:]])
                 else:
-                    raise ValueError(
+                    raise BioConfigError(
                         f"restored optimizer state '{key}' of shape {tuple(value.shape)} does not fit a parameter of"
                         f" shape {tuple(param.shape)}: restore with checkpoint.reset_optimizer=true"
                     )

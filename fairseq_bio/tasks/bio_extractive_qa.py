@@ -14,6 +14,7 @@ from omegaconf import MISSING
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
 from ..data.tagging_dataset import fingerprint
+from ..errors import BioFileNotFoundError
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
@@ -95,14 +96,14 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         names = {"train": self.cfg.train_file, "valid": self.cfg.valid_file, "test": self.cfg.test_file}
         return os.path.join(self.cfg.data, names.get(split) or f"{split}.json")
 
-    def _missing(self, path: str, split: str) -> FileNotFoundError:
+    def _missing(self, path: str, split: str) -> BioFileNotFoundError:
         hint = f"; {self.cfg.data_source}" if self.cfg.data_source else ""
-        return FileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
+        return BioFileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
 
     def read_file(self, path: str, require_answers=True) -> SquadFile:
         """The questions and contexts of a SQuAD file (``require_answers``: as ``read_squad``)."""
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: not found")
+            raise BioFileNotFoundError(f"{path}: not found")
         return read_squad(path, require_answers)
 
     def encode(self, squad: SquadFile) -> EncodedQA:

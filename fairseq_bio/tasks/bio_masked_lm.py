@@ -29,6 +29,7 @@ from omegaconf import II, MISSING
 
 from ..data.chunked_dataset import ChunkedSentenceDataset
 from ..data.word_boundaries import BPE_JSON, WordBoundaries
+from ..errors import BioConfigError, BioFileNotFoundError
 from ..modules.masking import BatchMasker
 
 logger = logging.getLogger(__name__)
@@ -90,10 +91,10 @@ class BioMaskedLMTask(MaskedLMTask):
         super().__init__(cfg, dictionary)
         self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
         if self.mask_prob_schedule and cfg.max_update <= 0:
-            raise ValueError("task.mask_prob_schedule needs optimization.max_update > 0 to know its steps")
+            raise BioConfigError("task.mask_prob_schedule needs optimization.max_update > 0 to know its steps")
         for rate in [cfg.mask_prob] + self.mask_prob_schedule:
             if not 0.0 < rate < 1.0:
-                raise ValueError(f"masking rates must lie in (0, 1), got {rate}")
+                raise BioConfigError(f"masking rates must lie in (0, 1), got {rate}")
         boundaries = None
         if cfg.mask_whole_words:
             data_dir = utils.split_paths(cfg.data)[0]
@@ -117,7 +118,7 @@ class BioMaskedLMTask(MaskedLMTask):
         split_path = os.path.join(paths[(epoch - 1) % len(paths)], split)
         dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)
         if dataset is None:
-            raise FileNotFoundError(f"{split_path}.bin/.idx: no binarised {split} split (task.data={self.cfg.data})")
+            raise BioFileNotFoundError(f"{split_path}.bin/.idx: no binarised {split} split (task.data={self.cfg.data})")
         block = self.cfg.tokens_per_sample - 1  # room for <s>
         if self.cfg.sample_break_mode != "none":
             dataset = ChunkedSentenceDataset.wrap_if_needed(dataset, block)
@@ -191,12 +192,12 @@ def check_binarised(data: str) -> None:
     )
     for i, path in enumerate(utils.split_paths(data)):
         if os.path.isfile(path):
-            raise ValueError(f"task.data={path}: a file, not a binarised data directory (dict.txt, train.bin/.idx); "
+            raise BioConfigError(f"task.data={path}: a file, not a binarised data directory (dict.txt, train.bin/.idx); "
                              f"if it is text, {steps}")  # fmt: skip
         if not os.path.isdir(path):
-            raise FileNotFoundError(f"task.data={path}: no such directory")
+            raise BioFileNotFoundError(f"task.data={path}: no such directory")
         if i == 0 and not os.path.exists(os.path.join(path, "dict.txt")):  # the other shards need only .bin/.idx
-            raise FileNotFoundError(f"task.data={path}: no dict.txt, so not a binarised data directory; if it holds "
+            raise BioFileNotFoundError(f"task.data={path}: no dict.txt, so not a binarised data directory; if it holds "
                                     f"text, {steps}")  # fmt: skip
 
 
@@ -204,4 +205,4 @@ def _parse_schedule(text: str) -> List[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f'task.mask_prob_schedule: "{text}" is not a comma-separated list of rates') from None
+        raise BioConfigError(f'task.mask_prob_schedule: "{text}" is not a comma-separated list of rates') from None

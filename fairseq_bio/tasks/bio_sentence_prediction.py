@@ -38,6 +38,7 @@ from ..data.sentence_data import (
 )
 from ..data.sentence_dataset import MarkerWordEncoder, SentencePredictionDataset, WindowError
 from ..data.tagging_dataset import EncodedWords, fingerprint
+from ..errors import BioFileNotFoundError
 from ..metrics.classification import NEGATIVE_LABELS, document_id
 from ..modules.entity_head import EntityStartClassificationHead, grow_vocab_rows_on_load
 from . import fine_tuning
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 CACHE_VERSION = 1
 UNKNOWN_LABEL_CHOICES = ChoiceEnum(["error", "skip"])
 ENTITY_REPRESENTATIONS = ("dummy_cls", "marker_cls", "marker_start")
+ENTITY_PLACEHOLDER_CHECKS = ("pair", "any")
 # fairseq's split names -> the keys of PubMedQA's split file (blurb_split.json: train / dev / test)
 PUBMEDQA_SPLITS = {"valid": "dev"}
 
@@ -97,8 +99,17 @@ class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
     entity_markers: str = field(
         default="",
         metadata={
-            "help": "comma-separated dummified entities (placeholders); a row with none of them is an error (RE); "
-            "with entity markers, rows without offsets take their entities from these"
+            "help": "comma-separated dummified entities (placeholders; a '-' in the name: both entities in one "
+            "mention, as @DRUG-DRUG$); relation extraction checks each row for them (task.entity_placeholders), "
+            "and with entity markers, rows without offsets take their entities from these"
+        },
+    )
+    entity_placeholders: ChoiceEnum(ENTITY_PLACEHOLDER_CHECKS) = field(
+        default="pair",
+        metadata={
+            "help": "pair: each row holds its relation's two placeholders, two different ones once each or the "
+            "only one twice (GAD: @GENE$ and @DISEASE$; DDI: @DRUG$ twice), or one combined placeholder alone; "
+            "any: at least one of them"
         },
     )
     entity_representation: ChoiceEnum(ENTITY_REPRESENTATIONS) = field(
@@ -269,9 +280,9 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         name = names.get(split) or f"{split}{os.path.splitext(self.cfg.train_file)[1]}"
         return os.path.join(self.cfg.data, name)
 
-    def _missing(self, path: str, split: str) -> FileNotFoundError:
+    def _missing(self, path: str, split: str) -> BioFileNotFoundError:
         hint = f"; {self.cfg.data_source}" if self.cfg.data_source else ""
-        return FileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
+        return BioFileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
 
     def read_split(self, split: str, check: bool = True, require_labels: bool = True) -> List[Example]:
         """Examples of a split, their labels normalised and checked (train rows outside task.labels may be
@@ -310,6 +321,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                     ",".join(labels),
                 )
             examples = kept
+        strict = str(self.cfg.entity_placeholders) == "pair"
         check_examples(
             examples,
             path,
@@ -321,9 +333,10 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             # with markers, a row needs its two entities instead (offsets, or from these placeholders)
             entity_markers=() if self.marker_ids else _names(self.cfg.entity_markers),
             label_names=self.labels if self.kind == "multilabel" else None,
+            strict_placeholders=strict,
         )
         if self.marker_ids:
-            attach_entities(examples, path, _names(self.cfg.entity_markers))
+            attach_entities(examples, path, _names(self.cfg.entity_markers), strict)
         if self.cfg.group_documents:
             for ex in examples:
                 if not ex.id:

@@ -14,6 +14,7 @@ from omegaconf import MISSING
 from ..data.conll import Sentence, TaggingDataError, read_conll
 from ..data.tag_schemes import convert_tags, label_set, normalize_scheme, to_bio
 from ..data.tagging_dataset import EncodedWords, TaggingDataset, fingerprint
+from ..errors import BioFileNotFoundError
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         path = self.split_file(split)
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data})")
+            raise BioFileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data})")
         sentences = self.read_split(path)
         dataset = self.build_dataset(sentences, self.encode(sentences, path), shuffle=split == "train")
         dataset.max_tokens = self.cfg.max_tokens

@@ -24,6 +24,7 @@ from omegaconf import II
 
 from ..data.tagging_dataset import WordEncoder
 from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
+from ..errors import BioError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ DICT_TXT = "dict.txt"
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
 
 
-class FineTuningError(ValueError):
+class FineTuningError(BioError, ValueError):
     """A fine-tuning set-up that cannot work; the message says what to change."""
 
 

@@ -1,0 +1,106 @@
+"""The plugin's user errors: bad input, configuration or files that the user must fix, reported in one line.
+
+Every error the plugin raises about the user's data or settings derives from ``BioError``; its message names the
+file and line (or the option) and says what to change. How it reaches the user:
+
+- ``fairseq-hydra-train`` with the shipped configs: their ``run_config`` installs the hydra callback
+  ``OneLineErrors``, which prints a failed job's ``BioError`` as one line on stderr and exits with status 1, before
+  hydra's own report (an "Error executing job" line, the traceback, a ``HYDRA_FULL_ERROR`` hint). With other
+  configs hydra still shortens it: ``BioError`` is a ``CompactHydraException``, printed without a traceback.
+- ``fairseq-train``, ``fairseq-validate`` and the other argparse entry points: ``install`` (run when the plugin is
+  imported) adds a ``sys.excepthook`` that prints an uncaught ``BioError`` as its message alone (status 1).
+- The plugin's own console scripts print ``<prog>: <message>`` (``run_cli``).
+
+``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere (it also sets ``HYDRA_FULL_ERROR``). fairseq's and
+torch's own errors keep their tracebacks: only ``BioError`` is shortened.
+"""
+
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+from hydra.errors import CompactHydraException
+from hydra.experimental.callback import Callback
+
+TRACEBACK_ENV = "FAIRSEQ_BIO_TRACEBACK"
+
+
+class BioError(CompactHydraException):
+    """Bad input or settings the user must fix; the message is one line naming the file and line or the option."""
+
+
+class BioConfigError(BioError, ValueError):
+    """A setting (hydra override, command-line option) that cannot work; the message names it."""
+
+
+class BioFileNotFoundError(BioError, FileNotFoundError):
+    """A file or directory the settings name is missing; the message names it and the setting."""
+
+    def __str__(self) -> str:  # FileNotFoundError's str is "[Errno ...] ..." only when built from (errno, text)
+        return str(self.args[0]) if self.args else ""
+
+
+def json_error(path, error, line: Optional[int] = None) -> str:
+    """``<path>:<line>:<column>: not valid JSON (<what>)`` for a ``json.JSONDecodeError``; ``line``: the file line
+    of a JSON-lines record (the error's own line is then 1)."""
+    return f"{path}:{error.lineno if line is None else line}:{error.colno}: not valid JSON ({error.msg})"
+
+
+def traceback_requested() -> bool:
+    """Whether the user asked for tracebacks (``FAIRSEQ_BIO_TRACEBACK=1``, or hydra's ``HYDRA_FULL_ERROR=1``)."""
+    return any(os.environ.get(name, "") not in ("", "0") for name in (TRACEBACK_ENV, "HYDRA_FULL_ERROR"))
+
+
+class OneLineErrors(Callback):
+    """hydra callback (``hydra.callbacks``, set by the shipped ``run_config``s): a single run whose job failed with
+    a ``BioError`` ends here, the message alone on stderr, exit status 1. Sweeps (``-m``) keep hydra's own report,
+    so that the other jobs still run."""
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        if job_return.status != JobStatus.FAILED or traceback_requested():
+            return
+        error = job_return._return_value  # the public getter prints hydra's "Error executing job" line and raises
+        if isinstance(error, BioError) and HydraConfig.get().mode == RunMode.RUN:
+            sys.stderr.write(f"{error}\n")
+            sys.stderr.flush()
+            raise SystemExit(1)
+
+
+def _one_line_hook(previous):
+    def hook(kind, value, tb):
+        if isinstance(value, BioError) and not traceback_requested():
+            sys.stderr.write(f"{value}\n")
+            sys.stderr.flush()
+            return
+        previous(kind, value, tb)
+
+    hook.fairseq_bio_one_line = True
+    return hook
+
+
+def install() -> None:
+    """Print uncaught ``BioError``s in one line (``sys.excepthook``); with ``FAIRSEQ_BIO_TRACEBACK=1``, ask hydra
+    for full tracebacks too. Idempotent; called when the plugin is imported."""
+    if not getattr(sys.excepthook, "fairseq_bio_one_line", False):
+        sys.excepthook = _one_line_hook(sys.excepthook)
+    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+
+
+def run_cli(prog: str, main: Callable[[Optional[Sequence[str]]], object], argv=None, errors=(BioError,)) -> None:
+    """Run a console script's ``main(argv)``: an error of ``errors`` becomes ``<prog>: <message>`` on stderr and
+    exit status 1 (the traceback with ``FAIRSEQ_BIO_TRACEBACK=1``); Ctrl-C is ``<prog>: interrupted``."""
+    try:
+        main(argv)
+    except errors as e:
+        if traceback_requested():
+            raise
+        sys.exit(f"{prog}: {e}")
+    except KeyboardInterrupt:
+        if traceback_requested():
+            raise
+        sys.exit(f"{prog}: interrupted")
