@@ -253,13 +253,17 @@ def cli_main(argv=None) -> None:
         parser = argparse.ArgumentParser(prog="fairseq-bio-encode", description=__doc__.splitlines()[0])
         parser.add_argument("--vocab", required=True, help="vocabulary directory (bpe.json, dict.txt, ...)")
         parser.add_argument("--inputs", nargs="+", required=True, help="text files (one sentence per line)")
-        parser.add_argument("--outputs", nargs="+", required=True, help="encoded files, one per input")
+        parser.add_argument("--outputs", nargs="+", required=True, help="encoded files, one per input (never an input)")
+        parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
         parser.add_argument(
             "--workers", type=int, default=1, help=f"worker processes (this machine: {default_workers()})"
         )
         parser.add_argument("--chunk-lines", type=int, default=CHUNK_LINES, help="lines per work item")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         args = parser.parse_args(argv)
+        existing = [path for path in args.outputs if os.path.lexists(path) and not args.overwrite]
+        if existing and not any(same_file(existing[0], path) for path in args.inputs):
+            raise PreprocessError(f"{existing[0]}: exists; pass --overwrite to replace it")
         for stats in encode_files(
             args.vocab,
             args.inputs,

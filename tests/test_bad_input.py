@@ -103,6 +103,16 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
                           output, "--no-progress"], cwd=tmp_path, check=False)  # fmt: skip
         assert one_line(result) == f"encode: {output}: is the input {corpus}; --outputs must name other files"
     assert digest(corpus) == before
+    mine = tmp_path / "mine.bpe"
+    mine.write_text("my own encoding\n", encoding="utf-8")
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--outputs", mine,
+               "--no-progress"]  # fmt: skip
+    assert (
+        one_line(run_cli(command, cwd=tmp_path, check=False))
+        == f"encode: {mine}: exists; pass --overwrite to replace it"
+    )
+    assert mine.read_text(encoding="utf-8") == "my own encoding\n"
+    assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0 and mine.read_text() != "my own encoding\n"
 
 
 # ------------------------------------------------------------------------------------------- format by content
