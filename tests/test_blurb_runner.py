@@ -129,6 +129,16 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
         assert 0 < r["test_examples_per_s"] and r["train_s"] < r["wall_s"]
         # the dev score is the best dev F1 logged, the one checkpoint_best was saved at
         assert r["dev_metric"] == max(float(v["f1"]) for v in logged(run_dir / "train.log", "valid").values())
+        # the trivial baseline from the gold test labels: GAD's all-positive F1; NCBI's every word B-Disease (it
+        # finds the one-word entities)
+        if name == "gad":
+            positive = sum(row["gold"] == "1" for row in rows) / len(rows)
+            assert r["trivial_baseline"] == pytest.approx(100 * 2 * positive / (1 + positive))
+            assert r["trivial_prediction"] == "every prediction '1'"
+        else:
+            every_b = 100 * span_prf(gold, [["B-Disease"] * len(s) for s in gold])[2]
+            assert r["trivial_baseline"] == pytest.approx(every_b) and 0 < every_b < 10
+            assert r["trivial_prediction"] == "every word tagged 'B-Disease'"
 
     # per dataset: statistics over the two seeds; per type: the mean; BLURB: the mean of the two covered types
     for name, task_type in (("ncbi-disease", "ner"), ("gad", "relation_extraction")):
@@ -153,6 +163,10 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
     md = (out / "results.md").read_text()
     assert f"**BLURB score: {expected:.2f}** — **partial**: covers 2 of 6 task types" in md
     assert "| NCBI-disease | ner | entity_f1 | 2 |" in md and "- ChemProt: not run (not in --tasks)" in md
+    assert (
+        "| trivial baseline |" in md
+        and results["datasets"]["gad"]["trivial_baseline"] == runs[("gad", 1)]["trivial_baseline"]
+    )
     png = (out / "results.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -163,6 +177,31 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
     assert again["counts"] == {"ran": 0, "redone": 0, "stale": 0, "reused": 4, "failed": 0}
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
     assert again["score"] == results["score"] and again["datasets"] == results["datasets"]
+
+
+def test_a_run_that_predicts_one_class_is_flagged(tiny_encoder, blurb_data, tmp_path, monkeypatch):
+    """GAD trained on positive rows only answers '1' for every test row: its F1 is the all-positive baseline, and
+    results.md / results.json say so beside the score."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    data = tmp_path / "data"
+    (data / "re" / "GAD").mkdir(parents=True)
+    rows = (SHARED_DATA / "re" / "GAD" / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    positive = [row for row in rows if row.rstrip("\n").endswith("\t1")][:700]  # 535 of them are the dev rows
+    (data / "re" / "GAD" / "train.tsv").write_text("".join(positive), encoding="utf-8")
+    (data / "re" / "GAD" / "test.tsv").write_bytes((blurb_data / "re" / "GAD" / "test.tsv").read_bytes())
+    out = tmp_path / "out"
+    assert main(_args(tiny_encoder, data, out, "--tasks", "gad", "--seeds", "1", "--max-update", "20",
+                      "--lr-grid", "1e-3", "--", "dataset.batch_size=16")) == 0  # fmt: skip
+    preds = [json.loads(line)["pred"] for line in (out / "gad" / LR / "seed1" / "predictions.jsonl").open()]
+    assert set(preds) == {"1"}
+    d = json.loads((out / "results.json").read_text())["datasets"]["gad"]
+    assert d["mean"] == pytest.approx(d["trivial_baseline"], abs=0.01) and d["vs_trivial"] == "at"
+    md = (out / "results.md").read_text()
+    assert f"{d['mean']:.2f} ± 0.00 ⚠ at trivial | {d['trivial_baseline']:.2f} |" in md
+    assert (
+        f"- **GAD {d['mean']:.2f} is at the trivial baseline** ({d['trivial_baseline']:.2f}: every prediction '1')"
+        in md
+    )
 
 
 @pytest.fixture(scope="module")

@@ -564,7 +564,9 @@ def execute(run: Run, args) -> Dict[str, Any]:
     recipe, bench = run.plan.recipe, run.plan.task
     gold, pred, ids = predict(run, args)
     score_s, trained = time.time() - scoring, examples_trained(run.dir / "train.log")
-    predicted = 100 * bench.score(gold, pred, **({"ids": ids} if bench.metric.startswith("hoc") else {}))
+    options = {"ids": ids} if bench.metric.startswith("hoc") else {}
+    predicted = 100 * bench.score(gold, pred, **options)
+    trivial = bench.trivial_baseline(gold, **options)
     if recipe.score_from == "predictions":
         test_metric = predicted
     else:
@@ -587,6 +589,8 @@ def execute(run: Run, args) -> Dict[str, Any]:
         "test_metric": test_metric,
         "test": test,
         "test_metric_from_predictions": predicted,
+        "trivial_baseline": 100 * trivial.score,
+        "trivial_prediction": trivial.prediction,
         "test_examples": len(gold),
         "predictions": "predictions.tsv" if recipe.config == TAGGING else "predictions.jsonl",
         "train_s": round(train_s, 1),
@@ -638,6 +642,7 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
             "dev_by_lr": {f"{k:g}": v for k, v in dev_by_lr.items()},
             "wall_s": round(sum(r.get("wall_s", 0.0) for r in done), 1),
             "train_examples_per_s": _rate(done, "train_examples", "train_s"),
+            **trivial_flag(summary.mean, chosen[0]),
         }
     score = benchmark_score({t.name: datasets[t.name]["values"] if t.name in datasets else None
                              for t in benchmark.tasks}, benchmark)  # fmt: skip
@@ -650,6 +655,32 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
         "summary": score.summary(),
         "missing": {name: missing[name] for name in benchmark.names() if name in missing},
     }
+
+
+TRIVIAL_MARGIN = 1.0  # points: a mean test score this close to the trivial baseline is flagged
+
+
+def trivial_flag(mean: float, record: Dict[str, Any]) -> Dict[str, Any]:
+    """The dataset's trivial baseline (from the gold test labels, ``BenchmarkTask.trivial_baseline``) and where the
+    mean test score stands to it: ``at`` (within TRIVIAL_MARGIN points), ``below``, ``above``; None for records
+    written before the baseline was kept."""
+    baseline = record.get("trivial_baseline")
+    if baseline is None:
+        return {"trivial_baseline": None, "trivial_prediction": None, "vs_trivial": None}
+    vs = "at" if abs(mean - baseline) <= TRIVIAL_MARGIN else ("below" if mean < baseline else "above")
+    return {"trivial_baseline": baseline, "trivial_prediction": record.get("trivial_prediction"), "vs_trivial": vs}
+
+
+def trivial_notes(datasets: Dict[str, Dict[str, Any]]) -> List[str]:
+    """One line per dataset whose mean test score is at (or below) its trivial baseline."""
+    notes = []
+    for d in datasets.values():
+        if d.get("vs_trivial") in ("at", "below"):
+            where = "at" if d["vs_trivial"] == "at" else "below"
+            notes.append(f"- **{d['title']} {d['mean']:.2f} is {where} the trivial baseline** "
+                         f"({d['trivial_baseline']:.2f}: {d['trivial_prediction']}): the model has learned nothing "
+                         "measurable there (too few updates, a learning rate too high or too low, or a bug)")  # fmt: skip
+    return notes
 
 
 def _rate(records: Sequence[Dict[str, Any]], count: str, seconds: str) -> Optional[float]:
@@ -684,13 +715,20 @@ def render_markdown(results: Dict[str, Any]) -> str:
         head += f"; {len(score['missing'])} of {len(bench.tasks)} datasets missing (listed below)"
     lines += [head, "", f"The score is the {results['aggregate']} ({results['benchmark']}'s own rule); test scores "
               "x 100, of the best dev checkpoint of each run.", ""]  # fmt: skip
-    lines += ["| dataset | task type | metric | n | mean ± std | median | lr | dev mean (selected on) | wall (s) "
-              "| train examples/s |",
-              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines += ["| dataset | task type | metric | n | mean ± std | trivial baseline | median | lr | dev mean (selected on) "
+              "| wall (s) | train examples/s |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for name, d in results["datasets"].items():
+        flag = {"at": " ⚠ at trivial", "below": " ⚠ below trivial"}.get(d.get("vs_trivial"), "")
         lines.append(f"| {d['title']} | {d['task_type']} | {d['metric']} | {d['n']} | {d['mean']:.2f} ± "
-                     f"{d['std']:.2f} | {d['median']:.2f} | {d['lr']:g} | {_dev(d)} | "
-                     f"{d.get('wall_s', 0):.0f} | {_fmt(d.get('train_examples_per_s'))} |")  # fmt: skip
+                     f"{d['std']:.2f}{flag} | {_fmt(d.get('trivial_baseline'))} | {d['median']:.2f} | {d['lr']:g} | "
+                     f"{_dev(d)} | {d.get('wall_s', 0):.0f} | {_fmt(d.get('train_examples_per_s'))} |")  # fmt: skip
+    notes = trivial_notes(results["datasets"])
+    lines += ["", "Trivial baseline: the best score of one answer given to every test example (each class; every "
+              "word one tag; every label row all 0, all 1 or the per-label majority; every score the mean), from the "
+              "gold labels, by the dataset's own metric."]  # fmt: skip
+    if notes:
+        lines += [""] + notes
     lines += ["", "| task type | datasets | average |", "| --- | ---: | ---: |"]
     for task_type in bench.task_types:
         names = bench.names([task_type])
@@ -739,6 +777,16 @@ def render_chart(results: Dict[str, Any], path: Path) -> None:
     stds = [results["datasets"][n]["std"] for n in names]
     ax.bar(range(len(names)), means, yerr=stds, capsize=3,
            color=[colours[results["datasets"][n]["task_type"]] for n in names])  # fmt: skip
+    label = "trivial baseline"
+    for i, n in enumerate(names):  # the trivial baseline as a black tick on each bar; a flagged score in red
+        d = results["datasets"][n]
+        if d.get("trivial_baseline") is not None:
+            ax.plot([i - 0.4, i + 0.4], [d["trivial_baseline"]] * 2, color="black", linewidth=2, label=label)
+            label = None
+        if d.get("vs_trivial") in ("at", "below"):
+            ax.text(i, d["mean"] + 3, "trivial", color="red", ha="center", fontsize=8, rotation=90)
+    if label is None:
+        ax.legend(fontsize=7, loc="upper right")
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([f"{results['datasets'][n]['title']}\n(n={results['datasets'][n]['n']})" for n in names],
                        rotation=45, ha="right", fontsize=8)  # fmt: skip
@@ -917,7 +965,8 @@ def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], miss
         if record["status"] == "failed":
             what = f"FAILED: {record['error']}"
         else:
-            what = f"test {record['metric_key']} {record['test_metric']:.2f} (dev {record['dev_metric']:.2f})"
+            what = f"test {record['metric_key']} {record['test_metric']:.2f} (dev {record['dev_metric']:.2f}"
+            what += f"; trivial {record['trivial_baseline']:.2f})" if "trivial_baseline" in record else ")"
         print(f"{tag} {i}/{len(runs)} {run.label}: {record['status']}, {what}, {time.time() - start:.1f} s",
               flush=True)  # fmt: skip
 

@@ -98,6 +98,52 @@ class BenchmarkTask:
             return macro_f1(gold, pred, options.get("labels"))
         raise ValueError(f"{self.name}: unknown metric {metric!r}")
 
+    def trivial_baseline(self, gold: Sequence, metric: Optional[str] = None, **options: Any) -> "TrivialBaseline":
+        """The best score (a fraction) of a model that learned nothing: the best of the constant answers
+        (``constant_answers``) scored by this dataset's own metric against ``gold``."""
+        metric = metric or self.metric
+        best = None
+        for what, pred in constant_answers(gold, regression=metric == "pearson"):
+            value = self.score(gold, pred, metric, **options)
+            if best is None or value > best.score:
+                best = TrivialBaseline(value, what)
+        return best or TrivialBaseline(0.0, "no examples")
+
+
+@dataclass(frozen=True)
+class TrivialBaseline:
+    """What the same answer for every example scores (a fraction), and that answer in words."""
+
+    score: float
+    prediction: str
+
+
+def constant_answers(gold: Sequence, regression: bool = False):
+    """``(what, predictions)`` of each constant answer a model that learned nothing can give, from the gold labels'
+    own values: every example one class (each class of gold); every word one tag (each tag of gold); every label row
+    all 0, all 1 or the per-label majority (multi-label); every score the gold mean (regression: Pearson 0)."""
+    gold = list(gold)
+    if not gold:
+        return
+    if regression:
+        mean = statistics.fmean(float(g) for g in gold)
+        yield f"every score the gold mean ({mean:.2f})", [mean] * len(gold)
+        return
+    first = gold[0]
+    if isinstance(first, (list, tuple)) and any(isinstance(v, str) for s in gold for v in s):  # tag sequences
+        for tag in sorted({v for s in gold for v in s}, key=lambda t: (t != "O", t)):
+            yield f"every word tagged {tag!r}", [[tag] * len(s) for s in gold]
+        return
+    if isinstance(first, (list, tuple)):  # multi-label rows of 0/1
+        width = len(first)
+        majority = [int(2 * sum(row[k] for row in gold) > len(gold)) for k in range(width)]
+        yield "every label row all 0 (no label)", [[0] * width for _ in gold]
+        yield "every label row all 1 (every label)", [[1] * width for _ in gold]
+        yield f"every label row the per-label majority {majority}", [list(majority) for _ in gold]
+        return
+    for label in sorted(set(gold), key=str):
+        yield f"every prediction {label!r}", [label] * len(gold)
+
 
 @dataclass(frozen=True)
 class Benchmark:
