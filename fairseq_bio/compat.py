@@ -36,6 +36,7 @@ so that it resumes (requeued under SLURM/submitit; see that module).
 
 import argparse
 import collections
+import copy
 import functools
 import os
 import pickle
@@ -44,7 +45,7 @@ import types
 import typing
 
 import torch
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, open_dict
 from omegaconf.base import ContainerMetadata, Metadata
 from omegaconf.nodes import AnyNode
 
@@ -111,6 +112,7 @@ def install() -> None:
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
     _install_cpu_ddp()
+    _install_composite_weight_decay_scale()
     from . import checkpoints, fp16_diagnosis, preemption
 
     checkpoints.install()
@@ -221,6 +223,43 @@ def _install_one_log_file_handler():
 
     progress_bar.fairseq_bio_one_handler = True
     module.progress_bar = progress_bar
+
+
+def _install_composite_weight_decay_scale():
+    """Two bugs of fairseq's composite optimizer (fairseq/optim/composite.py, ``FairseqCompositeOptimizer``):
+
+    - it reads a parameter's ``optim_overrides["optimizer"]["weight_decay_scale"]`` but never applies it (the branch
+      tests for a key ``"optimizer_config"`` that no optimizer config has). Applied here where each group's optimizer
+      is built, so that fine-tuning can exempt biases and LayerNorm weights (``fine_tuning.exempt_from_weight_decay``);
+    - its ``optimizers`` and ``lr_schedulers`` are class attributes (mutable dicts), so a second instance in one
+      process also steps the first one's parameters; each instance gets its own here."""
+    from fairseq.optim import composite
+
+    build = composite._build_optimizer
+    if getattr(build, "fairseq_bio_weight_decay_scale", False):
+        return
+    init = composite.FairseqCompositeOptimizer.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        self.optimizers, self.lr_schedulers = {}, {}
+        init(self, *args, **kwargs)
+
+    composite.FairseqCompositeOptimizer.__init__ = __init__
+
+    @functools.wraps(build)
+    def _build_optimizer(optimizer_config, params, *args, **kwargs):
+        params = list(params)
+        overrides = (getattr(params[0], "optim_overrides", None) or {}).get("optimizer", {}) if params else {}
+        scale = overrides.get("weight_decay_scale")
+        if scale is not None and "weight_decay" in optimizer_config:
+            optimizer_config = copy.deepcopy(optimizer_config)
+            with open_dict(optimizer_config):
+                optimizer_config.weight_decay = optimizer_config.weight_decay * scale
+        return build(optimizer_config, params, *args, **kwargs)
+
+    _build_optimizer.fairseq_bio_weight_decay_scale = True
+    composite._build_optimizer = _build_optimizer
 
 
 def _install_cpu_ddp():

@@ -120,3 +120,65 @@ def test_lm_head_is_frozen_but_embeddings_train(task):
     fine_tuning.freeze_lm_head(model)
     assert model.encoder.sentence_encoder.embed_tokens.weight.requires_grad
     assert not model.encoder.lm_head.dense.weight.requires_grad and not model.encoder.lm_head.bias.requires_grad
+
+
+def _composite(model, weight_decay=0.01, lr=1e-3):
+    """fairseq's composite optimizer as the fine-tuning recipes configure it (one default group of adam), in a
+    config root with the values its groups interpolate (common.tpu, optimization.lr)."""
+    from fairseq.optim import build_optimizer
+    from omegaconf import OmegaConf
+
+    group = {"lr_float": lr, "optimizer": {"_name": "adam", "adam_betas": "(0.9,0.999)", "adam_eps": 1e-8,
+                                           "weight_decay": weight_decay},
+             "lr_scheduler": {"_name": "polynomial_decay", "warmup_updates": 0, "total_num_update": 10,
+                              "end_learning_rate": 0.0, "power": 1.0, "lr": [lr]}}  # fmt: skip
+    root = OmegaConf.create(
+        {
+            "common": {"tpu": False},
+            "optimization": {"lr": [lr], "max_update": 10},
+            "optimizer": {"_name": "composite", "dynamic_groups": True, "groups": {"default": group}},
+        }
+    )
+    return build_optimizer(root.optimizer, [p for p in model.parameters() if p.requires_grad])
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.8])
+def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
+    """Through fairseq's own composite optimizer (with compat's fix of its ignored weight_decay_scale): biases and
+    LayerNorm weights get weight decay 0, every other weight the recipe's 0.01, each at its layer-wise lr; a step with
+    zero gradients (AdamW: only the decay moves a weight) shrinks the decayed weights and leaves the exempt ones."""
+    model = build(task)
+    model.register_tagging_head("tags", 3)
+    fine_tuning.freeze_lm_head(model)
+    if decay != 1.0:
+        fine_tuning.apply_layer_lr_decay(model, decay)
+    exempt = set(fine_tuning.exempt_from_weight_decay(model))
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert "encoder.sentence_encoder.layers.0.self_attn_layer_norm.weight" in exempt
+    assert (
+        "encoder.sentence_encoder.layers.0.fc1.bias" in exempt and "classification_heads.tags.out_proj.bias" in exempt
+    )
+    assert "encoder.sentence_encoder.layers.0.fc1.weight" not in exempt
+    optimizer = _composite(model)
+    scales = fine_tuning.layer_scales(model, decay)
+    seen = set()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            name = names[id(p)]
+            seen.add(name)
+            assert group["weight_decay"] == (0.0 if name in exempt else 0.01), name
+            assert group["lr"] == pytest.approx(1e-3 * scales[name]), name
+    assert seen == {n for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    optimizer.step()
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if n in exempt:
+            assert torch.equal(p, before[n]), n
+        elif before[n].abs().sum() > 0:
+            expected = before[n] * (1 - 1e-3 * scales[n] * 0.01)
+            assert torch.allclose(p, expected, rtol=1e-6, atol=1e-9), n

@@ -21,6 +21,7 @@ from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask
 from omegaconf import II
+from torch import nn
 
 from ..data.tagging_dataset import WordEncoder
 from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
@@ -216,15 +217,30 @@ def apply_layer_lr_decay(model, decay: float) -> None:
         param.optim_overrides = {"optimizer": {"lr_scale": scales[name]}}
 
 
-def check_optimizer_groups(optimizer, decay: float) -> None:
-    """Refuse to train when the optimizer ignores the per-parameter lr scales (anything but ``composite``)."""
+def exempt_from_weight_decay(model) -> List[str]:
+    """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer`` do, through
+    fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept beside any lr scale of
+    ``apply_layer_lr_decay``; ``compat`` makes fairseq apply it). Returns the exempted parameters' names."""
+    norms = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.LayerNorm)}
+    exempt = []
+    for name, param in model.named_parameters():
+        if name.endswith(".bias") or name in norms:
+            overrides = getattr(param, "optim_overrides", None) or {}
+            overrides.setdefault("optimizer", {})["weight_decay_scale"] = 0.0
+            param.optim_overrides = overrides
+            exempt.append(name)
+    return exempt
+
+
+def check_optimizer_groups(optimizer, option: str) -> None:
+    """Refuse to train when the optimizer ignores per-parameter settings (anything but ``composite``)."""
     from fairseq.optim.composite import FairseqCompositeOptimizer
 
     inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
     if not isinstance(inner, FairseqCompositeOptimizer):
         raise FineTuningError(
-            f"task.layer_lr_decay={decay} needs optimizer=composite (fairseq's per-group learning rates; the "
-            f"fine-tuning configs use it), not {type(inner).__name__}"
+            f"{option} needs optimizer=composite (fairseq's per-group settings; the fine-tuning configs use it), "
+            f"not {type(inner).__name__}"
         )
 
 
@@ -254,6 +270,13 @@ class FineTuningConfig(FairseqDataclass):
         metadata={
             "help": "lr x decay^(distance from the top layer), embeddings lowest (BioELECTRA: 0.8); needs "
             "optimizer=composite"
+        },
+    )
+    exempt_from_weight_decay: bool = field(
+        default=False,
+        metadata={
+            "help": "no weight decay on biases and LayerNorm weights (BERT's recipe, HF Trainer's default; the "
+            "fine-tuning recipes set it); needs optimizer=composite"
         },
     )
     cache_dir: Optional[str] = field(
@@ -331,6 +354,8 @@ class FineTuningTask(FairseqTask):
         freeze_lm_head(model)
         if self.cfg.layer_lr_decay != 1.0:
             apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
+        if self.cfg.exempt_from_weight_decay:
+            exempt_from_weight_decay(model)
         self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
         if not from_checkpoint:
             copy_vocab(self.vocab_dir, self.cfg.save_dir)
@@ -341,8 +366,10 @@ class FineTuningTask(FairseqTask):
             raise FineTuningError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if self.cfg.layer_lr_decay != 1.0 and update_num == 0:
-            check_optimizer_groups(optimizer, self.cfg.layer_lr_decay)
+        if update_num == 0 and self.cfg.layer_lr_decay != 1.0:
+            check_optimizer_groups(optimizer, f"task.layer_lr_decay={self.cfg.layer_lr_decay}")
+        if update_num == 0 and self.cfg.exempt_from_weight_decay:
+            check_optimizer_groups(optimizer, "task.exempt_from_weight_decay=true")
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     @property
