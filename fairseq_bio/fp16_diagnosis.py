@@ -5,14 +5,17 @@ fairseq's dynamic loss scaler halves the loss scale at every fp16 gradient overf
 falls to ``common.min_loss_scale``. By then the run has skipped every update since the overflows began, the
 message says nothing about how it got there, and the user sees a long traceback.
 
-``install()`` wraps ``DynamicLossScaler.check_overflow`` so that the error (still a ``FloatingPointError``, which
-fairseq's trainer catches to re-run the step under its ``NanDetector`` and which stops the run) carries one line
+``install()`` wraps ``DynamicLossScaler.check_overflow`` so that the error, a ``LossScaleError``, carries one line
 with what happened — how many updates in a row overflowed, from which scale — and the remedies, in the order to
-try them; the README's "fp16: minimum loss scale reached" section explains each. bf16 has no loss scale and never
-gets here. Idempotent.
+try them; the README's "fp16: minimum loss scale reached" section explains each. It is still a
+``FloatingPointError``, which fairseq's trainer catches to re-run the step under its ``NanDetector`` before it
+re-raises it and the run stops, and a ``BioError``, so that it ends the run as one line (``errors``). bf16 has no
+loss scale and never gets here. Idempotent.
 """
 
 import functools
+
+from .errors import BioError
 
 FP16_REMEDIES = (
     "lower optimization.lr or lengthen lr_scheduler.warmup_updates",
@@ -21,6 +24,10 @@ FP16_REMEDIES = (
     "for large post-LN models model.encoder_normalize_before=true",
     "resume from the last good checkpoint (checkpoint.restore_file=<checkpoint_N_M.pt>)",
 )
+
+
+class LossScaleError(BioError, FloatingPointError):
+    """fp16 training reached fairseq's minimum loss scale; the message is the one-line ``diagnosis``."""
 
 
 def diagnosis(min_loss_scale: float, start_scale: float, overflows: int, updates: int) -> str:
@@ -56,7 +63,7 @@ def install() -> None:
         try:
             return check(self, grad_norm)
         except FloatingPointError:
-            raise FloatingPointError(
+            raise LossScaleError(
                 diagnosis(self.min_loss_scale, run["scale"], run["overflows"], run["updates"])
             ) from None
 

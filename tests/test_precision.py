@@ -26,7 +26,9 @@ def compose(name, *overrides):
     from hydra import initialize_config_dir
 
     extra = ["sentence_task=re_gad"] if name == "bio_sentence_prediction" else []
-    with initialize_config_dir(config_dir=str(REPO / "hydra_configs"), version_base=None):
+    # version_base 1.1 as fairseq and the other config tests: hydra's version base is global to the process, and
+    # None (this hydra's own) makes fairseq's later hydra.experimental.initialize raise in the same worker
+    with initialize_config_dir(config_dir=str(REPO / "hydra_configs"), version_base="1.1"):
         return hydra_compose(config_name=name, overrides=[*extra, *overrides])
 
 

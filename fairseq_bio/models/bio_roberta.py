@@ -258,11 +258,15 @@ class BioRobertaModel(RobertaModel):
 class BioRobertaLMHead(RobertaLMHead):
     """fairseq's RoBERTa masked-LM head (same parameters and keys): ``N x C`` features -> ``N x V`` logits. On
     CUDA the output matmul runs on the ``V x C`` matrix padded with zero rows to a multiple of ``vocab_multiple``,
-    and the padding's logits are sliced off, so they are never predicted."""
+    and the padding's logits are sliced off, so they are never predicted. ``pad_on_cpu=True`` takes that path on
+    CPU tensors too (slower there): how the tests run it without a GPU."""
 
-    def __init__(self, embed_dim, output_dim, activation_fn, weight=None, vocab_multiple: int = 64):
+    def __init__(
+        self, embed_dim, output_dim, activation_fn, weight=None, vocab_multiple: int = 64, pad_on_cpu: bool = False
+    ):
         super().__init__(embed_dim, output_dim, activation_fn, weight)
         self.vocab_multiple = vocab_multiple
+        self.pad_on_cpu = pad_on_cpu
 
     def forward(self, features, masked_tokens=None, **kwargs):
         if masked_tokens is not None:  # only the predicted positions (fairseq's masked_lm criterion passes them)
@@ -270,8 +274,9 @@ class BioRobertaLMHead(RobertaLMHead):
         x = self.layer_norm(self.activation_fn(self.dense(features)))
         # Tensor cores want the output width in whole tiles, and dictionaries with <mask> added are often odd-sized
         # (RoBERTa's 50,265; the demo's 16,005). CPU BLAS gains nothing from it (measured slower: the copy and the
-        # slice), so it stays off there.
-        return padded_linear(x, self.weight, self.bias, self.vocab_multiple if x.is_cuda else 1)
+        # slice), so it stays off there unless pad_on_cpu asks for it.
+        pad = x.is_cuda or self.pad_on_cpu
+        return padded_linear(x, self.weight, self.bias, self.vocab_multiple if pad else 1)
 
 
 def padded_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], multiple: int) -> Tensor:
