@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fairseq_bio-installed
 FASTBPE_STAMP := $(VENV)/.fastbpe-installed
 
-.PHONY: install demo test bench bench-tagging bench-hf-parity bench-distill bench-blurb fastbpe clean
+.PHONY: install demo test gpu-check bench bench-tagging bench-hf-parity bench-distill bench-blurb fastbpe clean
 
 install: $(STAMP)
 
@@ -24,9 +24,16 @@ $(STAMP): setup.py requirements/stack.txt requirements/fairseq.txt requirements/
 demo: install
 	$(BIN)/fairseq-bio-demo
 
-# CI (.ci/run) builds the optional fastBPE too, so the fastbpe vocabulary tests run rather than skip.
+# CI (.ci/run) builds the optional fastBPE too, so the fastbpe vocabulary tests run rather than skip. -rs prints why
+# a test skipped (tests/gpu without CUDA).
 test: install $(FASTBPE_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --durations=15 tests
+
+# On a lent GPU, in under 10 minutes: tests/gpu in fp16 and bf16, benchmarks/encoder_speed.py --device cuda and NCCL
+# data parallel (2+ GPUs), as one table in benchmarks/results/gpu_check.md; without CUDA it says so and exits 0.
+# GPU_CHECK_DRY=1 takes every step on the CPU at tiny sizes (CI; benchmarks/results/gpu_check_dry.md).
+gpu-check: install
+	$(BIN)/python benchmarks/gpu_check.py
 
 # fairseq's own tests for the parts fairseq_bio builds on (../shared/peer/fairseq_tests, unmodified), run with the
 # plugin loaded first (tests/peer/fairseq_bio_loaded.py, which also lists the expected failures); 7-11 min here.

@@ -67,6 +67,9 @@ LABELS = {
 }
 BASELINE = "stock"
 SEQ = 512
+# --tiny (benchmarks/gpu_check.py's dry mode): every code path in seconds on a CPU; a check, not a measurement.
+TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+        "--encoder-attention-heads", "2"]  # fmt: skip
 PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense bf16 tensor-core peaks (SXM)
 PEAK_TFLOPS_FP32 = {"H100": 494.7, "H200": 494.7, "A100": 156.0}  # TF32 tensor-core peaks (what fp32 matmuls use)
 
@@ -77,7 +80,7 @@ def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, pre
     return 6 * n * tokens + 12 * layers * SEQ * dim * tokens + 6 * (dim * dim + dim * vocab) * predicted
 
 
-def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool):
+def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False):
     """fairseq-train's command line for one variant."""
     spec = VARIANTS[variant]
     args = [data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", spec["arch"],
@@ -87,6 +90,8 @@ def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool):
             "--max-update", "1000000", "--log-format", "none", "--no-progress-bar"]  # fmt: skip
     if spec["plugin"]:
         args += ["--user-dir", str(PLUGIN)]
+    if tiny:
+        args += TINY
     if device == "cpu":
         args += ["--cpu"]
     elif bf16:
@@ -99,7 +104,7 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def build(variant: str, data: str, batch: int, device: str, bf16: bool, task=None):
+def build(variant: str, data: str, batch: int, device: str, bf16: bool, task=None, tiny: bool = False):
     """(fairseq config, task, Trainer) of one variant; ``task`` reuses an already set-up masked_lm task."""
     import torch
     from fairseq import options, tasks, utils
@@ -109,7 +114,7 @@ def build(variant: str, data: str, batch: int, device: str, bf16: bool, task=Non
 
     parser = options.get_training_parser()
     cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(parser, fairseq_args(variant, data, batch, device, bf16))
+        options.parse_args_and_arch(parser, fairseq_args(variant, data, batch, device, bf16, tiny))
     )
     if VARIANTS[variant]["compile"]:  # bio_roberta inherits RoBERTa's argparse options, so it is set here
         with open_dict(cfg.model):
@@ -164,7 +169,7 @@ def timing(variants, args) -> dict:
     cuda, bf16 = args.device == "cuda", not args.fp32
     task, trainers = None, {}
     for variant in variants:
-        cfg, task, trainers[variant] = build(variant, str(args.data), args.batch, args.device, bf16, task)
+        cfg, task, trainers[variant] = build(variant, str(args.data), args.batch, args.device, bf16, task, args.tiny)
     samples, hashes = load_batches(task, args.batch, args.warmup + args.steps)
     pad = task.source_dictionary.pad()
     result = {v: {"warmup_seconds": [], "step_seconds": []} for v in variants}
@@ -194,7 +199,7 @@ def memory_worker(variant: str, args) -> dict:
     from fairseq.logging import metrics
 
     cuda = args.device == "cuda"
-    _, task, trainer = build(variant, str(args.data), args.batch, args.device, not args.fp32)
+    _, task, trainer = build(variant, str(args.data), args.batch, args.device, not args.fp32, tiny=args.tiny)
     samples, hashes = load_batches(task, args.batch, args.warmup + 1)
     base_rss = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # restart the peak-RSS counter (VmHWM) from here
@@ -236,6 +241,8 @@ def run_memory_worker(variant: str, args) -> dict:
            "--warmup", str(args.warmup), "--device", args.device]  # fmt: skip
     if args.fp32:
         cmd.append("--fp32")
+    if args.tiny:
+        cmd.append("--tiny")
     out = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{variant} (memory) failed ({out.returncode}):\n{out.stderr[-3000:]}")
@@ -254,6 +261,8 @@ def main(argv=None):
         "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
     )
     parser.add_argument("--fp32", action="store_true", help="CUDA: train in fp32 instead of bf16")
+    parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder instead of base: the code paths in "
+                        "seconds, not a measurement (writes encoder_speed_tiny.*)")  # fmt: skip
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak FLOP/s for MFU (default: see docstring)")
     parser.add_argument("--memory-worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -336,7 +345,7 @@ def main(argv=None):
         "",
     ]  # fmt: skip
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"encoder_speed{'' if cpu else '_cuda'}"
+    stem = RESULTS / f"encoder_speed{'_tiny' if args.tiny else ''}{'' if cpu else '_cuda'}"
     _atomic_write(stem.with_suffix(".md"), "\n".join(lines))
     record = {"rows": rows, "timing": timed, "memory": memory, "peak": peak_note, "argv": sys.argv[1:]}
     _atomic_write(stem.with_suffix(".json"), json.dumps(record, indent=1))

