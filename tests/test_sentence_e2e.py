@@ -222,8 +222,12 @@ def test_biosses_pearson_with_layer_wise_lr_decay(tiny_encoder, tmp_path):
         predicted = criterion.pool(model, batch).squeeze(-1)
     assert batch["target"].tolist() == pytest.approx(gold)
     assert float(last["pearson"]) == pytest.approx(100 * pearsonr(predicted.numpy(), gold)[0], abs=0.01)
-    lrs = sorted((float(v) for k, v in logged(log, "train_inner")[12].items() if k.startswith("lr_")), reverse=True)
-    assert len(lrs) == 4 and all(b == pytest.approx(0.8 * a, rel=1e-3) for a, b in zip(lrs, lrs[1:]))
+    # mid-schedule (every lr is 0 at the last update): one lr per depth, each twice (with and without weight
+    # decay: the recipe's task.exempt_from_weight_decay), 0.8 of the one above
+    entry = logged(log, "train_inner")[6]
+    lrs = sorted((float(v) for k, v in entry.items() if k.startswith("lr_")), reverse=True)
+    assert len(lrs) == 8 and lrs[-1] > 0 and lrs[0::2] == lrs[1::2]
+    assert all(b == pytest.approx(0.8 * a, rel=1e-3) for a, b in zip(lrs[0::2], lrs[2::2]))
 
 
 def test_pubmedqa_question_in_every_window_of_its_contexts(tiny_encoder, tmp_path):
