@@ -15,13 +15,19 @@ class PreprocessError(Exception):
 
 
 def run_cli(prog: str, main: Callable[[Optional[Sequence[str]]], object], argv=None) -> None:
-    """Run ``main(argv)``; a PreprocessError becomes ``<prog>: <message>`` on stderr and exit code 1."""
+    """Run ``main(argv)``; a PreprocessError, or a plugin user error (``fairseq_bio.errors.BioError``, when the
+    command loaded the plugin), becomes ``<prog>: <message>`` on stderr and exit code 1."""
     try:
         main(argv)
     except PreprocessError as e:
         sys.exit(f"{prog}: {e}")
     except KeyboardInterrupt:
         sys.exit(f"{prog}: interrupted")
+    except Exception as e:
+        plugin_errors = sys.modules.get("fairseq_bio.errors")  # only a command that imported the plugin raises them
+        if plugin_errors is None or not isinstance(e, plugin_errors.BioError) or plugin_errors.traceback_requested():
+            raise
+        sys.exit(f"{prog}: {e}")
 
 
 def _umask() -> int:

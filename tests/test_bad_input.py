@@ -301,3 +301,24 @@ def test_benchmark_slicing_never_writes_into_its_input(tmp_path):
 
 def read_blocks(path: Path):
     return [b for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
+
+
+def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
+    """A plugin error raised inside a preprocess/HF command (export/import run through preprocess.common.run_cli)
+    ends it as ``<prog>: <message>``; other errors keep their tracebacks, and FAIRSEQ_BIO_TRACEBACK=1 shows it."""
+    from fairseq_bio.data.conll import TaggingDataError
+    from preprocess.common import run_cli as preprocess_run_cli
+
+    def bad(argv):
+        raise TaggingDataError("data/train.tsv:5: 3 column(s); expected token<TAB>tag")
+
+    monkeypatch.delenv("FAIRSEQ_BIO_TRACEBACK", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as ended:
+        preprocess_run_cli("fairseq-bio-export-hf", bad)
+    assert ended.value.code == "fairseq-bio-export-hf: data/train.tsv:5: 3 column(s); expected token<TAB>tag"
+    with pytest.raises(ZeroDivisionError):
+        preprocess_run_cli("fairseq-bio-export-hf", lambda argv: 1 / 0)
+    monkeypatch.setenv("FAIRSEQ_BIO_TRACEBACK", "1")
+    with pytest.raises(TaggingDataError):
+        preprocess_run_cli("fairseq-bio-export-hf", bad)
