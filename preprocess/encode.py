@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
-from fairseq_bio.outputs import same_file
+from fairseq_bio.outputs import check_output
 
 from .common import (
     PreprocessError,
@@ -202,9 +202,7 @@ def encode_files(
         if not Path(path).is_file():
             raise PreprocessError(f"{path}: no such file")
     for output_path in outputs:  # an encoded file written over a corpus would destroy it
-        for path in inputs:
-            if same_file(output_path, path):
-                raise PreprocessError(f"{output_path}: is the input {path}; --outputs must name other files")
+        check_output(output_path, inputs, overwrite=True, option="--outputs")
     vocab_dir = str(vocab_dir)
     pool = None
     if workers > 1:
@@ -261,9 +259,8 @@ def cli_main(argv=None) -> None:
         parser.add_argument("--chunk-lines", type=int, default=CHUNK_LINES, help="lines per work item")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         args = parser.parse_args(argv)
-        existing = [path for path in args.outputs if os.path.lexists(path) and not args.overwrite]
-        if existing and not any(same_file(existing[0], path) for path in args.inputs):
-            raise PreprocessError(f"{existing[0]}: exists; pass --overwrite to replace it")
+        for path in args.outputs:
+            check_output(path, args.inputs, args.overwrite, option="--outputs")
         for stats in encode_files(
             args.vocab,
             args.inputs,

@@ -98,10 +98,10 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
     corpus.write_text("Familial adenomatous polyposis is a colon cancer syndrome .\n", encoding="utf-8")
     (tmp_path / "train.bpe").symlink_to(corpus)
     before = digest(corpus)
-    for output in (corpus, tmp_path / "train.bpe"):
+    for output, how in ((corpus, ""), (tmp_path / "train.bpe", " (through a link)")):
         result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--outputs",
                           output, "--no-progress"], cwd=tmp_path, check=False)  # fmt: skip
-        assert one_line(result) == f"encode: {output}: is the input {corpus}; --outputs must name other files"
+        assert one_line(result) == f"encode: {output}: is the input {corpus}{how}; --outputs must name another file"
     assert digest(corpus) == before
     mine = tmp_path / "mine.bpe"
     mine.write_text("my own encoding\n", encoding="utf-8")

@@ -28,15 +28,20 @@ class Sentence:
     lines: List[int] = field(default_factory=list)
 
 
-def read_conll(path, require_tags: bool = True) -> List[Sentence]:
-    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed."""
+def _raw_lines(path) -> List[bytes]:
+    """The lines of a tagging input file as bytes; one-line errors for a missing file or a directory."""
     try:
         with open(path, "rb") as f:
-            raw_lines = f.read().split(b"\n")
+            return f.read().split(b"\n")
     except FileNotFoundError:
         raise TaggingDataError(f"{path}: not found") from None
     except IsADirectoryError:
         raise TaggingDataError(f"{path}: is a directory, not a CoNLL file") from None
+
+
+def read_conll(path, require_tags: bool = True) -> List[Sentence]:
+    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed."""
+    raw_lines = _raw_lines(path)
     sentences: List[Sentence] = []
     current = Sentence(words=[], tags=[], lines=[])
     columns = None  # fixed by the first token line: 2 (token, tag) or 1 (token)
@@ -106,13 +111,7 @@ def sniff_format(path) -> str:
     ``token<TAB>tag`` (``-DOCSTART-`` lines aside): CoNLL. No such line: raw text, or bare tokens when the name says
     CoNLL (.tsv, .conll, .iob, .bio). Some such lines and some not: CoNLL when the name says so (the reader then
     names the bad line), else refused in one line naming ``--format``."""
-    try:
-        with open(path, "rb") as f:
-            lines = f.read().decode("utf-8", errors="replace").split("\n")
-    except FileNotFoundError:
-        raise TaggingDataError(f"{path}: not found") from None
-    except IsADirectoryError:
-        raise TaggingDataError(f"{path}: is a directory, not a tagging input file") from None
+    lines = [raw.decode("utf-8", errors="replace") for raw in _raw_lines(path)]
     named_conll = str(path).lower().endswith(CONLL_SUFFIXES)
     tagged = untagged = None
     for number, line in enumerate(lines, start=1):

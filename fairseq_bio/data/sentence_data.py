@@ -313,12 +313,17 @@ class Entity:
     type: str = ""
 
 
+def _split_placeholders(placeholders: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """(single, combined): placeholders of one entity, and those naming both (a '-' in the name, as ``@DRUG-DRUG$``
+    / ``@CHEM-GENE$``: both entities are one mention)."""
+    combined = [p for p in placeholders if "-" in p.strip("@$")]
+    return [p for p in placeholders if p not in combined], combined
+
+
 def relation_placeholders(placeholders: Sequence[str]) -> str:
     """What a row of a relation with these ``placeholders`` must hold, in words: one placeholder per entity
-    (two different ones once each, or the only one twice), or one combined placeholder (its name has a '-', as
-    ``@DRUG-DRUG$`` / ``@CHEM-GENE$``: both entities are one mention) alone."""
-    combined = [p for p in placeholders if "-" in p.strip("@$")]
-    single = [p for p in placeholders if p not in combined]
+    (two different ones once each, or the only one twice), or one combined placeholder alone."""
+    single, combined = _split_placeholders(placeholders)
     if len(single) == 1:
         need = f"{single[0]} twice"
     elif len(single) == 2:
@@ -340,10 +345,9 @@ def placeholder_entities(text: str, placeholders: Sequence[str], strict: bool = 
     matches = list(re.finditer(pattern, text))
     found = [Entity(m.start(), m.end(), m.group(0).strip("@$")) for m in matches]
     names = [m.group(0) for m in matches]
-    combined = {p for p in placeholders if "-" in p.strip("@$")}
     if strict:
-        single = [p for p in placeholders if p not in combined]
-        pair = len(names) == 2 and not combined & set(names) and (len(single) == 1 or names[0] != names[1])
+        single, combined = _split_placeholders(placeholders)
+        pair = len(names) == 2 and not set(combined) & set(names) and (len(single) == 1 or names[0] != names[1])
         if not (pair or (len(names) == 1 and names[0] in combined)):
             counts = ", ".join(f"{p} x{names.count(p)}" for p in placeholders if p in names) or "none"
             raise ValueError(
