@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hf_parity import minilm_dir  # noqa: E402
+from parity_tasks import minilm_dir  # noqa: E402
 from tagging import BIN, REPO, RESULTS  # noqa: E402
 
 DATASETS = "all"  # in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)

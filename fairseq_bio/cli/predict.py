@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -441,26 +442,31 @@ def main(argv=None) -> None:
     check_output(args.output, [args.input, args.checkpoint], args.overwrite)
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
+    start = time.perf_counter()
+
+    def wrote(what: str = "") -> None:  # the time of reading, encoding, the forward passes and writing
+        print(f"wrote {args.output}{what} in {time.perf_counter() - start:.2f} s")
+
     try:
         if task.task_name == QA:
             scores = predict_qa_file(task, model, args.input, args.output, args.group_snippets, **options)
-            print(f"wrote {args.output}")
+            wrote()
             if scores is not None:
                 print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
         elif hasattr(task, "kind"):  # bio_sentence_prediction
             scores = predict_sentence_file(task, model, args.input, args.output, split=args.split, **options)
-            print(f"wrote {args.output}")
+            wrote()
             if scores is not None:
                 print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
         elif (args.format if args.format != "auto" else sniff_format(args.input)) == "conll":
             scores = predict_conll(task, model, args.input, args.output, **options)
-            print(f"wrote {args.output}")
+            wrote()
             if scores is not None:
                 p, r, f1 = scores
                 print(f"entity precision {100 * p:.2f} recall {100 * r:.2f} F1 {100 * f1:.2f}")
         else:
             count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
-            print(f"wrote {args.output}: {count} entity spans")
+            wrote(f": {count} entity spans")
     except FileNotFoundError as e:
         raise PredictError(str(e)) from None
 

