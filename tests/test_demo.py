@@ -1,15 +1,19 @@
-"""`make demo`'s job (fairseq-bio-demo) on a slice of the real sample: every step (pretraining, then the BLURB runner on
-one shared dataset), then a re-run that reuses them."""
+"""`make demo`'s job (fairseq-bio-demo) on a slice of the real sample: every step (pretraining, the BLURB runner on
+one shared dataset for the demo's model and for the imported MiniLM, the comparison table), then a re-run that
+reuses them."""
 
 import json
 import re
 
 from conftest import run_cli
 
+from preprocess.demo import comparison_markdown
+
 
 def test_demo_runs_end_to_end_and_reuses_finished_steps(pubmed_sample, tmp_path):
     args = ["fairseq-bio-demo", "--workdir", tmp_path / "demo", "--max-docs-per-file", "300", "--vocab-size", "4000",
-            "--max-update", "20", "--blurb-tasks", "biosses", "--blurb-updates", "5", "dataset.validate_interval_updates=10",
+            "--max-update", "20", "--blurb-tasks", "biosses", "--blurb-updates", "5", "--minilm-tasks", "biosses",
+            "--minilm-updates", "2", "--minilm-batch", "4", "dataset.validate_interval_updates=10",
             "model.encoder_layers=2"]  # fmt: skip
     first = run_cli(args, cwd=tmp_path).stdout
     for step in ("extract", "vocab", "encode", "binarize"):
@@ -27,10 +31,38 @@ def test_demo_runs_end_to_end_and_reuses_finished_steps(pubmed_sample, tmp_path)
     results = (demo / "blurb" / "results.md").read_text()
     assert results in first and "BIOSSES" in results.upper()
     score = json.loads((demo / "blurb" / "results.json").read_text())["score"]
+    # the imported MiniLM fine-tuned the same way, and both in one table beside the trivial baseline
+    assert "[demo] import-minilm -> " in first and (demo / "minilm-fairseq" / "model.pt").exists()
+    assert "[demo] blurb-minilm -> " in first
+    minilm = json.loads((demo / "blurb-minilm" / "results.json").read_text())
+    assert minilm["checkpoint"] == str(demo / "minilm-fairseq" / "model.pt")
+    table = (demo / "comparison.md").read_text()
+    assert table in first
+    header, _, row = table.splitlines()[:3]
+    assert header.endswith("| trivial baseline | demo model (5 updates of 8) | MiniLM-L6-H384 (2 updates of 4) |")
+    demo_score = json.loads((demo / "blurb" / "results.json").read_text())["datasets"]["biosses"]["mean"]
+    assert row.startswith("| BIOSSES | pearson | 0.00 | ") and f"{demo_score:.2f}" in row
+    assert f"{minilm['datasets']['biosses']['mean']:.2f}" in row
 
     again = run_cli(args, cwd=tmp_path).stdout
-    for step in ("extract", "vocab", "encode", "binarize", "train"):
+    for step in ("extract", "vocab", "encode", "binarize", "train", "import-minilm"):
         assert f"[demo] {step}: reusing" in again
     assert match.group(0) in again  # the same final numbers, read back from the training log
-    assert re.search(r"1/1 biosses.*: reused", again)
+    assert len(re.findall(r"1/1 biosses.*: reused", again)) == 2
     assert json.loads((demo / "blurb" / "results.json").read_text())["score"] == score
+    assert (demo / "comparison.md").read_text() == table and table in again
+
+
+def test_comparison_table_marks_scores_at_the_trivial_baseline():
+    def results(**means):
+        datasets = {name: {"title": name.upper(), "metric": "f1", "mean": mean, "trivial_baseline": 50.0,
+                           "vs_trivial": "at" if abs(mean - 50) <= 1 else ("below" if mean < 50 else "above")}
+                    for name, mean in means.items()}  # fmt: skip
+        return {"benchmark": "BLURB", "datasets": datasets}
+
+    table = comparison_markdown({"tiny": results(gad=50.5, hoc=10.0), "MiniLM": results(gad=75.0)})
+    rows = table.splitlines()
+    assert rows[0] == "| dataset | metric | trivial baseline | tiny | MiniLM |"
+    assert rows[2] == "| GAD | f1 | 50.00 | 50.50 (at trivial) | 75.00 |"  # in the benchmark's order, not the input's
+    assert rows[3] == "| HOC | f1 | 50.00 | 10.00 (below trivial) | – |"
+    assert "trivial baseline is the best score of one answer" in table
