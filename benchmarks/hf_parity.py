@@ -16,7 +16,8 @@ Scores of both come from one metric code (``fairseq_bio.metrics.blurb``), each c
 scipy or seqeval on the same predictions (a mismatch stops the run). Times: the training loop (fairseq's
 ``train_wall``, HF's ``train_runtime``), and prediction: encoding the test file, the forward passes and the
 predictions (``fairseq-bio-predict``'s own timing line, model loading excluded; HF: tokenizing, ``Trainer.predict``,
-decoding).
+decoding), timed again after training in alternating rounds (``--predict-rounds``, HF's saved model reloaded), the
+best time of each side kept, since the load of a shared machine moves.
 
     python benchmarks/hf_parity.py                                  # every dataset (hours on 2 cores)
     python benchmarks/hf_parity.py --datasets gad,biosses --seeds 3
@@ -40,7 +41,17 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from parity_tasks import TAGGING, blurb_recipe, hf_worker, minilm_dir, run_hf, run_ours, sentence_task  # noqa: E402
+from parity_tasks import (  # noqa: E402
+    TAGGING,
+    blurb_recipe,
+    hf_worker,
+    minilm_dir,
+    predict_hf,
+    predict_ours,
+    run_hf,
+    run_ours,
+    sentence_task,
+)
 from tagging import BIN, REPO, RESULTS, Runner, ner_data  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
@@ -163,7 +174,8 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
     seeds = list(range(1, 1 + (1 if args.quick else args.seeds or parity.seeds)))
     spec = {"dataset": dataset, "data": str(data), "imported": str(imported), "lr": parity.lr,
             "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
-            "max_length": parity.max_length, "warmup": 0.1, "train": train_count(dataset, data, imported)}  # fmt: skip
+            "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant,
+            "train": train_count(dataset, data, imported)}  # fmt: skip
     runs = []
     for seed in seeds:
         print(f"[parity] {dataset} seed {seed}: ours", flush=True)
@@ -172,6 +184,10 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
         hf = run_hf(run, work, {**spec, "seed": seed})
         if ours["updates"] != hf["updates"] or ours["gold"] != hf["gold"]:
             raise SystemExit(f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold")
+        # prediction timed again in alternating rounds (the shared machine's load moves): the best of each side
+        for _ in range(args.predict_rounds - 1):
+            ours["predict_s"] = min(ours["predict_s"], predict_ours(run, work, {**spec, "seed": seed})[1])
+            hf["predict_s"] = min(hf["predict_s"], predict_hf(run, work, {**spec, "seed": seed}))
         entry = {"seed": seed, "updates": ours["updates"], "test_examples": len(ours["gold"]),
                  "hf_truncated": hf["truncated"]}  # fmt: skip
         for name, side in (("ours", ours), ("hf", hf)):
@@ -180,7 +196,8 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
         print(f"[parity] {dataset} seed {seed}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
               flush=True)  # fmt: skip
         runs.append(entry)
-    return {"dataset": dataset, "recipe": {**asdict(parity), "epochs": spec["epochs"]}, "train_examples": spec["train"],
+    recipe = {**asdict(parity), "epochs": spec["epochs"]}
+    return {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
             "runs": runs, **summary(runs, parity)}  # fmt: skip
 
 
@@ -195,7 +212,8 @@ def summary(runs: List[Dict], parity: Parity) -> Dict:
     predict = sum(r["hf"]["predict_s"] for r in runs) / sum(r["ours"]["predict_s"] for r in runs)
     difference = ours["mean"] - hf["mean"]
     return {"ours": ours, "hf": hf, "difference": difference, "loop_ratio": loop, "predict_speedup": predict,
-            "meets": {"score": difference >= parity.min_difference, "loop": loop <= 0.8, "predict": predict >= 1.5}}  # fmt: skip
+            "meets": {"score": difference >= parity.min_difference, "loop": loop <= 0.8,
+                      "predict": predict >= 1.5}}  # fmt: skip
 
 
 def _tick(ok: bool) -> str:
@@ -218,8 +236,10 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
     ]
     for r in results:
         first, recipe, meets = r["runs"][0], r["recipe"], r["meets"]
+        variant = "" if r.get("hf_variant", "stock") == "stock" else f" (HF: {r['hf_variant']})"
         lines.append(
-            f"| {first['ours']['title']} | {first['ours']['metric']} | {recipe['lr']:g}, {recipe['batch_size']}, "
+            f"| {first['ours']['title']}{variant} | {first['ours']['metric']} | {recipe['lr']:g}, "
+            f"{recipe['batch_size']}, "
             f"{recipe['epochs']:g}, {recipe['max_length']} | {r['train_examples']} | {first['updates']} | "
             f"{len(r['runs'])} | {r['ours']['mean']:.2f} ± {r['ours']['std']:.2f} | {r['hf']['mean']:.2f} ± "
             f"{r['hf']['std']:.2f} | {r['difference']:+.2f} (>= {recipe['min_difference']:g}: "
@@ -281,7 +301,11 @@ def main(argv=None) -> None:
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
     parser.add_argument("--datasets", default=",".join(PARITY), help=f"comma-separated, of {', '.join(PARITY)}")
     parser.add_argument("--seeds", type=int, help="seeds per dataset (default: PARITY's)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: slices, one epoch, one seed")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: slices, a few updates, one seed")
+    parser.add_argument("--hf-variant", choices=("stock", "fresh-pooler", "ours-input"), default="stock",
+                        help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
+                        "(one segment, a double separator)")  # fmt: skip
+    parser.add_argument("--predict-rounds", type=int, default=2, help="alternating timings of prediction (best kept)")
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
     parser.add_argument("--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .json, .png beside)")

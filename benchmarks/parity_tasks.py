@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
@@ -68,17 +68,7 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
     loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
     updates = max(int(e["train_num_updates"]) for e in entries if "train_num_updates" in e)
-    data = Path(spec["data"])
-    if recipe.config == TAGGING:
-        test, extra, out = data / "test.tsv", [], save_dir / "test.pred.tsv"
-    elif recipe.preset == "pubmedqa":
-        test, extra, out = data / "ori_pqal.json", ["--split", "test"], save_dir / "test.pred.jsonl"
-    else:
-        test, extra, out = data / Path(_task_cfg(spec)["test_file"]).name, [], save_dir / "test.pred.jsonl"
-    _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
-                      "--output", out, "--overwrite", "--quiet", "--cpu", *extra],
-                     f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
-    predict_s = float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+    out, predict_s = predict_ours(run, work, spec)
     if recipe.config == TAGGING:
         from fairseq_bio.cli.predict import read_conll_predictions
 
@@ -90,6 +80,32 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
         ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
     return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
             "predict_s": predict_s}  # fmt: skip
+
+
+def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
+    """``fairseq-bio-predict`` of our fine-tuned run on the test file: (predictions file, seconds it says it took)."""
+    recipe = blurb_recipe(spec["dataset"])
+    save_dir, data = work / f"ours-{spec['dataset']}-{spec['seed']}", Path(spec["data"])
+    if recipe.config == TAGGING:
+        test, extra, out = data / "test.tsv", [], save_dir / "test.pred.tsv"
+    elif recipe.preset == "pubmedqa":
+        test, extra, out = data / "ori_pqal.json", ["--split", "test"], save_dir / "test.pred.jsonl"
+    else:
+        test, extra, out = data / Path(_task_cfg(spec)["test_file"]).name, [], save_dir / "test.pred.jsonl"
+    _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
+                      "--output", out, "--overwrite", "--quiet", "--cpu", *extra],
+                     f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
+    return out, float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+
+
+def predict_hf(run: Runner, work: Path, spec: Dict) -> float:
+    """Seconds HF's fine-tuned model (saved by the worker) takes to predict the test file, in a fresh worker."""
+    worker = Path(__file__).resolve().parent / "hf_parity.py"
+    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
+    request = json.dumps({**spec, "out": str(out), "predict_only": True})
+    _, printed = run([sys.executable, worker, "--hf-worker", request], f"hf-predict-{spec['dataset']}-{spec['seed']}",
+                     work)  # fmt: skip
+    return json.loads(printed.strip().splitlines()[-1])["predict_s"]
 
 
 def _task_cfg(spec: Dict) -> Dict:
@@ -126,11 +142,8 @@ def hf_worker(spec: Dict) -> None:
     from transformers import AutoTokenizer, Trainer, TrainingArguments
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_dir()), local_files_only=True)
-    side = (
-        _TokenSide(spec, tokenizer)
-        if blurb_recipe(spec["dataset"]).config == TAGGING
-        else _SentenceSide(spec, tokenizer)
-    )
+    tagging = blurb_recipe(spec["dataset"]).config == TAGGING
+    side = (_TokenSide if tagging else _SentenceSide)(spec, tokenizer)
     torch.manual_seed(spec["seed"])
     steps = schedule({**spec, "train": len(side.train)})
     arguments = TrainingArguments(
@@ -140,17 +153,26 @@ def hf_worker(spec: Dict) -> None:
         eval_strategy="no", report_to=[], logging_steps=50, use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True,
     )  # fmt: skip
+    if spec.get("predict_only"):  # the model this worker saved after training, timed again
+        trainer = Trainer(model=side.model(spec["out"]), args=arguments, data_collator=side.collator())
+        print(json.dumps({"predict_s": _predict(trainer, side)[1]}))
+        return
     trainer = Trainer(model=side.model(), args=arguments, train_dataset=side.rows(side.train, True),
                       data_collator=side.collator())  # fmt: skip
     metrics = trainer.train().metrics
-    start = time.perf_counter()  # as ours: encoding the test file, the forward passes, the predictions
-    test_rows = side.rows(side.test, False)
-    logits = trainer.predict(test_rows).predictions
-    pred = side.decode(test_rows, logits)
-    predict_s = time.perf_counter() - start
+    trainer.save_model(spec["out"])
+    pred, predict_s = _predict(trainer, side)
     print(json.dumps({"gold": side.gold(), "pred": pred, "ids": side.ids(), "loop_s": metrics["train_runtime"],
                       "updates": trainer.state.global_step, "predict_s": predict_s,
                       "truncated": side.count_truncated()}))  # fmt: skip
+
+
+def _predict(trainer, side) -> Tuple[List, float]:
+    """The test set's predictions and their seconds, as ours: encoding the test file, the forward passes, decoding."""
+    start = time.perf_counter()
+    test_rows = side.rows(side.test, False)
+    pred = side.decode(test_rows, trainer.predict(test_rows).predictions)
+    return pred, time.perf_counter() - start
 
 
 class _TokenSide:
@@ -165,11 +187,11 @@ class _TokenSide:
         self.train, self.test = read_conll(data / "train.tsv"), read_conll(data / "test.tsv")
         self.labels = sorted({t for s in self.train for t in s.tags}, key=lambda t: (t != "O", t))
 
-    def model(self):
+    def model(self, path=None):
         from transformers import AutoModelForTokenClassification
 
         return AutoModelForTokenClassification.from_pretrained(
-            str(minilm_dir()), num_labels=len(self.labels), id2label=dict(enumerate(self.labels)),
+            str(path or minilm_dir()), num_labels=len(self.labels), id2label=dict(enumerate(self.labels)),
             label2id={t: i for i, t in enumerate(self.labels)}, local_files_only=True,
         )  # fmt: skip
 
@@ -225,14 +247,18 @@ class _SentenceSide:
         self.train, self.test = self.task.read_split("train"), self.task.read_split("test")
         self.kind = self.task.kind
 
-    def model(self):
+    def model(self, path=None):
         from transformers import AutoModelForSequenceClassification
 
         problem = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
                    "regression": "regression"}[self.kind]  # fmt: skip
-        return AutoModelForSequenceClassification.from_pretrained(
-            str(minilm_dir()), num_labels=self.task.num_outputs, problem_type=problem, local_files_only=True
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(path or minilm_dir()), num_labels=self.task.num_outputs, problem_type=problem, local_files_only=True
         )
+        if path is None and self.spec.get("hf_variant", "stock") != "stock":  # a head as ours starts it
+            model.bert.pooler.dense.reset_parameters()
+            model._init_weights(model.bert.pooler.dense)
+        return model
 
     def collator(self):
         from transformers import DataCollatorWithPadding
@@ -240,7 +266,13 @@ class _SentenceSide:
         return DataCollatorWithPadding(self.tokenizer)
 
     def _encode(self, ex):
-        return self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"])
+        if self.spec.get("hf_variant") != "ours-input" or len(ex.texts) == 1:
+            return self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"])
+        # ours' pair input: [CLS] a [SEP] [SEP] b [SEP], one segment
+        enc = self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"] - 1)
+        ids = list(enc["input_ids"])
+        ids.insert(ids.index(self.tokenizer.sep_token_id) + 1, self.tokenizer.sep_token_id)
+        return {"input_ids": ids, "attention_mask": [1] * len(ids), "token_type_ids": [0] * len(ids)}
 
     def rows(self, examples: Sequence, with_labels: bool) -> List[Dict]:
         rows = []
