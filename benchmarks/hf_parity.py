@@ -77,7 +77,7 @@ PARITY = {
         Parity("ncbi-disease", 5e-5, 32, 1, 128, 3),
         Parity("bc5-disease", 5e-5, 32, 1, 128, 1),
         Parity("gad", 3e-5, 32, 2, 128, 3),
-        Parity("ddi", 5e-5, 32, 1, 128, 1, train_examples=8000),
+        Parity("ddi", 5e-5, 32, 1, 256, 1, train_examples=8000),  # its sentences: ~2 windows of 128
         Parity("hoc", 5e-5, 16, 3, 256, 1),
         Parity("biosses", 1e-4, 16, 10, 256, 5, min_difference=-2.0),
         Parity("pubmedqa", 3e-5, 16, 5, 256, 1),
@@ -171,7 +171,7 @@ def score(dataset: str, side: Dict) -> Dict:
 
 def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path) -> Dict:
     data = dataset_dir(dataset, parity, args.quick, tmp)
-    seeds = list(range(1, 1 + (1 if args.quick else args.seeds or parity.seeds)))
+    seeds = list(range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds or parity.seeds)))
     spec = {"dataset": dataset, "data": str(data), "imported": str(imported), "lr": parity.lr,
             "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
             "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant,
@@ -301,6 +301,7 @@ def main(argv=None) -> None:
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
     parser.add_argument("--datasets", default=",".join(PARITY), help=f"comma-separated, of {', '.join(PARITY)}")
     parser.add_argument("--seeds", type=int, help="seeds per dataset (default: PARITY's)")
+    parser.add_argument("--first-seed", type=int, default=1, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--quick", action="store_true", help="a smoke run: slices, a few updates, one seed")
     parser.add_argument("--hf-variant", choices=("stock", "fresh-pooler", "ours-input"), default="stock",
                         help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
