@@ -351,11 +351,17 @@ def write(out: Path, record: Dict) -> None:
 
 
 def combine(paths: List[Path], out: Path) -> None:
-    """One report of several runs' records (datasets measured in separate invocations)."""
+    """One report of several runs' records (datasets, or seeds of one dataset, measured in separate invocations)."""
     records = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    merged: Dict[str, Dict] = {}
+    for result in (x for r in records for x in r["results"]):
+        key = f"{result['dataset']} {result.get('hf_variant', 'stock')}"
+        if key in merged and merged[key]["recipe"] != result["recipe"]:
+            raise SystemExit(f"{result['dataset']}: the records to combine ran different recipes")
+        runs = merged[key]["runs"] + result["runs"] if key in merged else result["runs"]
+        merged[key] = {**result, "runs": runs, **summary(runs, PARITY[result["dataset"]])}
     envs = sorted({r["env"] for r in records})
-    write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records),
-                "results": [x for r in records for x in r["results"]],
+    write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records), "results": list(merged.values()),
                 "commands": [c for r in records for c in r.get("commands", [])]})  # fmt: skip
 
 

@@ -441,6 +441,7 @@ def main(argv=None) -> None:
         raise PredictError(f"{args.input}: not found")
     check_output(args.output, [args.input, args.checkpoint], args.overwrite)
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
+    _ = task.word_encoder  # the tokenizer is set up with the model (its import alone can take 2 s), not per input
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
     start = time.perf_counter()
 
