@@ -51,6 +51,7 @@ from parity_tasks import (  # noqa: E402
     run_hf,
     run_ours,
     sentence_task,
+    task_config,
 )
 from tagging import BIN, REPO, RESULTS, Runner, ner_data  # noqa: E402
 
@@ -96,7 +97,7 @@ def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
     test = QUICK["test"] if quick else None
     if recipe.config == TAGGING:
         return ner_data(str(source), train, None, tmp, test)
-    task = _task_files(dataset, source)
+    task = task_config(dataset, source)
     cuts = {name: n for name, n in ((task["train_file"], train), (task["test_file"], test))
             if n is not None and name.endswith((".json", ".jsonl")) and task["format"] != "pubmedqa"}  # fmt: skip
     if parity.train_examples and task["train_file"] not in cuts:
@@ -111,12 +112,6 @@ def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
         lines = [line for line in (source / name).read_text(encoding="utf-8").splitlines() if line.strip()]
         (out / name).write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
     return out
-
-
-def _task_files(dataset: str, source: Path) -> Dict:
-    from fairseq_bio.cli.blurb import compose
-
-    return compose(blurb_recipe(dataset), [f"task.data={source}"])["task"]
 
 
 def train_count(dataset: str, data: Path, imported: Path) -> int:

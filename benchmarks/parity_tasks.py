@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence, Tuple
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
 
-TAGGING, SENTENCE = "bio_tagging_ner", "bio_sentence_prediction"
+TAGGING = "bio_tagging_ner"
 
 
 def minilm_dir() -> Path:
@@ -58,6 +58,8 @@ def ours_overrides(spec: Dict, save_dir: Path) -> List[str]:
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train and predict ours; (gold, pred, ids) from the predictions file, the training loop's and prediction's
     seconds."""
+    from fairseq_bio.cli.blurb import read_predictions
+
     recipe = blurb_recipe(spec["dataset"])
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
     save_dir.mkdir(parents=True, exist_ok=True)
@@ -69,49 +71,50 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
     updates = max(int(e["train_num_updates"]) for e in entries if "train_num_updates" in e)
     out, predict_s = predict_ours(run, work, spec)
-    if recipe.config == TAGGING:
-        from fairseq_bio.cli.predict import read_conll_predictions
-
-        gold, pred = read_conll_predictions(str(out))
-        ids = [str(i) for i in range(len(gold))]
-    else:
-        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
-        gold, pred = [r["gold"] for r in rows], [r["pred"] for r in rows]
-        ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
+    gold, pred, ids = read_predictions(recipe.config, out)
     return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
             "predict_s": predict_s}  # fmt: skip
 
 
 def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
     """``fairseq-bio-predict`` of our fine-tuned run on the test file: (predictions file, seconds it says it took)."""
-    recipe = blurb_recipe(spec["dataset"])
-    save_dir, data = work / f"ours-{spec['dataset']}-{spec['seed']}", Path(spec["data"])
-    if recipe.config == TAGGING:
-        test, extra, out = data / "test.tsv", [], save_dir / "test.pred.tsv"
-    elif recipe.preset == "pubmedqa":
-        test, extra, out = data / "ori_pqal.json", ["--split", "test"], save_dir / "test.pred.jsonl"
-    else:
-        test, extra, out = data / Path(_task_cfg(spec)["test_file"]).name, [], save_dir / "test.pred.jsonl"
+    from fairseq_bio.cli.blurb import test_input
+
+    config = blurb_recipe(spec["dataset"]).config
+    save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
+    test, extra = test_input(config, task_config(spec["dataset"], spec["data"]))
+    out = save_dir / ("test.pred.tsv" if config == TAGGING else "test.pred.jsonl")
     _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
                       "--output", out, "--overwrite", "--quiet", "--cpu", *extra],
                      f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
     return out, float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
 
 
+def _hf(run: Runner, work: Path, spec: Dict, step: str) -> Tuple[float, Dict]:
+    """(wall, printed JSON) of an HF worker process (``hf_worker``) for ``spec``; ``step``: train or predict."""
+    worker = Path(__file__).resolve().parent / "hf_parity.py"
+    request = json.dumps({**spec, "out": str(work / f"hf-{spec['dataset']}-{spec['seed']}"),
+                          "predict_only": step == "predict"})  # fmt: skip
+    wall, printed = run([sys.executable, worker, "--hf-worker", request],
+                        f"hf-{step}-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
+    return wall, json.loads(printed.strip().splitlines()[-1])
+
+
 def predict_hf(run: Runner, work: Path, spec: Dict) -> float:
     """Seconds HF's fine-tuned model (saved by the worker) takes to predict the test file, in a fresh worker."""
-    worker = Path(__file__).resolve().parent / "hf_parity.py"
-    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
-    request = json.dumps({**spec, "out": str(out), "predict_only": True})
-    _, printed = run([sys.executable, worker, "--hf-worker", request], f"hf-predict-{spec['dataset']}-{spec['seed']}",
-                     work)  # fmt: skip
-    return json.loads(printed.strip().splitlines()[-1])["predict_s"]
+    return _hf(run, work, spec, "predict")[1]["predict_s"]
 
 
-def _task_cfg(spec: Dict) -> Dict:
+def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
+    wall, printed = _hf(run, work, spec, "train")
+    return {"process_s": wall, **printed}
+
+
+def task_config(dataset: str, data) -> Dict:
+    """The ``task`` section of the dataset's composed config, reading ``data``."""
     from fairseq_bio.cli.blurb import compose
 
-    return compose(blurb_recipe(spec["dataset"]), [f"task.data={spec['data']}"])["task"]
+    return compose(blurb_recipe(dataset), [f"task.data={data}"])["task"]
 
 
 def sentence_task(spec: Dict):
@@ -125,14 +128,6 @@ def sentence_task(spec: Dict):
     overrides = [f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}"]
     cfg = OmegaConf.create(compose(blurb_recipe(spec["dataset"]), overrides))
     return tasks.setup_task(cfg.task)
-
-
-def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
-    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
-    worker = Path(__file__).resolve().parent / "hf_parity.py"
-    wall, printed = run([sys.executable, worker, "--hf-worker", json.dumps({**spec, "out": str(out)})],
-                        f"hf-train-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
-    return {"process_s": wall, **json.loads(printed.strip().splitlines()[-1])}
 
 
 def hf_worker(spec: Dict) -> None:

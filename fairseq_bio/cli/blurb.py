@@ -495,28 +495,36 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else "(no output)"
 
 
+def test_input(config: str, task: Dict[str, Any]) -> Tuple[str, List[str]]:
+    """The file fairseq-bio-predict scores a run's test split from, and the options it needs (PubMedQA: the split)."""
+    if config == SENTENCE and str(task["format"]) == "pubmedqa":
+        return os.path.join(str(task["data"]), task["train_file"]), ["--split", "test"]
+    return split_files(config, task)["test"], []
+
+
+def read_predictions(config: str, out: Path) -> Tuple[List[Any], List[Any], List[str]]:
+    """(gold, predicted, ids) of a fairseq-bio-predict output: conlleval's token, gold, prediction for tagging; JSON
+    lines with the label, probabilities / 0-1 row / score per example for the sentence tasks."""
+    if config == SENTENCE:
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+        ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
+        return [r["gold"] for r in rows], [r["pred"] for r in rows], ids
+    gold, pred = read_conll_predictions(str(out))
+    return gold, pred, [str(i) for i in range(len(gold))]
+
+
 def predict(run: Run, args) -> Tuple[List[Any], List[Any], List[str]]:
     """(gold, predicted, ids) of the test set by fairseq-bio-predict on checkpoint_best, its output kept in the run
-    directory: conlleval's token, gold, prediction (``predictions.tsv``) for tagging; JSON lines with the label,
-    probabilities / 0-1 row / score per example (``predictions.jsonl``) for the sentence tasks."""
-    recipe, task = run.plan.recipe, run.plan.cfg["task"]
-    extra = []
-    if recipe.config == SENTENCE and str(task["format"]) == "pubmedqa":
-        test, extra = os.path.join(str(task["data"]), task["train_file"]), ["--split", "test"]
-    else:
-        test = split_files(recipe.config, task)["test"]
+    directory (``predictions.tsv`` for tagging, ``predictions.jsonl`` for the sentence tasks)."""
+    recipe = run.plan.recipe
+    test, extra = test_input(recipe.config, run.plan.cfg["task"])
     out = run.dir / ("predictions.tsv" if recipe.config == TAGGING else "predictions.jsonl")
     command = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run.dir / "checkpoint_best.pt"), "--input", test,
                "--output", str(out), "--overwrite", "--quiet", *extra] + (["--cpu"] if args.cpu else [])  # fmt: skip
     done = subprocess.run(command, cwd=run.dir, capture_output=True, text=True)
     if done.returncode:
         raise RunFailed(f"fairseq-bio-predict exited {done.returncode}: {_last_line(done.stderr)}")
-    if recipe.config == SENTENCE:
-        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
-        ids = [str(r["id"] if r.get("id") is not None else r["line"]) for r in rows]
-        return [r["gold"] for r in rows], [r["pred"] for r in rows], ids
-    gold, pred = read_conll_predictions(str(out))
-    return gold, pred, [str(i) for i in range(len(gold))]
+    return read_predictions(recipe.config, out)
 
 
 def execute(run: Run, args) -> Dict[str, Any]:
