@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
@@ -55,17 +55,44 @@ def ours_overrides(spec: Dict, save_dir: Path) -> List[str]:
     ]  # fmt: skip
 
 
+RECORD = "parity_train.json"  # beside a finished training: the request it ran and what it gave
+
+
+def finished(record: Path, request: Dict) -> Optional[Dict]:
+    """What a training finished earlier with exactly ``request`` gave (``record``'s result), or None: a later
+    invocation (more seeds, another dataset, a run cut short) reuses it instead of training again."""
+    if not record.exists():
+        return None
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    return saved["result"] if saved.get("request") == request else None
+
+
+def keep(record: Path, request: Dict, result: Dict) -> None:
+    from preprocess.common import atomic_write
+
+    with atomic_write(record) as f:
+        json.dump({"request": request, "result": result}, f)
+
+
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
-    """Train and predict ours; (gold, pred, ids) from the predictions file, the training loop's and prediction's
-    seconds."""
+    """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from the
+    predictions file, the training loop's and prediction's seconds."""
     from fairseq_bio.cli.blurb import read_predictions
 
     recipe = blurb_recipe(spec["dataset"])
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
     save_dir.mkdir(parents=True, exist_ok=True)
-    (save_dir / "train.log").unlink(missing_ok=True)
     command = [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, *recipe.command_base()]
-    wall, _ = run(command + ours_overrides(spec, save_dir), f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)
+    command = [str(c) for c in command + ours_overrides(spec, save_dir)]
+    request = {"command": [c.replace(spec["data"], spec["data_id"]) for c in command]}  # the cut data's temp dir
+    done = finished(save_dir / RECORD, request) if (save_dir / "checkpoint_last.pt").exists() else None
+    if done:
+        wall = done["process_s"]
+    else:
+        (save_dir / RECORD).unlink(missing_ok=True)
+        (save_dir / "train.log").unlink(missing_ok=True)
+        wall, _ = run(command, f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)
+        keep(save_dir / RECORD, request, {"process_s": wall})
     entries = json_entries(save_dir / "train.log")
     # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
     loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
@@ -106,8 +133,17 @@ def predict_hf(run: Runner, work: Path, spec: Dict) -> float:
 
 
 def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
+    """Train and predict HF's side in a worker, or reuse what the same training gave earlier."""
+    record = work / f"hf-{spec['dataset']}-{spec['seed']}" / RECORD
+    request = {k: v for k, v in spec.items() if k != "data"}  # data_id names it (the cut data's temp dir varies)
+    done = finished(record, request)
+    if done:
+        return done
+    record.unlink(missing_ok=True)
     wall, printed = _hf(run, work, spec, "train")
-    return {"process_s": wall, **printed}
+    result = {"process_s": wall, **printed}
+    keep(record, request, result)
+    return result
 
 
 def task_config(dataset: str, data) -> Dict:

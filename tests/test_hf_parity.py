@@ -49,6 +49,20 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
     # the predictions both sides scored are on disk, ours from fairseq-bio-predict with its timing line
     assert (tmp_path / "work" / "ours-biosses-1" / "test.pred.jsonl").exists()
     assert "wrote " in (tmp_path / "work" / "logs" / "ours-predict-biosses-1.out").read_text()
+    # a second invocation with the same recipe reuses both finished trainings (a longer run cut short resumes so)
+    logs = tmp_path / "work" / "logs"
+    trained = {name: (logs / f"{name}-train-biosses-1.out").stat().st_mtime_ns for name in ("ours", "hf")}
+    again = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses",
+         "--predict-rounds", "1", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "again.md")],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {name: (logs / f"{name}-train-biosses-1.out").stat().st_mtime_ns for name in trained} == trained
+    reused = json.loads((tmp_path / "again.json").read_text())["results"][0]["runs"][0]
+    for side in ("ours", "hf"):
+        assert reused[side]["score"] == biosses["runs"][0][side]["score"]
+        assert reused[side]["loop_s"] == biosses["runs"][0][side]["loop_s"]
     # --combine: one report of separate invocations' records
     hf_parity.main(["--combine", str(out.with_suffix(".json")), "--out", str(tmp_path / "combined.md")])
     assert json.loads((tmp_path / "combined.json").read_text())["results"] == record["results"]
@@ -96,3 +110,12 @@ def test_slices_are_new_files_beside_links_and_the_shared_data_is_untouched(tmp_
     quick = hf_parity.dataset_dir("ncbi-disease", hf_parity.PARITY["ncbi-disease"], quick=True, tmp=tmp_path)
     blocks = [b for b in (quick / "test.tsv").read_text().split("\n\n") if b.strip()]
     assert len(blocks) == hf_parity.QUICK["test"]
+
+
+def test_a_finished_training_is_reused_only_for_the_same_request(tmp_path):
+    record = tmp_path / parity_tasks.RECORD
+    assert parity_tasks.finished(record, {"lr": 1e-4}) is None
+    parity_tasks.keep(record, {"lr": 1e-4, "seed": 1}, {"loop_s": 12.5})
+    assert parity_tasks.finished(record, {"lr": 1e-4, "seed": 1}) == {"loop_s": 12.5}
+    assert parity_tasks.finished(record, {"lr": 5e-5, "seed": 1}) is None
+    assert parity_tasks.finished(record, {"lr": 1e-4, "seed": 2}) is None
