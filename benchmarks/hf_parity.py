@@ -359,7 +359,12 @@ def combine(paths: List[Path], out: Path) -> None:
         key = f"{result['dataset']} {result.get('hf_variant', 'stock')}"
         if key in merged and merged[key]["recipe"] != result["recipe"]:
             raise SystemExit(f"{result['dataset']}: the records to combine ran different recipes")
-        runs = merged[key]["runs"] + result["runs"] if key in merged else result["runs"]
+        runs = merged[key]["runs"] if key in merged else []
+        for entry in result["runs"]:  # a seed measured twice (a repeated invocation): the first record's is kept
+            if any(r["seed"] == entry["seed"] for r in runs):
+                print(f"[combine] {key} seed {entry['seed']} is in an earlier record too: the earlier one is kept")
+            else:
+                runs.append(entry)
         merged[key] = {**result, "runs": runs, **summary(runs, PARITY[result["dataset"]])}
     envs = sorted({r["env"] for r in records})
     write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records), "results": list(merged.values()),

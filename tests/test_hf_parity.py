@@ -63,8 +63,9 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
     for side in ("ours", "hf"):
         assert reused[side]["score"] == biosses["runs"][0][side]["score"]
         assert reused[side]["loop_s"] == biosses["runs"][0][side]["loop_s"]
-    # --combine: one report of separate invocations' records
-    hf_parity.main(["--combine", str(out.with_suffix(".json")), "--out", str(tmp_path / "combined.md")])
+    # --combine: one report of separate invocations' records; a seed in two records counts once (the first's)
+    hf_parity.main(["--combine", str(out.with_suffix(".json")), str(tmp_path / "again.json"), "--out",
+                    str(tmp_path / "combined.md")])  # fmt: skip
     assert json.loads((tmp_path / "combined.json").read_text())["results"] == record["results"]
 
 
