@@ -38,7 +38,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import (  # noqa: E402
@@ -89,28 +89,32 @@ PARITY = {
 QUICK = {"train": 48, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
 
 
+def example_cuts(parity: Parity, quick: bool) -> Tuple[Optional[int], Optional[int]]:
+    """How many (train, test) examples both sides read from the start of each file (None: all)."""
+    return (QUICK["train"], QUICK["test"]) if quick else (parity.train_examples, None)
+
+
 def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
     """The data both sides read: the shared directory, or under ``tmp`` the first examples of its CoNLL / JSON lines
     train (and, with --quick, test) files beside links to the rest. TSV and PubMedQA files are read whole (BIOSSES
     is 70 / 14 pairs)."""
     recipe = blurb_recipe(dataset)
     source = SHARED / recipe.data
-    train = QUICK["train"] if quick else parity.train_examples
-    test = QUICK["test"] if quick else None
+    train, test = example_cuts(parity, quick)
     if recipe.config == TAGGING:
         return ner_data(str(source), train, None, tmp, test)
     task = task_config(dataset, source)
-    cuts = {name: n for name, n in ((task["train_file"], train), (task["test_file"], test))
+    sliced = {name: n for name, n in ((task["train_file"], train), (task["test_file"], test))
             if n is not None and name.endswith((".json", ".jsonl")) and task["format"] != "pubmedqa"}  # fmt: skip
-    if parity.train_examples and task["train_file"] not in cuts:
+    if parity.train_examples and task["train_file"] not in sliced:
         raise SystemExit(f"{dataset}: train_examples needs a JSON lines train file, not {task['train_file']}")
-    if not cuts:
+    if not sliced:
         return source
     out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{dataset}-"))
     for path in source.iterdir():
-        if path.name not in cuts:
+        if path.name not in sliced:
             (out / path.name).symlink_to(path)  # the shared data is read, never copied
-    for name, n in cuts.items():
+    for name, n in sliced.items():
         lines = [line for line in (source / name).read_text(encoding="utf-8").splitlines() if line.strip()]
         (out / name).write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
     return out
@@ -168,8 +172,8 @@ def score(dataset: str, side: Dict) -> Dict:
 
 def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path) -> Dict:
     data = dataset_dir(dataset, parity, args.quick, tmp)
-    cuts = (QUICK["train"], QUICK["test"]) if args.quick else (parity.train_examples, None)
-    data_id = f"{blurb_recipe(dataset).data} (train {cuts[0] or 'all'}, test {cuts[1] or 'all'})"
+    train, test = example_cuts(parity, args.quick)
+    data_id = f"{blurb_recipe(dataset).data} (train {train or 'all'}, test {test or 'all'})"
     seeds = list(range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds or parity.seeds)))
     spec = {"dataset": dataset, "data": str(data), "data_id": data_id, "imported": str(imported), "lr": parity.lr,
             "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,

@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
@@ -74,6 +74,17 @@ def keep(record: Path, request: Dict, result: Dict) -> None:
         json.dump({"request": request, "result": result}, f)
 
 
+def train_once(record: Path, request: Dict, needed: Path, train: Callable[[], Dict]) -> Dict:
+    """``train()``'s result, or what the same ``request`` gave earlier while its output ``needed`` is still there."""
+    done = finished(record, request) if needed.exists() else None
+    if done is not None:
+        return done
+    record.unlink(missing_ok=True)
+    result = train()
+    keep(record, request, result)
+    return result
+
+
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from the
     predictions file, the training loop's and prediction's seconds."""
@@ -85,14 +96,12 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     command = [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, *recipe.command_base()]
     command = [str(c) for c in command + ours_overrides(spec, save_dir)]
     request = {"command": [c.replace(spec["data"], spec["data_id"]) for c in command]}  # the cut data's temp dir
-    done = finished(save_dir / RECORD, request) if (save_dir / "checkpoint_last.pt").exists() else None
-    if done:
-        wall = done["process_s"]
-    else:
-        (save_dir / RECORD).unlink(missing_ok=True)
+
+    def train() -> Dict:
         (save_dir / "train.log").unlink(missing_ok=True)
-        wall, _ = run(command, f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)
-        keep(save_dir / RECORD, request, {"process_s": wall})
+        return {"process_s": run(command, f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)[0]}
+
+    wall = train_once(save_dir / RECORD, request, save_dir / "checkpoint_last.pt", train)["process_s"]
     entries = json_entries(save_dir / "train.log")
     # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
     loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
@@ -134,16 +143,14 @@ def predict_hf(run: Runner, work: Path, spec: Dict) -> float:
 
 def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train and predict HF's side in a worker, or reuse what the same training gave earlier."""
-    record = work / f"hf-{spec['dataset']}-{spec['seed']}" / RECORD
+    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
     request = {k: v for k, v in spec.items() if k != "data"}  # data_id names it (the cut data's temp dir varies)
-    done = finished(record, request)
-    if done:
-        return done
-    record.unlink(missing_ok=True)
-    wall, printed = _hf(run, work, spec, "train")
-    result = {"process_s": wall, **printed}
-    keep(record, request, result)
-    return result
+
+    def train() -> Dict:
+        wall, printed = _hf(run, work, spec, "train")
+        return {"process_s": wall, **printed}
+
+    return train_once(out / RECORD, request, out / "config.json", train)  # config.json: the saved model
 
 
 def task_config(dataset: str, data) -> Dict:
