@@ -10,9 +10,16 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=find_packages(include=["fairseq_bio", "fairseq_bio.*", "preprocess", "preprocess.*"]),
-    # The vocabulary report's default term list and the published numbers it is compared with.
-    package_data={"preprocess": ["data/*.tsv"]},
+    packages=find_packages(include=["fairseq_bio", "fairseq_bio.*", "preprocess", "preprocess.*"])
+    + ["fairseq_bio.hydra_configs"],
+    # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout they stay the
+    # top-level hydra_configs/ (fairseq_bio.configs finds either).
+    package_dir={"fairseq_bio.hydra_configs": "hydra_configs"},
+    package_data={
+        "fairseq_bio.hydra_configs": ["*.yaml", "*/*.yaml"],
+        # The vocabulary report's default term list and the published numbers it is compared with.
+        "preprocess": ["data/*.tsv"],
+    },
     # fairseq itself is deliberately absent: every fairseq build that imports on Python 3.11 requires
     # torchaudio, whose PyPI wheel is a CUDA build that breaks HF's Trainer next to the CPU torch. The
     # Makefile installs fairseq-fixed with --no-deps (requirements/fairseq.txt) and its other requirements
@@ -54,6 +61,7 @@ setup(
             "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
             "fairseq-bio-vocab-report = preprocess.vocab_report:cli_main",
             "fairseq-bio-blurb = fairseq_bio.cli.blurb:cli_main",
+            "fairseq-bio-config-dir = fairseq_bio.configs:cli_main",
         ]
     },
 )

@@ -150,8 +150,8 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
     import torch
     from omegaconf import OmegaConf
 
-    from fairseq_bio.cli.hf_convert import encoder_checkpoint, encoder_checkpoint_cfg
     from fairseq_bio.criterions.bio_distillation import BioDistillationConfig, BioDistillationCriterion
+    from fairseq_bio.hf import encoder_checkpoint, encoder_checkpoint_cfg
 
     data_dir = vocabulary(workdir / "vocab", data)
     task = setup(data_dir)
@@ -295,11 +295,9 @@ def write_results(step_rows, infer_rows, args) -> None:
           for n, p, tps, mem in infer_rows],
     ]  # fmt: skip
     text = "\n".join(lines) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=RESULTS, prefix=".distillation.md.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, RESULTS / "distillation.md")
+    from fairseq_bio.files import atomic_path, write_text
+
+    write_text(RESULTS / "distillation.md", text)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     names = [n for n, *_ in infer_rows]
     ax1.bar(names, [r[2] for r in infer_rows], color="tab:blue")
@@ -310,11 +308,8 @@ def write_results(step_rows, infer_rows, args) -> None:
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"batch 32 x 128, {args.device}")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=RESULTS, prefix=".distillation.png.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=120)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, RESULTS / "distillation.png")
+    with atomic_path(RESULTS / "distillation.png") as tmp:
+        fig.savefig(tmp, dpi=120)
     print(text)
 
 
@@ -418,7 +413,7 @@ def ner_benchmark(args) -> None:
     tools = ner_tools()
     import torch
 
-    from preprocess.common import PreprocessError, atomic_write
+    from fairseq_bio.files import InputError as PreprocessError, atomic_write
 
     for key, value in (NER_QUICK if args.quick else NER_FULL).items():
         if getattr(args, key, None) is None:

@@ -19,7 +19,6 @@ Writes ``benchmarks/results/electra.md`` and ``electra.png`` (the curve) and pri
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -55,22 +54,12 @@ CURVE_KEYS = ("replaced_recall", "replaced_precision", "replaced_prob", "origina
 def prepare_data(workdir: Path) -> Path:
     """The tests' PubMed slice (tests/conftest.py), binarised once under ``workdir``."""
     sys.path.insert(0, str(REPO))
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
-    from preprocess.extract import extract
     from preprocess.fetch import pubmed_sample_dir
-    from preprocess.vocab import learn_vocab
+    from preprocess.pipeline import build_data_bin
 
-    data_bin = workdir / "data-bin"
-    if (data_bin / "dict.txt").exists() and (data_bin / "valid.idx").exists():
-        return data_bin
-    corpus = workdir / "corpus"
-    extract([pubmed_sample_dir() / "pubmed20n0014.xml.gz"], corpus, max_docs_per_file=1500, valid_fraction=0.05,
-            workers=1, progress=False)  # fmt: skip
-    vocab = learn_vocab(corpus / "train.txt", workdir / "vocab", kind="bytebpe", vocab_size=3000, overwrite=True)
-    outputs = [workdir / "train.bpe", workdir / "valid.bpe"]
-    encode_files(vocab, [corpus / "train.txt", corpus / "valid.txt"], outputs, workers=1, progress=False)
-    return Path(binarize(vocab, outputs[0], outputs[1], data_bin, workers=1, overwrite=True))
+    inputs = [pubmed_sample_dir() / "pubmed20n0014.xml.gz"]
+    return build_data_bin(inputs, workdir, vocab_size=3000, max_docs_per_file=1500, valid_fraction=0.05,
+                          progress=False).data_bin  # fmt: skip
 
 
 def build(kind: str, data: Path, arch: str, tokens: int):
@@ -164,9 +153,10 @@ def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Di
 
 
 def atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    from fairseq_bio.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        write(tmp)
 
 
 def plot(curves: Dict[str, Dict], path: Path) -> None:

@@ -43,7 +43,6 @@ the table.
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -355,9 +354,9 @@ def main(argv=None):
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    from fairseq_bio.files import write_text
+
+    write_text(path, text)
 
 
 def plot(rows, path: Path, title: str) -> None:
@@ -381,9 +380,10 @@ def plot(rows, path: Path, title: str) -> None:
     ax2.set_ylabel("peak memory (MiB)")
     ax2.set_title("peak memory", fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    from fairseq_bio.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
 
 
 if __name__ == "__main__":

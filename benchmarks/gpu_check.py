@@ -137,23 +137,12 @@ def demo_or_built_data(dry: bool) -> Path:
     out = REPO / "runs" / ("gpu_check_dry" if dry else "gpu_check") / "data-bin"
     if (out / "dict.txt").exists():
         return out
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
-    from preprocess.extract import extract
-    from preprocess.fetch import pubmed_sample_dir
-    from preprocess.vocab import learn_vocab
+    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
     docs, vocab_size, workers = (1500, 3000, 1) if dry else (10000, 16000, min(os.cpu_count() or 1, 16))
-    inputs = sorted(pubmed_sample_dir().glob("*.xml.gz"))[: 1 if dry else None]
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        extract(inputs, work / "corpus", max_docs_per_file=docs, valid_fraction=0.01, workers=workers, progress=False)
-        vocab = learn_vocab(work / "corpus" / "train.txt", work / "vocab", kind="bytebpe", vocab_size=vocab_size)
-        encoded = [work / "train.bpe", work / "valid.bpe"]
-        encode_files(vocab, [work / "corpus" / "train.txt", work / "corpus" / "valid.txt"], encoded, workers=workers,
-                     progress=False)  # fmt: skip
-        out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(binarize(vocab, encoded[0], encoded[1], out, workers=workers))
+    inputs = pubmed_sample_inputs(xml_only=True)[: 1 if dry else None]
+    return build_data_bin(inputs, out.parent, vocab_size=vocab_size, max_docs_per_file=docs, workers=workers,
+                          progress=False).data_bin  # fmt: skip
 
 
 def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
@@ -246,9 +235,9 @@ def main(argv=None) -> int:
     text = table(steps, dry)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("gpu_check_dry.md" if dry else "gpu_check.md")
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    from fairseq_bio.files import write_text
+
+    write_text(out, text)
     print("\n" + text + f"\nwrote {out.relative_to(REPO)}")
     return 1 if any(s.result in ("FAIL", "timeout") for s in steps) else 0
 

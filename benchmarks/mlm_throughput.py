@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -42,28 +41,14 @@ BASELINE = "stock roberta + masked_lm"
 def preprocess(workdir: Path, workers: int, max_docs: int):
     """XML -> binarised data; returns (uncompressed XML MB, seconds, data dir)."""
     sys.path.insert(0, str(REPO))
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
-    from preprocess.extract import extract
-    from preprocess.fetch import pubmed_sample_dir
-    from preprocess.vocab import learn_vocab
+    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
-    sample = pubmed_sample_dir()
-    inputs = sorted(sample.glob("*.xml.gz"))
-    corpus, vocab, encoded = workdir / "corpus", workdir / "vocab", workdir / "encoded"
-    start = time.perf_counter()
-    stats = extract(inputs, corpus, valid_fraction=0.01, max_docs_per_file=max_docs, workers=workers, progress=False)
-    extract_done = time.perf_counter()
-    learn_vocab(corpus / "train.txt", vocab, kind="bytebpe", vocab_size=16000)
-    vocab_done = time.perf_counter()
-    encoded.mkdir()
-    splits = [encoded / "train.bpe", encoded / "valid.bpe"]
-    encode_files(vocab, [corpus / "train.txt", corpus / "valid.txt"], splits, workers=workers, progress=False)
-    data = binarize(vocab, splits[0], splits[1], workdir / "data-bin", workers=workers)
-    end = time.perf_counter()
+    prepared = build_data_bin(pubmed_sample_inputs(xml_only=True), workdir, max_docs_per_file=max_docs,
+                              workers=workers, progress=False)  # fmt: skip
+    stats = json.loads((prepared.corpus / "extract_stats.json").read_text(encoding="utf-8"))
     # Vocabulary learning is a one-off, not part of the XML -> binarised path.
-    seconds = (extract_done - start) + (end - vocab_done)
-    return stats.xml_mb, seconds, Path(data)
+    seconds = sum(t for step, t in prepared.steps.seconds.items() if step != "vocab")
+    return stats["xml_mb"], seconds, prepared.data_bin
 
 
 def train_wps(data: Path, variant: str, updates: int, log_interval: int) -> float:

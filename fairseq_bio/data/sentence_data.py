@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from preprocess.common import atomic_write
+from ..files import atomic_write
 
 from ..errors import BioError, json_error
 

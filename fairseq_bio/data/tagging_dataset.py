@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
-from preprocess.common import atomic_write
+from ..files import atomic_write
 
 from .batching import LengthSortedExamples
 

@@ -24,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 from ..errors import BioError, json_error
+from ..files import InputError
 
 BPE_JSON = "bpe.json"
 SPACE_BYTE_CHAR = "\u0120"  # "Ġ": GPT-2's byte-level stand-in for a space
@@ -41,6 +42,18 @@ BPE_FILE_OPTIONS = ("gpt2_encoder_json", "gpt2_vocab_bpe", "sentencepiece_model"
 def bpe_file_options(spec: Mapping[str, Any]):
     """The keys of a bpe.json that name tokenizer files."""
     return [key for key in BPE_FILE_OPTIONS if key in spec]
+
+
+def require_fastbpe():
+    """The ``fastBPE`` module, or a one-line error saying how to build it (it is an optional extra)."""
+    try:
+        import fastBPE
+    except ImportError:
+        raise InputError(
+            "fastbpe: the fastBPE package is not installed (run `make fastbpe`, i.e. "
+            "pip install --no-build-isolation fastBPE==0.1.0 with Cython and a C++ compiler present)"
+        ) from None
+    return fastBPE
 
 
 def load_bpe_json(path: str) -> Dict[str, Any]:

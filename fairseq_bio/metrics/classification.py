@@ -45,6 +45,7 @@ from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .sums import Sums
 from .tagging import SpanCounts
 
 # The negative class of every RE release BLURB and BLUE use: BLURB's seqcls files and GAD ("0"), ChemProt and
@@ -71,14 +72,11 @@ def is_negative(label: Hashable, negatives: Iterable = NEGATIVE_LABELS) -> bool:
 
 
 @dataclass
-class AccuracyCounts:
+class AccuracyCounts(Sums):
     """Summable counts: examples and correctly predicted examples."""
 
     correct: int = 0
     total: int = 0
-
-    def __add__(self, other: "AccuracyCounts") -> "AccuracyCounts":
-        return AccuracyCounts(self.correct + other.correct, self.total + other.total)
 
     def value(self) -> float:
         """Accuracy; 0.0 for no examples."""
@@ -269,15 +267,12 @@ def hoc_f1(
 
 
 @dataclass
-class ExampleSums:
+class ExampleSums(Sums):
     """Summable example-based sums: per-document precision and recall added up, and the document count."""
 
     precision: float = 0.0
     recall: float = 0.0
     total: int = 0
-
-    def __add__(self, other: "ExampleSums") -> "ExampleSums":
-        return ExampleSums(self.precision + other.precision, self.recall + other.recall, self.total + other.total)
 
     def prf(self) -> Tuple[float, float, float]:
         """(mean precision, mean recall, their harmonic mean) as BLUE's eval_hoc.py; zeros for no documents."""

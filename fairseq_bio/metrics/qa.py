@@ -33,6 +33,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from .sums import Sums
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 BIOASQ_MAX_ANSWERS = 5
@@ -79,15 +81,12 @@ def squad_f1(prediction: str, gold: Union[str, Sequence[str]]) -> float:
 
 
 @dataclass
-class SquadSums:
+class SquadSums(Sums):
     """Summable SQuAD sums: exact matches, F1 added up over questions, and the question count."""
 
     exact: float = 0.0
     f1: float = 0.0
     total: int = 0
-
-    def __add__(self, other: "SquadSums") -> "SquadSums":
-        return SquadSums(self.exact + other.exact, self.f1 + other.f1, self.total + other.total)
 
     def value(self) -> Tuple[float, float]:
         """(exact match, F1) as fractions; zeros for no questions."""
@@ -125,21 +124,13 @@ def _synonyms(answer: Answer, what: str) -> List[str]:
 
 
 @dataclass
-class FactoidSums:
+class FactoidSums(Sums):
     """Summable BioASQ factoid sums: strict hits, lenient hits, reciprocal ranks, and the question count."""
 
     strict: float = 0.0
     lenient: float = 0.0
     reciprocal_rank: float = 0.0
     total: int = 0
-
-    def __add__(self, other: "FactoidSums") -> "FactoidSums":
-        return FactoidSums(
-            self.strict + other.strict,
-            self.lenient + other.lenient,
-            self.reciprocal_rank + other.reciprocal_rank,
-            self.total + other.total,
-        )
 
     def value(self) -> Tuple[float, float, float]:
         """(strict accuracy, lenient accuracy, MRR); zeros for no questions (as the official evaluator)."""

@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
+from .sums import Sums
+
 
 def _finite_pairs(pred: Sequence[float], gold: Sequence[float]) -> Tuple[list, list]:
     pred, gold = [float(v) for v in pred], [float(v) for v in gold]
@@ -28,7 +30,7 @@ def _finite_pairs(pred: Sequence[float], gold: Sequence[float]) -> Tuple[list, l
 
 
 @dataclass
-class PearsonSums:
+class PearsonSums(Sums):
     """Summable sufficient statistics of Pearson's r: count, sums, sums of squares and of cross products."""
 
     n: int = 0
@@ -37,16 +39,6 @@ class PearsonSums:
     sxx: float = 0.0
     syy: float = 0.0
     sxy: float = 0.0
-
-    def __add__(self, other: "PearsonSums") -> "PearsonSums":
-        return PearsonSums(
-            self.n + other.n,
-            self.sx + other.sx,
-            self.sy + other.sy,
-            self.sxx + other.sxx,
-            self.syy + other.syy,
-            self.sxy + other.sxy,
-        )
 
     def value(self) -> float:
         """Pearson's r of the pairs summed so far; 0.0 where undefined."""

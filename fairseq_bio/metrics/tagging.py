@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .sums import Sums
+
 Entity = Tuple[str, int, int]
 
 # Chunk prefixes conlleval knows, plus BIOES's S; BIOUL's L/U are read as E/S.
@@ -102,15 +104,12 @@ def get_entities(tags: Sequence[str]) -> List[Entity]:
 
 
 @dataclass
-class SpanCounts:
+class SpanCounts(Sums):
     """Summable counts: gold items, predicted items, and predicted items that are correct."""
 
     gold: int = 0
     pred: int = 0
     correct: int = 0
-
-    def __add__(self, other: "SpanCounts") -> "SpanCounts":
-        return SpanCounts(self.gold + other.gold, self.pred + other.pred, self.correct + other.correct)
 
     def prf(self) -> Tuple[float, float, float]:
         """(precision, recall, F1) of these counts."""

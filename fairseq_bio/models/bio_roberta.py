@@ -138,6 +138,28 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
         cfg.lm_head_vocab_multiple = 64
 
 
+def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
+    """(state, weights, recorded model cfg) of a ``bio_roberta`` checkpoint, read with ``weights_only=True``; an
+    ELECTRA checkpoint (extract its discriminator first) or anything else is refused as ``error`` in one line that
+    starts with ``label`` (the option or path the user gave)."""
+    from ..compat import load_checkpoint
+
+    if not path or not os.path.isfile(path):
+        raise error(f"{label}: no such checkpoint")
+    state = load_checkpoint(path)
+    weights = state.get("model") or {}
+    if "discriminator.embed_tokens.weight" in weights:
+        raise error(
+            f"{label}: an ELECTRA checkpoint; extract its discriminator first: "
+            f"fairseq-bio-extract-encoder {path} <dir>/discriminator.pt"
+        )
+    recorded = (state.get("cfg") or {}).get("model") or {}
+    name = recorded.get("_name") or ""
+    if not name.startswith("bio_roberta") or "encoder.sentence_encoder.embed_tokens.weight" not in weights:
+        raise error(f"{label}: not a bio_roberta checkpoint (model {name or 'unknown'})")
+    return state, weights, recorded
+
+
 def set_layer_norm_eps(module: nn.Module, eps: float) -> None:
     """Set ``eps`` on every LayerNorm in ``module`` (fairseq builds them all with 1e-5)."""
     for m in module.modules():

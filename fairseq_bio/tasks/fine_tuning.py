@@ -12,7 +12,6 @@ with ``checkpoint.restore_file`` (plus the reset flags the fine-tuning configs s
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
@@ -26,6 +25,7 @@ from torch import nn
 from ..data.tagging_dataset import WordEncoder
 from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
 from ..errors import BioError
+from ..files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -184,12 +184,8 @@ def copy_vocab(vocab_dir: str, save_dir: str) -> None:
         rel = os.path.relpath(src, vocab_dir)
         if rel.startswith(".."):
             raise FineTuningError(f"{vocab_dir}/{BPE_JSON}: names {src}, outside its directory")
-        dest = os.path.join(save_dir, rel)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=f".{os.path.basename(dest)}.")
-        os.close(fd)
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
+        with atomic_path(os.path.join(save_dir, rel)) as tmp:
+            shutil.copyfile(src, tmp)
 
 
 def layer_scales(model, decay: float):

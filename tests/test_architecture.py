@@ -1,0 +1,130 @@
+"""The house rules of the code's layout, checked on the source: imports run downward and modules stay readable.
+
+- ``fairseq_bio`` (the plugin) never imports ``preprocess`` (the corpus scripts) or ``benchmarks``; ``preprocess``
+  may import the plugin but never ``benchmarks``.
+- No import cycle among the modules of ``fairseq_bio`` and ``preprocess``, counting imports inside functions too (a
+  lazy import still ties two modules together).
+- No module over ``MAX_LINES`` lines except the ones named in ``LONG_MODULES``, each with why it is one thing.
+"""
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Set
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("fairseq_bio", "preprocess")
+MAX_LINES = 650
+LONG_MODULES: Dict[str, str] = {}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> Dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
+
+
+def imported_names(name: str, path: Path, known) -> Iterator[str]:
+    """Every absolute module name an import statement of the file names (``from a import b``: ``a.b`` when that
+    is a module, else ``a``), anywhere in the file."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".") if is_package else name.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    """{module: the modules of ours it imports}, each import resolved to the longest module name that exists."""
+    mods = modules()
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for target in imported_names(name, path, mods):
+            while target and target not in mods:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components with more than one module (Tarjan, iteratively)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_plugin_never_imports_the_scripts_or_benchmarks():
+    mods = modules()
+    wrong = []
+    for name, path in mods.items():
+        banned = ("preprocess", "benchmarks") if name.startswith("fairseq_bio") else ("benchmarks",)
+        for target in imported_names(name, path, mods):
+            if target.split(".")[0] in banned:
+                wrong.append(f"{path.relative_to(REPO)} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_modules_stay_readable():
+    long = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES and name not in LONG_MODULES
+    }
+    assert not long, f"modules over {MAX_LINES} lines (split them, or say in LONG_MODULES why one is one thing): {long}"
