@@ -62,7 +62,7 @@ SHARED = REPO.parent / "shared" / "data"
 class Parity:
     """One dataset's recipe, the same on both sides (a CPU budget: shorter than the paper's)."""
 
-    dataset: str  # its name in fairseq_bio.cli.blurb.BLURB_RECIPES
+    dataset: str  # its name in fairseq_bio.blurb.datasets.BLURB_RECIPES
     lr: float
     batch_size: int
     epochs: float
@@ -157,7 +157,7 @@ def reference_score(bench, gold: List, pred: List, ids: List[str]) -> float:
 
 def score(dataset: str, side: Dict) -> Dict:
     """The side's test score (percent) by our metric code, checked against the reference; its trivial baseline."""
-    from fairseq_bio.metrics.blurb import BENCHMARKS
+    from fairseq_bio.blurb.datasets import BENCHMARKS
 
     bench = BENCHMARKS["blurb"].task(dataset)
     options = {"ids": side["ids"]} if bench.metric.startswith("hoc") else {}
@@ -270,7 +270,7 @@ def plot(results: List[Dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from preprocess.common import atomic_write
+    from fairseq_bio.files import atomic_write
 
     names = [r["runs"][0]["ours"]["title"] for r in results]
     x = range(len(names))
@@ -342,7 +342,7 @@ def main(argv=None) -> None:
 
 def write(out: Path, record: Dict) -> None:
     """The markdown report (printed too), the JSON record and the PNG of ``record``."""
-    from preprocess.common import atomic_write
+    from fairseq_bio.files import atomic_write
 
     text = report(record["results"], record["env"], record["quick"])
     text += "\nCommands run:\n\n```\n" + "\n".join(record["commands"]) + "\n```\n"

@@ -28,7 +28,7 @@ def minilm_dir() -> Path:
 
 
 def blurb_recipe(dataset: str):
-    from fairseq_bio.cli.blurb import BLURB_RECIPES
+    from fairseq_bio.blurb.datasets import BLURB_RECIPES
 
     return BLURB_RECIPES[dataset]
 
@@ -68,7 +68,7 @@ def finished(record: Path, request: Dict) -> Optional[Dict]:
 
 
 def keep(record: Path, request: Dict, result: Dict) -> None:
-    from preprocess.common import atomic_write
+    from fairseq_bio.files import atomic_write
 
     with atomic_write(record) as f:
         json.dump({"request": request, "result": result}, f)
@@ -88,7 +88,7 @@ def train_once(record: Path, request: Dict, needed: Path, train: Callable[[], Di
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from the
     predictions file, the training loop's and prediction's seconds."""
-    from fairseq_bio.cli.blurb import read_predictions
+    from fairseq_bio.inference.predictions import read_predictions
 
     recipe = blurb_recipe(spec["dataset"])
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
@@ -107,14 +107,14 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
     updates = max(int(e["train_num_updates"]) for e in entries if "train_num_updates" in e)
     out, predict_s = predict_ours(run, work, spec)
-    gold, pred, ids = read_predictions(recipe.config, out)
+    gold, pred, ids = read_predictions(out, recipe.config == TAGGING)
     return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
             "predict_s": predict_s}  # fmt: skip
 
 
 def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
     """``fairseq-bio-predict`` of our fine-tuned run on the test file: (predictions file, seconds it says it took)."""
-    from fairseq_bio.cli.blurb import test_input
+    from fairseq_bio.blurb.plan import test_input
 
     config = blurb_recipe(spec["dataset"]).config
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
@@ -155,7 +155,7 @@ def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
 
 def task_config(dataset: str, data) -> Dict:
     """The ``task`` section of the dataset's composed config, reading ``data``."""
-    from fairseq_bio.cli.blurb import compose
+    from fairseq_bio.blurb.plan import compose
 
     return compose(blurb_recipe(dataset), [f"task.data={data}"])["task"]
 
@@ -166,7 +166,7 @@ def sentence_task(spec: Dict):
     from omegaconf import OmegaConf
 
     import fairseq_bio  # noqa: F401  (registers the task)
-    from fairseq_bio.cli.blurb import compose
+    from fairseq_bio.blurb.plan import compose
 
     overrides = [f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}"]
     cfg = OmegaConf.create(compose(blurb_recipe(spec["dataset"]), overrides))

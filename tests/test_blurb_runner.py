@@ -1,8 +1,8 @@
 """fairseq-bio-blurb end to end on slices of the real shared data, from the tiny pretrained encoder: 2 datasets x
-2 seeds through fairseq-hydra-train, fairseq-validate and the predictors write results.md/json/png with a partial
-BLURB score; a run killed mid-way is redone and a second invocation reuses every run; BLUE's HoC is scored by its
-own example-based F1 from the predictions; the update budgets on the full shared data are the shipped recipes'; the
-aggregate reproduces seed 001 Table 6; bad names fail in one line."""
+2 seeds through fairseq-hydra-train and fairseq-bio-predict write results.md/json/png with a partial BLURB score; a
+run killed mid-way is redone and a second invocation reuses every run; BLUE's HoC is scored by its own example-based
+F1 from the predictions; the update budgets on the full shared data are the shipped recipes'; the aggregate
+reproduces seed 001 Table 6; bad names fail in one line."""
 
 import contextlib
 import fcntl
@@ -20,20 +20,11 @@ import pytest
 from conftest import BIN, SHARED_DATA, conll_slice, logged
 from test_blurb_score import TABLE_6
 
-from fairseq_bio.cli.blurb import (
-    BLUE_RECIPES,
-    BLURB_RECIPES,
-    LOCK_FILE,
-    BlurbError,
-    aggregate,
-    build_parser,
-    compose,
-    main,
-    plan_runs,
-    render_markdown,
-)
-from fairseq_bio.cli.predict import read_conll_predictions
-from fairseq_bio.metrics.blurb import BLUE, BLURB
+from fairseq_bio.blurb.datasets import BLUE, BLUE_RECIPES, BLURB, BLURB_RECIPES
+from fairseq_bio.blurb.plan import LOCK_FILE, BlurbError, compose, plan_runs
+from fairseq_bio.blurb.report import aggregate, render_markdown
+from fairseq_bio.cli.blurb import build_parser, main
+from fairseq_bio.data.conll import read_conll_predictions
 from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
 from fairseq_bio.metrics.tagging import span_prf
 
@@ -111,7 +102,7 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
         assert "optimizer.groups.default.lr_scheduler.warmup_updates=3" in command  # 10 % of 30 updates
         stored = json.loads((run_dir / "result.json").read_text())
         assert stored["test_metric"] == r["test_metric"] and stored["identity"]["command"] == command
-        if name == "ncbi-disease":  # fairseq-validate's test F1 = conlleval F1 of fairseq-bio-predict's output
+        if name == "ncbi-disease":  # the test F1 is the conlleval F1 of fairseq-bio-predict's output
             gold, pred = read_conll_predictions(str(run_dir / "predictions.tsv"))
             assert len(gold) == 100 == r["test_examples"]
             assert r["test_metric"] == pytest.approx(100 * span_prf(gold, pred)[2], abs=0.01)
@@ -216,9 +207,8 @@ def blue_hoc(tmp_path_factory):
 
 
 def test_blue_hoc_is_scored_from_predictions_with_blues_metric(tiny_encoder, blue_hoc, tmp_path, monkeypatch):
-    """--preset blue: HoC's test score is BLUE's example-based F1 of the kept predictions, while BLURB's micro F1
-    of the same predictions equals what fairseq-validate logged (the predictor pools windows as validation does);
-    the BLUE score is the plain mean over the datasets present, marked partial."""
+    """--preset blue: HoC's test score is BLUE's example-based F1 of the kept predictions, and BLURB's micro F1 of
+    the same predictions is beside it; the BLUE score is the plain mean over the datasets present, marked partial."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "out"
     argv = _args(tiny_encoder, tmp_path, out, "--preset", "blue", "--tasks", "hoc", "--dataset-dir",
@@ -337,3 +327,26 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data):
         ):
             main(_args(encoder, blurb_data, busy, "--tasks", "gad"))
     assert sorted(p.name for p in busy.iterdir()) == [LOCK_FILE]
+
+
+def test_finished_runs_of_earlier_runners_are_reused():
+    """A result.json written while the test split was scored by fairseq-validate also names that command: the same
+    training command from the same encoder file still makes it this run's; another command does not."""
+    from fairseq_bio.blurb.execute import made_by
+
+    identity = {"command": ["fairseq-hydra-train", "common.seed=1"], "encoder": {"path": "/e.pt", "size": 1}}
+    assert made_by({**identity, "validate": ["fairseq-validate", "--batch-size", "32"]}, identity)
+    assert not made_by({**identity, "command": ["fairseq-hydra-train", "common.seed=2"]}, identity)
+    assert not made_by(None, identity)
+
+
+def test_predictions_are_read_by_the_conll_reader(tmp_path):
+    """fairseq-bio-predict's conlleval columns read back per sentence; a ragged line is named in one line."""
+    from fairseq_bio.data.conll import TaggingDataError
+
+    path = tmp_path / "predictions.tsv"
+    path.write_text("Mild\tO\tO\nanemia\tB-Disease\tO\n\nOK\tO\tB-Disease\n", encoding="utf-8")
+    assert read_conll_predictions(path) == ([["O", "B-Disease"], ["O"]], [["O", "O"], ["B-Disease"]])
+    path.write_text("Mild\tO\tO\nanemia\tB-Disease\n", encoding="utf-8")
+    with pytest.raises(TaggingDataError, match=rf"^{path}:2: 2 column\(s\); expected token<TAB>gold<TAB>prediction$"):
+        read_conll_predictions(path)

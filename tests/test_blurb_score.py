@@ -8,9 +8,8 @@ import statistics
 
 import pytest
 
+from fairseq_bio.blurb.datasets import BLUE, BLURB, benchmark_score, blue_score, blurb_score
 from fairseq_bio.metrics.blurb import (
-    BLUE,
-    BLURB,
     DOCUMENT_CLASSIFICATION,
     INFERENCE,
     NER,
@@ -18,9 +17,6 @@ from fairseq_bio.metrics.blurb import (
     QUESTION_ANSWERING,
     RELATION_EXTRACTION,
     SENTENCE_SIMILARITY,
-    benchmark_score,
-    blue_score,
-    blurb_score,
     summarize_runs,
 )
 from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
@@ -223,3 +219,37 @@ def test_registered_metrics_are_the_benchmarks_own():
     assert BLURB.task("pubmedqa").score(["yes", "no"], ["yes", "yes"], metric="macro_f1") == pytest.approx(1 / 3)
     assert BLURB.task("ncbi").score([["B-Disease", "O"]], [["B-Disease", "O"]]) == 1.0
     assert BLURB.task("pico").score([["B-PAR", "O"]], [["I-PAR", "O"]]) == 1.0
+
+
+def test_the_dataset_table_is_checked_in_one_line(tmp_path):
+    """The shipped table is the benchmarks' own (every dataset has its recipe); a table with a bad entry is refused
+    in one line naming the file and the entry."""
+    from fairseq_bio.blurb.datasets import RECIPES, DatasetTableError, load_table
+    from fairseq_bio.configs import config_dir
+
+    shipped = config_dir() / "blurb" / "datasets.yaml"
+    benchmarks, recipes = load_table(shipped)
+    assert benchmarks["blurb"] == BLURB and benchmarks["blue"] == BLUE and recipes == RECIPES
+    assert list(recipes["blurb"]) == list(BLURB.names()) and list(recipes["blue"]) == list(BLUE.names())
+    assert recipes["blurb"]["bc2gm"].overrides == ("optimization.max_epoch=50", "dataset.batch_size=32",
+                                                   "optimizer.groups.default.lr_float=6e-05", "optimization.lr=[6e-05]")
+    assert recipes["blue"]["hoc"].alternative.preset == "hoc" and recipes["blue"]["hoc"].alternative.data == "blue/HoC"
+    (tmp_path / "sentence_task").mkdir()
+    (tmp_path / "sentence_task" / "re_gad.yaml").write_text("{}\n")
+    table = tmp_path / "blurb" / "datasets.yaml"
+    table.parent.mkdir()
+    gad = {"name": "gad", "title": "GAD", "task_type": "re", "metric": "micro_f1", "config": "bio_sentence_prediction",
+           "preset": "re_gad", "data": "re/GAD", "source": "GAD"}  # fmt: skip
+    for change, message in (
+        ({"metric": "f1"}, "gad: unknown metric 'f1'; known: entity_f1, "),
+        ({"preset": "re_ddi"}, "gad: preset 're_ddi' is not one of "),
+        ({"epochs": 3}, "gad: epochs, batch_size, lr go together; only epochs given"),
+        ({"colour": "red", "source": None}, "gad: unknown field(s) colour; missing source"),
+        ({"config": "bio_tagging_ner", "preset": None}, "gad: metric micro_f1 does not score the predictions of "),
+    ):
+        entry = {k: v for k, v in {**gad, **change}.items() if v is not None}
+        spec = {"name": "T", "aggregate": "mean", "task_types": ["re"], "datasets": [entry]}
+        table.write_text(json.dumps({"t": spec}))  # JSON is YAML
+        with pytest.raises(DatasetTableError) as e:
+            load_table(table)
+        assert str(e.value).startswith(f"{table}: t: {message}") and "\n" not in str(e.value), str(e.value)

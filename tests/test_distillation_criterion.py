@@ -46,7 +46,7 @@ def build_model(task, sizes, seed, **extra):
 
 def save_teacher(directory, symbols=SYMBOLS, seed=0, sizes=TEACHER, head=False):
     """A bio_roberta checkpoint in fairseq's layout with its dict.txt beside it (and a sentence head)."""
-    from fairseq_bio.cli.hf_convert import encoder_checkpoint, encoder_checkpoint_cfg
+    from fairseq_bio.hf import encoder_checkpoint, encoder_checkpoint_cfg
 
     write_dict(directory, symbols)
     cfg = encoder_checkpoint_cfg(str(directory), {**sizes, "max_positions": 16}, tokens_per_sample=16)

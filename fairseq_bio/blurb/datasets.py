@@ -1,0 +1,185 @@
+"""The dataset table of BLURB and BLUE (``hydra_configs/blurb/datasets.yaml``), read and checked once: per benchmark
+its ``Benchmark`` of ``fairseq_bio.metrics.blurb`` (datasets in table order, task types, metrics, the aggregate), and
+per dataset the ``Recipe`` fairseq-bio-blurb fine-tunes it with (config or preset, overrides, seeds, where its data
+is and where users get it). The file's header describes every field.
+"""
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ..configs import config_dir
+from ..metrics.blurb import TAGS, Benchmark, BenchmarkScore, BenchmarkTask
+
+TAGGING = "bio_tagging_ner"  # the configs a recipe runs (fairseq-hydra-train --config-name)
+SENTENCE = "bio_sentence_prediction"
+
+TASK_FIELDS = ("name", "title", "task_type", "metric", "aliases", "negatives", "clinical", "extra_metrics")
+RECIPE_FIELDS = ("config", "preset", "epochs", "batch_size", "lr", "overrides", "seeds", "data", "source", "version",
+                 "alternative")  # fmt: skip
+REQUIRED = ("name", "title", "task_type", "metric", "config", "data", "source")
+ALTERNATIVE_FIELDS = ("preset", "overrides", "source", "version")
+SCHEDULE = ("epochs", "batch_size", "lr")
+
+
+class DatasetTableError(ValueError):
+    """A dataset table that does not read; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one benchmark dataset is fine-tuned here (its task type and metric: its ``BenchmarkTask``)."""
+
+    name: str  # the dataset's name in its benchmark
+    config: str  # fairseq-hydra-train --config-name
+    data: str  # its directory under --data
+    preset: Optional[str] = None  # sentence_task= (bio_sentence_prediction)
+    overrides: Tuple[str, ...] = ()  # hydra overrides on top of the config / preset
+    seeds: int = 5  # PubMedBERT sec. 6.2: five runs, ten for the small BIOSSES, PubMedQA and BioASQ
+    source: str = ""  # where users get the data when it is not there
+    version: str = ""  # how the files read here differ from the benchmark's own version
+    alternative: Optional["Recipe"] = None  # the dataset in another form, run when this one's files are absent
+
+    def command_base(self) -> List[str]:
+        """The config (and preset) of this dataset's hydra command line."""
+        return ["--config-name", self.config] + ([f"sentence_task={self.preset}"] if self.preset else [])
+
+
+def schedule_overrides(epochs: int, batch_size: int, lr: float) -> List[str]:
+    """Overrides for a dataset's epochs, batch size and learning rate (LinkBERT's BLURB script)."""
+    return [f"optimization.max_epoch={epochs}", f"dataset.batch_size={batch_size}",
+            f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]  # fmt: skip
+
+
+def _strings(value: Any, where: str, what: str) -> Tuple[str, ...]:
+    """A list of strings (nested lists flattened: shared groups come in as YAML aliases)."""
+    if isinstance(value, str) or not isinstance(value, list):
+        raise DatasetTableError(f"{where}: {what} must be a list, not {value!r}")
+    out: List[str] = []
+    for item in value:
+        if isinstance(item, list):
+            out.extend(_strings(item, where, what))
+        elif isinstance(item, str):
+            out.append(item)
+        else:
+            raise DatasetTableError(f"{where}: {what} holds {item!r}, not a string")
+    return tuple(out)
+
+
+def _recipe(entry: Mapping[str, Any], where: str, presets: Path) -> Recipe:
+    config, preset = entry["config"], entry.get("preset")
+    if config not in (TAGGING, SENTENCE):
+        raise DatasetTableError(f"{where}: config {config!r} is neither {TAGGING} nor {SENTENCE}")
+    if preset is not None and (config != SENTENCE or not (presets / f"{preset}.yaml").is_file()):
+        raise DatasetTableError(f"{where}: preset {preset!r} is not one of {presets} (a {SENTENCE} preset)")
+    overrides: Tuple[str, ...] = ()
+    given = [k for k in SCHEDULE if k in entry]
+    if given:
+        if len(given) < len(SCHEDULE):
+            raise DatasetTableError(f"{where}: {', '.join(SCHEDULE)} go together; only {', '.join(given)} given")
+        overrides = tuple(schedule_overrides(int(entry["epochs"]), int(entry["batch_size"]), float(entry["lr"])))
+    overrides += _strings(entry.get("overrides", []), where, "overrides")
+    seeds = entry.get("seeds", 5)
+    if not isinstance(seeds, int) or seeds < 1:
+        raise DatasetTableError(f"{where}: seeds must be a positive integer, not {seeds!r}")
+    recipe = Recipe(entry["name"], config, str(entry["data"]), preset, overrides, seeds, str(entry["source"]),
+                    str(entry.get("version", "")))  # fmt: skip
+    alternative = entry.get("alternative")
+    if alternative is None:
+        return recipe
+    unknown = set(alternative) - set(ALTERNATIVE_FIELDS) if isinstance(alternative, dict) else {"(not a mapping)"}
+    if unknown:
+        raise DatasetTableError(f"{where}: alternative: unknown field(s) {', '.join(sorted(unknown))}; known: "
+                                f"{', '.join(ALTERNATIVE_FIELDS)}")  # fmt: skip
+    other = _recipe({**entry, **alternative, "alternative": None}, f"{where} (alternative)", presets)
+    return replace(recipe, alternative=other)
+
+
+def _task(entry: Mapping[str, Any], where: str) -> BenchmarkTask:
+    """The entry's BenchmarkTask; ``where`` names the benchmark (the task's own errors name the dataset)."""
+    at = f"{where}: {entry['name']}"
+    lists = {k: _strings(entry[k], at, k) for k in ("aliases", "negatives", "extra_metrics") if k in entry}
+    try:
+        task = BenchmarkTask(entry["name"], entry["title"], entry["task_type"], entry["metric"],
+                             clinical=bool(entry.get("clinical", False)), **lists)  # fmt: skip
+    except ValueError as e:
+        raise DatasetTableError(f"{where}: {e}") from None
+    if (task.kind == TAGS) != (entry["config"] == TAGGING):
+        raise DatasetTableError(f"{at}: metric {task.metric} does not score the predictions of {entry['config']}")
+    return task
+
+
+def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark], Dict[str, Dict[str, Recipe]]]:
+    """({benchmark key: Benchmark}, {benchmark key: {dataset name: Recipe}}) of a dataset table (default: the shipped
+    one); a table that does not read is a one-line ``DatasetTableError`` naming the file and entry."""
+    import yaml
+
+    path = Path(path) if path is not None else config_dir() / "blurb" / "datasets.yaml"
+    try:
+        table = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise DatasetTableError(f"{path}: {' '.join(str(e).split())}") from None
+    if not isinstance(table, dict):
+        raise DatasetTableError(f"{path}: not a mapping of benchmarks")
+    benchmarks, recipes = {}, {}
+    presets = path.parent.parent / "sentence_task"
+    for key, spec in table.items():
+        if key == "shared":  # groups the entries refer to by YAML anchors
+            continue
+        where = f"{path}: {key}"
+        if not isinstance(spec, dict) or set(spec) != {"name", "aggregate", "task_types", "datasets"}:
+            raise DatasetTableError(f"{where}: expected exactly name, aggregate, task_types and datasets")
+        tasks, recipes[key] = [], {}
+        for i, entry in enumerate(spec["datasets"]):
+            name = entry.get("name", f"entry {i + 1}") if isinstance(entry, dict) else f"entry {i + 1}"
+            at = f"{where}: {name}"
+            if not isinstance(entry, dict):
+                raise DatasetTableError(f"{at}: not a mapping")
+            unknown = set(entry) - set(TASK_FIELDS) - set(RECIPE_FIELDS)
+            missing = [k for k in REQUIRED if k not in entry]
+            if unknown or missing:
+                problem = f"unknown field(s) {', '.join(sorted(unknown))}" if unknown else ""
+                problem += ("; " if unknown and missing else "") + (f"missing {', '.join(missing)}" if missing else "")
+                raise DatasetTableError(f"{at}: {problem}")
+            if name in recipes[key]:
+                raise DatasetTableError(f"{at}: a second entry of that name")
+            tasks.append(_task(entry, where))
+            recipes[key][name] = _recipe(entry, at, presets)
+        try:
+            benchmarks[key] = Benchmark(str(spec["name"]), tuple(tasks), str(spec["aggregate"]),
+                                        _strings(spec["task_types"], where, "task_types"))  # fmt: skip
+        except ValueError as e:
+            raise DatasetTableError(f"{path}: {e}") from None
+    return benchmarks, recipes
+
+
+# The shipped table, read once on import (this module is the runner's, never imported by the plugin's __init__).
+BENCHMARKS, RECIPES = load_table()
+BLURB, BLUE = BENCHMARKS["blurb"], BENCHMARKS["blue"]
+BLURB_RECIPES, BLUE_RECIPES = RECIPES["blurb"], RECIPES["blue"]
+
+
+def benchmark(name: Union[str, Benchmark]) -> Benchmark:
+    """The benchmark called ``name`` (``blurb``, ``blue``; any case); one-line error if none."""
+    if isinstance(name, Benchmark):
+        return name
+    if str(name).lower() not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[str(name).lower()]
+
+
+def benchmark_score(
+    results: Mapping[str, Union[float, Sequence[float], None]], name: Union[str, Benchmark] = "blurb"
+) -> BenchmarkScore:
+    """The aggregate of per-dataset results (a number, per-seed numbers, or ``None``: missing), partial if any miss."""
+    return benchmark(name).score(results)
+
+
+def blurb_score(results: Mapping[str, Union[float, Sequence[float], None]]) -> BenchmarkScore:
+    """BLURB: macro average over the six task types of the per-type mean of dataset results."""
+    return BLURB.score(results)
+
+
+def blue_score(results: Mapping[str, Union[float, Sequence[float], None]]) -> BenchmarkScore:
+    """BLUE: plain average of the ten dataset results (partial without the clinical sets)."""
+    return BLUE.score(results)

@@ -1,0 +1,209 @@
+"""Running fairseq-bio-blurb's runs: one fairseq-hydra-train and one fairseq-bio-predict of the test split each, the
+dev scores scraped from fairseq's json log, the test score computed from the predictions file, and result.json;
+a finished run made by the same command from the same encoder file is reused.
+"""
+
+import contextlib
+import json
+import shlex
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+from ..files import atomic_write
+from ..inference.predictions import read_predictions
+from ..metrics.blurb import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
+from .datasets import TAGGING
+from .plan import Plan, Run, comma_names
+from .report import aggregate, write_json, write_results
+
+# What a run writes; all of it is removed before a run is done again, so nothing of an interrupted attempt is read
+# (test.log: fairseq-validate's, written by runners before the test score came from the predictions alone).
+RUN_OUTPUTS = ("result.json", "train.log", "train.out", "test.log", "checkpoint_best.pt", "checkpoint_last.pt",
+               "predictions.tsv", "predictions.jsonl")  # fmt: skip
+
+
+class RunFailed(Exception):
+    """One run did not finish; the message is one line and names the file to read."""
+
+
+def _number(value: Any) -> Any:
+    """fairseq's json logs write numbers as strings ("0.37"): numbers again."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value) if value.lstrip("-").isdigit() else float(value)
+    return value
+
+
+def json_entries(text: str, prefix: str) -> List[Dict[str, Any]]:
+    """fairseq's json progress entries whose keys start with ``prefix`` (e.g. ``valid_``), in order."""
+    entries = []
+    for line in text.splitlines():
+        start = line.find("{")
+        if start < 0 or f'"{prefix}' not in line:
+            continue
+        try:
+            entry = json.loads(line[start:])
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and any(k.startswith(prefix) for k in entry):
+            entries.append({k[len(prefix) :]: _number(v) for k, v in entry.items() if k.startswith(prefix)})
+    return entries
+
+
+def valid_entries(log: Path) -> Dict[int, Dict[str, Any]]:
+    """{num_updates: entry} of a training run's dev validations (fairseq may write an entry more than once)."""
+    if not log.exists():
+        return {}
+    return {int(e["num_updates"]): e for e in json_entries(log.read_text(encoding="utf-8"), "valid_")
+            if "num_updates" in e}  # fmt: skip
+
+
+def examples_trained(log: Path) -> int:
+    """Training examples a run went through: per epoch, its updates times fairseq's average batch size (``bsz``),
+    from the epoch-end ``train_`` entries of its log."""
+    if not log.exists():
+        return 0
+    epochs = [e for e in json_entries(log.read_text(encoding="utf-8"), "train_") if "num_updates" in e and "bsz" in e]
+    total, before = 0.0, 0
+    for entry in epochs:
+        updates = int(entry["num_updates"])
+        total += (updates - before) * float(entry["bsz"])
+        before = updates
+    return round(total)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def made_by(stored: Any, identity: Dict[str, Any]) -> bool:
+    """Whether a result.json's identity is this run's: the same training command from the same encoder file (one
+    written while the test split was scored by fairseq-validate names that command too; the training is the same)."""
+    return isinstance(stored, dict) and all(stored.get(k) == v for k, v in identity.items())
+
+
+def score_run(run: Run) -> Tuple[Dict[str, Any], TrivialBaseline, int]:
+    """(test metrics in percent, trivial baseline, test examples) of a run's predictions file: the dataset's
+    ``BenchmarkTask.scores`` (``prediction_scores``: what fairseq-bio-predict printed for the same file) with the
+    task's negative classes, rows of one document grouped (HoC)."""
+    bench, task = run.plan.task, run.plan.cfg["task"]
+    gold, pred, ids = read_predictions(run.predictions, run.plan.recipe.config == TAGGING)
+    options: Dict[str, Any] = {}
+    if bench.kind == MULTILABEL:
+        options["ids"] = ids
+    if bench.kind == CLASSIFICATION:
+        options["negatives"] = set(comma_names(task.get("negative_labels")))
+    return percentages(bench.scores(gold, pred, **options)), bench.trivial_baseline(gold, **options), len(gold)
+
+
+def execute(run: Run) -> Dict[str, Any]:
+    """Train one run and predict its test split, or reuse its result; returns its record (with ``status``)."""
+    result_path = run.dir / "result.json"
+    status = "ran"
+    if result_path.exists():
+        try:
+            old = json.loads(result_path.read_text(encoding="utf-8"))
+        except ValueError:
+            old = None
+        if isinstance(old, dict) and made_by(old.get("identity"), run.identity):
+            return {**old, "status": "reused"}
+        status = "stale"  # made by another command or from another encoder file
+    elif (run.dir / "cmd.txt").exists():
+        status = "redone"  # an earlier attempt was interrupted or failed
+    run.dir.mkdir(parents=True, exist_ok=True)
+    for name in RUN_OUTPUTS:
+        (run.dir / name).unlink(missing_ok=True)
+    with atomic_write(run.dir / "cmd.txt") as f:
+        f.write(shlex.join(run.command) + "\n")
+    start = time.time()
+    with open(run.dir / "train.out", "w", encoding="utf-8") as out:
+        code = subprocess.run(run.command, cwd=run.dir, stdout=out, stderr=subprocess.STDOUT).returncode
+    train_s = time.time() - start
+    if code:
+        tail = _last_line((run.dir / "train.out").read_text(encoding="utf-8", errors="replace"))
+        raise RunFailed(f"fairseq-hydra-train exited {code}: {tail} (see {run.dir / 'train.out'})")
+    selection = str(run.plan.cfg["checkpoint"]["best_checkpoint_metric"])
+    dev = valid_entries(run.dir / "train.log")
+    if not dev or not (run.dir / "checkpoint_best.pt").exists():
+        raise RunFailed(f"no dev validation or no checkpoint_best.pt (see {run.dir / 'train.out'})")
+    maximize = bool(run.plan.cfg["checkpoint"].get("maximize_best_checkpoint_metric", True))
+    best = (max if maximize else min)(dev.values(), key=lambda e: float(e[selection]))
+    scoring = time.time()
+    predicted = subprocess.run(run.predict, cwd=run.dir, capture_output=True, text=True)
+    if predicted.returncode:
+        raise RunFailed(f"fairseq-bio-predict exited {predicted.returncode}: {_last_line(predicted.stderr)}")
+    test, trivial, n_test = score_run(run)
+    score_s, trained = time.time() - scoring, examples_trained(run.dir / "train.log")
+    bench = run.plan.task
+    record = {
+        "dataset": run.plan.recipe.name,
+        "title": bench.title,
+        "task_type": bench.task_type,
+        "metric": bench.metric,
+        "metric_key": bench.key,
+        "lr": run.lr,
+        "seed": run.seed,
+        "run_dir": str(run.dir),
+        "updates": max(dev),
+        "dev_metric": float(best[selection]),
+        "dev_selected_on": selection,
+        "dev": best,
+        "test_metric": test[bench.key],
+        "test": test,
+        "trivial_baseline": 100 * trivial.score,
+        "trivial_prediction": trivial.prediction,
+        "test_examples": n_test,
+        "predictions": run.predictions.name,
+        "train_s": round(train_s, 1),
+        "train_examples": trained,
+        "train_examples_per_s": round(trained / train_s, 2) if train_s > 0 else None,
+        "test_examples_per_s": round(n_test / score_s, 2) if score_s > 0 else None,
+        "wall_s": round(time.time() - start, 1),
+        "identity": run.identity,
+    }
+    write_json(result_path, record)
+    return {**record, "status": status}
+
+
+def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], missing: Dict[str, str], out: Path,
+            tag: str) -> int:  # fmt: skip
+    """Every run in turn (a failed one is reported and the others go on), then the results under ``out``."""
+    records = []
+    for i, run in enumerate(runs, 1):
+        start = time.time()
+        try:
+            record = execute(run)
+        except RunFailed as e:
+            record = {"dataset": run.plan.recipe.name, "lr": run.lr, "seed": run.seed, "run_dir": str(run.dir),
+                      "status": "failed", "error": str(e), "wall_s": round(time.time() - start, 1)}  # fmt: skip
+        records.append(record)
+        if record["status"] == "failed":
+            what = f"FAILED: {record['error']}"
+        else:
+            what = f"test {record['metric_key']} {record['test_metric']:.2f} (dev {record['dev_metric']:.2f}"
+            what += f"; trivial {record['trivial_baseline']:.2f})" if "trivial_baseline" in record else ")"
+        print(f"{tag} {i}/{len(runs)} {run.label}: {record['status']}, {what}, {time.time() - start:.1f} s",
+              flush=True)  # fmt: skip
+
+    results = aggregate(benchmark, records, missing)
+    counts = {s: sum(r["status"] == s for r in records) for s in ("ran", "redone", "stale", "reused", "failed")}
+    results.update(
+        checkpoint=str(args.checkpoint),
+        preset=args.preset,
+        data=str(Path(args.data).resolve()),
+        lr_grid=args.lr_grid,
+        overrides=args.overrides,
+        counts=counts,
+        versions={p.recipe.name: p.recipe.version for p in plans if p.recipe.version},
+        budgets={p.recipe.name: vars(p.budget) for p in plans},
+        runs=[{k: v for k, v in r.items() if k != "identity"} for r in records],
+    )
+    write_results(out, results)
+    print(f"{tag} {results['summary']}")
+    done = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{tag} {len(records)} run{'s' * (len(records) != 1)}: {done}")
+    print(f"{tag} wrote {out / 'results.md'}, results.json, results.png")
+    return 1 if counts["failed"] else 0

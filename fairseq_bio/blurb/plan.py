@@ -1,0 +1,327 @@
+"""Planning fairseq-bio-blurb's runs: each dataset's composed config, its data files and update budget, its learning
+rates and seeds, and every run's directory and command lines; the lock that keeps two runners off one ``--out``.
+"""
+
+import logging
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..configs import config_dir
+from ..metrics.blurb import Benchmark, BenchmarkTask
+from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
+
+PLUGIN_DIR = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+class BlurbError(Exception):
+    """Bad arguments or data; printed as one line."""
+
+
+def resolve_tasks(benchmark: Benchmark, tasks: str) -> List[str]:
+    """Registry names of ``--tasks`` (``all``, or names / aliases separated by commas), in table order."""
+    if tasks.strip().lower() == "all":
+        return list(benchmark.names())
+    chosen = set()
+    for name in (n.strip() for n in tasks.split(",")):
+        if not name:
+            continue
+        try:
+            chosen.add(benchmark.task(name).name)
+        except ValueError as e:
+            raise BlurbError(str(e)) from None
+    if not chosen:
+        raise BlurbError("--tasks names no dataset")
+    return [n for n in benchmark.names() if n in chosen]
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0]
+
+
+def merge_overrides(*groups: Sequence[str]) -> List[str]:
+    """Hydra overrides with one entry per key, a later group's value replacing an earlier one's."""
+    merged: Dict[str, str] = {}
+    for group in groups:
+        for item in group:
+            merged.pop(_key(item), None)
+            merged[_key(item)] = item
+    return list(merged.values())
+
+
+def comma_names(value: Any) -> List[str]:
+    """The names of a comma-separated config value (``task.labels``, ``task.negative_labels``)."""
+    return [n.strip() for n in str(value or "").split(",") if n.strip()]
+
+
+def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
+    """The job config fairseq-hydra-train composes for ``recipe``'s config, preset and overrides, then
+    ``overrides`` (fairseq's schema included)."""
+    from fairseq.dataclass.initialize import hydra_init
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    hydra_init(recipe.config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hydra 1.1's note on schemas registered under the config's name
+        with initialize_config_dir(config_dir=str(config_dir()), job_name="fairseq-bio-blurb", version_base="1.1"):
+            try:
+                overrides = merge_overrides(recipe.command_base()[2:], recipe.overrides, overrides)
+                cfg = hydra_compose(recipe.config, overrides=overrides)
+            except Exception as e:  # hydra's messages span lines: keep the first
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise BlurbError(f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}") from None
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
+    """{split: path} of the files a run reads (a split cut from train, or PubMedQA's split file, as the task does)."""
+    data = str(task["data"])
+    if config == TAGGING:
+        return {s: os.path.join(data, task[f"{s}_file"]) for s in ("train", "valid", "test")}
+    ext = os.path.splitext(str(task["train_file"]))[1]
+    if str(task["format"]) == "pubmedqa":
+        return {"train": os.path.join(data, task["train_file"]), "split": os.path.join(data, task["split_file"])}
+    files = {"train": os.path.join(data, task["train_file"])}
+    if not task.get("valid_from_train"):
+        files["valid"] = os.path.join(data, task.get("valid_file") or f"valid{ext}")
+    files["test"] = os.path.join(data, task.get("test_file") or f"test{ext}")
+    return files
+
+
+def train_examples(config: str, task: Dict[str, Any]) -> int:
+    """Training examples the task will read (rows it skips and rows held out for dev not counted)."""
+    from ..data import sentence_data as sd
+
+    path = os.path.join(str(task["data"]), task["train_file"])
+    if config == TAGGING:
+        from ..data.conll import read_conll
+
+        return len(read_conll(path))
+    fmt = sd.file_format(path, str(task["format"]))
+    fields, label = comma_names(task["text_fields"]), task["label_field"]
+    if fmt == "pubmedqa":
+        examples = sd.read_pubmedqa(path, os.path.join(str(task["data"]), task["split_file"]), "train", label)
+    elif fmt == "tsv":
+        examples = sd.read_tsv(path, fields, label)
+    else:
+        examples = sd.read_jsonl(path, fields, label, task.get("id_field"))
+    n_valid = int(task.get("valid_from_train") or 0)
+    if n_valid and fmt != "pubmedqa":
+        examples = examples[:-n_valid]
+    known = set(comma_names(task.get("labels")))
+    if task.get("kind") == "classification" and known and task.get("unknown_labels") == "skip":
+        examples = [ex for ex in examples if str(ex.label).strip() in known]
+    return len(examples)
+
+
+@dataclass
+class Budget:
+    """A run's update budget: PubMedBERT sec. 6.2's warm-up over the first 10 % of steps, then linear decay."""
+
+    max_update: int
+    max_epoch: int
+    warmup: int
+    train_examples: Optional[int] = None
+    batch: Optional[int] = None
+
+    def overrides(self) -> List[str]:
+        return [f"optimization.max_update={self.max_update}", f"optimization.max_epoch={self.max_epoch}",
+                f"optimizer.groups.default.lr_scheduler.warmup_updates={self.warmup}"]  # fmt: skip
+
+
+def update_budget(config: str, cfg: Dict[str, Any], max_epoch: Optional[int], max_update: Optional[int]) -> Budget:
+    """Updates = epochs x batches of the train file found (``max_update`` given: that many, for smoke runs)."""
+    opt = cfg["optimization"]
+    batch = int(cfg["dataset"]["batch_size"]) * int((opt.get("update_freq") or [1])[0])
+    epochs = int(max_epoch if max_epoch is not None else opt["max_epoch"])
+    if max_update is not None:
+        return Budget(max_update, max_epoch or 0, round(max_update / 10), batch=batch)
+    n = train_examples(config, cfg["task"])
+    updates = epochs * math.ceil(n / batch)
+    return Budget(updates, epochs, round(updates / 10), n, batch)
+
+
+@dataclass
+class Plan:
+    """One dataset's runs: where its data is, its composed config, overrides and budget, its lrs and seeds."""
+
+    recipe: Recipe
+    task: BenchmarkTask
+    data: Path
+    cfg: Dict[str, Any]
+    overrides: List[str]  # the runner's and the recipe's (paths, budget, the dataset's hyperparameters)
+    user_overrides: List[str]  # from the command line: they win over everything else
+    budget: Budget
+    lrs: List[float]
+    seeds: List[int]
+
+
+@dataclass
+class Run:
+    """One fairseq-hydra-train process and the fairseq-bio-predict of its test split: (dataset, lr, seed), its
+    directory and command lines."""
+
+    plan: Plan
+    lr: float
+    seed: int
+    dir: Path
+    command: List[str]
+    predict: List[str]
+    predictions: Path  # what fairseq-bio-predict writes: CoNLL (tagging) or JSON lines (sentence level)
+    identity: Dict[str, Any] = field(default_factory=dict)  # what a result.json must have been made by to be reused
+
+    @property
+    def label(self) -> str:
+        return f"{self.plan.recipe.name} lr={self.lr:g} seed={self.seed}"
+
+
+def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List[str], Dict[str, List[str]]]:
+    """Extra overrides for every run, and ``<dataset>:key=value`` ones for one dataset's runs."""
+    common, per_dataset = [], {}
+    for item in extra:
+        key = _key(item)
+        if ":" in key:
+            name, item = item.split(":", 1)
+            try:
+                per_dataset.setdefault(benchmark.task(name).name, []).append(item)
+            except ValueError as e:
+                raise BlurbError(f"override {name}:{item}: {e}") from None
+        else:
+            common.append(item)
+    return common, per_dataset
+
+
+def encoder_fingerprint(checkpoint: Path) -> Dict[str, Any]:
+    """What identifies the encoder file a run started from (a re-trained file at the same path is another one)."""
+    stat = checkpoint.stat()
+    return {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Plan], Dict[str, str]]:
+    """The plans of the datasets with data, and {dataset: why it is missing} for the benchmark's others."""
+    recipes = RECIPES[args.preset]
+    extra, per_dataset = _dataset_overrides(args.overrides, benchmark)
+    dirs = {}
+    for item in args.dataset_dir:
+        if "=" not in item:
+            raise BlurbError(f"--dataset-dir {item!r}: expected NAME=DIR")
+        name, path = item.split("=", 1)
+        try:
+            dirs[benchmark.task(name).name] = Path(path).resolve()
+        except ValueError as e:
+            raise BlurbError(f"--dataset-dir {item}: {e}") from None
+    plans, missing = [], {}
+    for task in benchmark.tasks:
+        if task.name not in names:
+            missing[task.name] = "not run (not in --tasks)"
+            continue
+        recipe = recipes[task.name]
+        data = dirs.get(task.name, (Path(args.data) / recipe.data).resolve())
+        user = extra + per_dataset.get(task.name, [])
+        if args.lr_grid and any(_key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user):
+            raise BlurbError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
+        given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
+        cfg = compose(recipe, given)
+        absent = [p for p in split_files(recipe.config, cfg["task"]).values() if not os.path.exists(p)]
+        if absent and recipe.alternative is not None:  # the dataset in its other form (BLUE's HoC: abstracts)
+            other = compose(recipe.alternative, given)
+            if all(os.path.exists(p) for p in split_files(recipe.alternative.config, other["task"]).values()):
+                recipe, cfg, absent = recipe.alternative, other, []
+        if absent:
+            hint = recipe.source or cfg["task"].get("data_source") or ""
+            missing[task.name] = f"no data: {absent[0]} not found" + (f" (needs {hint})" if hint else "")
+            continue
+        user_keys = {_key(o) for o in user}
+        if "optimization.max_update" in user_keys:  # the user's budget; warm-up 10 % of it unless given too
+            updates = int(cfg["optimization"]["max_update"])
+            warmup = cfg["optimizer"]["groups"]["default"]["lr_scheduler"]["warmup_updates"]
+            given = "optimizer.groups.default.lr_scheduler.warmup_updates" in user_keys
+            budget = Budget(
+                updates, int(cfg["optimization"]["max_epoch"]), int(warmup) if given else round(updates / 10)
+            )
+        else:
+            try:
+                budget = update_budget(recipe.config, cfg, args.max_epoch, args.max_update)
+            except (ValueError, OSError) as e:  # the readers' one-line file:line errors
+                raise BlurbError(f"{task.name}: {e}") from None
+        lrs = args.lr_grid or [float(cfg["optimizer"]["groups"]["default"]["lr_float"])]
+        seeds = list(range(1, (args.seeds or recipe.seeds) + 1))
+        fixed = [
+            f"task.data={data}",
+            f"common.user_dir={PLUGIN_DIR}",
+            f"checkpoint.restore_file={args.checkpoint}",
+            # encoded texts are keyed by vocabulary, BPE and text: every run of a dataset shares them
+            f"task.cache_dir={Path(args.out).resolve() / task.name / 'encoded'}",
+            # runs are redone from the start, never resumed: only the best dev checkpoint is kept
+            "checkpoint.no_last_checkpoints=true",
+        ]
+        if args.cpu:
+            fixed.append("common.cpu=true")
+        overrides = merge_overrides(fixed, recipe.overrides, budget.overrides())
+        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds))
+    return plans, missing
+
+
+def make_runs(plan: Plan, args) -> List[Run]:
+    """Every (lr, seed) run of a plan with its two command lines."""
+    out = Path(args.out).resolve()
+    test, options = test_input(plan.recipe.config, plan.cfg["task"])
+    runs = []
+    for lr in plan.lrs:
+        for seed in plan.seeds:
+            run_dir = out / plan.recipe.name / f"lr{lr:g}" / f"seed{seed}"
+            own = [f"checkpoint.save_dir={run_dir}", f"common.log_file={run_dir / 'train.log'}", f"common.seed={seed}",
+                   f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]  # fmt: skip
+            overrides = merge_overrides(plan.overrides, own, plan.user_overrides)
+            command = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(config_dir()),
+                       *plan.recipe.command_base(), *overrides]  # fmt: skip
+            predictions = run_dir / ("predictions.tsv" if plan.recipe.config == TAGGING else "predictions.jsonl")
+            predict = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run_dir / "checkpoint_best.pt"), "--input",
+                       test, "--output", str(predictions), "--overwrite", "--quiet", "--batch-size",
+                       str(args.validate_batch_size), *options] + (["--cpu"] if args.cpu else [])  # fmt: skip
+            identity = {"command": command, "encoder": encoder_fingerprint(args.checkpoint)}
+            runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity))
+    return runs
+
+
+def test_input(config: str, task: Dict[str, Any]) -> Tuple[str, List[str]]:
+    """The file fairseq-bio-predict scores a run's test split from, and the options it needs (PubMedQA: the split)."""
+    if config == SENTENCE and str(task["format"]) == "pubmedqa":
+        return os.path.join(str(task["data"]), task["train_file"]), ["--split", "test"]
+    return split_files(config, task)["test"], []
+
+
+LOCK_FILE = ".fairseq-bio-blurb.lock"
+
+
+def lock_out(out: Path):
+    """An exclusive lock on ``<out>/.fairseq-bio-blurb.lock`` while this runner works there: two runners on one
+    ``--out`` would redo and overwrite each other's runs. A file system without locks is run on unlocked."""
+    import fcntl
+    import socket
+
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / LOCK_FILE, "a+", encoding="utf-8")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "its pid unknown"
+        f.close()
+        raise BlurbError(f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
+                         "another --out") from None  # fmt: skip
+    except OSError as e:  # e.g. a Lustre mount without -o flock
+        logging.getLogger(__name__).warning("%s: not locked (%s)", out / LOCK_FILE, e)
+        return f
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    f.flush()
+    return f

@@ -1,0 +1,35 @@
+"""What the HF conversion modules share: the one error they raise, and reading and writing JSON files."""
+
+import json
+from pathlib import Path
+
+from ..errors import json_error
+from ..files import InputError
+
+
+class HFConvertError(InputError):
+    """The input cannot be converted exactly; the commands print it as one line and write nothing."""
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``, or a one-line error naming the file (and line)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise HFConvertError(f"{path}: not found") from None
+    except UnicodeDecodeError:
+        raise HFConvertError(f"{path}: not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HFConvertError(json_error(path, e)) from None
+    if not isinstance(data, dict):
+        raise HFConvertError(f"{path}: line 1: expected a JSON object")
+    return data
+
+
+def write_json(path: Path, data: dict) -> None:
+    """``data`` as indented JSON (one final newline) in ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")

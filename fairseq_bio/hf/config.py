@@ -1,0 +1,119 @@
+"""HF ``config.json`` <-> bio_roberta model options, both directions: what an imported HF BERT/RoBERTa/ELECTRA
+config must say for bio_roberta to compute it exactly, and the RoBERTa config an exported encoder is."""
+
+from pathlib import Path
+from typing import Dict
+
+from .common import HFConvertError, read_json
+
+MODEL_TYPES = ("bert", "roberta", "electra")  # what the import reads
+PRE_LN = "roberta-prelayernorm"  # the export's model_type of a pre-LN encoder; post-LN ones are "roberta"
+CLASS_PREFIXES = {"roberta": "Roberta", PRE_LN: "RobertaPreLayerNorm"}  # model_type -> HF class name prefix
+# HF hidden_act -> the fairseq activation_fn computing the same function.
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "relu": "relu"}
+# fairseq activation_fn -> HF hidden_act computing the same function.
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu"}
+
+
+def read_hf_config(hf_dir: Path) -> dict:
+    """``config.json`` of an HF BERT/RoBERTa/ELECTRA encoder, checked for what bio_roberta can hold exactly."""
+    path = hf_dir / "config.json"
+    if not path.is_file():
+        raise HFConvertError(f"{path}: missing (an HF model directory holds config.json, weights, tokenizer files)")
+    config = read_json(path)
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise HFConvertError(
+            f'{path}: field "model_type": {model_type!r} is not one of {", ".join(MODEL_TYPES)} '
+            "(the encoders bio_roberta can hold exactly)"
+        )
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings"):  # fmt: skip
+        value = config.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise HFConvertError(f'{path}: field "{key}": expected a positive integer, got {value!r}')
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise HFConvertError(f'{path}: field "num_attention_heads": does not divide hidden_size')
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise HFConvertError(
+            f'{path}: field "position_embedding_type": {config["position_embedding_type"]!r}; bio_roberta has '
+            "learned absolute positions only"
+        )
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        raise HFConvertError(f'{path}: field "is_decoder"/"add_cross_attention": a decoder is not an encoder')
+    if config.get("hidden_act", "gelu") not in ACTIVATIONS:
+        raise HFConvertError(
+            f'{path}: field "hidden_act": {config.get("hidden_act")!r} has no fairseq equivalent '
+            f'({", ".join(ACTIVATIONS)})'
+        )
+    if model_type == "electra" and config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+        raise HFConvertError(
+            f'{path}: field "embedding_size": {config["embedding_size"]} != hidden_size {config["hidden_size"]}; '
+            "bio_roberta has no embedding projection (ELECTRA-small style factorised embeddings)"
+        )
+    return config
+
+
+def position_offset(config: dict) -> int:
+    """HF row of the first token's position: RoBERTa counts from ``pad_token_id + 1`` like fairseq, BERT from 0."""
+    return config.get("pad_token_id", 1) + 1 if config["model_type"] == "roberta" else 0
+
+
+def bio_roberta_options(config: dict, max_positions: int, untied: bool) -> Dict:
+    """The bio_roberta model options computing what the (checked) HF ``config`` computes."""
+    return dict(
+        encoder_layers=config["num_hidden_layers"],
+        encoder_embed_dim=config["hidden_size"],
+        encoder_ffn_embed_dim=config["intermediate_size"],
+        encoder_attention_heads=config["num_attention_heads"],
+        encoder_normalize_before=False,
+        layernorm_embedding=True,
+        layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        activation_fn=ACTIVATIONS[config.get("hidden_act", "gelu")],
+        dropout=float(config.get("hidden_dropout_prob", 0.1)),
+        attention_dropout=float(config.get("attention_probs_dropout_prob", 0.1)),
+        max_positions=max_positions,
+        untie_weights_roberta=untied,
+    )
+
+
+def roberta_config(hub) -> Dict:
+    """config.json fields of a loaded bio_roberta's encoder as HF RoBERTa (post-LN) or RobertaPreLayerNorm (pre-LN
+    with an embedding LayerNorm); refused where no HF class computes it exactly."""
+    args, encoder = hub.model.args, hub.model.encoder.sentence_encoder
+    pre_ln = bool(args.encoder_normalize_before)
+    if pre_ln and encoder.layernorm_embedding is None:
+        raise HFConvertError(
+            "pre-LN model without an embedding LayerNorm: HF's RobertaPreLayerNorm always normalises the "
+            "embeddings, so no HF class computes this model exactly (train with model.layernorm_embedding=true)"
+        )
+    if args.activation_fn not in HF_ACTIVATIONS:
+        raise HFConvertError(f"activation_fn {args.activation_fn!r} has no HF equivalent ({', '.join(HF_ACTIVATIONS)})")
+    dictionary = hub.task.source_dictionary
+    return {
+        "model_type": PRE_LN if pre_ln else "roberta",
+        "vocab_size": len(dictionary),
+        "hidden_size": encoder.embed_tokens.embedding_dim,
+        "num_hidden_layers": len(encoder.layers),
+        "num_attention_heads": encoder.layers[0].self_attn.num_heads,
+        "intermediate_size": encoder.layers[0].fc1.out_features,
+        "hidden_act": HF_ACTIVATIONS[args.activation_fn],
+        "hidden_dropout_prob": float(args.dropout),
+        "attention_probs_dropout_prob": float(args.attention_dropout),
+        "max_position_embeddings": encoder.embed_positions.weight.size(0),
+        "type_vocab_size": 1,
+        "initializer_range": 0.02,
+        "layer_norm_eps": float(encoder.layers[0].final_layer_norm.eps),
+        "position_embedding_type": "absolute",
+        "pad_token_id": dictionary.pad(),
+        "bos_token_id": dictionary.bos(),
+        "eos_token_id": dictionary.eos(),
+    }
+
+
+def write_config(config: Dict, path: Path) -> None:
+    """``config`` as transformers writes its own config.json: through the model type's config class, which takes
+    every field (ours under ``fairseq_bio`` too) and adds its version and its own defaults."""
+    import transformers
+
+    transformers.AutoConfig.for_model(**config).to_json_file(str(path))

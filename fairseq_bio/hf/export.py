@@ -1,0 +1,148 @@
+"""A ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a token- or sentence-classification head) as an HF
+transformers model directory (what ``fairseq-bio-export-hf`` runs).
+
+The directory receives ``config.json``, ``model.safetensors``, the tokenizer of the vocabulary the model was
+trained with (``tokenizer.json`` that ``AutoTokenizer`` loads offline, ``tokenizer_config.json``, and the classic
+files: byte-level BPE -> RoBERTa tokenizer ``vocab.json`` + ``merges.txt``; WordPiece -> its ``vocab.txt`` and a
+fast tokenizer with BERT's normalisation and fairseq's pair template; SentencePiece -> its unigram or BPE model
+rebuilt with the ``tokenizers`` library; fastBPE -> an HF BPE over its codes with end-of-word suffix ``</w>``) and a
+model card ``README.md``. HF ids are fairseq's dictionary ids.
+
+What the checkpoint becomes is decided by its model and its head (``heads.TARGETS``; ``head`` picks one of
+several): no head -> ``*ForMaskedLM``; a ``bio_tagging`` token head -> ``*ForTokenClassification`` with the label
+list as ``id2label``; a ``bio_sentence_prediction`` head (fairseq's RobertaClassificationHead) ->
+``*ForSequenceClassification`` with its labels and ``problem_type`` (single-label, multi-label classification or
+regression); a ``bio_extractive_qa`` span head -> ``*ForQuestionAnswering`` (its two outputs per token are HF's
+``qa_outputs``); post-LN models are ``Roberta*``, pre-LN models with an embedding LayerNorm
+``RobertaPreLayerNorm*`` (the same computation); pre-LN models without one are refused, as HF has no class that
+computes them. A CRF has no HF equivalent: its emission layer is exported as the token-classification layer and its
+transitions go to ``crf.json`` (one warning line says so). ELECTRA is refused in one line until its exporter exists.
+
+Before the directory appears, the export loads it with transformers (offline) and checks on real sentences that
+HF's tokenizer gives fairseq's token ids (sentence heads: also on sentence pairs, ``<s> a </s></s> b </s>``) and
+that HF's hidden states and logits equal fairseq's; otherwise it fails and leaves nothing that looks complete. The
+vocabulary (``dict.txt`` + ``bpe.json`` + BPE files) is ``data`` when given, else found next to the checkpoint (an
+encoder checkpoint, or a fine-tuned run's save_dir), else in the checkpoint's ``task.vocab`` or the first directory
+of its ``task.data``.
+"""
+
+from pathlib import Path
+from typing import Callable, Dict, Optional, Sequence
+
+import torch
+
+from ..data.word_boundaries import require_fastbpe
+from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
+from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
+from .common import HFConvertError, write_json
+from .config import write_config
+from .heads import hf_model
+from .model_card import model_card
+from .tokenizers import read_fastbpe_codes, write_hf_tokenizer
+from .verify import (
+    CHECK_PAIRS,
+    CHECK_SENTENCES,
+    DEFAULT_TOLERANCE,
+    Text,
+    compare_qa_logits,
+    compare_with_hf,
+    task_ids,
+)
+
+MARKERS = ("config.json", "model.safetensors")
+# Model names (cfg.model._name) whose export is not built yet: refused before the checkpoint is loaded.
+PENDING_MODELS = {
+    "bio_electra": "ELECTRA export (discriminator -> ElectraForPreTraining, generator -> ElectraForMaskedLM) is not "
+    "built yet",
+}
+
+
+def export_hf(
+    checkpoint,
+    out_dir,
+    *,
+    data: Optional[str] = None,
+    overwrite: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+    sentences: Optional[Sequence[Text]] = None,
+    head: Optional[str] = None,
+    log: Callable[[str], None] = print,
+) -> Dict:
+    """Export ``checkpoint`` into the HF directory ``out_dir`` (built in a temp dir and renamed only once HF's
+    outputs were checked against fairseq's on ``sentences``, default ``CHECK_SENTENCES``, and ``CHECK_PAIRS`` for a
+    sentence-level head); ``head`` picks one of several classification heads; ``log`` gets one line per warning;
+    returns the check's numbers."""
+    from safetensors.torch import save_file
+
+    from .. import compat
+    from ..data.word_boundaries import load_bpe_json
+
+    checkpoint, out_dir = Path(checkpoint).absolute(), Path(out_dir).absolute()
+    if not checkpoint.is_file():
+        raise HFConvertError(f"{checkpoint}: no such checkpoint")
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise HFConvertError("the export checks its output with transformers: pip install transformers") from None
+    state = compat.load_checkpoint(checkpoint)
+    model_cfg = checkpoint_section(state, "model")
+    model_name = str(model_cfg.get("_name") or model_cfg.get("arch") or "")
+    for prefix, why in PENDING_MODELS.items():
+        if model_name.startswith(prefix):
+            raise HFConvertError(f"{checkpoint}: model {model_name!r}: {why}")
+    if not model_name.startswith("bio_roberta"):
+        raise HFConvertError(f"{checkpoint}: model {model_name!r}: only bio_roberta checkpoints are exported")
+    markers = str(checkpoint_section(state, "task").get("entity_representation") or "dummy_cls")
+    if markers != "dummy_cls":  # HF heads pool <s>, and HF's tokenizers know no [E1]: refused, not half-exported
+        raise HFConvertError(
+            f"{checkpoint}: task.entity_representation={markers}: not exported: an HF tokenizer cannot wrap the "
+            "entities in [E1]/[E2] markers from their offsets, and no HF sequence-classification model pools "
+            "entity-start states; fairseq-bio-predict serves this checkpoint"
+        )
+    vocab_dir = find_vocab_dir(checkpoint, state, data)
+    check_destination(out_dir, overwrite, MARKERS)
+    bpe = load_bpe_json(str(vocab_dir / "bpe.json"))
+    if bpe["_name"] == "fastbpe":  # fairseq's fastbpe BPE needs the optional fastBPE, which reads the codes unchecked
+        require_fastbpe()
+        read_fastbpe_codes(bpe["bpe_codes"])
+    hub = load_fairseq_model(checkpoint, vocab_dir)
+    hf, kind, head_name = hf_model(hub, head)
+    encode = task_ids(hub, kind)
+    if sentences is None:
+        sentences = CHECK_SENTENCES
+        if kind == "sequence_classification":  # the pairs that fit one window of the model's positions
+            sentences += tuple(pair for pair in CHECK_PAIRS if encode(pair, fits=True) is not None)
+        if kind == "question_answering":  # question-context rows: the pairs (and each sentence asked about itself)
+            pairs = CHECK_PAIRS + tuple((s, s) for s in CHECK_SENTENCES)
+            sentences = tuple(pair for pair in pairs if encode(pair, fits=True) is not None)
+
+    tmp = make_temp_dir(out_dir)
+    try:
+        max_length = hf.config["max_position_embeddings"] - hf.config["pad_token_id"] - 1
+        tokenizer = write_hf_tokenizer(tmp, hub.task.source_dictionary, bpe, max_length)
+        hf.config["tokenizer_class"] = tokenizer["class"]
+        write_config(hf.config, tmp / "config.json")
+        for name, content in hf.side_files.items():
+            write_json(tmp / name, content)
+        save_file({k: v.contiguous().clone() for k, v in hf.state.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})  # fmt: skip
+        identity = torch.arange(len(hub.task.source_dictionary))
+        if kind == "question_answering":  # HF's QA models give start/end logits: the hidden states, then those
+            check = compare_with_hf(tmp, hub, identity, sentences, "hidden", None, encode).__dict__
+            check["logits_max_abs_diff"] = compare_qa_logits(tmp, hub, head_name, sentences, encode)
+        else:
+            check = compare_with_hf(tmp, hub, identity, sentences, kind, head_name, encode).__dict__
+        if check["logits_max_abs_diff"] > tolerance or check["hidden_max_abs_diff"] > tolerance:
+            raise HFConvertError(
+                f"{checkpoint}: HF's outputs differ from fairseq's: logits {check['logits_max_abs_diff']:.2e}, hidden "
+                f"states {check['hidden_max_abs_diff']:.2e} > {tolerance}"
+            )
+        model_card(checkpoint, state, hf, kind, tokenizer, check, vocab_dir).save(tmp / "README.md")
+        replace_dir(tmp, out_dir, overwrite, MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    for line in hf.warnings + ([tokenizer["note"]] if tokenizer.get("note") else []):
+        log(line)
+    return {"architecture": hf.config["architectures"][0], "tokenizer": tokenizer["class"], "kind": kind,
+            "head": head_name, "files": sorted(p.name for p in out_dir.iterdir()), "warnings": hf.warnings, **check}  # fmt: skip

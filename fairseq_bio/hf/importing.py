@@ -1,0 +1,141 @@
+"""An HF BERT, RoBERTa or ELECTRA checkpoint directory as a ``bio_roberta`` encoder checkpoint (what
+``fairseq-bio-import-hf`` runs).
+
+``out_dir`` receives ``model.pt`` (fairseq's checkpoint layout, task ``bio_masked_lm`` with ``data=<out_dir>``),
+``dict.txt``, ``bpe.json`` and the BPE files it names (WordPiece ``vocab.txt`` for ``--bpe bert``, byte-level
+``encoder.json`` + ``vocab.bpe`` for ``--bpe gpt2``, or fastBPE ``codes`` for ``--bpe fastbpe`` from a BPE
+tokenizer.json whose word-final units end with ``</w>``, as fairseq-bio-export-hf writes it) and
+``import_info.json``, so that ``BioRobertaModel.from_pretrained(out_dir, "model.pt")`` works,
+``fairseq-bio-encode --vocab <out_dir>`` encodes text for it, and ``fairseq-hydra-train ...
+checkpoint.restore_file=<out_dir>/model.pt`` continues pretraining with the model options the command prints. HF
+ids map one to one onto fairseq ids (``[CLS] [PAD] [SEP] [UNK]`` / ``<s> <pad> </s> <unk>`` first, the other tokens
+in HF order, ``[MASK]``/``<mask>`` last). Before the directory appears, the import checks on real sentences that
+HF's tokenizer and fairseq's BPE give the same tokens and that every layer's states (and the MLM logits, when the
+HF model has a head) equal HF's.
+"""
+
+from pathlib import Path
+from typing import Dict, Sequence
+
+import torch
+
+from ..data.word_boundaries import require_fastbpe
+from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
+from .checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, hydra_model_overrides
+from .common import HFConvertError, write_json
+from .config import read_hf_config
+from .tokenizers import FAIRSEQ_ROLES, MASK
+from .verify import CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_with_hf
+from .vocab import read_hf_vocab, write_vocab_files
+from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
+
+CHECKPOINT_FILE = "model.pt"
+IMPORT_INFO = "import_info.json"
+MARKERS = (CHECKPOINT_FILE, IMPORT_INFO)
+
+
+def import_hf(
+    hf_dir,
+    out_dir,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    tolerance: float = DEFAULT_TOLERANCE,
+    seed: int = 1,
+    sentences: Sequence[str] = CHECK_SENTENCES,
+    log=print,
+) -> Dict:
+    """Convert ``hf_dir`` into the encoder checkpoint directory ``out_dir`` (built in a temp dir, renamed when
+    checked); returns what ``import_info.json`` records. Every input problem is an ``HFConvertError`` raised
+    before anything is written."""
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir).absolute()
+    if not hf_dir.is_dir():
+        raise HFConvertError(f"{hf_dir}: not a directory")
+    config = read_hf_config(hf_dir)
+    vocab = read_hf_vocab(hf_dir)
+    if vocab.kind == "fastbpe":
+        require_fastbpe()  # fairseq's --bpe fastbpe, and so the output check, run fastBPE's applier
+    weights, weights_path = read_hf_weights(hf_dir)
+    converted = hf_to_fairseq_state(config, weights, vocab, weights_path)
+    check_destination(out_dir, overwrite, MARKERS)
+    if verify:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+
+    options = converted.model_options
+    architecture = ", ".join(config.get("architectures") or [config["model_type"]])
+    info = {
+        "source": str(hf_dir.absolute()),
+        "model_type": config["model_type"],
+        "architectures": config.get("architectures"),
+        "weights": weights_path.name,
+        "tokenizer": vocab.source.name,
+        "vocabulary": {"kind": vocab.kind, "size": len(vocab.tokens), "lowercase": vocab.lowercase},
+        "mlm_head": "imported" if converted.has_mlm_head else "initialised",
+        "dropped": converted.dropped,
+        "model": options,
+        "hydra_overrides": hydra_model_overrides(options),
+        "check": None,
+    }
+    tmp = make_temp_dir(out_dir)
+    try:
+        write_vocab_files(vocab, tmp)
+        cfg = encoder_checkpoint_cfg(str(out_dir), options, tokens_per_sample=min(512, options["max_positions"]))
+        torch.manual_seed(seed)  # the initialisation of a missing MLM head
+        task, model = build_model(cfg, str(tmp))
+        _check_dictionary(task.source_dictionary, vocab)
+        # fairseq's format version buffers too: without them its upgrade path takes the encoder for a pre-2019 one.
+        versions = {k: v for k, v in model.state_dict().items() if k.endswith(".version")}
+        missing, unexpected = model.load_state_dict({**versions, **converted.state}, strict=False)
+        head = {LM_HEAD + p for p in ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")}
+        if unexpected or set(missing) - (set() if converted.has_mlm_head else head):
+            raise HFConvertError(f"{weights_path}: bio_roberta's parameters differ: {unexpected or missing}")
+        if not converted.has_mlm_head:
+            log(
+                f"{hf_dir}: no MLM head ({architecture}); initialised a new one (seed {seed}) for continued pretraining"
+            )
+        if converted.dropped:
+            log(f"{hf_dir}: dropped {'; '.join(converted.dropped)}")
+        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": {k: info[k] for k in ("source", "mlm_head")}})
+        torch.save(state, tmp / CHECKPOINT_FILE)
+        if verify:
+            info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance)
+            log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}")
+        write_json(tmp / IMPORT_INFO, info)
+        replace_dir(tmp, out_dir, overwrite, MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    return info
+
+
+def _check_dictionary(dictionary, vocab) -> None:
+    # The dictionary fairseq itself builds from dict.txt (+ the task's <mask>) must be exactly the intended order.
+    symbols = [dictionary[i] for i in range(len(dictionary))]
+    expected = list(FAIRSEQ_ROLES) + vocab.dict_symbols() + [MASK]
+    if symbols != expected:
+        first = next((i for i, (a, b) in enumerate(zip(symbols, expected)) if a != b), min(len(symbols), len(expected)))
+        raise HFConvertError(f"{vocab.source}: fairseq's dictionary differs from the HF vocabulary at id {first}")
+
+
+def _verify(hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float) -> Dict:
+    from ..models.bio_roberta import BioRobertaModel
+
+    hub = BioRobertaModel.from_pretrained(str(model_dir), CHECKPOINT_FILE)
+    outputs = "masked_lm" if logits else "hidden"
+    result = compare_with_hf(hf_dir, hub, vocab.hf_to_fairseq(), sentences, outputs).__dict__
+    worst = max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"] or 0.0)
+    if worst > tolerance:
+        raise HFConvertError(
+            f"{hf_dir}: the imported model's outputs differ from HF's: {_describe(result)} > {tolerance}"
+        )
+    return result
+
+
+def _describe(check: Dict) -> str:
+    text = f"hidden states max |diff| {check['hidden_max_abs_diff']:.2e}"
+    if check["logits_max_abs_diff"] is not None:
+        text += f", MLM logits max |diff| {check['logits_max_abs_diff']:.2e}"
+    return text + f" over {check['tokens']} tokens"

@@ -1,0 +1,263 @@
+"""Parameters between HF's BERT/RoBERTa/ELECTRA encoders and ``bio_roberta``, both directions: reading HF weight
+files (without transformers), the name map of the encoder layers (post-LN and pre-LN), HF -> bio_roberta (rows in
+fairseq dictionary order, the MLM head when there is one) and a bio_roberta encoder -> HF RoBERTa."""
+
+import pickle
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import torch
+
+from .common import HFConvertError, read_json
+from .config import CLASS_PREFIXES, PRE_LN, bio_roberta_options, position_offset, roberta_config
+from .vocab import HFVocab
+
+ENCODER = "encoder.sentence_encoder."
+LM_HEAD = "encoder.lm_head."
+HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+FAIRSEQ_BUFFERS = (".version", "_float_tensor")  # fairseq's bookkeeping buffers
+
+# Where each HF model type keeps its masked-LM head: transform dense + LayerNorm, output bias, and the output
+# matrix (saved only when it is not tied to the input embeddings). The forward adds the decoder's bias; ``bias``
+# is its tied twin, the only one saved when tied, and may differ from it in an untied model.
+MLM_HEADS = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+             ("cls.predictions.decoder.bias", "cls.predictions.bias"), "cls.predictions.decoder.weight"),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", ("lm_head.decoder.bias", "lm_head.bias"),
+                "lm_head.decoder.weight"),
+    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", ("generator_lm_head.bias",),
+                "generator_lm_head.weight"),
+}  # fmt: skip
+# Parameters of other heads, which bio_roberta has no place for: the import drops them and says so.
+OTHER_HEADS = {
+    "pooler.": "BERT pooler (fairseq classification heads bring their own dense + tanh)",
+    "cls.seq_relationship.": "next-sentence head",
+    "discriminator_predictions.": "ELECTRA discriminator head",
+    "classifier.": "classification head",
+    "qa_outputs.": "question-answering head",
+}
+
+# HF layer module -> bio_roberta layer module: post-LN (BERT/RoBERTa) and pre-LN (RobertaPreLayerNorm, whose
+# LayerNorms sit before attention and before the FFN).
+_LAYER_MAP = {
+    "attention.self.query": "self_attn.q_proj",
+    "attention.self.key": "self_attn.k_proj",
+    "attention.self.value": "self_attn.v_proj",
+    "attention.output.dense": "self_attn.out_proj",
+    "attention.output.LayerNorm": "self_attn_layer_norm",
+    "intermediate.dense": "fc1",
+    "output.dense": "fc2",
+    "output.LayerNorm": "final_layer_norm",
+}
+_PRE_LN_LAYER_MAP = {
+    "attention.self.query": "self_attn.q_proj",
+    "attention.self.key": "self_attn.k_proj",
+    "attention.self.value": "self_attn.v_proj",
+    "attention.output.dense": "self_attn.out_proj",
+    "attention.LayerNorm": "self_attn_layer_norm",
+    "intermediate.LayerNorm": "final_layer_norm",
+    "intermediate.dense": "fc1",
+    "output.dense": "fc2",
+}
+
+
+def encoder_name_map(num_layers: int, pre_ln: bool = False) -> List[Tuple[str, str]]:
+    """(HF base-model name, bio_roberta name) of every encoder parameter but the token/position embeddings."""
+    modules = [("embeddings.LayerNorm", "layernorm_embedding")] + ([("LayerNorm", "layer_norm")] if pre_ln else [])
+    layer_map = _PRE_LN_LAYER_MAP if pre_ln else _LAYER_MAP
+    for i in range(num_layers):
+        modules += [(f"encoder.layer.{i}.{hf}", f"layers.{i}.{fs}") for hf, fs in layer_map.items()]
+    return [(f"{hf}.{p}", f"{ENCODER}{fs}.{p}") for hf, fs in modules for p in ("weight", "bias")]
+
+
+# ------------------------------------------------------------------------------------------- reading HF files
+
+
+def read_hf_weights(hf_dir: Path) -> Tuple[Dict[str, torch.Tensor], Path]:
+    """All tensors of ``model.safetensors`` or ``pytorch_model.bin`` (also sharded), as float32 where floating."""
+    for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json"):  # fmt: skip
+        path = hf_dir / name
+        if not path.is_file():
+            continue
+        if name.endswith(".index.json"):
+            weight_map = read_json(path).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise HFConvertError(f'{path}: field "weight_map": missing or empty')
+            shards = [hf_dir / shard for shard in dict.fromkeys(weight_map.values())]
+        else:
+            shards = [path]
+        state = {}
+        for shard in shards:
+            state.update(_load_safetensors(shard) if shard.name.endswith(".safetensors") else _load_torch_bin(shard))
+        return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}, path
+    raise HFConvertError(f"{hf_dir}: no model.safetensors or pytorch_model.bin")
+
+
+def _load_safetensors(path: Path) -> Dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise HFConvertError(f"{path}: not found")
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own error types for truncated or corrupt files
+        raise HFConvertError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0]})") from None
+
+
+def _load_torch_bin(path: Path) -> Dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise HFConvertError(f"{path}: not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        try:
+            unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception:  # not a zip file: torch's own message is all there is
+            unsafe = []
+        what = ", ".join(unsafe) if unsafe else "objects other than tensors"
+        raise HFConvertError(
+            f"{path}: refused to load: it pickles {what}; HF weights are tensors only (read with weights_only=True)"
+        ) from None
+    except Exception as e:
+        raise HFConvertError(f"{path}: not a readable PyTorch file ({str(e).splitlines()[0]})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise HFConvertError(f"{path}: expected a dict of tensors (a state dict)")
+    return state
+
+
+def base_model_names(state: Dict[str, torch.Tensor], model_type: str) -> Dict[str, torch.Tensor]:
+    """Parameter names without the ``bert.``/``roberta.``/``electra.`` prefix, TF-era gamma/beta renamed."""
+    out = {}
+    prefix = model_type + "."
+    for name, tensor in state.items():
+        name = name[len(prefix) :] if name.startswith(prefix) else name
+        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
+        out[name] = tensor
+    return out
+
+
+# ------------------------------------------------------------------------------------------ HF -> bio_roberta
+
+
+@dataclass
+class ConvertedModel:
+    """bio_roberta parameters and model options converted from an HF encoder."""
+
+    state: Dict[str, torch.Tensor]
+    model_options: Dict
+    has_mlm_head: bool
+    dropped: List[str]
+
+
+def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFVocab, weights: Path) -> ConvertedModel:
+    """Map HF parameters onto bio_roberta's: rows in fairseq dictionary order, segment-0 token-type embedding
+    folded into the positions (fairseq's start at padding_idx + 1), the MLM head when there is one."""
+    model_type = config["model_type"]
+    state = base_model_names(state, model_type)
+    used = set(HF_BUFFERS)
+
+    def take(name):
+        if name not in state:
+            raise HFConvertError(f"{weights}: parameter {name!r} is missing")
+        used.add(name)
+        return state[name]
+
+    word = take("embeddings.word_embeddings.weight")
+    rows, dim = word.shape
+    if rows != config["vocab_size"]:
+        raise HFConvertError(
+            f"{weights}: embeddings.word_embeddings.weight has {rows} rows but config.json vocab_size is "
+            f"{config['vocab_size']}"
+        )
+    if len(vocab.tokens) != rows:
+        raise HFConvertError(
+            f"{vocab.source}: {len(vocab.tokens)} tokens but the embeddings have {rows} rows (HF ids must map one to "
+            "one onto fairseq ids)"
+        )
+    if dim != config["hidden_size"]:
+        raise HFConvertError(
+            f"{weights}: embeddings have width {dim} but config.json hidden_size is {config['hidden_size']}"
+        )
+    order = torch.tensor(vocab.fairseq_order())
+    out = {f"{ENCODER}embed_tokens.weight": word[order]}
+
+    positions = take("embeddings.position_embeddings.weight")
+    offset = position_offset(config)
+    max_positions = positions.size(0) - offset
+    if max_positions <= 0:
+        raise HFConvertError(f"{weights}: {positions.size(0)} position embeddings, fewer than the offset {offset}")
+    segment0 = state.get("embeddings.token_type_embeddings.weight")
+    used.add("embeddings.token_type_embeddings.weight")
+    segment0 = segment0[0] if segment0 is not None else torch.zeros(dim)
+    fs_positions = torch.zeros(max_positions + 2, dim)
+    fs_positions[2:] = positions[offset:] + segment0
+    if offset >= 2:  # RoBERTa: the rows before the first position (its padding row) carry over as they are
+        fs_positions[:2] = positions[offset - 2 : offset] + segment0
+    out[f"{ENCODER}embed_positions.weight"] = fs_positions
+
+    for hf, fs in encoder_name_map(config["num_hidden_layers"]):
+        out[fs] = take(hf)
+
+    dense, norm, biases, decoder = MLM_HEADS[model_type]
+    has_head = f"{dense}.weight" in state
+    untied = False
+    out[f"{LM_HEAD}weight"] = out[f"{ENCODER}embed_tokens.weight"]  # tied, unless the head says otherwise
+    if has_head:
+        if model_type != "bert" and config.get("hidden_act", "gelu") != "gelu":
+            raise HFConvertError(
+                f"{weights}: the {model_type} MLM head applies gelu but the encoder uses {config['hidden_act']}; "
+                "bio_roberta's head uses the encoder's activation"
+            )
+        for p in ("weight", "bias"):
+            out[f"{LM_HEAD}dense.{p}"] = take(f"{dense}.{p}")
+            out[f"{LM_HEAD}layer_norm.{p}"] = take(f"{norm}.{p}")
+        bias = next((name for name in biases if name in state), biases[0])
+        out[f"{LM_HEAD}bias"] = take(bias)[order]
+        used.update(biases)
+        output = state.get(decoder)
+        used.add(decoder)
+        untied = output is not None and not torch.equal(output, word)
+        if untied:
+            out[f"{LM_HEAD}weight"] = output[order]
+
+    dropped = sorted({what for name in state for prefix, what in OTHER_HEADS.items() if name.startswith(prefix)})
+    used.update(name for name in state if name.startswith(tuple(OTHER_HEADS)))
+    unknown = sorted(set(state) - used)
+    if unknown:
+        raise HFConvertError(f"{weights}: parameter {unknown[0]!r} has no place in bio_roberta ({len(unknown)} such)")
+    return ConvertedModel(out, bio_roberta_options(config, max_positions, untied), has_head, dropped)
+
+
+# ------------------------------------------------------------------------------------------ bio_roberta -> HF
+
+
+@dataclass
+class HFModel:
+    """An HF model ready to be written: config.json fields, parameters, side files, and what was left out."""
+
+    config: Dict
+    state: Dict[str, torch.Tensor]
+    side_files: Dict[str, Dict] = field(default_factory=dict)  # file name -> JSON content
+    dropped: List[str] = field(default_factory=list)  # fairseq parts with no place in the HF model, named
+    warnings: List[str] = field(default_factory=list)  # one line each, printed by the command
+
+
+def roberta_encoder(hub) -> Tuple[HFModel, str, set]:
+    """The encoder of a loaded bio_roberta as HF RoBERTa (post-LN) or RobertaPreLayerNorm (pre-LN with an embedding
+    LayerNorm) base-model parameters: (HFModel, HF class prefix, the fairseq parameter names it took)."""
+    config = roberta_config(hub)
+    model_type = config["model_type"]
+    state = {k: v.detach().float() for k, v in hub.model.state_dict().items()}
+    prefix = model_type.replace("-", "_") + "."  # roberta. / roberta_prelayernorm.
+    hf = {
+        prefix + "embeddings.word_embeddings.weight": state[f"{ENCODER}embed_tokens.weight"],
+        prefix + "embeddings.position_embeddings.weight": state[f"{ENCODER}embed_positions.weight"],
+        prefix + "embeddings.token_type_embeddings.weight": torch.zeros(1, config["hidden_size"]),
+    }
+    names = encoder_name_map(config["num_hidden_layers"], pre_ln=model_type == PRE_LN)
+    hf.update({prefix + hf_name: state[fs_name] for hf_name, fs_name in names})
+    used = {fs for _, fs in names} | {f"{ENCODER}embed_tokens.weight", f"{ENCODER}embed_positions.weight"}
+    return HFModel(config, hf), CLASS_PREFIXES[model_type], used

@@ -1,0 +1,68 @@
+"""Loading a fine-tuned checkpoint for prediction, batching a dataset in length order, and the metrics a criterion
+derives from a logging output (what fairseq-validate logs)."""
+
+import os
+from typing import Optional, Sequence
+
+import torch
+
+from ..errors import BioError
+
+
+class PredictError(BioError):
+    """Bad input or a checkpoint that cannot tag; printed as one line."""
+
+
+TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractive_qa"
+
+
+def load_fine_tuned(
+    checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE, QA)
+):
+    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_bio  # noqa: F401  (registers the plugin)
+
+    from ..tasks.fine_tuning import has_vocab
+
+    if not os.path.exists(checkpoint):
+        raise PredictError(f"{checkpoint}: not found")
+    beside = os.path.dirname(os.path.abspath(checkpoint))
+    overrides = {"vocab": vocab or (beside if has_vocab(beside) else None), "cache_dir": None}
+    overrides = {k: v for k, v in overrides.items() if v is not None or k == "cache_dir"}
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
+    if cfg.task._name not in tasks:
+        raise PredictError(f"{checkpoint}: a {cfg.task._name} checkpoint, not a {' or '.join(tasks)} one")
+    model = models[0].eval()
+    if fp16:
+        model.half()
+    if torch.cuda.is_available() and not cpu:
+        model.cuda()
+    return task, model
+
+
+def batches(dataset, max_tokens: int, max_sentences: int):
+    """Index lists in length order, each within ``max_tokens`` (a longer sentence alone) and ``max_sentences``."""
+    order = dataset.ordered_indices()
+    batch, width = [], 0
+    for i in order:
+        size = int(dataset.sizes[i])
+        if batch and (max(width, size) * (len(batch) + 1) > max_tokens or len(batch) >= max_sentences):
+            yield batch
+            batch, width = [], 0
+        batch.append(int(i))
+        width = max(width, size)
+    if batch:
+        yield batch
+
+
+def criterion_metrics(criterion, logging_output, hidden: Sequence[str] = ()) -> dict:
+    """The corpus-level metrics (percentages) ``criterion`` derives from summed statistics, as fairseq-validate logs
+    them; without the loss, the window count and ``hidden``."""
+    from fairseq import metrics
+
+    with metrics.aggregate(new_root=True) as agg:
+        criterion.reduce_metrics([{"loss": 0.0, "sample_size": 1, **logging_output}])
+        values = agg.get_smoothed_values()
+    return {k: v for k, v in values.items() if k not in ("loss", "windows", *hidden)}
