@@ -22,7 +22,7 @@ from fairseq_bio.outputs import check_output
 from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write
 
-from .bpe import UNK, Encoder, bpe_options, read_chunks  # noqa: F401  (bpe_options, Encoder: importable here too)
+from .bpe import UNK, Encoder, read_chunks
 from .common import PreprocessError, default_workers, ordered_map
 CHUNK_LINES = 4000
 

@@ -18,18 +18,17 @@ class Steps:
     """Runs a step only when its output is missing or was made with other parameters; ``seconds``: how long each
     step that ran took (0 for a reused one)."""
 
-    def __init__(self, workdir: Path, prefix: str = "[demo]"):
+    def __init__(self, workdir: Path):
         self.record = Path(workdir) / "steps.json"
-        self.prefix = prefix
         self.done: Dict[str, Dict] = json.loads(self.record.read_text()) if self.record.exists() else {}
         self.seconds: Dict[str, float] = {}
 
     def run(self, name: str, output: Path, params: Dict, make: Callable[[bool], object]) -> None:
         if self.done.get(name) == params and output.exists():
-            print(f"{self.prefix} {name}: reusing {output}", flush=True)
+            print(f"[demo] {name}: reusing {output}", flush=True)
             self.seconds[name] = 0.0
             return
-        print(f"{self.prefix} {name} -> {output}", flush=True)
+        print(f"[demo] {name} -> {output}", flush=True)
         self.done.pop(name, None)
         self.save()
         start = time.perf_counter()

@@ -37,7 +37,7 @@ from fairseq_bio.data.word_boundaries import require_fastbpe
 from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write, check_destination, make_temp_dir, remove_temp_dir, replace_dir
 
-from .bpe import Encoder, bpe_options, read_chunks  # noqa: F401  (bpe_options: importable here too)
+from .bpe import Encoder, read_chunks
 from .common import PreprocessError, normalize_space
 
 KINDS = ("bytebpe", "sentencepiece", "wordpiece", "fastbpe")

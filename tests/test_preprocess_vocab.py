@@ -7,10 +7,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from preprocess import fetch
+from preprocess.bpe import bpe_options
 from preprocess.common import PreprocessError
 from preprocess.encode import encode_file
 from preprocess.extract import extract
-from preprocess.vocab import bpe_options, learn_vocab
+from preprocess.vocab import learn_vocab
 
 KINDS = ["bytebpe", "sentencepiece", "wordpiece"]
 EXPECTED_BPE_JSON = {
