@@ -75,6 +75,15 @@ def write_text(path, text: str) -> None:
         f.write(text)
 
 
+def write_json(path, obj, indent: int = 2) -> None:
+    """``obj`` as indented JSON with one final newline, atomically."""
+    import json
+
+    with atomic_write(path) as f:
+        json.dump(obj, f, indent=indent)
+        f.write("\n")
+
+
 def make_temp_dir(dest: Path) -> Path:
     """A fresh temp directory beside ``dest`` (same filesystem, so a rename onto ``dest`` is atomic)."""
     dest = Path(dest)

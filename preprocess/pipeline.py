@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, NamedTuple, Optional, Sequence, Union
 
-from fairseq_bio.files import atomic_write
+from fairseq_bio.files import write_json
 
 
 class Steps:
@@ -38,9 +38,7 @@ class Steps:
         self.save()
 
     def save(self) -> None:
-        self.record.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(self.record) as f:
-            json.dump(self.done, f, indent=1)
+        write_json(self.record, self.done, indent=1)
 
 
 class Prepared(NamedTuple):

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
-from ..files import atomic_write
+from ..files import atomic_write, write_json
 from ..inference.predictions import read_predictions
 from ..metrics.blurb import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
 from .datasets import TAGGING
 from .plan import Plan, Run, comma_names
-from .report import aggregate, write_json, write_results
+from .report import aggregate, write_results
 
 # What a run writes; all of it is removed before a run is done again, so nothing of an interrupted attempt is read
 # (test.log: fairseq-validate's, written by runners before the test score came from the predictions alone).
@@ -164,7 +164,7 @@ def execute(run: Run) -> Dict[str, Any]:
         "wall_s": round(time.time() - start, 1),
         "identity": run.identity,
     }
-    write_json(result_path, record)
+    write_json(result_path, record, indent=1)
     return {**record, "status": status}
 
 

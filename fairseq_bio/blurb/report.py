@@ -3,21 +3,13 @@ type the average, the benchmark score (partial when datasets are missing), each 
 flag beside a score at it; results.json, results.md and results.png, each written atomically.
 """
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..files import atomic_write, write_text
+from ..files import atomic_write, write_json, write_text
 from ..metrics.blurb import Benchmark, summarize_runs
 from .datasets import benchmark as benchmark_named
-
-
-def write_json(path: Path, obj: Any) -> None:
-    """``obj`` as indented JSON, written atomically (result.json, results.json)."""
-    with atomic_write(path) as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
 
 
 def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: Dict[str, str]) -> Dict[str, Any]:
@@ -232,6 +224,6 @@ def render_chart(results: Dict[str, Any], path: Path) -> None:
 
 def write_results(out: Path, results: Dict[str, Any]) -> None:
     """results.json, results.md and results.png under ``out``, each written atomically."""
-    write_json(out / "results.json", results)
+    write_json(out / "results.json", results, indent=1)
     write_text(out / "results.md", render_markdown(results))
     render_chart(results, out / "results.png")

@@ -26,10 +26,3 @@ def read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise HFConvertError(f"{path}: line 1: expected a JSON object")
     return data
-
-
-def write_json(path: Path, data: dict) -> None:
-    """``data`` as indented JSON (one final newline) in ``path``."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")

@@ -32,9 +32,9 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from ..data.word_boundaries import require_fastbpe
-from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
+from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
-from .common import HFConvertError, write_json
+from .common import HFConvertError
 from .config import write_config
 from .heads import hf_model
 from .model_card import model_card

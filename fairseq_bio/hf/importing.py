@@ -20,9 +20,9 @@ from typing import Dict, Sequence
 import torch
 
 from ..data.word_boundaries import require_fastbpe
-from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
+from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from .checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, hydra_model_overrides
-from .common import HFConvertError, write_json
+from .common import HFConvertError
 from .config import read_hf_config
 from .tokenizers import FAIRSEQ_ROLES, MASK
 from .verify import CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_with_hf

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .common import HFConvertError, write_json
+from ..files import write_json
+from .common import HFConvertError
 
 # fairseq's Dictionary holds these at ids 0-3 and the masked-LM task appends <mask>.
 FAIRSEQ_ROLES = ("<s>", "<pad>", "</s>", "<unk>")

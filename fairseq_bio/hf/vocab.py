@@ -10,7 +10,8 @@ from typing import Dict, List
 
 import torch
 
-from .common import HFConvertError, read_json, write_json
+from ..files import write_json
+from .common import HFConvertError, read_json
 from .tokenizers import (
     BERT_SPECIALS,
     END_OF_WORD,
