@@ -1,10 +1,11 @@
-"""Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles and plain-text folders.
+"""Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles, plain-text folders and MIMIC-III notes.
 
 Output (``train.txt`` and ``valid.txt`` in the output directory): per document the title line, then the
 abstract (then, for PMC, the body paragraphs), one sentence per line, documents separated by exactly one
 blank line -- the layout fairseq's ``sample_break_mode=complete_doc`` expects.
 
-Inputs are files or directories (searched recursively for ``*.xml``, ``*.xml.gz``, ``*.nxml``, ``*.txt``):
+Inputs are files or directories (searched recursively for ``*.xml``, ``*.xml.gz``, ``*.nxml``, ``*.txt`` and
+MIMIC-III's ``NOTEEVENTS*.csv[.gz]``):
 
 - MEDLINE/PubMed baseline and update files (root ``<PubmedArticleSet>``, plain or gzipped). Each
   ``<PubmedArticle>`` is parsed with pubmed_parser's own record parser (``parse_article_info``, what
@@ -16,6 +17,12 @@ Inputs are files or directories (searched recursively for ``*.xml``, ``*.xml.gz`
   ``parse_pubmed_paragraph`` for the body paragraphs.
 - Plain text (``*.txt``, e.g. clinical notes): each block of non-blank lines is a document, each line
   a paragraph (lines are never joined, so headings and list items stay separate).
+- MIMIC-III clinical notes (``NOTEEVENTS.csv``/``.csv.gz``, or any CSV with its header; see ``mimic``): one
+  document per row, id ``mimic:<ROW_ID>``, no title, paragraphs split on blank lines with the hard-wrapped lines
+  joined. ``--note-categories`` keeps some categories, ``--deid-placeholders`` keeps, types or drops the
+  ``[**...**]`` placeholders; rows marked ``ISERROR`` are skipped. ``stats.notes`` counts rows read, kept and
+  skipped. A malformed row is an error of its file: one line naming the file, line and column (or, with
+  ``--skip-bad-files``, the file is skipped and listed like any other bad file).
 
 Files are processed in name order (by base name); when an id (PMID, PMCID) occurs more than once, the
 record in the file that sorts last (within a file: the later record) wins, as in MEDLINE's update
@@ -42,6 +49,7 @@ from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write
 
 from .common import PreprocessError
+from .mimic import DEID_MODES, NOTES_SUFFIXES, NoteOptions, NoteStats, note_options
 from .sources import Deletion, Document, InputFile, Stripe, describe_error, find_input_files, iter_records
 
 # Per-record status codes kept for the merge pass.
@@ -71,6 +79,7 @@ class ExtractStats:
     words: int = 0  # whitespace-separated words written, titles included
     skipped_files: List[str] = dataclasses.field(default_factory=list)
     files_without_abstracts: List[str] = dataclasses.field(default_factory=list)
+    notes: NoteStats = dataclasses.field(default_factory=NoteStats)  # MIMIC-III NOTEEVENTS rows (of good files)
     input_mb: float = 0.0  # bytes read from disk (compressed size for .gz)
     xml_mb: float = 0.0  # uncompressed XML/text bytes parsed
     seconds: float = 0.0
@@ -84,8 +93,14 @@ class ExtractStats:
 
     def summary(self) -> str:
         """Human-readable multi-line summary."""
-        skip = {"skipped_files", "files_without_abstracts"}
+        skip = {"skipped_files", "files_without_abstracts", "notes"}
         lines = [f"{f.name}: {getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in skip]
+        if self.notes.read:
+            n = self.notes
+            lines.append(
+                f"notes: {n.read} read, {n.kept} kept, {n.skipped_category} skipped by category, "
+                f"{n.skipped_iserror} skipped as ISERROR"
+            )
         lines += [f"skipped file: {entry}" for entry in self.skipped_files]
         lines += [f"file without abstracts: {name}" for name in self.files_without_abstracts]
         return "\n".join(lines)
@@ -121,6 +136,7 @@ class _Task(NamedTuple):
     max_docs: Optional[int]
     min_words: int
     valid_fraction: float
+    notes: NoteOptions
 
 
 @dataclasses.dataclass
@@ -138,6 +154,7 @@ class _FileResult:
     valid: np.ndarray = None  # bool
     sentences: np.ndarray = None  # int32 lines written
     words: np.ndarray = None  # int32 words written
+    notes: NoteStats = dataclasses.field(default_factory=NoteStats)  # rows of this stripe, for NOTEEVENTS files
 
 
 _SPLITTER: Optional[SentenceSplitter] = None
@@ -155,7 +172,8 @@ def _process_file(task: _Task) -> _FileResult:
     readers: list = []
     try:
         with open(task.shard, "w", encoding="utf-8", newline="\n") as out:
-            for position, record in iter_records(task.source, task.max_docs, task.stripe, readers):
+            records = iter_records(task.source, task.max_docs, task.stripe, readers, task.notes, result.notes)
+            for position, record in records:
                 key = _dedupe_key(record.doc_id)
                 if isinstance(record, Deletion):
                     rows.append((position, key, DELETED, False, 0, 0))
@@ -194,11 +212,11 @@ def _process_file(task: _Task) -> _FileResult:
     return result
 
 
-def _training_paragraphs(files: Sequence[InputFile], max_docs: Optional[int]) -> Iterator[str]:
+def _training_paragraphs(files: Sequence[InputFile], max_docs: Optional[int], notes: NoteOptions) -> Iterator[str]:
     """Abstract/body paragraphs in file order, for training Punkt; bad files are left to the main pass."""
     for source in files:
         try:
-            for _, record in iter_records(source, max_docs):
+            for _, record in iter_records(source, max_docs, notes=notes):
                 if isinstance(record, Document):
                     yield from (p for p in record.paragraphs if p.strip())
         except Exception as e:
@@ -319,8 +337,10 @@ def _make_tasks(files: List[InputFile], tmp: Path, workers: int, **options) -> L
     share = max(1, sum(sizes) // (4 * workers))
     tasks = []
     for i, (source, size) in enumerate(zip(files, sizes)):
-        xml = source.path.name.endswith((".xml", ".xml.gz"))  # MEDLINE-sized; PMC .nxml are small
-        count = min(workers, -(-size // share)) if workers > 1 and xml else 1
+        # MEDLINE files and NOTEEVENTS are large (PMC .nxml are small): every stripe parses the whole file but
+        # sentence-splits only its own records.
+        large = source.path.name.endswith((".xml", ".xml.gz")) or source.path.name.lower().endswith(NOTES_SUFFIXES)
+        count = min(workers, -(-size // share)) if workers > 1 and large else 1
         for j in range(max(1, count)):
             tasks.append(_Task(i, source, Stripe(j, max(1, count)), tmp / f"shard{i:07d}-{j:03d}.txt", **options))
     return tasks
@@ -336,11 +356,15 @@ def extract(
     workers: int = 1,
     skip_bad_files: bool = False,
     sentence_training_texts: int = DEFAULT_TRAINING_TEXTS,
+    note_categories: Union[None, str, Sequence[str]] = None,
+    deid_placeholders: str = "normalise",
     progress: bool = True,
 ) -> ExtractStats:
     """Extract ``inputs`` into ``out_dir/train.txt``, ``valid.txt`` and ``extract_stats.json``.
 
-    Raises PreprocessError (one line naming the file) for a bad input file unless ``skip_bad_files``.
+    ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders`` (one of
+    ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line naming the file) for a bad
+    input file unless ``skip_bad_files``.
     """
     from tqdm import tqdm
 
@@ -352,6 +376,10 @@ def extract(
         raise PreprocessError("--max-docs-per-file must be >= 1")
     if workers < 1:
         raise PreprocessError("--workers must be >= 1")
+    try:
+        notes = note_options(note_categories, deid_placeholders)
+    except ValueError as e:
+        raise PreprocessError(str(e)) from None
     start = time.time()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -359,7 +387,7 @@ def extract(
     if not files:
         raise PreprocessError(f"no input files found in {', '.join(map(str, inputs))}")
 
-    splitter = SentenceSplitter.train(_training_paragraphs(files, max_docs_per_file), sentence_training_texts)
+    splitter = SentenceSplitter.train(_training_paragraphs(files, max_docs_per_file, notes), sentence_training_texts)
     stats = ExtractStats(
         min_words=min_words,
         valid_fraction=valid_fraction,
@@ -367,9 +395,13 @@ def extract(
         workers=workers,
         train_path=str(out_dir / "train.txt"),
         valid_path=str(out_dir / "valid.txt"),
+        notes=NoteStats(
+            category_filter=list(notes.categories) if notes.categories is not None else None,
+            deid_placeholders=notes.deid,
+        ),
     )
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".extract-") as tmp:
-        options = dict(max_docs=max_docs_per_file, min_words=min_words, valid_fraction=valid_fraction)
+        options = dict(max_docs=max_docs_per_file, min_words=min_words, valid_fraction=valid_fraction, notes=notes)
         tasks = _make_tasks(files, Path(tmp), workers, **options)
         # Largest pieces first keeps the workers busy; results are put back in file order afterwards.
         queue = sorted(tasks, key=lambda t: -_size(t.source.path) / t.stripe.count)
@@ -394,6 +426,8 @@ def extract(
             good.append(_interleave(parts))
             stats.documents += sum(r.documents for r in parts)
             stats.with_abstract += sum(r.with_abstract for r in parts)
+            for r in parts:
+                stats.notes.add(r.notes)
             stats.xml_mb += sum(r.xml_bytes for r in parts) / parts[0].task.stripe.count / 1e6
             stats.input_mb += _size(source.path) / 1e6
             if sum(r.with_abstract for r in parts) == 0:
@@ -405,12 +439,25 @@ def extract(
         _merge(good, out_dir, stats)
     for name in stats.files_without_abstracts:
         print(f"extract: warning: {name}: no abstracts", file=sys.stderr)
+    _warn_unmatched_categories(stats.notes)
     stats.seconds = round(time.time() - start, 3)
     stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
     with atomic_write(out_dir / "extract_stats.json") as f:
         json.dump(dataclasses.asdict(stats), f, indent=2)
         f.write("\n")
     return stats
+
+
+def _warn_unmatched_categories(notes: NoteStats) -> None:
+    """A --note-categories name no note read has (a typo, or a category spelled otherwise) is worth a warning."""
+    if not notes.read or notes.category_filter is None:
+        return
+    seen = {name.casefold() for name in notes.categories}
+    for name in notes.category_filter:
+        if name.casefold() not in seen:
+            known = ", ".join(sorted(notes.categories))
+            message = f"extract: warning: --note-categories: no note has category {name!r} (found: {known})"
+            print(message, file=sys.stderr)
 
 
 def _collect(stream, results: List[List[_FileResult]], bar, skip_bad_files: bool) -> None:
@@ -427,9 +474,14 @@ def cli_main(argv=None) -> None:
     def main(argv):
         parser = argparse.ArgumentParser(
             prog="fairseq-bio-extract",
-            description="Extract one-sentence-per-line pretraining text from MEDLINE XML, PMC .nxml and .txt.",
+            description="Extract one-sentence-per-line pretraining text from MEDLINE XML, PMC .nxml, .txt and "
+            "MIMIC-III NOTEEVENTS.csv.",
         )
-        parser.add_argument("inputs", nargs="+", help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt)")
+        parser.add_argument(
+            "inputs",
+            nargs="+",
+            help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
+        )
         parser.add_argument("--out", required=True, help="output directory (train.txt, valid.txt, extract_stats.json)")
         parser.add_argument(
             "--min-words",
@@ -463,6 +515,19 @@ def cli_main(argv=None) -> None:
             default=DEFAULT_TRAINING_TEXTS,
             help="paragraphs used to train the Punkt sentence splitter",
         )
+        parser.add_argument(
+            "--note-categories",
+            default=None,
+            help="MIMIC-III notes: keep these CATEGORY values only, comma-separated, e.g. "
+            '"Discharge summary,Radiology" (matched ignoring case and surrounding spaces; default: all)',
+        )
+        parser.add_argument(
+            "--deid-placeholders",
+            choices=DEID_MODES,
+            default="normalise",
+            help="MIMIC-III notes: keep [**...**] placeholders as they are, normalise them to typed tokens "
+            "([NAME], [DATE], [HOSPITAL], ...), or drop them",
+        )
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         args = parser.parse_args(argv)
         stats = extract(
@@ -474,6 +539,8 @@ def cli_main(argv=None) -> None:
             workers=args.workers,
             skip_bad_files=args.skip_bad_files,
             sentence_training_texts=args.sentence_training_texts,
+            note_categories=args.note_categories,
+            deid_placeholders=args.deid_placeholders,
             progress=not args.no_progress,
         )
         print(stats.summary())

@@ -1,8 +1,10 @@
-"""The corpus inputs fairseq-bio-extract reads, as records: MEDLINE/PubMed XML, PMC articles, plain text.
+"""The corpus inputs fairseq-bio-extract reads, as records: MEDLINE/PubMed XML, PMC articles, plain text,
+MIMIC-III clinical notes (``NOTEEVENTS.csv``, parsed in ``mimic``).
 
 ``find_input_files`` lists what a path names (directories searched for ``*.xml``, ``*.xml.gz``, ``*.nxml``,
-``*.txt``); ``iter_records`` yields each file's ``Document`` records (and, for MEDLINE update files, ``Deletion``
-records); ``describe_error`` turns a parser's exception into one line. See ``extract`` for what is done with them.
+``*.txt``, and ``*.csv``/``*.csv.gz`` named ``NOTEEVENTS*`` or with its header); ``iter_records`` yields each
+file's ``Document`` records (and, for MEDLINE update files, ``Deletion`` records); ``describe_error`` turns a
+parser's exception into one line. See ``extract`` for what is done with them.
 """
 
 import gzip
@@ -11,6 +13,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
 
+from .mimic import NOTES_SUFFIXES, NoteOptions, NotesError, NoteStats, is_notes_header, is_notes_name, iter_notes
 
 XML_SUFFIXES = (".xml", ".xml.gz", ".nxml")
 TEXT_SUFFIXES = (".txt",)
@@ -25,7 +28,7 @@ class InputFile(NamedTuple):
 
 
 class Document(NamedTuple):
-    doc_id: str  # "pmid:123", "pmc:456", "txt:notes/a.txt#0", "file:<rel>#<n>"
+    doc_id: str  # "pmid:123", "pmc:456", "mimic:174" (ROW_ID), "txt:notes/a.txt#0", "file:<rel>#<n>"
     title: str
     paragraphs: List[str]
 
@@ -51,7 +54,7 @@ def find_input_files(inputs: Sequence[Union[str, os.PathLike]], exclude: Optiona
         if root.is_dir():
             for path in root.rglob("*"):
                 name = path.name
-                if name.startswith(".") or not path.is_file() or not name.endswith(XML_SUFFIXES + TEXT_SUFFIXES):
+                if name.startswith(".") or not path.is_file() or not _is_corpus_file(path):
                     continue
                 if exclude is not None and path.resolve().parent == exclude:
                     continue  # never read our own train.txt/valid.txt back in
@@ -60,6 +63,21 @@ def find_input_files(inputs: Sequence[Union[str, os.PathLike]], exclude: Optiona
             # Missing or odd files are kept: processing reports them (or counts them with --skip-bad-files).
             found.append(InputFile(root, str(root), root.name))
     return sorted(set(found), key=lambda f: (f.path.name, str(f.path)))
+
+
+def _is_corpus_file(path: Path) -> bool:
+    """Whether a directory search reads ``path``: other CSV files (MIMIC's other tables) are left alone."""
+    if path.name.endswith(XML_SUFFIXES + TEXT_SUFFIXES):
+        return True
+    return path.name.lower().endswith(NOTES_SUFFIXES) and (is_notes_name(path.name) or _has_notes_header(path))
+
+
+def _has_notes_header(path: Path) -> bool:
+    try:
+        with _open_binary(path) as f:
+            return is_notes_header(f.readline(1 << 16).decode("utf-8", errors="replace"))
+    except (OSError, EOFError, zlib.error, _InputError):
+        return False  # not readable: not something a directory search should report
 
 
 class _CountingReader:
@@ -207,18 +225,31 @@ def _iter_text(source: InputFile, readers: list) -> Iterator:
             yield Document(f"txt:{source.rel}#{index}", "", lines)
 
 
+def _iter_notes(source: InputFile, max_docs, stripe: Stripe, readers: list, options: NoteOptions, stats) -> Iterator:
+    with _open_binary(source.path) as f:
+        for position, note in iter_notes(f, options, stripe, max_docs, stats, readers):
+            # No title: a category line ("Radiology") repeated over millions of notes would teach the model nothing.
+            yield position, Document(f"mimic:{note.row_id}", "", note.paragraphs)
+
+
 def iter_records(
     source: InputFile,
     max_docs: Optional[int] = None,
     stripe: Stripe = Stripe(),
     readers: Optional[list] = None,
+    notes: NoteOptions = NoteOptions(),
+    note_stats: Optional[NoteStats] = None,
 ) -> Iterator:
     """``(position, record)`` for the Documents and Deletions of one file, in file order.
 
-    Raises ``_InputError`` (or an lxml/gzip/OS error, see ``describe_error``) for bad input.
+    ``notes`` filters and cleans MIMIC-III notes; ``note_stats`` counts their rows. Raises ``_InputError`` (or a
+    ``NotesError``, an lxml/gzip/OS error, see ``describe_error``) for bad input.
     """
     readers = readers if readers is not None else []
     name = source.path.name
+    if name.lower().endswith(NOTES_SUFFIXES):
+        yield from _iter_notes(source, max_docs, stripe, readers, notes, note_stats)
+        return
     if name.endswith(XML_SUFFIXES):
         root = _root_tag(source.path)
         if root == MEDLINE_ROOT:
@@ -236,7 +267,8 @@ def iter_records(
         records = _iter_text(source, readers)
     else:
         _open_binary(source.path).close()  # missing/empty files get their own message
-        raise _InputError(f"unsupported file type (expected {', '.join(XML_SUFFIXES + TEXT_SUFFIXES)})")
+        expected = ", ".join(XML_SUFFIXES + TEXT_SUFFIXES)
+        raise _InputError(f"unsupported file type (expected {expected}, or MIMIC-III NOTEEVENTS .csv/.csv.gz)")
     for position, record in enumerate(records):
         if max_docs is not None and position >= max_docs:
             break
@@ -248,7 +280,7 @@ def describe_error(exc: BaseException) -> Optional[str]:
     """One-line description of a file-level input error, or None for errors that are bugs."""
     from lxml import etree
 
-    if isinstance(exc, _InputError):
+    if isinstance(exc, (_InputError, NotesError)):
         return str(exc)
     if isinstance(exc, etree.XMLSyntaxError):
         return f"line {exc.lineno}: not well-formed XML ({exc.msg})"
