@@ -48,6 +48,30 @@ VOCAB_MARKERS = ("bpe.json",)
 FASTBPE_CODES = "codes"
 END_OF_WORD = "</w>"  # subword-nmt's and fastBPE's end-of-word marker in codes
 FAIRSEQ_SYMBOLS = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"}
+# The seed papers' vocabularies (--preset): what each learned, and where the paper says so.
+PRESETS = {
+    # PubMedBERT (seed 001 sec. 6.1): uncased WordPiece from PubMed; 30,522 entries as BERT's and the released model's
+    "pubmedbert": dict(kind="wordpiece", vocab_size=30522, cased=False),
+    # bio-lm (seed 000 sec. 4.1): byte-level BPE learned on the pretraining corpus, 50k units as RoBERTa's
+    "biolm": dict(kind="bytebpe", vocab_size=50000, cased=False),
+    # BioMegatron (seed 002 sec. 3, Table 3): SentencePiece on PubMed, 30k or 50k pieces, cased (SentencePiece keeps
+    # case; `cased` is WordPiece's option)
+    "biomegatron-30k": dict(kind="sentencepiece", vocab_size=30000, cased=False),
+    "biomegatron-50k": dict(kind="sentencepiece", vocab_size=50000, cased=False),
+}
+
+
+def preset_options(preset: str, kind: Optional[str], vocab_size: Optional[int], cased: bool) -> Dict:
+    """``PRESETS[preset]`` with the options given beside it checked against it (one-line error on a conflict)."""
+    if preset not in PRESETS:
+        raise PreprocessError(f"unknown --preset {preset!r} (choose from {', '.join(PRESETS)})")
+    options = PRESETS[preset]
+    given = {"kind": kind, "vocab_size": vocab_size, "cased": cased or None}
+    for key, value in given.items():
+        if value is not None and value != options[key]:
+            raise PreprocessError(f"--preset {preset} sets {key}={options[key]}; --{key.replace('_', '-')} {value} "
+                                  "contradicts it (give one or the other)")  # fmt: skip
+    return dict(options)
 
 
 def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[str]:
@@ -299,7 +323,10 @@ def cli_main(argv=None) -> None:
         parser = argparse.ArgumentParser(prog="fairseq-bio-vocab", description="Learn a vocabulary for fairseq.")
         parser.add_argument("--train", required=True, help="training text (train.txt from fairseq-bio-extract)")
         parser.add_argument("--out", required=True, help="output vocabulary directory (must not exist)")
-        parser.add_argument("--kind", choices=KINDS, default="bytebpe", help="tokenizer kind")
+        parser.add_argument("--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)")
+        parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                            help="a seed paper's vocabulary: pubmedbert (uncased WordPiece 30,522), biolm (byte BPE "
+                            "50k), biomegatron-30k / -50k (cased SentencePiece)")  # fmt: skip
         parser.add_argument(
             "--vocab-size",
             type=int,
@@ -326,14 +353,15 @@ def cli_main(argv=None) -> None:
         )
         parser.add_argument("--overwrite", action="store_true", help="replace an existing vocabulary directory")
         args = parser.parse_args(argv)
+        options = dict(kind=args.kind or "bytebpe", vocab_size=args.vocab_size, cased=args.cased)
+        if args.preset:
+            options = preset_options(args.preset, args.kind, args.vocab_size, args.cased)
         out = learn_vocab(
             args.train,
             args.out,
-            kind=args.kind,
-            vocab_size=args.vocab_size,
+            **options,
             min_frequency=args.min_frequency,
             spm_type=args.spm_type,
-            cased=args.cased,
             sample_lines=args.sample_lines,
             overwrite=args.overwrite,
         )

@@ -2,17 +2,15 @@
 them, take the cluster from FAIRSEQ_BIO_SLURM_* variables (never a hard-coded name), and give submitit's real SLURM
 executor the sbatch script we mean; every fairseq-hydra-train command in examples/ composes (docs cannot rot)."""
 
-import itertools
 import re
 import shlex
-import warnings
 
 import pytest
 import yaml
 from conftest import REPO
-from omegaconf import OmegaConf, open_dict
+from hydra_compose import CONFIG_DIR, composer, job_config
+from omegaconf import OmegaConf
 
-CONFIG_DIR = REPO / "hydra_configs"
 ENV = ("PARTITION", "ACCOUNT", "QOS", "CONSTRAINT", "GRES", "CPUS_PER_TASK", "MEM_GB", "TIMEOUT_MIN", "LOG_DIR", "PORT")
 SHAPES = {"slurm_1x1": (1, 1), "slurm_1x8": (1, 8), "slurm_2x8": (2, 8), "slurm_4x8": (4, 8)}
 # What each config needs from the user (its ??? values).
@@ -27,25 +25,7 @@ REQUIRED = {
 
 @pytest.fixture(scope="module")
 def compose():
-    """``compose(name, overrides) -> cfg`` with hydra's own node, as fairseq-hydra-train composes (schema by name)."""
-    from fairseq.dataclass.initialize import hydra_init
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    cache, schemas = {}, set()
-
-    def composed(name, overrides):
-        key = (name, tuple(overrides))
-        if key not in cache:  # a compose costs ~0.3 s here (hydra deep-copies fairseq's schema)
-            if name not in schemas:
-                hydra_init(name)
-                schemas.add(name)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", "(?s).*is validated against ConfigStore schema")
-                cache[key] = hydra_compose(name, overrides=list(overrides), return_hydra_config=True)
-        return cache[key].copy()
-
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
+    with composer() as composed:
         yield composed
 
 
@@ -83,19 +63,6 @@ def sbatch_script(params, srun_dir, monkeypatch):
                                   if k not in ("submitit_folder", "max_num_timeout")})  # fmt: skip
     slurm = executor._executor
     return slurm._make_submission_file_text(slurm._submitit_command_str, "uid")
-
-
-def job_config(cfg):
-    """The training config as the job resolves it (fairseq-hydra-train's _hydra_main), hydra's node left out."""
-    from fairseq.dataclass.initialize import add_defaults
-
-    import fairseq_bio  # noqa: F401  (the plugin's dataclasses, for add_defaults)
-
-    cfg = cfg.copy()  # typed by fairseq's schema, as the job gets it: values from the environment are converted
-    with open_dict(cfg):
-        del cfg["hydra"]
-    add_defaults(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True))
 
 
 @pytest.mark.parametrize("name", sorted(REQUIRED))

@@ -189,3 +189,23 @@ def test_existing_vocab_needs_overwrite(corpus, tmp_path):
     learn_vocab(corpus / "train.txt", tmp_path / "v", vocab_size=500, overwrite=True)
     assert len(json.loads((tmp_path / "v" / "encoder.json").read_text())) == 500
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v"]
+
+
+def test_pubmedbert_preset_learns_an_uncased_wordpiece_of_its_size(corpus, tmp_path):
+    """--preset pubmedbert: seed 001's uncased WordPiece, as large as the corpus allows up to 30,522 entries; an
+    option given beside a preset that contradicts it is refused in one line, before anything is written."""
+    from conftest import REPO, run_cli
+
+    out = tmp_path / "pubmedbert"
+    run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--train", corpus / "train.txt", "--out", out], cwd=REPO)
+    info = json.loads((out / "vocab_info.json").read_text())
+    assert info["kind"] == "wordpiece" and info["vocab_size"] == 30522
+    assert json.loads((out / "bpe.json").read_text())["bpe_cased"] is False
+    pieces = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    words = [p for p in pieces if not (p.startswith("[") and p.endswith("]"))]  # [CLS], [PAD], ...
+    assert len(words) > 1000 and all(p == p.lower() for p in words)  # uncased
+    bad = run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--kind", "bytebpe", "--train", corpus / "train.txt",
+                   "--out", tmp_path / "bad"], cwd=REPO, check=False)  # fmt: skip
+    assert bad.returncode != 0 and not (tmp_path / "bad").exists()
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--preset pubmedbert sets kind=wordpiece" in lines[0], bad.stderr

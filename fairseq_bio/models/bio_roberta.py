@@ -36,7 +36,22 @@ ARCHITECTURES = {
     "bio_roberta_large": dict(
         encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
     ),
+    # BioMegatron (seed 002, sec. 3): Megatron-LM's BERT, pre-LayerNorm, in three sizes. 345m: 24 x 1024, 16 heads
+    # (NVIDIA's released BioMegatron345m). 1.2b: the general Megatron-LM BERT it continued, 24 x 2048, 32 heads
+    # (1.21B in the layers + 62M embeddings with BERT's 30,522 uncased pieces). 800m: the paper gives no shape;
+    # ours is 36 x 1280, 20 heads (64 per head like the others): 0.71B in the layers + 64M embeddings at 50k.
+    "bio_megatron_345m": dict(
+        encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
+    ),
+    "bio_megatron_800m": dict(
+        encoder_layers=36, encoder_embed_dim=1280, encoder_ffn_embed_dim=5120, encoder_attention_heads=20
+    ),
+    "bio_megatron_1_2b": dict(
+        encoder_layers=24, encoder_embed_dim=2048, encoder_ffn_embed_dim=8192, encoder_attention_heads=32
+    ),
 }
+# Architectures that are pre-LayerNorm by definition: the name sets model.encoder_normalize_before.
+PRE_LN_ARCHITECTURES = ("bio_megatron_345m", "bio_megatron_800m", "bio_megatron_1_2b")
 DEFAULT_ARCHITECTURE = "bio_roberta_base"
 
 
@@ -123,7 +138,9 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
     for key, value in sizes.items():
         if getattr(cfg, key, None) is None:
             setattr(cfg, key, value)
-    if getattr(cfg, "encoder_normalize_before", None) is None:
+    if name in PRE_LN_ARCHITECTURES:
+        cfg.encoder_normalize_before = True
+    elif getattr(cfg, "encoder_normalize_before", None) is None:
         cfg.encoder_normalize_before = False
     if getattr(cfg, "layernorm_embedding", None) is None:
         cfg.layernorm_embedding = not cfg.encoder_normalize_before

@@ -1,0 +1,153 @@
+"""Each seed paper's pretraining recipe composes to the values its paper gives, value by value, with the section that
+gives it (and the values a paper leaves open are the ones its header says it took from elsewhere)."""
+
+import pytest
+import torch
+from helpers import DictionaryTask, make_dictionary, model_args
+from hydra_compose import composer, job_config
+
+import fairseq_bio  # noqa: F401  (registers the architectures)
+from fairseq_bio.models.bio_electra import ARCHITECTURES as ELECTRA_SIZES
+from fairseq_bio.models.bio_roberta import PRE_LN_ARCHITECTURES, BioRobertaModel
+
+REQUIRED = {"_512": ["checkpoint.restore_file=/phase1/checkpoint_last.pt"]}
+
+# (config, dotted key, expected, source). "sequences" is batch_size x update_freq on one GPU.
+TABLE = [
+    # bio-lm, Lewis et al. 2020 (seed 000)
+    ("bio_roberta_base", "task.tokens_per_sample", 512, "000 sec. 5.1: input sequences of 512 tokens"),
+    ("bio_roberta_base", "task.mask_prob", 0.15, "000 sec. 5.1: 15 % masked"),
+    ("bio_roberta_base", "task.mask_whole_words", False, "000 sec. 5.1: RoBERTa's token masking"),
+    ("bio_roberta_base", "task.mask_prob_schedule", "", "000 sec. 5.1: a constant rate"),
+    ("bio_roberta_base", "sequences", 8192, "000 sec. 5.1: batches of 8,192 sequences"),
+    ("bio_roberta_base", "optimizer.adam_betas", "(0.9,0.98)", "000 sec. 5.1: AdamW beta1 0.9, beta2 0.98"),
+    ("bio_roberta_base", "optimizer.adam_eps", 1e-6, "000 sec. 5.1: eps 1e-6"),
+    ("bio_roberta_base", "optimizer.weight_decay", 0.01, "000 sec. 5.1: weight decay 0.01"),
+    ("bio_roberta_base", "model.dropout", 0.1, "000 sec. 5.1: dropout 0.1"),
+    ("bio_roberta_base", "optimization.max_update", 500000, "000 sec. 5.1: 500k steps"),
+    ("bio_roberta_base", "lr_scheduler.warmup_updates", 25000, "000 sec. 5.1: warm-up over the first 5 %"),
+    ("bio_roberta_base", "lr_scheduler.end_learning_rate", 0.0, "000 sec. 5.1: linear decay to 0"),
+    ("bio_roberta_base", "optimization.lr", [6e-4], "000 sec. 5.1: 6e-4 for base models"),
+    ("bio_roberta_base", "common.fp16", True, "000 sec. 5.1: mixed precision"),
+    ("bio_roberta_large", "optimization.lr", [4e-4], "000 sec. 5.1: 4e-4 for large models"),
+    ("bio_roberta_large", "task.mask_whole_words", False, "000 sec. 5.1"),
+    # BioELECTRA, Kanakarajan et al. 2021 (seed 003)
+    ("bio_electra_base", "task.mask_prob", 0.15, "003 Table 5: mask percent 15"),
+    ("bio_electra_base", "task.mask_whole_words", False, "003 App. A: the original ELECTRA code (token masking)"),
+    ("bio_electra_base", "task.tokens_per_sample", 128, "003 App. A: phase 1 on 128 tokens"),
+    ("bio_electra_base", "optimization.max_update", 900000, "003 App. A: 90 % of the 1M steps"),
+    ("bio_electra_base", "lr_scheduler.total_num_update", 1000000, "003 Table 5: 1M train steps"),
+    ("bio_electra_base", "lr_scheduler.warmup_updates", 10000, "003 Table 5: warm-up 10,000"),
+    ("bio_electra_base", "optimization.lr", [2e-4], "003 Table 5: learning rate 2e-4"),
+    ("bio_electra_base", "optimizer.adam_eps", 1e-6, "003 Table 5: Adam eps 1e-6"),
+    ("bio_electra_base", "optimizer.adam_betas", "(0.9,0.999)", "003 Table 5: beta1 0.9, beta2 0.999"),
+    ("bio_electra_base", "optimizer.weight_decay", 0.01, "003 Table 5: weight decay 0.01"),
+    ("bio_electra_base", "model.attention_dropout", 0.1, "003 Table 5: attention dropout 0.1"),
+    ("bio_electra_base", "sequences", 512, "003 Table 5: batch size 512"),
+    ("bio_electra_base_512", "task.tokens_per_sample", 512, "003 App. A: phase 2 on 512 tokens"),
+    ("bio_electra_base_512", "optimization.max_update", 1000000, "003 App. A: the last 10 %"),
+    ("bio_electra_base_512", "task.mask_whole_words", False, "003 App. A"),
+    # PubMedBERT, Gu et al. 2020 (seed 001)
+    ("bio_pubmedbert", "task.mask_whole_words", True, "001 sec. 6.1: whole-word masking"),
+    ("bio_pubmedbert", "task.mask_prob", 0.15, "001 sec. 6.1: masking rate of 15 %"),
+    ("bio_pubmedbert", "task.mask_prob_schedule", "", "001 sec. 6.1: a constant rate (sec. 2.3's rise is [36]'s)"),
+    ("bio_pubmedbert", "optimization.lr", [6e-4], "001 sec. 6.1: peak rate 6e-4"),
+    ("bio_pubmedbert", "lr_scheduler.warmup_updates", 6250, "001 sec. 6.1: warm-up in the first 10 % of steps"),
+    ("bio_pubmedbert", "lr_scheduler.total_num_update", 62500, "001 sec. 6.1: 62,500 steps"),
+    ("bio_pubmedbert", "lr_scheduler.end_learning_rate", 0.0, "001 sec. 6.1: decays linearly to zero"),
+    ("bio_pubmedbert", "sequences", 8192, "001 sec. 6.1: batch size of 8,192"),
+    ("bio_pubmedbert", "model._name", "bio_roberta_base", "001 sec. 6.1: BERT-base (Table 5 compares base models)"),
+    ("bio_pubmedbert", "model.layer_norm_eps", 1e-12, "BERT's, which PubMedBERT is (the released config)"),
+    ("bio_pubmedbert", "task.tokens_per_sample", 128, "NVIDIA's BERT recipe (001 footnote 5): phase 1 on 128"),
+    ("bio_pubmedbert", "optimization.max_update", 56250, "NVIDIA's BERT recipe: 90 % of the steps in phase 1"),
+    ("bio_pubmedbert_512", "task.tokens_per_sample", 512, "NVIDIA's BERT recipe: phase 2 on 512"),
+    ("bio_pubmedbert_512", "optimization.max_update", 62500, "001 sec. 6.1: 62,500 steps in all"),
+    ("bio_pubmedbert_512", "sequences", 8192, "001 sec. 6.1"),
+    ("bio_pubmedbert_512", "task.mask_whole_words", True, "001 sec. 6.1"),
+    # BioMegatron, Shin et al. 2020 (seed 002); optimisation from Megatron-LM, the code sec. 3 names
+    *[(f"bio_megatron_{size}", "model._name", f"bio_megatron_{size}", "002 sec. 3: 345m, 800m and 1.2b")
+      for size in ("345m", "800m", "1_2b")],
+    *[(f"bio_megatron_{size}", "model.encoder_normalize_before", True, "002 sec. 3: pre-LayerNorm (Megatron-LM's)")
+      for size in ("345m", "800m", "1_2b")],
+    ("bio_megatron_345m", "task.tokens_per_sample", 512, "Megatron-LM BERT: sequence length 512"),
+    ("bio_megatron_345m", "sequences", 1024, "Megatron-LM BERT: batch size 1,024"),
+    ("bio_megatron_345m", "optimization.lr", [1e-4], "Megatron-LM BERT: lr 1e-4"),
+    ("bio_megatron_345m", "lr_scheduler.warmup_updates", 10000, "Megatron-LM BERT: warm-up 10,000 iterations"),
+    ("bio_megatron_345m", "optimization.max_update", 2000000, "Megatron-LM BERT: 2M iterations"),
+    ("bio_megatron_1_2b", "sequences", 1024, "Megatron-LM BERT"),
+    ("bio_megatron_800m", "task.mask_whole_words", False, "Megatron-LM BERT masks tokens"),
+]  # fmt: skip
+
+# Sizes (layers, width, FFN, heads) and, for the vocabulary the paper used, the parameter count it is named by.
+MEGATRON = {
+    "bio_megatron_345m": ((24, 1024, 4096, 16), 50000, 345e6),  # Bio-vocab-50k (Table 1)
+    "bio_megatron_800m": ((36, 1280, 5120, 20), 50000, 800e6),
+    "bio_megatron_1_2b": ((24, 2048, 8192, 32), 30522, 1.2e9),  # BERT-uncased (Table 1)
+}
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    """Each config of TABLE composed and resolved as fairseq-hydra-train's job gets it."""
+    names = sorted({row[0] for row in TABLE})
+    with composer() as compose:
+        yield {
+            name: job_config(compose(name, ["task.data=/data", *REQUIRED.get(name[-4:], [])])) for name in names
+        }
+
+
+def value(job, key):
+    if key == "sequences":
+        return job.dataset.batch_size * job.optimization.update_freq[0]
+    node = job
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.mark.parametrize("config, key, expected, source", TABLE, ids=[f"{r[0]}:{r[1]}" for r in TABLE])
+def test_recipe_value_is_the_papers(jobs, config, key, expected, source):
+    got = value(jobs[config], key)
+    if isinstance(expected, float):
+        assert got == pytest.approx(expected), source
+    else:
+        assert got == expected, source
+
+
+def test_phase_two_changes_only_the_block_length_and_the_steps(jobs):
+    for first, second in (("bio_pubmedbert", "bio_pubmedbert_512"), ("bio_electra_base", "bio_electra_base_512")):
+        a, b = jobs[first], jobs[second]
+        assert a.lr_scheduler == b.lr_scheduler and a.optimizer == b.optimizer and a.criterion == b.criterion
+        assert a.model.max_positions == b.model.max_positions == 512  # phase 1 already holds 512 positions
+        assert value(a, "sequences") == value(b, "sequences")
+
+
+def test_electra_sizes_are_table_5s():
+    base = ELECTRA_SIZES["bio_electra_base"]
+    assert (base["encoder_layers"], base["encoder_embed_dim"], base["generator_embed_dim"]) == (12, 768, 256)
+    assert (base["encoder_ffn_embed_dim"], base["generator_ffn_embed_dim"]) == (3072, 1024)
+    assert (base["encoder_attention_heads"], base["generator_attention_heads"]) == (12, 4)
+
+
+@pytest.mark.parametrize("arch", sorted(MEGATRON))
+def test_megatron_sizes_are_pre_ln_and_their_parameter_counts(arch, monkeypatch):
+    """Built on the meta device (no memory): pre-LN by name, even where a config says otherwise, and within 10 % of
+    the size the paper names it by, at the vocabulary the paper paired it with."""
+    import fairseq.models.roberta.model as roberta
+
+    import fairseq_bio.models.bio_roberta as bio_roberta
+
+    for module in (roberta, bio_roberta):  # BERT's init copies through the CPU, which a meta tensor cannot
+        monkeypatch.setattr(module, "init_bert_params", lambda m: None)
+    (layers, width, ffn, heads), vocab, named = MEGATRON[arch]
+    dictionary, _ = make_dictionary([f"w{i}" for i in range(vocab - 5)])
+    args = model_args(arch, encoder_normalize_before=False)
+    assert arch in PRE_LN_ARCHITECTURES and args.encoder_normalize_before and not args.layernorm_embedding
+    assert (args.encoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (layers, width, ffn)
+    assert args.encoder_attention_heads == heads and width // heads == 64
+    with torch.device("meta"):
+        model = BioRobertaModel.build_model(args, DictionaryTask(dictionary))
+    encoder = model.encoder.sentence_encoder
+    assert len(encoder.layers) == layers and encoder.layer_norm is not None  # pre-LN's final norm
+    count = sum(p.numel() for p in model.parameters())
+    assert abs(count - named) / named < 0.1, count
