@@ -1,5 +1,6 @@
 """``fairseq-bio-export-hf <checkpoint> <out_dir>``: a ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a
-token- or sentence-classification head) as an HF transformers model directory.
+token- or sentence-classification head) as an HF transformers model directory, or a ``bio_electra`` checkpoint as an
+HF ELECTRA pair (``out_dir/discriminator``: ElectraForPreTraining, ``out_dir/generator``: ElectraForMaskedLM).
 
 What the directory holds, what each checkpoint becomes and how the export checks itself: ``fairseq_bio.hf.export``.
 """
@@ -14,7 +15,8 @@ from ..hf import DEFAULT_TOLERANCE, export_hf
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """``fairseq-bio-export-hf``: bio_roberta checkpoint -> HF transformers directory, checked."""
+    """``fairseq-bio-export-hf``: bio_roberta checkpoint -> HF transformers directory, bio_electra checkpoint -> HF
+    ELECTRA pair, checked."""
 
     def main(argv):
         parser = argparse.ArgumentParser(
@@ -22,7 +24,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         )
         parser.add_argument(
             "checkpoint", help="fairseq checkpoint (model.pt of an import, checkpoint_best.pt of pretraining or "
-            "of a bio_tagging / bio_sentence_prediction fine-tuning run, ...)"
+            "of a bio_tagging / bio_sentence_prediction fine-tuning run, checkpoint_last.pt of ELECTRA pretraining, "
+            "...)"
         )  # fmt: skip
         parser.add_argument("out_dir", help="output directory (must not exist unless --overwrite)")
         parser.add_argument(

@@ -43,11 +43,12 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
         raise ExtractError(f"{checkpoint}: not a bio_electra checkpoint (model {name or 'unknown'})")
     apply_architecture(model_cfg, name)
     options = encoder_options(model_cfg, part)
-    if part == "generator" and model_cfg.generator_embed_dim != model_cfg.encoder_embed_dim:
+    if options["encoder_embed_dim"] != model_cfg.embedding_dim:  # the generator; an ELECTRA-small discriminator
+        instead = ("extract the discriminator, or train with model.generator_embed_dim equal to the embedding width"
+                   if part == "generator" else "export the pair with fairseq-bio-export-hf")  # fmt: skip
         raise ExtractError(
-            f"{checkpoint}: the generator is {model_cfg.generator_embed_dim} wide behind a projection from the "
-            f"{model_cfg.encoder_embed_dim}-wide shared embeddings, which bio_roberta cannot hold; extract the "
-            "discriminator, or train with model.generator_embed_dim equal to model.encoder_embed_dim"
+            f"{checkpoint}: the {part} is {options['encoder_embed_dim']} wide behind a projection from the "
+            f"{model_cfg.embedding_dim}-wide shared embeddings, which bio_roberta cannot hold; {instead}"
         )
     vocab_dir = resolve_vocab(None, str(checkpoint))
 

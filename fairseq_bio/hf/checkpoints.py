@@ -1,6 +1,7 @@
-"""bio_roberta checkpoints on both sides of a conversion: the encoder checkpoint an import (or
-fairseq-bio-extract-encoder, fairseq-bio-init-student) writes, in fairseq's layout, with the model options a run
-restoring it must set; and reading the checkpoint an export starts from, with its vocabulary."""
+"""fairseq checkpoints on both sides of a conversion: the bio_roberta encoder checkpoint an import (or
+fairseq-bio-extract-encoder, fairseq-bio-init-student) writes and the bio_electra one an ELECTRA pair import writes,
+in fairseq's layout, with the model options a run restoring them must set; and reading the checkpoint an export
+starts from, with its vocabulary."""
 
 import os
 from pathlib import Path
@@ -16,41 +17,64 @@ from .common import HFConvertError
 STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
                       "encoder_normalize_before", "layernorm_embedding", "layer_norm_eps", "activation_fn",
                       "max_positions", "untie_weights_roberta")  # fmt: skip
+# The same for a bio_electra checkpoint: both encoders' sizes and the shared embedding width.
+ELECTRA_STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
+                              "generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
+                              "generator_attention_heads", "embedding_dim", "encoder_normalize_before",
+                              "layernorm_embedding", "layer_norm_eps", "activation_fn", "max_positions")  # fmt: skip
 
 
-def hydra_model_overrides(options: Dict) -> List[str]:
+def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:
     """``++model.<key>=<value>`` for fairseq-hydra-train (``++`` adds keys a primary config does not list)."""
     return [f"++model.{key}={str(options[key]).lower() if isinstance(options[key], bool) else options[key]}"
-            for key in STRUCTURAL_OPTIONS]  # fmt: skip
+            for key in keys]  # fmt: skip
 
 
 def encoder_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
     """A complete fairseq config (plain containers) of a ``bio_roberta`` + ``bio_masked_lm`` checkpoint."""
-    from fairseq.dataclass.configs import FairseqConfig
-    from omegaconf import OmegaConf, open_dict
-
     from ..models.bio_roberta import BioRobertaConfig
     from ..tasks.bio_masked_lm import BioMaskedLMConfig
 
+    task = BioMaskedLMConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
+    return _checkpoint_cfg(("bio_masked_lm", task), ("bio_roberta", BioRobertaConfig(**options)),
+                           ("masked_lm", {"tpu": False}))  # fmt: skip
+
+
+def electra_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
+    """A complete fairseq config (plain containers) of a ``bio_electra`` model + task + criterion checkpoint."""
+    from ..criterions.bio_electra import BioElectraCriterionConfig
+    from ..models.bio_electra import BioElectraConfig
+    from ..tasks.bio_electra import BioElectraTaskConfig
+
+    task = BioElectraTaskConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
+    return _checkpoint_cfg(("bio_electra", task), ("bio_electra", BioElectraConfig(**options)),
+                           ("bio_electra", BioElectraCriterionConfig()))  # fmt: skip
+
+
+def _checkpoint_cfg(*sections) -> Dict:
+    """FairseqConfig with the task, model and criterion given as (registered name, dataclass or dict) pairs."""
+    from fairseq.dataclass.configs import FairseqConfig
+    from omegaconf import OmegaConf, open_dict
+
     cfg = OmegaConf.structured(FairseqConfig)
     with open_dict(cfg):
-        cfg.task = OmegaConf.structured(BioMaskedLMConfig(data=data_dir, tokens_per_sample=tokens_per_sample))
-        cfg.task._name = "bio_masked_lm"
-        cfg.model = OmegaConf.structured(BioRobertaConfig(**options))
-        cfg.model._name = "bio_roberta"
-        cfg.criterion = {"_name": "masked_lm", "tpu": False}
+        for key, (name, options) in zip(("task", "model", "criterion"), sections):
+            cfg[key] = OmegaConf.structured(options) if not isinstance(options, dict) else OmegaConf.create(options)
+            cfg[key]._name = name
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
-def encoder_checkpoint(cfg: Dict, model_state: Dict[str, torch.Tensor], extra: Dict) -> Dict:
-    """fairseq's checkpoint layout (what ``Trainer.state_dict`` writes) at update 0, without optimizer state."""
+def encoder_checkpoint(cfg: Dict, model_state: Dict[str, torch.Tensor], extra: Dict,
+                       criterion_name: str = "MaskedLmLoss") -> Dict:  # fmt: skip
+    """fairseq's checkpoint layout (what ``Trainer.state_dict`` writes) at update 0, without optimizer state
+    (``criterion_name``: the class name of the checkpoint's criterion)."""
     return {
         "args": None,
         "cfg": cfg,
         "model": model_state,
         "criterion": None,
         "optimizer_history": [
-            {"criterion_name": "MaskedLmLoss", "optimizer_name": "FairseqAdam", "lr_scheduler_state": {},
+            {"criterion_name": criterion_name, "optimizer_name": "FairseqAdam", "lr_scheduler_state": {},
              "num_updates": 0}
         ],  # fmt: skip
         "task_state": {},

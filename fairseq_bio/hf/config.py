@@ -1,12 +1,24 @@
-"""HF ``config.json`` <-> bio_roberta model options, both directions: what an imported HF BERT/RoBERTa/ELECTRA
-config must say for bio_roberta to compute it exactly, and the RoBERTa config an exported encoder is."""
+"""HF ``config.json`` <-> bio_roberta model options, both directions: what an imported HF
+BERT/RoBERTa/ELECTRA/DistilBERT config must say for bio_roberta to compute it exactly, and the RoBERTa config an
+exported encoder is."""
 
 from pathlib import Path
 from typing import Dict
 
 from .common import HFConvertError, read_json
 
-MODEL_TYPES = ("bert", "roberta", "electra")  # what the import reads
+MODEL_TYPES = ("bert", "roberta", "electra", "distilbert")  # what the import reads
+# Encoders that bio_roberta cannot compute, refused by name with the reason.
+REFUSED_MODEL_TYPES = {
+    "mobilebert": "MobileBERT's bottleneck projections around every layer, NoNorm (an elementwise affine in place "
+    "of LayerNorm), stacked feed-forward networks per layer and 3-gram embedding projection have no counterpart "
+    "in bio_roberta (it would need a model of its own)",
+}
+# DistilBERT's config.json names -> the BERT names the import reads. Its LayerNorms are always eps 1e-12 (fixed in
+# HF's code, not configurable) and it has no token-type embeddings.
+DISTILBERT_FIELDS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+                     "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+                     "attention_dropout": "attention_probs_dropout_prob"}  # fmt: skip
 PRE_LN = "roberta-prelayernorm"  # the export's model_type of a pre-LN encoder; post-LN ones are "roberta"
 CLASS_PREFIXES = {"roberta": "Roberta", PRE_LN: "RobertaPreLayerNorm"}  # model_type -> HF class name prefix
 # HF hidden_act -> the fairseq activation_fn computing the same function.
@@ -15,25 +27,34 @@ ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh":
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_accurate": "gelu_new", "relu": "relu"}
 
 
-def read_hf_config(hf_dir: Path) -> dict:
-    """``config.json`` of an HF BERT/RoBERTa/ELECTRA encoder, checked for what bio_roberta can hold exactly."""
+def read_hf_config(hf_dir: Path, embedding_projection: bool = False) -> dict:
+    """``config.json`` of an HF BERT/RoBERTa/ELECTRA/DistilBERT encoder, checked for what bio_roberta can hold
+    exactly (``embedding_projection``: also ELECTRA embeddings narrower than the layers, which bio_electra holds);
+    a DistilBERT config is returned with BERT's field names added (``DISTILBERT_FIELDS``)."""
     path = hf_dir / "config.json"
     if not path.is_file():
         raise HFConvertError(f"{path}: missing (an HF model directory holds config.json, weights, tokenizer files)")
     config = read_json(path)
     model_type = config.get("model_type")
+    if model_type in REFUSED_MODEL_TYPES:
+        raise HFConvertError(f'{path}: field "model_type": {model_type!r}: {REFUSED_MODEL_TYPES[model_type]}')
     if model_type not in MODEL_TYPES:
         raise HFConvertError(
             f'{path}: field "model_type": {model_type!r} is not one of {", ".join(MODEL_TYPES)} '
             "(the encoders bio_roberta can hold exactly)"
         )
+    name = {key: key for key in DISTILBERT_FIELDS.values()}  # the file's name of each field read, for messages
+    if model_type == "distilbert":
+        name = {bert: own for own, bert in DISTILBERT_FIELDS.items()}
+        config.update({bert: config[own] for own, bert in DISTILBERT_FIELDS.items() if own in config})
+        config["layer_norm_eps"] = 1e-12
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings"):  # fmt: skip
         value = config.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise HFConvertError(f'{path}: field "{key}": expected a positive integer, got {value!r}')
+            raise HFConvertError(f'{path}: field "{name.get(key, key)}": expected a positive integer, got {value!r}')
     if config["hidden_size"] % config["num_attention_heads"]:
-        raise HFConvertError(f'{path}: field "num_attention_heads": does not divide hidden_size')
+        raise HFConvertError(f'{path}: field "{name["num_attention_heads"]}": does not divide {name["hidden_size"]}')
     if config.get("position_embedding_type", "absolute") != "absolute":
         raise HFConvertError(
             f'{path}: field "position_embedding_type": {config["position_embedding_type"]!r}; bio_roberta has '
@@ -43,15 +64,21 @@ def read_hf_config(hf_dir: Path) -> dict:
         raise HFConvertError(f'{path}: field "is_decoder"/"add_cross_attention": a decoder is not an encoder')
     if config.get("hidden_act", "gelu") not in ACTIVATIONS:
         raise HFConvertError(
-            f'{path}: field "hidden_act": {config.get("hidden_act")!r} has no fairseq equivalent '
+            f'{path}: field "{name["hidden_act"]}": {config.get("hidden_act")!r} has no fairseq equivalent '
             f'({", ".join(ACTIVATIONS)})'
         )
-    if model_type == "electra" and config.get("embedding_size", config["hidden_size"]) != config["hidden_size"]:
+    if model_type == "electra" and not embedding_projection and electra_embedding_size(config) != config["hidden_size"]:
         raise HFConvertError(
-            f'{path}: field "embedding_size": {config["embedding_size"]} != hidden_size {config["hidden_size"]}; '
-            "bio_roberta has no embedding projection (ELECTRA-small style factorised embeddings)"
+            f'{path}: field "embedding_size": {electra_embedding_size(config)} != hidden_size {config["hidden_size"]}; '
+            "bio_roberta has no embedding projection (ELECTRA-small style factorised embeddings); import the "
+            "discriminator with its generator (--generator) as a bio_electra pair"
         )
     return config
+
+
+def electra_embedding_size(config: dict) -> int:
+    """The width of an HF ELECTRA's embeddings (128, ElectraConfig's default, when config.json does not say)."""
+    return config.get("embedding_size", 128)
 
 
 def position_offset(config: dict) -> int:

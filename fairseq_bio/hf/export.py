@@ -1,5 +1,6 @@
 """A ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a token- or sentence-classification head) as an HF
-transformers model directory (what ``fairseq-bio-export-hf`` runs).
+transformers model directory, and a ``bio_electra`` checkpoint as an HF ELECTRA pair (what ``fairseq-bio-export-hf``
+runs).
 
 The directory receives ``config.json``, ``model.safetensors``, the tokenizer of the vocabulary the model was
 trained with (``tokenizer.json`` that ``AutoTokenizer`` loads offline, ``tokenizer_config.json``, and the classic
@@ -16,7 +17,10 @@ regression); a ``bio_extractive_qa`` span head -> ``*ForQuestionAnswering`` (its
 ``qa_outputs``); post-LN models are ``Roberta*``, pre-LN models with an embedding LayerNorm
 ``RobertaPreLayerNorm*`` (the same computation); pre-LN models without one are refused, as HF has no class that
 computes them. A CRF has no HF equivalent: its emission layer is exported as the token-classification layer and its
-transitions go to ``crf.json`` (one warning line says so). ELECTRA is refused in one line until its exporter exists.
+transitions go to ``crf.json`` (one warning line says so). A ``bio_electra`` checkpoint becomes two directories,
+``discriminator/`` (``ElectraForPreTraining``) and ``generator/`` (``ElectraForMaskedLM``), each complete (config,
+weights, tokenizer, card), checked together: both encoders' states, the discriminator's logits and the generator's
+MLM logits (the map: ``electra``).
 
 Before the directory appears, the export loads it with transformers (offline) and checks on real sentences that
 HF's tokenizer gives fairseq's token ids (sentence heads: also on sentence pairs, ``<s> a </s></s> b </s>``) and
@@ -36,25 +40,23 @@ from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_d
 from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
 from .config import write_config
+from .electra import PARTS, electra_pair_from_fairseq
 from .heads import hf_model
-from .model_card import model_card
+from .model_card import electra_model_card, model_card
 from .tokenizers import read_fastbpe_codes, write_hf_tokenizer
 from .verify import (
     CHECK_PAIRS,
     CHECK_SENTENCES,
     DEFAULT_TOLERANCE,
     Text,
+    compare_electra_with_hf,
     compare_qa_logits,
     compare_with_hf,
     task_ids,
 )
 
 MARKERS = ("config.json", "model.safetensors")
-# Model names (cfg.model._name) whose export is not built yet: refused before the checkpoint is loaded.
-PENDING_MODELS = {
-    "bio_electra": "ELECTRA export (discriminator -> ElectraForPreTraining, generator -> ElectraForMaskedLM) is not "
-    "built yet",
-}
+ELECTRA_MARKERS = tuple(f"{part}/config.json" for part in PARTS)  # an exported pair: one directory per model
 
 
 def export_hf(
@@ -72,10 +74,7 @@ def export_hf(
     outputs were checked against fairseq's on ``sentences``, default ``CHECK_SENTENCES``, and ``CHECK_PAIRS`` for a
     sentence-level head); ``head`` picks one of several classification heads; ``log`` gets one line per warning;
     returns the check's numbers."""
-    from safetensors.torch import save_file
-
     from .. import compat
-    from ..data.word_boundaries import load_bpe_json
 
     checkpoint, out_dir = Path(checkpoint).absolute(), Path(out_dir).absolute()
     if not checkpoint.is_file():
@@ -87,9 +86,10 @@ def export_hf(
     state = compat.load_checkpoint(checkpoint)
     model_cfg = checkpoint_section(state, "model")
     model_name = str(model_cfg.get("_name") or model_cfg.get("arch") or "")
-    for prefix, why in PENDING_MODELS.items():
-        if model_name.startswith(prefix):
-            raise HFConvertError(f"{checkpoint}: model {model_name!r}: {why}")
+    if model_name.startswith("bio_electra"):
+        if head is not None:
+            raise HFConvertError(f"--head {head}: a bio_electra checkpoint has no classification heads")
+        return _export_electra(checkpoint, state, out_dir, data, overwrite, tolerance, sentences, log)
     if not model_name.startswith("bio_roberta"):
         raise HFConvertError(f"{checkpoint}: model {model_name!r}: only bio_roberta checkpoints are exported")
     markers = str(checkpoint_section(state, "task").get("entity_representation") or "dummy_cls")
@@ -101,10 +101,7 @@ def export_hf(
         )
     vocab_dir = find_vocab_dir(checkpoint, state, data)
     check_destination(out_dir, overwrite, MARKERS)
-    bpe = load_bpe_json(str(vocab_dir / "bpe.json"))
-    if bpe["_name"] == "fastbpe":  # fairseq's fastbpe BPE needs the optional fastBPE, which reads the codes unchecked
-        require_fastbpe()
-        read_fastbpe_codes(bpe["bpe_codes"])
+    bpe = _read_bpe(vocab_dir)
     hub = load_fairseq_model(checkpoint, vocab_dir)
     hf, kind, head_name = hf_model(hub, head)
     encode = task_ids(hub, kind)
@@ -124,8 +121,7 @@ def export_hf(
         write_config(hf.config, tmp / "config.json")
         for name, content in hf.side_files.items():
             write_json(tmp / name, content)
-        save_file({k: v.contiguous().clone() for k, v in hf.state.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})  # fmt: skip
+        _save_weights(hf.state, tmp)
         identity = torch.arange(len(hub.task.source_dictionary))
         if kind == "question_answering":  # HF's QA models give start/end logits: the hidden states, then those
             check = compare_with_hf(tmp, hub, identity, sentences, "hidden", None, encode).__dict__
@@ -146,3 +142,68 @@ def export_hf(
         log(line)
     return {"architecture": hf.config["architectures"][0], "tokenizer": tokenizer["class"], "kind": kind,
             "head": head_name, "files": sorted(p.name for p in out_dir.iterdir()), "warnings": hf.warnings, **check}  # fmt: skip
+
+
+
+def _read_bpe(vocab_dir: Path) -> Dict:
+    """bpe.json of the vocabulary; fastBPE codes checked (fairseq's fastbpe BPE needs the optional fastBPE, which
+    reads the codes unchecked)."""
+    from ..data.word_boundaries import load_bpe_json
+
+    bpe = load_bpe_json(str(vocab_dir / "bpe.json"))
+    if bpe["_name"] == "fastbpe":
+        require_fastbpe()
+        read_fastbpe_codes(bpe["bpe_codes"])
+    return bpe
+
+
+def _save_weights(state: Dict[str, torch.Tensor], directory: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous().clone() for k, v in state.items()}, str(directory / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+
+
+def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrite: bool, tolerance: float,
+                    sentences: Optional[Sequence[str]], log: Callable[[str], None]) -> Dict:  # fmt: skip
+    """The bio_electra ``checkpoint`` as ``out_dir/discriminator`` (ElectraForPreTraining) and
+    ``out_dir/generator`` (ElectraForMaskedLM), checked together before ``out_dir`` appears."""
+    if "discriminator.embed_tokens.weight" not in (state.get("model") or {}):
+        raise HFConvertError(f"{checkpoint}: model 'bio_electra' but no discriminator parameters; not a bio_electra "
+                             "checkpoint")  # fmt: skip
+    vocab_dir = find_vocab_dir(checkpoint, state, data)
+    check_destination(out_dir, overwrite, ELECTRA_MARKERS)
+    bpe = _read_bpe(vocab_dir)
+    hub = load_fairseq_model(checkpoint, vocab_dir)
+    dictionary = hub.task.source_dictionary
+    pair = electra_pair_from_fairseq(hub.model, dictionary)
+    sentences = CHECK_SENTENCES if sentences is None else sentences
+    tmp = make_temp_dir(out_dir)
+    try:
+        for part, hf in pair.items():
+            (tmp / part).mkdir()
+            tokenizer = write_hf_tokenizer(tmp / part, dictionary, bpe, hf.config["max_position_embeddings"])
+            hf.config["tokenizer_class"] = tokenizer["class"]
+            write_config(hf.config, tmp / part / "config.json")
+            _save_weights(hf.state, tmp / part)
+        check = compare_electra_with_hf({part: tmp / part for part in PARTS}, hub, torch.arange(len(dictionary)),
+                                        sentences)  # fmt: skip
+        if check.logits_max_abs_diff > tolerance or check.hidden_max_abs_diff > tolerance:
+            raise HFConvertError(
+                f"{checkpoint}: HF's outputs differ from fairseq's: discriminator logits "
+                f"{check.discriminator_logits_max_abs_diff:.2e}, generator logits "
+                f"{check.generator_logits_max_abs_diff:.2e}, hidden states {check.hidden_max_abs_diff:.2e} > "
+                f"{tolerance}"
+            )
+        for part, hf in pair.items():
+            electra_model_card(checkpoint, state, part, hf, tokenizer, check, vocab_dir).save(tmp / part / "README.md")
+        replace_dir(tmp, out_dir, overwrite, ELECTRA_MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    if tokenizer.get("note"):
+        log(tokenizer["note"])
+    architectures = " + ".join(f"{part}/ {pair[part].config['architectures'][0]}" for part in PARTS)
+    return {"architecture": architectures, "tokenizer": tokenizer["class"], "kind": "electra_pair", "head": None,
+            "files": {part: sorted(p.name for p in (out_dir / part).iterdir()) for part in PARTS}, "warnings": [],
+            "pairs": 0, **check.__dict__, "logits_max_abs_diff": check.logits_max_abs_diff}  # fmt: skip

@@ -1,4 +1,5 @@
-"""An HF BERT, RoBERTa or ELECTRA checkpoint directory as a ``bio_roberta`` encoder checkpoint (what
+"""An HF BERT, RoBERTa, ELECTRA or DistilBERT checkpoint directory as a ``bio_roberta`` encoder checkpoint, and an
+HF ELECTRA pair (discriminator + generator directories) as a ``bio_electra`` checkpoint (what
 ``fairseq-bio-import-hf`` runs).
 
 ``out_dir`` receives ``model.pt`` (fairseq's checkpoint layout, task ``bio_masked_lm`` with ``data=<out_dir>``),
@@ -12,6 +13,12 @@ ids map one to one onto fairseq ids (``[CLS] [PAD] [SEP] [UNK]`` / ``<s> <pad> <
 in HF order, ``[MASK]``/``<mask>`` last). Before the directory appears, the import checks on real sentences that
 HF's tokenizer and fairseq's BPE give the same tokens and that every layer's states (and the MLM logits, when the
 HF model has a head) equal HF's.
+
+The pair import (``import_electra_pair``) writes the same files, with ``model.pt`` a ``bio_electra`` model, task and
+criterion checkpoint (``fairseq-hydra-train --config-name bio_electra_base checkpoint.restore_file=<out_dir>/model.pt``
+continues ELECTRA pretraining from it, as BioELECTRA W+P continues a general-domain ELECTRA); its check compares
+both encoders' states, the discriminator's replaced-token logits and the generator's MLM logits (on the sentences
+and on copies with tokens masked) with transformers'. The map itself: ``electra``.
 """
 
 from pathlib import Path
@@ -21,11 +28,19 @@ import torch
 
 from ..data.word_boundaries import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
-from .checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, hydra_model_overrides
+from .checkpoints import (
+    ELECTRA_STRUCTURAL_OPTIONS,
+    build_model,
+    electra_checkpoint_cfg,
+    encoder_checkpoint,
+    encoder_checkpoint_cfg,
+    hydra_model_overrides,
+)
 from .common import HFConvertError
 from .config import read_hf_config
+from .electra import PARTS, check_pair_configs, electra_pair_to_fairseq, read_pair_weights
 from .tokenizers import FAIRSEQ_ROLES, MASK
-from .verify import CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_with_hf
+from .verify import CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_electra_with_hf, compare_with_hf
 from .vocab import read_hf_vocab, write_vocab_files
 from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
 
@@ -59,10 +74,7 @@ def import_hf(
     converted = hf_to_fairseq_state(config, weights, vocab, weights_path)
     check_destination(out_dir, overwrite, MARKERS)
     if verify:
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+        _require_transformers()
 
     options = converted.model_options
     architecture = ", ".join(config.get("architectures") or [config["model_type"]])
@@ -111,6 +123,88 @@ def import_hf(
     return info
 
 
+def import_electra_pair(
+    discriminator_dir,
+    generator_dir,
+    out_dir,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    tolerance: float = DEFAULT_TOLERANCE,
+    sentences: Sequence[str] = CHECK_SENTENCES,
+    log=print,
+) -> Dict:
+    """Convert an HF ELECTRA pair (``ElectraForPreTraining`` and ``ElectraForMaskedLM`` directories) into the
+    bio_electra checkpoint directory ``out_dir`` (built in a temp dir, renamed when checked); returns what
+    ``import_info.json`` records. Every input problem is an ``HFConvertError`` raised before anything is written."""
+    dirs = {"discriminator": Path(discriminator_dir), "generator": Path(generator_dir)}
+    out_dir = Path(out_dir).absolute()
+    for part, directory in dirs.items():
+        if not directory.is_dir():
+            raise HFConvertError(f"{directory}: not a directory (the {part})")
+    configs = {part: read_hf_config(directory, embedding_projection=True) for part, directory in dirs.items()}
+    check_pair_configs(configs, {part: directory / "config.json" for part, directory in dirs.items()})
+    vocab, other = read_hf_vocab(dirs["discriminator"]), read_hf_vocab(dirs["generator"])
+    if any(getattr(vocab, key) != getattr(other, key) for key in ("kind", "tokens", "roles", "lowercase", "merges",
+                                                                  "added")):  # fmt: skip
+        raise HFConvertError(
+            f"{other.source}: the generator's tokenizer differs from the discriminator's ({vocab.source})"
+        )
+    if vocab.kind == "fastbpe":
+        require_fastbpe()
+    weights, paths = read_pair_weights(dirs)
+    converted = electra_pair_to_fairseq(configs, weights, vocab, paths)
+    check_destination(out_dir, overwrite, MARKERS)
+    if verify:
+        _require_transformers()
+
+    options = converted.model_options
+    info = {
+        "source": {part: str(directory.absolute()) for part, directory in dirs.items()},
+        "model_type": "electra",
+        "architectures": {part: configs[part].get("architectures") for part in PARTS},
+        "weights": {part: paths[part].name for part in PARTS},
+        "tokenizer": vocab.source.name,
+        "vocabulary": {"kind": vocab.kind, "size": len(vocab.tokens), "lowercase": vocab.lowercase},
+        "model": options,
+        "hydra_overrides": hydra_model_overrides(options, ELECTRA_STRUCTURAL_OPTIONS),
+        "check": None,
+    }
+    tmp = make_temp_dir(out_dir)
+    try:
+        write_vocab_files(vocab, tmp)
+        cfg = electra_checkpoint_cfg(str(out_dir), options, tokens_per_sample=min(512, options["max_positions"]))
+        task, model = build_model(cfg, str(tmp))
+        _check_dictionary(task.source_dictionary, vocab)
+        versions = {k: v for k, v in model.state_dict().items() if k.endswith(".version")}
+        missing, unexpected = model.load_state_dict({**versions, **converted.state}, strict=False)
+        from ..models.bio_electra import SHARED
+
+        # The generator's views of the shared parameters (loaded through the discriminator's, the same Parameters).
+        shared = {"generator_head.weight"} | {"generator." + key for key in SHARED}
+        if unexpected or set(missing) - shared:
+            raise HFConvertError(f"{paths['discriminator']}: bio_electra's parameters differ: {unexpected or missing}")
+        source = {"source": info["source"]["discriminator"], "generator": info["source"]["generator"]}
+        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": source}, "BioElectraCriterion")
+        torch.save(state, tmp / CHECKPOINT_FILE)
+        if verify:
+            info["check"] = _verify_pair(dirs, tmp, vocab, sentences, tolerance)
+            log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe_pair(info['check'])}")
+        write_json(tmp / IMPORT_INFO, info)
+        replace_dir(tmp, out_dir, overwrite, MARKERS)
+    except BaseException:
+        remove_temp_dir(tmp)
+        raise
+    return info
+
+
+def _require_transformers() -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+
+
 def _check_dictionary(dictionary, vocab) -> None:
     # The dictionary fairseq itself builds from dict.txt (+ the task's <mask>) must be exactly the intended order.
     symbols = [dictionary[i] for i in range(len(dictionary))]
@@ -139,3 +233,26 @@ def _describe(check: Dict) -> str:
     if check["logits_max_abs_diff"] is not None:
         text += f", MLM logits max |diff| {check['logits_max_abs_diff']:.2e}"
     return text + f" over {check['tokens']} tokens"
+
+
+def _verify_pair(dirs, model_dir: Path, vocab, sentences, tolerance: float) -> Dict:
+    from ..models.bio_roberta import BioRobertaModel
+
+    # fairseq's hub loader (the checkpoint's own model and task, the BPE from bpe.json): a bio_electra here.
+    hub = BioRobertaModel.from_pretrained(str(model_dir), CHECKPOINT_FILE)
+    check = compare_electra_with_hf(dirs, hub, vocab.hf_to_fairseq(), sentences)
+    result = {**check.__dict__, "logits_max_abs_diff": check.logits_max_abs_diff}
+    if max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"]) > tolerance:
+        raise HFConvertError(
+            f"{dirs['discriminator']}: the imported model's outputs differ from HF's: {_describe_pair(result)} > "
+            f"{tolerance}"
+        )
+    return result
+
+
+def _describe_pair(check: Dict) -> str:
+    return (
+        f"hidden states max |diff| {check['hidden_max_abs_diff']:.2e}, discriminator logits "
+        f"{check['discriminator_logits_max_abs_diff']:.2e}, generator MLM logits "
+        f"{check['generator_logits_max_abs_diff']:.2e} over {check['tokens']} tokens"
+    )

@@ -308,3 +308,76 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
     data = ModelCardData(library_name="transformers", pipeline_tag=target.pipeline_tag,
                          tags=[target.pipeline_tag, "biomedical", "fairseq", "fairseq_bio"])  # fmt: skip
     return ModelCard("\n".join(["---", data.to_yaml(), "---"] + lines + [""]))
+
+
+# What each half of an exported ELECTRA pair is, and its Auto class and pipeline tag.
+_ELECTRA_PARTS = {
+    "discriminator": ("discriminator (replaced-token detection: the encoder to fine-tune)", "AutoModelForPreTraining",
+                      None),
+    "generator": ("generator (the masked LM that proposes the replacements in pretraining)", "AutoModelForMaskedLM",
+                  "fill-mask"),
+}  # fmt: skip
+
+
+def electra_model_card(checkpoint: Path, state: Dict, part: str, hf: HFModel, tokenizer: Dict, check, vocab_dir: Path):
+    """README.md of one half (``part``) of an exported ELECTRA pair: what it is and where its other half is,
+    architecture, vocabulary, training, metrics, the pair's check, and how to load it."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    config, (role, auto_class, pipeline_tag) = hf.config, _ELECTRA_PARTS[part]
+    other = "generator" if part == "discriminator" else "discriminator"
+    task, extra = checkpoint_section(state, "task"), state.get("extra_state") or {}
+    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", 0)
+    imported = extra.get("hf_import")
+    hidden, width = config["hidden_size"], config["embedding_size"]
+    head = {
+        "discriminator": f"head `discriminator_predictions`: dense {hidden} x {hidden}, gelu, one logit per token "
+        "(replaced or original)",
+        "generator": f"head `generator_predictions`: dense {hidden} x {width}, gelu, LayerNorm, then the output layer "
+        "tied to the input embeddings",
+    }[part]
+    lines = [
+        f"# {checkpoint.parent.name}/{checkpoint.name}: {part}",
+        "",
+        f"The {role} of a biomedical ELECTRA exported from the fairseq_bio `bio_electra` checkpoint `{checkpoint}` by "
+        f"`fairseq-bio-export-hf`. Its {other} is `../{other}`; the two share their embeddings, as in pretraining.",
+        "",
+        "## Architecture",
+        f"`{config['architectures'][0]}`: {config['num_hidden_layers']} layers, hidden size {hidden}, "
+        f"{config['num_attention_heads']} attention heads, feed-forward size {config['intermediate_size']}, gelu, "
+        f"post-LayerNorm, LayerNorm eps {config['layer_norm_eps']:g}, {config['max_position_embeddings']} positions, "
+        f"{width}-wide embeddings" + (f" projected to {hidden}" if width != hidden else "") + f"; {head}.",
+        "",
+        "## Vocabulary",
+        f"{tokenizer['description']}, {config['vocab_size']} entries (`{tokenizer['class']}`; ids are the fairseq "
+        f"dictionary's, from `{vocab_dir}`)." + (f" Note: {tokenizer['note']}." if tokenizer.get("note") else ""),
+        "",
+        "## Training",
+        f"- task: `{task.get('_name', 'unknown')}` on `{task.get('data', 'unknown')}` (ELECTRA: generator MLM loss + "
+        "weighted replaced-token detection loss)",
+        f"- updates: {updates}" + (f" (started from the HF ELECTRA pair `{imported['source']}`, "
+                                   f"`{imported.get('generator')}`)" if imported else ""),
+        f"- tokens per sample: {task.get('tokens_per_sample', 'unknown')}, mask probability "
+        f"{task.get('mask_prob', 'unknown')}, whole-word masking: {task.get('mask_whole_words', 'unknown')}",
+        "",
+        "## Metrics",
+        *(checkpoint_metrics(state) or ["- none recorded in the checkpoint"]),
+        "",
+        "## Check",
+        f"On {check.sentences} real PubMed sentences ({check.tokens} tokens) HF's tokenizer gives fairseq's token ids; "
+        f"every layer's states of both models differ from fairseq's by at most {check.hidden_max_abs_diff:.2e}, the "
+        f"discriminator's logits by at most {check.discriminator_logits_max_abs_diff:.2e} and the generator's MLM "
+        f"logits (on the sentences and on copies with tokens masked) by at most "
+        f"{check.generator_logits_max_abs_diff:.2e} (fp32).",
+        "",
+        "## Use",
+        "```python",
+        f"from transformers import {auto_class}, AutoTokenizer",
+        "",
+        'tokenizer = AutoTokenizer.from_pretrained("<this directory>")',
+        f'model = {auto_class}.from_pretrained("<this directory>")',
+        "```",
+    ]  # fmt: skip
+    tags = ["electra", "biomedical", "fairseq", "fairseq_bio"] + ([pipeline_tag] if pipeline_tag else [])
+    data = ModelCardData(library_name="transformers", pipeline_tag=pipeline_tag, tags=tags)
+    return ModelCard("\n".join(["---", data.to_yaml(), "---"] + lines + [""]))

@@ -11,6 +11,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 import torch
 
 from .common import HFConvertError
+from .tokenizers import MASK
 
 DEFAULT_TOLERANCE = 1e-4  # the largest |difference| of outputs a check accepts, unless told otherwise
 
@@ -92,14 +93,7 @@ def compare_with_hf(
     hidden_diff, logits_diff, n_tokens = 0.0, 0.0, 0
     for text in sentences:
         texts = (text,) if isinstance(text, str) else tuple(text)
-        hf_ids = torch.tensor(tokenizer(*texts)["input_ids"])
-        fs_ids = encode(text)
-        if not torch.equal(hf_to_fs[hf_ids], fs_ids):
-            fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
-            raise HFConvertError(
-                f"token ids differ from HF's on {texts[0][:60]!r}{' (a pair)' if len(texts) == 2 else ''}...: "
-                f"HF {tokenizer.convert_ids_to_tokens(hf_ids)}, fairseq {fs_tokens}"
-            )
+        hf_ids, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, texts, encode(text))
         with torch.no_grad():
             hf_out = model(hf_ids[None], output_hidden_states=True)
             fs_logits, extra = hub.model(
@@ -123,6 +117,75 @@ def compare_with_hf(
         n_tokens += len(fs_ids)
     pairs = sum(not isinstance(text, str) for text in sentences)
     return Comparison(len(sentences), n_tokens, hidden_diff, logits_diff if outputs != "hidden" else None, pairs)
+
+
+def _token_ids(tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], fs_ids: torch.Tensor):
+    """(HF ids, fairseq ids) of ``texts``, refused in one line unless they correspond one to one."""
+    hf_ids = torch.tensor(tokenizer(*texts)["input_ids"])
+    if not torch.equal(hf_to_fs[hf_ids], fs_ids):
+        fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
+        raise HFConvertError(
+            f"token ids differ from HF's on {texts[0][:60]!r}{' (a pair)' if len(texts) == 2 else ''}...: "
+            f"HF {tokenizer.convert_ids_to_tokens(hf_ids)}, fairseq {fs_tokens}"
+        )
+    return hf_ids, fs_ids
+
+
+@dataclass
+class ElectraComparison:
+    """How far a bio_electra's outputs are from the HF pair's on the check sentences."""
+
+    sentences: int
+    tokens: int
+    hidden_max_abs_diff: float  # over every layer's states of both encoders (embeddings included)
+    discriminator_logits_max_abs_diff: float  # replaced-token logits, every position
+    generator_logits_max_abs_diff: float  # MLM logits, every position of each sentence and of its masked copy
+
+    @property
+    def logits_max_abs_diff(self) -> float:
+        return max(self.discriminator_logits_max_abs_diff, self.generator_logits_max_abs_diff)
+
+
+MASK_EVERY = 5  # the generator is also compared on each sentence with every 5th token (from the 2nd) masked
+
+
+def compare_electra_with_hf(dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequence[str]) -> ElectraComparison:
+    """Run the HF pair (``dirs``: {"discriminator": ElectraForPreTraining dir, "generator": ElectraForMaskedLM dir},
+    offline; the discriminator's tokenizer) and a bio_electra hub on ``sentences``: token ids must correspond
+    (``hf_to_fs``); returns the largest differences of both encoders' states and of both models' logits."""
+    tokenizer = load_hf(dirs["discriminator"], "AutoTokenizer")
+    models = {"discriminator": load_hf(dirs["discriminator"], "AutoModelForPreTraining"),
+              "generator": load_hf(dirs["generator"], "AutoModelForMaskedLM")}  # fmt: skip
+    hub.eval()
+    electra, fs_mask = hub.model, hub.task.source_dictionary.index(MASK)
+    worst = {"hidden": 0.0, "discriminator": 0.0, "generator": 0.0}
+    n_tokens = 0
+
+    def compare(part, hf_ids, fs_ids):
+        with torch.no_grad():
+            hf_out = models[part](hf_ids[None], output_hidden_states=True)
+            out = getattr(electra, part)(fs_ids[None], return_all_hiddens=True)
+            features = out["encoder_out"][0].transpose(0, 1)[0]  # T x C
+            if part == "discriminator":
+                logits, hf_logits = electra.discriminator_head(features), hf_out.logits[0]
+            else:
+                logits, hf_logits = electra.generator_head(features)[:, hf_to_fs], hf_out.logits[0]
+        if len(hf_out.hidden_states) != len(out["encoder_states"]):
+            raise HFConvertError(f"{len(hf_out.hidden_states)} HF hidden states but {len(out['encoder_states'])} ours")
+        for hf_state, fs_state in zip(hf_out.hidden_states, out["encoder_states"]):
+            worst["hidden"] = max(worst["hidden"], (hf_state[0] - fs_state[:, 0]).abs().max().item())
+        worst[part] = max(worst[part], (hf_logits - logits).abs().max().item())
+
+    for text in sentences:
+        hf_ids, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text))
+        compare("discriminator", hf_ids, fs_ids)
+        compare("generator", hf_ids, fs_ids)
+        chosen = torch.arange(1, len(hf_ids) - 1, MASK_EVERY)  # never <s> or </s>
+        hf_masked, fs_masked = hf_ids.clone(), fs_ids.clone()
+        hf_masked[chosen], fs_masked[chosen] = tokenizer.mask_token_id, fs_mask
+        compare("generator", hf_masked, fs_masked)
+        n_tokens += len(fs_ids)
+    return ElectraComparison(len(sentences), n_tokens, worst["hidden"], worst["discriminator"], worst["generator"])
 
 
 def compare_qa_logits(hf_dir: Path, hub, head_name: str, pairs: Sequence[Text], encode) -> float:

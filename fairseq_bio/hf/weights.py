@@ -1,6 +1,7 @@
-"""Parameters between HF's BERT/RoBERTa/ELECTRA encoders and ``bio_roberta``, both directions: reading HF weight
-files (without transformers), the name map of the encoder layers (post-LN and pre-LN), HF -> bio_roberta (rows in
-fairseq dictionary order, the MLM head when there is one) and a bio_roberta encoder -> HF RoBERTa."""
+"""Parameters between HF's BERT/RoBERTa/ELECTRA/DistilBERT encoders and ``bio_roberta``, both directions: reading
+HF weight files (without transformers), the name map of the encoder layers (post-LN, pre-LN, DistilBERT's names),
+HF -> bio_roberta (rows in fairseq dictionary order, the MLM head when there is one) and a bio_roberta encoder -> HF
+RoBERTa."""
 
 import pickle
 import re
@@ -29,13 +30,18 @@ MLM_HEADS = {
                 "lm_head.decoder.weight"),
     "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", ("generator_lm_head.bias",),
                 "generator_lm_head.weight"),
+    "distilbert": ("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",), "vocab_projector.weight"),
 }  # fmt: skip
+# The heads that apply the encoder's activation between dense and LayerNorm, as bio_roberta's does; RoBERTa's and
+# ELECTRA's always apply gelu.
+HEADS_WITH_ENCODER_ACTIVATION = ("bert", "distilbert")
 # Parameters of other heads, which bio_roberta has no place for: the import drops them and says so.
 OTHER_HEADS = {
     "pooler.": "BERT pooler (fairseq classification heads bring their own dense + tanh)",
     "cls.seq_relationship.": "next-sentence head",
     "discriminator_predictions.": "ELECTRA discriminator head",
     "classifier.": "classification head",
+    "pre_classifier.": "classification head",  # DistilBERT's dense before its classifier
     "qa_outputs.": "question-answering head",
 }
 
@@ -51,6 +57,16 @@ _LAYER_MAP = {
     "output.dense": "fc2",
     "output.LayerNorm": "final_layer_norm",
 }
+_DISTILBERT_LAYER_MAP = {  # post-LN as BERT's, under other names
+    "attention.q_lin": "self_attn.q_proj",
+    "attention.k_lin": "self_attn.k_proj",
+    "attention.v_lin": "self_attn.v_proj",
+    "attention.out_lin": "self_attn.out_proj",
+    "sa_layer_norm": "self_attn_layer_norm",
+    "ffn.lin1": "fc1",
+    "ffn.lin2": "fc2",
+    "output_layer_norm": "final_layer_norm",
+}
 _PRE_LN_LAYER_MAP = {
     "attention.self.query": "self_attn.q_proj",
     "attention.self.key": "self_attn.k_proj",
@@ -63,12 +79,15 @@ _PRE_LN_LAYER_MAP = {
 }
 
 
-def encoder_name_map(num_layers: int, pre_ln: bool = False) -> List[Tuple[str, str]]:
+def encoder_name_map(num_layers: int, pre_ln: bool = False, model_type: str = "bert") -> List[Tuple[str, str]]:
     """(HF base-model name, bio_roberta name) of every encoder parameter but the token/position embeddings."""
     modules = [("embeddings.LayerNorm", "layernorm_embedding")] + ([("LayerNorm", "layer_norm")] if pre_ln else [])
-    layer_map = _PRE_LN_LAYER_MAP if pre_ln else _LAYER_MAP
+    if model_type == "distilbert":
+        layers, layer_map = "transformer.layer", _DISTILBERT_LAYER_MAP
+    else:
+        layers, layer_map = "encoder.layer", _PRE_LN_LAYER_MAP if pre_ln else _LAYER_MAP
     for i in range(num_layers):
-        modules += [(f"encoder.layer.{i}.{hf}", f"layers.{i}.{fs}") for hf, fs in layer_map.items()]
+        modules += [(f"{layers}.{i}.{hf}", f"layers.{i}.{fs}") for hf, fs in layer_map.items()]
     return [(f"{hf}.{p}", f"{ENCODER}{fs}.{p}") for hf, fs in modules for p in ("weight", "bias")]
 
 
@@ -129,7 +148,8 @@ def _load_torch_bin(path: Path) -> Dict[str, torch.Tensor]:
 
 
 def base_model_names(state: Dict[str, torch.Tensor], model_type: str) -> Dict[str, torch.Tensor]:
-    """Parameter names without the ``bert.``/``roberta.``/``electra.`` prefix, TF-era gamma/beta renamed."""
+    """Parameter names without the ``bert.``/``roberta.``/``electra.``/``distilbert.`` prefix, TF-era gamma/beta
+    renamed."""
     out = {}
     prefix = model_type + "."
     for name, tensor in state.items():
@@ -140,6 +160,21 @@ def base_model_names(state: Dict[str, torch.Tensor], model_type: str) -> Dict[st
 
 
 # ------------------------------------------------------------------------------------------ HF -> bio_roberta
+
+
+def fairseq_positions(positions: torch.Tensor, token_types, config: dict, weights: Path) -> torch.Tensor:
+    """fairseq's ``(max_positions + 2) x C`` position table (its first position at row padding_idx + 1 = 2) of HF's
+    ``position_embeddings``, with the segment-0 row of ``token_types`` (None: DistilBERT has none) folded in."""
+    offset = position_offset(config)
+    max_positions = positions.size(0) - offset
+    if max_positions <= 0:
+        raise HFConvertError(f"{weights}: {positions.size(0)} position embeddings, fewer than the offset {offset}")
+    segment0 = token_types[0] if token_types is not None else torch.zeros(positions.size(1))  # adds exactly 0
+    table = torch.zeros(max_positions + 2, positions.size(1))
+    table[2:] = positions[offset:] + segment0
+    if offset >= 2:  # RoBERTa: the rows before the first position (its padding row) carry over as they are
+        table[:2] = positions[offset - 2 : offset] + segment0
+    return table
 
 
 @dataclass
@@ -154,7 +189,8 @@ class ConvertedModel:
 
 def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFVocab, weights: Path) -> ConvertedModel:
     """Map HF parameters onto bio_roberta's: rows in fairseq dictionary order, segment-0 token-type embedding
-    folded into the positions (fairseq's start at padding_idx + 1), the MLM head when there is one."""
+    folded into the positions (fairseq's start at padding_idx + 1; DistilBERT has none, so nothing is added), the
+    MLM head when there is one."""
     model_type = config["model_type"]
     state = base_model_names(state, model_type)
     used = set(HF_BUFFERS)
@@ -184,21 +220,13 @@ def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFV
     order = torch.tensor(vocab.fairseq_order())
     out = {f"{ENCODER}embed_tokens.weight": word[order]}
 
-    positions = take("embeddings.position_embeddings.weight")
-    offset = position_offset(config)
-    max_positions = positions.size(0) - offset
-    if max_positions <= 0:
-        raise HFConvertError(f"{weights}: {positions.size(0)} position embeddings, fewer than the offset {offset}")
     segment0 = state.get("embeddings.token_type_embeddings.weight")
     used.add("embeddings.token_type_embeddings.weight")
-    segment0 = segment0[0] if segment0 is not None else torch.zeros(dim)
-    fs_positions = torch.zeros(max_positions + 2, dim)
-    fs_positions[2:] = positions[offset:] + segment0
-    if offset >= 2:  # RoBERTa: the rows before the first position (its padding row) carry over as they are
-        fs_positions[:2] = positions[offset - 2 : offset] + segment0
+    fs_positions = fairseq_positions(take("embeddings.position_embeddings.weight"), segment0, config, weights)
     out[f"{ENCODER}embed_positions.weight"] = fs_positions
+    max_positions = fs_positions.size(0) - 2
 
-    for hf, fs in encoder_name_map(config["num_hidden_layers"]):
+    for hf, fs in encoder_name_map(config["num_hidden_layers"], model_type=model_type):
         out[fs] = take(hf)
 
     dense, norm, biases, decoder = MLM_HEADS[model_type]
@@ -206,7 +234,7 @@ def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFV
     untied = False
     out[f"{LM_HEAD}weight"] = out[f"{ENCODER}embed_tokens.weight"]  # tied, unless the head says otherwise
     if has_head:
-        if model_type != "bert" and config.get("hidden_act", "gelu") != "gelu":
+        if model_type not in HEADS_WITH_ENCODER_ACTIVATION and config.get("hidden_act", "gelu") != "gelu":
             raise HFConvertError(
                 f"{weights}: the {model_type} MLM head applies gelu but the encoder uses {config['hidden_act']}; "
                 "bio_roberta's head uses the encoder's activation"

@@ -4,8 +4,10 @@ as one fairseq model over the foundation's encoder.
 The two encoders share the token and position embeddings and the embedding LayerNorm (one Parameter each,
 owned by the discriminator and stored once in a checkpoint); the generator is narrower, with a projection from
 the embedding width, and its MLM output is tied to the shared token embeddings. The embedding width is the
-discriminator's hidden size, so the discriminator is exactly a ``bio_roberta`` encoder
-(``fairseq-bio-extract-encoder`` writes it as one).
+discriminator's hidden size by default, so the discriminator is exactly a ``bio_roberta`` encoder
+(``fairseq-bio-extract-encoder`` writes it as one); ``embedding_dim`` narrower than that (ELECTRA-small's 128-wide
+embeddings under 256-wide layers, which an imported HF ELECTRA-small pair needs) projects them into the
+discriminator too, which then has no bio_roberta form.
 """
 
 import argparse
@@ -24,15 +26,14 @@ from torch import Tensor, nn
 
 from ..data.word_boundaries import special_symbols
 from ..modules.electra import DiscriminatorHead, GeneratorHead, ProjectedTransformerEncoder, sample_replacements
-from ..modules.transformer_encoder import BioTransformerEncoder
 from .bio_roberta import set_layer_norm_eps
 
 logger = logging.getLogger(__name__)
 
 # Named sizes (discriminator / generator). Generators are 1/3 wide for base (BioELECTRA Table 5: 768/256 hidden,
 # 3072/1024 FFN, 12/4 heads) and 1/4 for small and large (ELECTRA's choices), with as many layers as the
-# discriminator. ELECTRA-small's 128-wide embeddings are not reproduced: the embeddings are as wide as the
-# discriminator, so that it is a plain bio_roberta encoder.
+# discriminator. ELECTRA-small's 128-wide embeddings are not the default (model.embedding_dim=128 gives them): the
+# embeddings are as wide as the discriminator, so that it is a plain bio_roberta encoder.
 ARCHITECTURES = {
     "bio_electra_tiny": dict(
         encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4,
@@ -61,13 +62,20 @@ SHARED = ("embed_tokens.weight", "embed_positions.weight", "layernorm_embedding.
 class BioElectraConfig(FairseqDataclass):
     encoder_layers: Optional[int] = field(default=None, metadata={"help": "discriminator layers (default: the arch's)"})
     encoder_embed_dim: Optional[int] = field(
-        default=None, metadata={"help": "discriminator hidden size = shared embedding width (default: the arch's)"}
+        default=None,
+        metadata={"help": "discriminator hidden size, and the embedding width unless embedding_dim is set (default: "
+                  "the arch's)"},
     )
     encoder_ffn_embed_dim: Optional[int] = field(
         default=None, metadata={"help": "discriminator feed-forward size (default: the arch's)"}
     )
     encoder_attention_heads: Optional[int] = field(
         default=None, metadata={"help": "discriminator attention heads (default: the arch's)"}
+    )
+    embedding_dim: Optional[int] = field(
+        default=None,
+        metadata={"help": "width of the shared embeddings (default: encoder_embed_dim); narrower ones are projected "
+                  "to each encoder's width, as ELECTRA-small's 128-wide ones are"},
     )
     generator_layers: Optional[int] = field(
         default=None, metadata={"help": "generator layers (default: as many as the discriminator)"}
@@ -104,6 +112,8 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
             setattr(cfg, key, value)
     if getattr(cfg, "generator_layers", None) is None:
         cfg.generator_layers = cfg.encoder_layers
+    if getattr(cfg, "embedding_dim", None) is None:
+        cfg.embedding_dim = cfg.encoder_embed_dim
     if getattr(cfg, "layernorm_embedding", None) is None:
         cfg.layernorm_embedding = not cfg.encoder_normalize_before
     if getattr(cfg, "layer_norm_eps", None) is None:
@@ -141,8 +151,10 @@ class BioElectraModel(BaseFairseqModel):
     def __init__(self, cfg, dictionary):
         super().__init__()
         self.cfg = cfg
-        embed_tokens = nn.Embedding(len(dictionary), cfg.encoder_embed_dim, dictionary.pad())
-        self.discriminator = BioTransformerEncoder(_encoder_args(cfg, "discriminator"), dictionary, embed_tokens)
+        embed_tokens = nn.Embedding(len(dictionary), cfg.embedding_dim, dictionary.pad())
+        # Both are projected encoders: with the default embedding width the discriminator's projection is absent
+        # (no parameter, the keys of a plain BioTransformerEncoder).
+        self.discriminator = ProjectedTransformerEncoder(_encoder_args(cfg, "discriminator"), dictionary, embed_tokens)
         self.generator = ProjectedTransformerEncoder(_encoder_args(cfg, "generator"), dictionary, embed_tokens)
         # One copy of each shared module: the generator's own (built above) are replaced by the discriminator's.
         self.generator.embed_positions = self.discriminator.embed_positions

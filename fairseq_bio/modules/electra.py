@@ -13,9 +13,9 @@ from .transformer_encoder import BioTransformerEncoder
 
 
 class ProjectedTransformerEncoder(BioTransformerEncoder):
-    """A ``BioTransformerEncoder`` whose layers are narrower than its embeddings: ``E``-wide token/position
-    embeddings and embedding LayerNorm, then a linear projection to the layers' width ``H`` (ELECTRA's generator;
-    no projection when ``E == H``)."""
+    """A ``BioTransformerEncoder`` whose layers may differ in width from its embeddings: ``E``-wide token/position
+    embeddings and embedding LayerNorm, then a linear projection to the layers' width ``H`` (ELECTRA's generator,
+    and ELECTRA-small's discriminator; no projection, and a plain encoder's parameters, when ``E == H``)."""
 
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
