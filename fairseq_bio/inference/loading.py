@@ -42,17 +42,21 @@ def load_fine_tuned(
     return task, model
 
 
-def batches(dataset, max_tokens: int, max_sentences: int):
-    """Index lists in length order, each within ``max_tokens`` (a longer sentence alone) and ``max_sentences``."""
+def batches(dataset, max_tokens: int, max_sentences: int, max_padding: float = 0.25):
+    """Index lists in length order, each within ``max_tokens`` padded slots (a longer sentence alone),
+    ``max_sentences``, and ``max_padding``: a batch is closed before its padding would exceed that fraction of its
+    real tokens (a forward pass costs per padded slot, and one batch of a short, spread file is mostly padding)."""
     order = dataset.ordered_indices()
-    batch, width = [], 0
+    batch, width, real = [], 0, 0
     for i in order:
         size = int(dataset.sizes[i])
-        if batch and (max(width, size) * (len(batch) + 1) > max_tokens or len(batch) >= max_sentences):
+        wider = max(width, size)
+        slots = wider * (len(batch) + 1)
+        if batch and (slots > max_tokens or len(batch) >= max_sentences or slots > (1 + max_padding) * (real + size)):
             yield batch
-            batch, width = [], 0
+            batch, wider, real = [], size, 0
         batch.append(int(i))
-        width = max(width, size)
+        width, real = wider, real + size
     if batch:
         yield batch
 
