@@ -58,7 +58,7 @@ bench-hf-parity: install
 	$(BIN)/python benchmarks/hf_parity.py
 
 # BLURB from the real MiniLM on every shared dataset: scores, wall time and examples/s per task (CPU: one seed, short
-# budgets, about 75 min on 2 cores; a GPU: the recipes).
+# budgets chosen on dev to leave the trivial answers, about 80-100 min on 2 cores; a GPU: the recipes).
 bench-blurb: install
 	$(BIN)/python benchmarks/blurb.py
 
