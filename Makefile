@@ -27,7 +27,7 @@ demo: install
 # CI (.ci/run) builds the optional fastBPE too, so the fastbpe vocabulary tests run rather than skip. -rs prints why
 # a test skipped (tests/gpu without CUDA).
 test: install $(FASTBPE_STAMP)
-	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --durations=15 tests
+	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # On a lent GPU, in under 10 minutes: tests/gpu in fp16 and bf16, benchmarks/encoder_speed.py --device cuda and NCCL
 # data parallel (2+ GPUs), as one table in benchmarks/results/gpu_check.md; without CUDA it says so and exits 0.

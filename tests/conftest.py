@@ -27,6 +27,18 @@ def pytest_configure(config):
         torch.set_num_threads(1)  # in-process models: one thread per worker, as the CLI runs get
 
 
+# The longest files (`--durations`: tagging_margin's fixture alone takes 6-7 minutes), run first: with
+# `--dist loadfile --no-loadscope-reorder` (the Makefile's) xdist hands files out in collection order as workers free
+# up; its default order (most tests first) left a long file with few tests running alone at the end.
+SLOW_FIRST = ("test_tagging_margin.py", "test_hf_parity.py", "test_installed_package.py", "test_demo.py",
+              "test_extractive_qa.py", "test_blurb_runner.py", "test_electra_e2e.py", "test_hf_electra_pair.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the others keep their order
+
+
 def build_once(tmp_path_factory, name, build):
     """``build(directory)`` for the whole test session: with pytest-xdist the first worker that asks builds it
     (under a file lock) and the others wait and reuse it; a build that failed half-way is redone. ``build`` returns
