@@ -112,7 +112,9 @@ def pretrained(request, data_bin, tmp_path_factory):
         log = train("bio_roberta_base", directory / "ckpt", f"task.data={data_bin('bytebpe')}", *ENCODER,
                     f"task.tokens_per_sample={BLOCK}", f"dataset.batch_size={BATCH}", "optimization.update_freq=[1]",
                     f"optimization.max_update={UPDATES}", f"optimization.lr=[{LR}]", "lr_scheduler.warmup_updates=3",
-                    "dataset.max_valid_steps=5", *precision_overrides(precision))  # fmt: skip
+                    # the masking these thresholds were set with (bio-lm's recipe now masks single tokens)
+                    "task.mask_whole_words=true", "dataset.max_valid_steps=5",
+                    *precision_overrides(precision))  # fmt: skip
         return directory / "ckpt" / "checkpoint_last.pt", log
 
     checkpoint, log = build_once(tmp_path_factory, f"gpu-mlm-{precision}", build)
