@@ -18,7 +18,7 @@ from typing import Dict, Tuple
 import torch
 
 from .common import HFConvertError
-from .config import ACTIVATIONS, electra_embedding_size
+from .config import bio_roberta_options, electra_embedding_size
 from .vocab import HFVocab
 from .weights import (
     FAIRSEQ_BUFFERS,
@@ -77,25 +77,18 @@ def check_pair_configs(configs: Dict[str, dict], paths: Dict[str, Path]) -> None
 
 
 def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
-    """The bio_electra model options computing what the (checked) pair of configs computes."""
+    """The bio_electra model options computing what the (checked) pair of configs computes: the discriminator's as
+    a bio_roberta encoder's (the settings the pair shares included), the generator's sizes and the embedding width."""
     disc, gen = configs["discriminator"], configs["generator"]
+    options = bio_roberta_options(disc, max_positions, untied=False)
+    del options["untie_weights_roberta"]  # the generator's output is always tied to the shared embeddings
     return dict(
-        encoder_layers=disc["num_hidden_layers"],
-        encoder_embed_dim=disc["hidden_size"],
-        encoder_ffn_embed_dim=disc["intermediate_size"],
-        encoder_attention_heads=disc["num_attention_heads"],
+        options,
         generator_layers=gen["num_hidden_layers"],
         generator_embed_dim=gen["hidden_size"],
         generator_ffn_embed_dim=gen["intermediate_size"],
         generator_attention_heads=gen["num_attention_heads"],
         embedding_dim=electra_embedding_size(disc),
-        encoder_normalize_before=False,
-        layernorm_embedding=True,
-        layer_norm_eps=float(disc.get("layer_norm_eps", 1e-12)),
-        activation_fn=ACTIVATIONS[disc.get("hidden_act", "gelu")],
-        dropout=float(disc.get("hidden_dropout_prob", 0.1)),
-        attention_dropout=float(disc.get("attention_probs_dropout_prob", 0.1)),
-        max_positions=max_positions,
     )
 
 
