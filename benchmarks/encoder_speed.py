@@ -115,6 +115,10 @@ def build(variant: str, data: str, batch: int, device: str, bf16: bool, task=Non
     cfg = convert_namespace_to_omegaconf(
         options.parse_args_and_arch(parser, fairseq_args(variant, data, batch, device, bf16, tiny))
     )
+    with open_dict(cfg.common):
+        # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
+        # to torch_xla; fairseq-hydra-train's precision=bf16 does not, and a GPU is what is measured here
+        cfg.common.tpu = False
     if VARIANTS[variant]["compile"]:  # bio_roberta inherits RoBERTa's argparse options, so it is set here
         with open_dict(cfg.model):
             cfg.model.compile_encoder_layers = True

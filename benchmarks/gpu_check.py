@@ -5,8 +5,10 @@
 2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, tokens/s, MFU, peak
    memory, bf16, 512-token blocks (on `make demo`'s runs/demo/data-bin, else on PubMed data built here);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
+4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: fairscale's FSDP against the plain run, one GPU) when
+   fairscale is installed (requirements/gpu.txt, which `make gpu-check` installs);
 
-Steps 1 and 3 run in one pytest session (the data built once, the files side by side). Then one markdown table
+Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). Then one markdown table
 (step, result, time, details) with the device (nvidia-smi) and the date, printed and written to
 benchmarks/results/gpu_check.md; exits 1 when a step failed. Without CUDA it says so in one line and exits 0.
 
@@ -36,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 GPU_TESTS = "tests/gpu"
 DATA_PARALLEL = "tests/gpu/test_gpu_data_parallel.py"
+FSDP = "tests/gpu/test_gpu_fsdp.py"
 BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
 TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
 # a fresh process per variant; the others only swap the optimizer or compile the layers
@@ -105,7 +108,8 @@ def pytest_steps(dry: bool, env, timeout: float):
     """Steps 1 and 3: one pytest session over tests/gpu (the data built once, the two files side by side), reported
     per file."""
     names = (f"1. GPU tests ({GPU_TESTS}, fp16 + bf16)",
-             f"3. 2-process data parallel, {'gloo on the CPU' if dry else 'NCCL'} ({DATA_PARALLEL})")  # fmt: skip
+             f"3. 2-process data parallel, {'gloo on the CPU' if dry else 'NCCL'} ({DATA_PARALLEL})",
+             f"4. fully sharded data parallel, fairscale FSDP on one GPU ({FSDP})")  # fmt: skip
     workers = 2 if dry else 4  # the dry mode's 2 cores; on a GPU machine several runs share the one GPU
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,11 +124,12 @@ def pytest_steps(dry: bool, env, timeout: float):
     if not outcomes:
         return [Step(name, "FAIL", time.time() - start, f"no test report (pytest exit status {rc})") for name in names]
     parallel = outcomes.pop(Path(DATA_PARALLEL).stem, Outcome(failed=["not collected"]))
+    sharded = outcomes.pop(Path(FSDP).stem, Outcome(failed=["not collected"]))
     training = Outcome(sum(o.passed for o in outcomes.values()), [n for o in outcomes.values() for n in o.failed],
                        set().union(*(o.skipped for o in outcomes.values())))  # fmt: skip
     first = summarise(names[0], training, time.time() - start)
-    first.details += " (time: the whole pytest session, step 3 alongside)"
-    return first, summarise(names[1], parallel, parallel.seconds)
+    first.details += " (time: the whole pytest session, steps 3 and 4 alongside)"
+    return first, summarise(names[1], parallel, parallel.seconds), summarise(names[2], sharded, sharded.seconds)
 
 
 def demo_or_built_data(dry: bool) -> Path:
@@ -215,6 +220,8 @@ def minutes(seconds: float) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry", action="store_true", help="every step on the CPU at tiny sizes (or GPU_CHECK_DRY=1)")
+    parser.add_argument("--budget", type=float, default=BUDGET_S,
+                        help=f"seconds for all steps (default {BUDGET_S}); the tests get {round(100 * TESTS_BUDGET_S / BUDGET_S)} %% of it")
     args = parser.parse_args(argv)
     dry = args.dry or os.environ.get("GPU_CHECK_DRY") == "1"
     env = dict(os.environ)
@@ -228,10 +235,10 @@ def main(argv=None) -> int:
             print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False), nothing checked; "
                   "GPU_CHECK_DRY=1 make gpu-check runs every step on the CPU at tiny sizes")  # fmt: skip
             return 0
-    deadline = time.time() + BUDGET_S
-    tests, parallel = pytest_steps(dry, env, TESTS_BUDGET_S)
+    deadline = time.time() + args.budget
+    tests, parallel, sharded = pytest_steps(dry, env, TESTS_BUDGET_S * args.budget / BUDGET_S)
     speed = encoder_speed_step(dry, env, deadline - time.time())
-    steps = [tests, speed, parallel]
+    steps = [tests, speed, parallel, sharded]
     text = table(steps, dry)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("gpu_check_dry.md" if dry else "gpu_check.md")
