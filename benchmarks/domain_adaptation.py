@@ -42,8 +42,9 @@ from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, REPO, RESULTS  # noqa: E402
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
 # Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
 # a peak learning rate of 1e-4 (BioBERT's, for its continued BERT) reached after 6 % of the updates, then linear
-# decay to 0 (1,000 updates: about an hour at 3.4 s per update on 2 quiet cores); the rest is bio-lm's recipe (recipe/bio_lm: Adam 0.9/0.98, weight decay 0.01, complete-sentence blocks)
-# through recipe/cpu_demo, with whole-word masking. --updates sets the budget; about an hour by default.
+# decay to 0; the rest is bio-lm's recipe (recipe/bio_lm: Adam 0.9/0.98, weight decay 0.01, complete-sentence blocks)
+# through recipe/cpu_demo, with whole-word masking. --updates sets the budget: 1,000 by default, about an hour at
+# 3.4 s per update on 2 quiet cores.
 UPDATES = 1000
 PRETRAIN = [
     "task.tokens_per_sample=128", "task.mask_whole_words=true", "dataset.batch_size=32",
@@ -86,11 +87,12 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float) -> 
     """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted run."""
     save = out / "pretrain"
     half = updates // 2
-    done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt", updates: save / "checkpoint_last.pt"}
-    from fairseq_bio import compat
+    done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt",
+            updates: save / "checkpoint_last.pt"}  # fmt: skip
+    from fairseq_bio.checkpoints import resume_point
 
     last = done[updates]
-    if not (last.exists() and compat.load_checkpoint(last)["optimizer_history"][-1]["num_updates"] >= updates):
+    if not (last.exists() and (resume_point(last) or 0) >= updates):  # its update count, without the tensors
         save.mkdir(parents=True, exist_ok=True)
         start = time.time()
         run([BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", "bio_roberta_tiny",
@@ -109,11 +111,11 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float) -> 
 
 
 def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
-    """MLM perplexity (2 ** loss in bits) on the held-out split, the task's fixed validation masks."""
+    """MLM perplexity (2 ** loss in bits) on the whole held-out split, the task's fixed validation masks."""
     overrides = {"data": str(data_bin), "tokens_per_sample": 128, "sample_break_mode": "complete",
                  "mask_whole_words": True, "mask_prob": 0.15}
     run([BIN / "fairseq-validate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task",
-         "bio_masked_lm", "--valid-subset", "valid", "--batch-size", "32", "--max-valid-steps", "40", "--cpu",
+         "bio_masked_lm", "--valid-subset", "valid", "--batch-size", "32", "--cpu",
          "--model-overrides", repr(overrides)], log=log)  # fmt: skip
     losses = re.findall(r"\| loss ([0-9.]+) \|", log.read_text(encoding="utf-8"))
     if not losses:
