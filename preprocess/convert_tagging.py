@@ -1,13 +1,14 @@
 """Tagging data from other sources -> CoNLL for the ``bio_tagging`` task (``token<TAB>tag``, blank line between
 sentences).
 
-``fairseq-bio-convert-tagging`` has two subcommands. Both write ``train.tsv`` / ``devel.tsv`` / ``test.tsv`` (the
-task's default names), the document ids of each split (``<split>.pmids``, one per line, usable as ``--dev-pmids`` /
+Every subcommand of ``fairseq-bio-convert-tagging`` writes ``train.tsv`` / ``devel.tsv`` / ``test.tsv`` (the task's
+default names), the document ids of each split (``<split>.pmids``, one per line, usable as ``--dev-pmids`` /
 ``--<split>-pmids`` input) and ``convert_stats.json``, every file atomically and only after all input has been read
 and checked, so a bad input leaves nothing behind.
 
-The converters: ``ebm_nlp`` (BLURB's PICO from EBM-NLP) and ``pubtator`` (PubTator / BioC JSON offset annotations);
-what they share: ``tagging_outputs``.
+The converters: ``ebm_nlp`` (BLURB's PICO from EBM-NLP); ``pubtator`` (PubTator / BioC JSON offset annotations),
+whose tagging and splits the other offset formats share: ``standoff`` (brat, LINNAEUS, Species-800, CHEMDNER /
+BC4CHEMD) and ``i2b2`` (2010 concepts, 2012 temporal, 2014 de-identification); the outputs: ``tagging_outputs``.
 """
 
 import argparse
@@ -16,15 +17,102 @@ from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS
 from fairseq_bio.errors import run_cli
 
 from .ebm_nlp import convert_ebm_nlp
+from .i2b2 import convert_i2b2_2010, convert_i2b2_2012, convert_i2b2_2014
 from .pubtator import convert_pubtator
+from .standoff import convert_brat, convert_chemdner, convert_linnaeus, convert_s800
 from .tagging_outputs import SPLITS, summary
+
+# ---------------------------------------------------------------------------------------------------
+# Offset-annotation subcommands: what they share (splits, types, sentences), what each adds
+
+STANDOFF_FORMATS = {
+    "brat": "brat stand-off (X.txt + X.ann) -> BIO tags",
+    "linnaeus": "LINNAEUS manual corpus (txt/ + tags.tsv) -> BIO tags",
+    "s800": "Species-800 (abstracts/ + S800.tsv) -> BIO tags",
+    "chemdner": "CHEMDNER / BC4CHEMD (<part>.abstracts.txt + <part>.annotations.txt) -> BIO tags",
+}
+I2B2_FORMATS = {
+    "i2b2-2010": "i2b2 2010 concepts (.txt + .con) -> BIO tags",
+    "i2b2-2012": "i2b2 2012 temporal XML (EVENT/TIMEX3) -> BIO tags",
+    "i2b2-2014": "i2b2 2014 de-identification XML (PHI) -> BIO tags",
+}
+CONVERTERS = {
+    "pubtator": convert_pubtator,
+    "brat": convert_brat,
+    "linnaeus": convert_linnaeus,
+    "s800": convert_s800,
+    "chemdner": convert_chemdner,
+    "i2b2-2010": convert_i2b2_2010,
+    "i2b2-2012": convert_i2b2_2012,
+    "i2b2-2014": convert_i2b2_2014,
+}
+# Options of one subcommand only, passed on by name when present.
+_FORMAT_OPTIONS = ("encoding", "annotations", "texts", "tags", "phi_level", "allow_text_mismatch")
+
+
+def _offset_arguments(p: argparse.ArgumentParser, ids: str) -> None:
+    p.add_argument("inputs", nargs="*", help="input files or directories, split by the --<split>-pmids lists")
+    p.add_argument("--out", required=True, help="output directory")
+    for split in SPLITS:
+        p.add_argument(f"--{split}", nargs="+", metavar="PATH", help=f"inputs of the {split} split")
+    for split in SPLITS:
+        p.add_argument(
+            f"--{split}-pmids", f"--{split}-ids", metavar="FILE", help=f"{ids} of the {split} split, one per line"
+        )
+    p.add_argument("--test-fraction", type=float, help="hold this fraction of the train documents out as test")
+    p.add_argument(
+        "--dev-fraction", type=float, help="hold this fraction of the train documents (after --test-fraction) out as dev"
+    )
+    p.add_argument("--seed", type=int, default=1, help="seed of the held-out documents")
+    p.add_argument("--types", nargs="+", help="keep only these mention types (after --rename), e.g. Disease")
+    p.add_argument("--rename", nargs="+", metavar="OLD=NEW", help="rename mention types, e.g. SpecificDisease=Disease")
+    p.add_argument("--one-type", metavar="NAME", help="every mention type becomes NAME (e.g. Chemical for BC4CHEMD)")
+    p.add_argument(
+        "--sentence-training-texts",
+        type=int,
+        default=DEFAULT_TRAINING_TEXTS,
+        help="titles/abstracts/lines used to train the Punkt sentence splitter",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files")
+
+
+def _sentence_argument(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--sentences",
+        choices=("punkt", "lines"),
+        default=default,
+        help="punkt: Punkt splits each line of a text into sentences; lines: each line is one sentence",
+    )
+
+
+def _offset_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``CONVERTERS[args.command]``."""
+    options = dict(
+        split_files={s: getattr(args, s) for s in SPLITS},
+        inputs=args.inputs,
+        split_pmids={s: getattr(args, f"{s}_pmids") for s in SPLITS},
+        types=args.types,
+        rename=args.rename,
+        one_type=args.one_type,
+        sentence_training_texts=args.sentence_training_texts,
+        dev_fraction=args.dev_fraction,
+        test_fraction=args.test_fraction,
+        seed=args.seed,
+        overwrite=args.overwrite,
+    )
+    if hasattr(args, "sentences"):
+        options["split_segments"] = args.sentences == "punkt"
+    options.update({name: getattr(args, name) for name in _FORMAT_OPTIONS if hasattr(args, name)})
+    return options
+
 
 # ---------------------------------------------------------------------------------------------------
 # Command line
 
 
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-convert-tagging``: EBM-NLP PICO or PubTator/BioC offset annotations -> CoNLL splits."""
+    """``fairseq-bio-convert-tagging``: EBM-NLP PICO or offset annotations (PubTator/BioC, stand-off, i2b2) -> CoNLL
+    splits."""
 
     def main(argv):
         parser = argparse.ArgumentParser(
@@ -55,23 +143,39 @@ def cli_main(argv=None) -> None:
         ebm.add_argument("--overwrite", action="store_true", help="replace existing output files")
 
         pt = sub.add_parser("pubtator", help="PubTator or BioC JSON offset annotations -> BIO tags")
-        pt.add_argument("inputs", nargs="*", help="input files, split by the --<split>-pmids lists")
-        pt.add_argument("--out", required=True, help="output directory")
-        for split in SPLITS:
-            pt.add_argument(f"--{split}", nargs="+", metavar="FILE", help=f"input files of the {split} split")
-        for split in SPLITS:
-            pt.add_argument(f"--{split}-pmids", metavar="FILE", help=f"PMIDs of the {split} split, one per line")
-        pt.add_argument("--types", nargs="+", help="keep only these mention types (after --rename), e.g. Disease")
-        pt.add_argument(
-            "--rename", nargs="+", metavar="OLD=NEW", help="rename mention types, e.g. SpecificDisease=Disease"
+        _offset_arguments(pt, "PMIDs")
+
+        for name, help_ in STANDOFF_FORMATS.items():
+            p = sub.add_parser(name, help=help_)
+            _offset_arguments(p, "document ids (file names without .txt)" if name != "chemdner" else "PMIDs")
+            if name != "chemdner":
+                _sentence_argument(p, "punkt")
+        sub.choices["brat"].add_argument("--encoding", default="utf-8", help="encoding of the .txt and .ann files")
+        sub.choices["linnaeus"].add_argument(
+            "--annotations", default="tags.tsv", help="the mention table in the release: tags.tsv or filtered_tags.tsv"
         )
-        pt.add_argument(
-            "--sentence-training-texts",
-            type=int,
-            default=DEFAULT_TRAINING_TEXTS,
-            help="titles/abstracts used to train the Punkt sentence splitter",
+
+        for name, help_ in I2B2_FORMATS.items():
+            p = sub.add_parser(name, help=help_)
+            _offset_arguments(p, "record names (file names without .con/.xml)")
+            _sentence_argument(p, "lines")
+            p.add_argument(
+                "--allow-text-mismatch",
+                action="store_true",
+                help="keep the offsets of an annotation whose text is not the record's there (counted), not an error",
+            )
+        sub.choices["i2b2-2010"].add_argument(
+            "--texts", nargs="+", default=[], metavar="DIR", help="directories with the records' .txt (test_data/)"
         )
-        pt.add_argument("--overwrite", action="store_true", help="replace existing output files")
+        sub.choices["i2b2-2012"].add_argument(
+            "--tags", nargs="+", default=["EVENT"], choices=("EVENT", "TIMEX3"), help="tags to convert (bio-lm: EVENT)"
+        )
+        sub.choices["i2b2-2014"].add_argument(
+            "--phi-level",
+            choices=("type", "category"),
+            default="type",
+            help="label: the TYPE attribute (DOCTOR, DATE, ...; bio-lm) or the tag name (NAME, DATE, ...)",
+        )
 
         args = parser.parse_args(argv)
         if args.command == "ebm-nlp":
@@ -88,16 +192,7 @@ def cli_main(argv=None) -> None:
                 overwrite=args.overwrite,
             )
         else:
-            stats = convert_pubtator(
-                args.out,
-                split_files={s: getattr(args, s) for s in SPLITS},
-                inputs=args.inputs,
-                split_pmids={s: getattr(args, f"{s}_pmids") for s in SPLITS},
-                types=args.types,
-                rename=args.rename,
-                sentence_training_texts=args.sentence_training_texts,
-                overwrite=args.overwrite,
-            )
+            stats = CONVERTERS[args.command](args.out, **_offset_options(args))
         print(summary(stats))
 
     run_cli("fairseq-bio-convert-tagging", main, argv)

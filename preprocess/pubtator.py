@@ -13,22 +13,36 @@ mention overlapping a word already tagged by an earlier (at the same start: long
 twice, discontinuous BioC annotations. A mention whose text differs from the document text at its offsets is an
 error naming the file and line.
 
+The tagging, splits and outputs (``tag_document``, ``convert_documents``: splits by file, by id list or held out
+of train with ``--dev-fraction``/``--test-fraction``; Punkt or one sentence per segment) serve the other offset
+converters too: ``standoff`` (brat, LINNAEUS, Species-800, CHEMDNER) and ``i2b2``.
 """
 
 import dataclasses
 import json
+import random
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_bio.data.conll import words_with_offsets
 from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
 from fairseq_bio.errors import json_error
 
 from .common import PreprocessError
-from .tagging_outputs import MAX_EXAMPLES, SPLITS, Tagged, check_outputs, decode, read_bytes, read_id_list, write_outputs
+from .tagging_outputs import (
+    MAX_EXAMPLES,
+    SPLITS,
+    Tagged,
+    check_outputs,
+    decode,
+    id_key,
+    read_bytes,
+    read_id_list,
+    write_outputs,
+)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -75,6 +89,7 @@ class PubtatorStats:
     sentence_joins: int = 0  # sentence boundaries removed because a mention crossed them
     relations_skipped: int = 0
     unassigned_documents: int = 0  # in the inputs but in none of the --<split>-pmids lists
+    held_out: Dict[str, str] = dataclasses.field(default_factory=dict)  # split -> how it was held out of train
     examples: List[str] = dataclasses.field(default_factory=list)
 
 
@@ -147,11 +162,12 @@ def _pubtator_document(raw: dict) -> Document:
         segments.append((len(title) + 1, len(text)))
     document = Document(raw["pmid"], text, segments, raw["mentions"], raw["where"])
     for mention in document.mentions:
-        _check_mention(document, mention)
+        check_mention(document, mention)
     return document
 
 
-def _check_mention(document: Document, mention: Mention) -> None:
+def check_mention(document: Document, mention: Mention) -> None:
+    """The mention lies inside its document, has a type, and its text is the document's text at its offsets."""
     if not 0 <= mention.start < mention.end <= len(document.text):
         raise PreprocessError(
             f"{mention.where}: offsets {mention.start}-{mention.end} are outside the text of document "
@@ -244,7 +260,7 @@ def _bioc_document(raw: dict, path: Path, line: Optional[int], index: int, stats
             mentions.append(Mention(start, start + length, str(annotation.get("text", "")), str(type_), ann_where))
     document = Document(pmid, text, segments, mentions, where)
     for mention in mentions:
-        _check_mention(document, mention)
+        check_mention(document, mention)
     return document
 
 
@@ -257,9 +273,18 @@ def read_documents(path, stats: Optional[PubtatorStats] = None) -> List[Document
     return read_pubtator(path, stats)
 
 
-def _sentence_spans(splitter: SentenceSplitter, text: str, start: int, end: int) -> List[Tuple[int, int]]:
-    """Character spans of the sentences of ``text[start:end]``, from the splitter's whitespace-collapsed output."""
+def _sentence_spans(
+    splitter: Optional[SentenceSplitter], text: str, start: int, end: int
+) -> List[Tuple[int, int]]:
+    """Character spans of the sentences of ``text[start:end]``, from the splitter's whitespace-collapsed output;
+    without a splitter the segment is one sentence (none if it is blank)."""
     segment = text[start:end]
+    if splitter is None:
+        stripped = segment.strip()
+        if not stripped:
+            return []
+        first = start + segment.index(stripped[0])
+        return [(first, first + len(stripped))]
     # The splitter drops only whitespace, so the k-th non-space character of its output is the k-th of the input.
     visible = [i for i, c in enumerate(segment) if not c.isspace()]
     spans, k = [], 0
@@ -272,19 +297,21 @@ def _sentence_spans(splitter: SentenceSplitter, text: str, start: int, end: int)
     return spans
 
 
-def _note(stats: PubtatorStats, message: str) -> None:
+def note(stats: PubtatorStats, message: str) -> None:
+    """Keep ``message`` as an example of a counted oddity (the first ``MAX_EXAMPLES``)."""
     if len(stats.examples) < MAX_EXAMPLES:
         stats.examples.append(message)
 
 
 def tag_document(
     document: Document,
-    splitter: SentenceSplitter,
+    splitter: Optional[SentenceSplitter],
     stats: PubtatorStats,
     types: Optional[Set[str]] = None,
     rename: Optional[Dict[str, str]] = None,
 ) -> Tuple[List[Tagged], Counter]:
-    """BIO-tagged sentences of one document, and its kept mentions per type."""
+    """BIO-tagged sentences of one document, and its kept mentions per type; ``splitter`` None: each segment is
+    one sentence."""
     rename = rename or {}
     words = words_with_offsets(document.text)
     starts = [w[1] for w in words]
@@ -316,12 +343,12 @@ def tag_document(
             raise PreprocessError(f"{mention.where}: mention {mention.text!r} covers no word")
         if any(tags[i] != "O" for i in range(first, last + 1)):
             stats.overlapping_dropped += 1
-            _note(stats, f"{mention.where}: overlaps an earlier mention; dropped: {mention.text!r}")
+            note(stats, f"{mention.where}: overlaps an earlier mention; dropped: {mention.text!r}")
             continue
         if starts[first] < mention.start or ends[last] > mention.end:
             stats.boundary_inside_word += 1
             whole = document.text[starts[first] : ends[last]]
-            _note(stats, f"{mention.where}: boundary inside a word; tagged {whole!r} for {mention.text!r}")
+            note(stats, f"{mention.where}: boundary inside a word; tagged {whole!r} for {mention.text!r}")
         tags[first] = f"B-{type_}"
         for i in range(first + 1, last + 1):
             tags[i] = f"I-{type_}"
@@ -330,7 +357,7 @@ def tag_document(
             if not joined[s]:
                 joined[s] = True
                 stats.sentence_joins += 1
-                _note(stats, f"{mention.where}: sentence boundary inside {mention.text!r}; sentences joined")
+                note(stats, f"{mention.where}: sentence boundary inside {mention.text!r}; sentences joined")
 
     out: List[Tagged] = []
     current: Tagged = ([], [])
@@ -363,55 +390,100 @@ def _parse_types(types: Optional[Sequence[str]]) -> Optional[Set[str]]:
     return {t.strip() for item in types for t in item.split(",") if t.strip()}
 
 
-def convert_pubtator(
+def _hold_out(ordered, source: str, target: str, fraction: float, seed: int, group, stats) -> list:
+    """``ordered`` with ``int(fraction * n)`` of the ``source`` split's documents moved to ``target``: a seeded
+    shuffle of their sorted ids; ``group`` (name, id -> group id) moves whole groups (a patient's records)."""
+    option = f"--{'dev' if target == 'devel' else target}-fraction"
+    if not 0.0 < fraction < 1.0:
+        raise PreprocessError(f"{option} {fraction}: expected a number in (0, 1)")
+    unit, group = group or ("documents", lambda pmid: pmid)
+    groups = sorted({group(d.pmid) for d, split in ordered if split == source}, key=id_key)
+    order = list(groups)
+    random.Random(seed).shuffle(order)
+    chosen = set(order[: int(len(order) * fraction)])
+    if not chosen or len(chosen) == len(groups):
+        raise PreprocessError(
+            f"{option} {fraction}: {len(groups)} {source} {unit} cannot give both a {source} and a {target} split"
+        )
+    stats.held_out[target] = f"int({fraction} * {len(groups)}) = {len(chosen)} {source} {unit}, seed {seed}"
+    return [(d, target if split == source and group(d.pmid) in chosen else split) for d, split in ordered]
+
+
+def convert_documents(
     out_dir,
+    read: Callable[[Path], List[Document]],
+    stats: PubtatorStats,
     *,
     split_files: Optional[Dict[str, Sequence]] = None,
     inputs: Optional[Sequence] = None,
     split_pmids: Optional[Dict[str, object]] = None,
     types: Optional[Sequence[str]] = None,
     rename: Optional[Sequence[str]] = None,
+    one_type: Optional[str] = None,
+    split_segments: bool = True,
     sentence_training_texts: int = DEFAULT_TRAINING_TEXTS,
+    dev_fraction: Optional[float] = None,
+    test_fraction: Optional[float] = None,
+    seed: int = 1,
+    group: Optional[Tuple[str, Callable[[str], str]]] = None,
     overwrite: bool = False,
 ) -> PubtatorStats:
-    """PubTator/BioC JSON -> ``out_dir/<split>.tsv``; splits from input files per split (``split_files``) or from
-    PMID lists over ``inputs`` (``split_pmids``: split -> list file)."""
+    """Documents with offset mentions (``read(path)`` of each input) -> ``out_dir/<split>.tsv``. Splits: input files
+    per split (``split_files``), id lists over ``inputs`` (``split_pmids``: split -> list file), or ``inputs`` alone
+    as train; ``test_fraction`` then ``dev_fraction`` hold train documents out for a split not given (``group``:
+    whole groups of them, see ``_hold_out``). ``split_segments``: Punkt splits each segment of a document into
+    sentences; False: each segment is one sentence."""
     split_files = {s: list(f) for s, f in (split_files or {}).items() if f}
     split_pmids = {s: p for s, p in (split_pmids or {}).items() if p}
-    if bool(split_files) == bool(split_pmids):
+    fractions = {"test": test_fraction, "devel": dev_fraction}
+    fractions = {s: f for s, f in fractions.items() if f is not None}
+    if split_files and split_pmids:
         raise PreprocessError(
             "give the splits either as input files (--train/--devel/--test FILE...) or as PMID lists over the "
-            "inputs (INPUT... --train-pmids/--devel-pmids/--test-pmids FILE)"
+            "inputs (INPUT... --train-pmids/--devel-pmids/--test-pmids FILE), not both"
         )
-    if split_pmids and not inputs:
-        raise PreprocessError("--<split>-pmids lists need input files to pick the documents from")
     if split_files and inputs:
+        raise PreprocessError("positional inputs are used only without --train/--devel/--test; drop them")
+    if not split_files and not inputs:
+        raise PreprocessError("no input: give INPUT... or --train/--devel/--test FILE...")
+    if not split_files and not split_pmids and not fractions:
         raise PreprocessError(
-            "positional inputs are only used with --<split>-pmids; with --train/--devel/--test, drop them"
+            "give the splits either as input files (--train/--devel/--test FILE...), as PMID lists over the inputs "
+            "(INPUT... --train-pmids/--devel-pmids/--test-pmids FILE), or held out of the inputs (INPUT... "
+            "--dev-fraction/--test-fraction)"
         )
     for split in list(split_files) + list(split_pmids):
         if split not in SPLITS:
             raise PreprocessError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
+    for split in fractions:
+        if split in split_files or split in split_pmids:
+            name = "dev" if split == "devel" else split
+            raise PreprocessError(f"--{name}-fraction: the {split} split is already given; drop one of the two")
+    if one_type is not None and (rename or not one_type.strip()):
+        raise PreprocessError("--one-type NAME: a non-empty name, and not together with --rename")
     rename_map = _parse_rename(rename)
     wanted_types = _parse_types(types)
     if sentence_training_texts < 1:
         raise PreprocessError("--sentence-training-texts must be >= 1")
     out_dir = Path(out_dir)
-    splits = [s for s in SPLITS if s in split_files or s in split_pmids]
+    given = set(split_files) | set(split_pmids) | set(fractions)
+    if not split_files and not split_pmids:
+        given.add("train")  # the inputs are train, the fractions held out of it
+    splits = [s for s in SPLITS if s in given]
     check_outputs(out_dir, splits, overwrite)
-    stats = PubtatorStats()
 
     # Read and check everything first.
-    read: Dict[str, Tuple[Document, str]] = {}  # pmid -> (document, split or "")
+    read_docs: Dict[str, Tuple[Document, str]] = {}  # pmid -> (document, split or "")
     ordered: List[Tuple[Document, str]] = []
-    for split, paths in (split_files.items() if split_files else [("", inputs)]):
+    for split, paths in (split_files.items() if split_files else [("train", inputs)]):
         for path in paths:
-            for document in read_documents(path, stats):
-                if document.pmid in read:
+            for document in read(Path(path)):
+                if document.pmid in read_docs:
                     raise PreprocessError(
-                        f"{document.where}: document {document.pmid} already read at {read[document.pmid][0].where}"
+                        f"{document.where}: document {document.pmid} already read at "
+                        f"{read_docs[document.pmid][0].where}"
                     )
-                read[document.pmid] = (document, split)
+                read_docs[document.pmid] = (document, split)
                 ordered.append((document, split))
     if split_pmids:
         owner: Dict[str, Tuple[str, object]] = {}
@@ -419,20 +491,26 @@ def convert_pubtator(
             for pmid, line in read_id_list(list_path):
                 if pmid in owner:
                     raise PreprocessError(f"{list_path}:{line}: PMID {pmid} is also in {owner[pmid][1]}")
-                if pmid not in read:
+                if pmid not in read_docs:
                     raise PreprocessError(f"{list_path}:{line}: PMID {pmid} is in none of the input files")
                 owner[pmid] = (split, list_path)
         ordered = [(d, owner[d.pmid][0]) for d, _ in ordered if d.pmid in owner]
-        stats.unassigned_documents = len(read) - len(ordered)
+        stats.unassigned_documents = len(read_docs) - len(ordered)
+    for split, fraction in fractions.items():
+        ordered = _hold_out(ordered, "train", split, fraction, seed, group, stats)
+    if one_type is not None:
+        rename_map = {m.type: one_type.strip() for d, _ in ordered for m in d.mentions}
 
-    splitter = SentenceSplitter.train(
-        (document.text[a:b] for document, _ in ordered for a, b in document.segments), sentence_training_texts
-    )
+    splitter = None  # without one, each segment (title, abstract, line, ...) is a sentence
+    if split_segments:
+        splitter = SentenceSplitter.train(
+            (document.text[a:b] for document, _ in ordered for a, b in document.segments), sentence_training_texts
+        )
     outputs: Dict[str, List[Tuple[str, List[Tagged]]]] = {s: [] for s in splits}
     kept_by_split: Dict[str, Counter] = {s: Counter() for s in splits}
     for document, split in ordered:
-        sentences, kept = tag_document(document, splitter, stats, wanted_types, rename_map)
-        outputs[split].append((document.pmid, sentences))
+        tagged, kept = tag_document(document, splitter, stats, wanted_types, rename_map)
+        outputs[split].append((document.pmid, tagged))
         kept_by_split[split].update(kept)
     for type_ in sorted(wanted_types or ()):
         if type_ not in stats.types_read:
@@ -447,3 +525,9 @@ def convert_pubtator(
         stats.mentions[split] = dict(sorted(kept_by_split[split].items()))
     write_outputs(out_dir, outputs, stats)
     return stats
+
+
+def convert_pubtator(out_dir, **options) -> PubtatorStats:
+    """PubTator/BioC JSON -> ``out_dir/<split>.tsv`` (``convert_documents``'s options)."""
+    stats = PubtatorStats()
+    return convert_documents(out_dir, lambda path: read_documents(path, stats), stats, **options)
