@@ -64,7 +64,7 @@ def test_preset_composes_to_its_recipe(preset):
     kind, metric, epochs, batch, lr = PRESETS[preset]
     cfg = compose(f"sentence_task={preset}")
     task, opt = cfg["task"], cfg["optimization"]
-    assert task["_name"] == cfg["criterion"] == "bio_sentence_prediction" and task["kind"] == kind
+    assert task["_name"] == cfg["criterion"]["_name"] == "bio_sentence_prediction" and task["kind"] == kind
     assert (
         cfg["checkpoint"]["best_checkpoint_metric"] == metric and cfg["checkpoint"]["maximize_best_checkpoint_metric"]
     )

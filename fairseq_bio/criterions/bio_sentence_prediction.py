@@ -16,11 +16,22 @@ which corpus-level metrics are derived, so ``checkpoint.best_checkpoint_metric``
 All are percentages. Each logs ``windows`` (rows the examples became) beside fairseq's ``nsentences``.
 
 The head reads the ``<s>`` state (fairseq's classification head), or with ``task.entity_representation=
-marker_start`` the concatenated states of the ``[E1]`` and ``[E2]`` tokens (``EntityStartClassificationHead``).
+marker_start`` the concatenated states of the ``[E1]`` and ``[E2]`` tokens (``EntityStartClassificationHead``), or
+with ``mention_pool`` / ``marker_mention`` the two entity mentions' states, each max-pooled, concatenated
+(``MentionPoolClassificationHead``; the batch's ``mentions`` give their token spans).
+
+``criterion.class_weights`` weights the classes in the cross-entropy (single-label classification only; BioMegatron
+§5.5's weighted cross-entropy for imbalanced relation extraction): ``balanced`` gives class c the weight
+n / (K x n_c) over the n train examples (scikit-learn's ``compute_class_weight("balanced")``: the weights average 1
+over the train set, so the loss keeps its scale), or explicit weights per class. The loss is the weighted sum over
+the batch's examples divided by their number (``F.cross_entropy(weight=...)`` summed; not its weighted mean), in
+training and validation alike. Multi-label and regression losses have no classes to weight: refused in one line.
 """
 
+import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +40,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..data.sentence_dataset import pool_windows
+from ..errors import BioConfigError
 from ..metrics.classification import (
     ExampleSums,
     class_counts,
@@ -45,29 +57,63 @@ from ..metrics.similarity import PearsonSums, pearson_sums
 from ..metrics.tagging import SpanCounts
 from ..modules.entity_head import entity_start_positions
 
+logger = logging.getLogger(__name__)
+
 CLASS, POSITIVE, LABEL, PEARSON, EXAMPLE = "cls_", "pos_", "ml_", "ps_", "ex_"
+BALANCED = "balanced"
 
 
 @dataclass
 class BioSentencePredictionCriterionConfig(FairseqDataclass):
-    pass
+    class_weights: str = field(
+        default="",
+        metadata={
+            "help": "task.kind=classification: per-class weights of the cross-entropy (BioMegatron's weighted "
+            "cross-entropy for imbalanced RE): 'balanced' (n / (n_classes x n_c) from the train split's labels), "
+            "comma-separated numbers in task.labels order, or label=weight for every label; empty: unweighted"
+        },
+    )
 
 
 @register_criterion("bio_sentence_prediction", dataclass=BioSentencePredictionCriterionConfig)
 class BioSentencePredictionCriterion(FairseqCriterion):
     """Loss on window-pooled head outputs; validation statistics for corpus-level metrics."""
 
-    def __init__(self, cfg: BioSentencePredictionCriterionConfig, task):
+    def __init__(self, cfg: Optional[BioSentencePredictionCriterionConfig], task):
+        """``cfg`` None: the defaults (prediction builds the criterion for its pooling and scoring alone)."""
         super().__init__(task)
         self.head_name = task.cfg.head_name
         self.kind = task.kind
+        spec = cfg.class_weights.strip() if cfg is not None else ""
+        self.class_weight = self.build_class_weights(spec) if spec else None
+
+    def build_class_weights(self, spec: str) -> torch.Tensor:
+        """``K`` weights in task.labels order from ``criterion.class_weights`` (``balanced``: counted over the train
+        split as the task reads it)."""
+        option = f"criterion.class_weights={spec}"
+        if self.kind != "classification":
+            raise BioConfigError(
+                f"{option}: task.kind={self.kind} has no classes to weight (single-label classification only)"
+            )
+        labels = list(self.task.labels)
+        if spec == BALANCED:
+            targets = self.task.targets(self.task.read_split("train"))
+            weights = balanced_class_weights(targets.tolist(), labels, option)
+        else:
+            weights = parse_class_weights(spec, labels, option)
+        logger.info("class weights (%s): %s", option, ", ".join(f"{n}={w:.4g}" for n, w in zip(labels, weights)))
+        return torch.tensor(weights, dtype=torch.float32)
 
     def pool(self, model, sample) -> torch.Tensor:
         """``B x K`` head outputs of the batch's examples: the mean over each example's windows."""
-        if getattr(self.task, "representation", None) == "marker_start":
+        representation = getattr(self.task, "representation", None)
+        if representation == "marker_start":
             features, _ = model(**sample["net_input"], features_only=True)
             starts = entity_start_positions(sample["net_input"]["src_tokens"], self.task.start_marker_ids)
             rows = model.classification_heads[self.head_name](features, starts)
+        elif "mentions" in sample:  # mention_pool / marker_mention: the dataset found the mentions' pieces
+            features, _ = model(**sample["net_input"], features_only=True)
+            rows = model.classification_heads[self.head_name](features, sample["mentions"].to(features.device))
         else:
             rows, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
         return pool_windows(rows.float(), sample["row_example"], sample["nsentences"])
@@ -78,7 +124,8 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         if target is None:
             loss = outputs.new_zeros(())
         elif self.kind == "classification":
-            loss = F.cross_entropy(outputs, target, reduction="sum")
+            weight = None if self.class_weight is None else self.class_weight.to(outputs)
+            loss = F.cross_entropy(outputs, target, weight=weight, reduction="sum")
         elif self.kind == "multilabel":
             loss = F.binary_cross_entropy_with_logits(outputs, target.float(), reduction="sum")
         else:
@@ -180,6 +227,50 @@ class BioSentencePredictionCriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def balanced_class_weights(label_ids: Sequence[int], labels: Sequence[str], option: str) -> List[float]:
+    """n / (K x n_c) per class c of ``labels`` over the ``n`` train ``label_ids`` (scikit-learn's "balanced"); a
+    class without train examples is a one-line error naming ``option`` (its weight would be infinite)."""
+    counts = [0] * len(labels)
+    for i in label_ids:
+        counts[i] += 1
+    empty = [name for name, n in zip(labels, counts) if n == 0]
+    if empty:
+        raise BioConfigError(
+            f"{option}: class {empty[0]!r} has no train examples, so no balanced weight; give the weights explicitly"
+        )
+    return [len(label_ids) / (len(labels) * n) for n in counts]
+
+
+def parse_class_weights(spec: str, labels: Sequence[str], option: str) -> List[float]:
+    """Weights in ``labels`` order from ``w1,w2,...`` (that order) or ``label=weight,...`` (every label once);
+    each finite and >= 0, not all 0. Anything else is a one-line error naming ``option``."""
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    named = ["=" in item for item in items]
+    if any(named) and not all(named):
+        raise BioConfigError(f"{option}: give every weight as label=weight, or none (numbers in task.labels order)")
+    if all(named):
+        pairs = [item.rsplit("=", 1) for item in items]
+        by_name = {name.strip(): value.strip() for name, value in pairs}
+        problems = [f"unknown label {name!r}" for name in by_name if name not in labels]
+        problems += [f"no weight for label {name!r}" for name in labels if name not in by_name]
+        if len(by_name) != len(pairs):
+            problems.append("a label named twice")
+        if problems:
+            raise BioConfigError(f"{option}: {problems[0]} (labels: {', '.join(labels)})")
+        items = [by_name[name] for name in labels]
+    elif len(items) != len(labels):
+        raise BioConfigError(
+            f"{option}: {len(items)} weights for {len(labels)} classes (task.labels order: {', '.join(labels)})"
+        )
+    try:
+        weights = [float(item) for item in items]
+    except ValueError:
+        raise BioConfigError(f"{option}: weights must be numbers") from None
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
+        raise BioConfigError(f"{option}: weights must be finite and >= 0, and not all 0")
+    return weights
 
 
 def example_sums(gold, predicted) -> ExampleSums:

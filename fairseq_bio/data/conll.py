@@ -8,10 +8,12 @@ Every error is one line naming the file and line.
 """
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from ..errors import BioError
+from ..metrics.tagging import get_entities
 
 DOCSTART = "-DOCSTART-"
 # What a line of each width holds, for the message naming a ragged line.
@@ -147,6 +149,46 @@ def read_conll_predictions(path) -> Tuple[List[List[str]], List[List[str]]]:
     """(gold, predicted) tags per sentence of a ``token<TAB>gold<TAB>prediction`` file (fairseq-bio-predict's)."""
     sentences = read_conll(path, predictions=True)
     return [s.tags for s in sentences], [s.predicted for s in sentences]
+
+
+def parse_type_merge(spec: str) -> Optional[Callable[[str], str]]:
+    """The entity-type renaming ``spec`` asks for: empty, none; ``NAME``, every type becomes NAME (PubMedBERT's
+    JNLPBA, all five types one); ``OLD=NEW,OLD2=NEW2``, the listed types renamed, the others kept. ValueError (one
+    line) for anything else."""
+    spec = spec.strip()
+    if not spec:
+        return None
+    if "=" not in spec:
+        if "," in spec or any(c.isspace() for c in spec):
+            raise ValueError(f"{spec!r}: expected one type name (every type becomes it) or OLD=NEW,... pairs")
+        return lambda type_: spec
+    mapping = {}
+    for item in spec.split(","):
+        old, sep, new = (part.strip() for part in item.partition("="))
+        if not sep or not old or not new or any(c.isspace() or c == "=" for c in old + new):
+            raise ValueError(f"{item.strip()!r} is not OLD=NEW (types without spaces)")
+        if old in mapping:
+            raise ValueError(f"type {old!r} is renamed twice")
+        mapping[old] = new
+    return lambda type_: mapping.get(type_, type_)
+
+
+def merge_types(sentences: Sequence[Sentence], rename: Callable[[str], str]) -> Counter:
+    """Rename the entity types of tagged ``sentences`` in place. Entities are read as conlleval reads them and
+    written back in BIO, so two adjacent entities whose types merge stay two (``B-protein I-DNA`` becomes
+    ``B-entity B-entity``). Returns the renamed entities per ``(old type, new type)``."""
+    renamed: Counter = Counter()
+    for sentence in sentences:
+        if sentence.tags is None:
+            continue
+        tags = ["O"] * len(sentence.tags)
+        for type_, start, end in get_entities(sentence.tags):
+            new = rename(type_)
+            if new != type_:
+                renamed[(type_, new)] += 1
+            tags[start:end] = [f"B-{new}"] + [f"I-{new}"] * (end - start - 1)
+        sentence.tags = tags
+    return renamed
 
 
 def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:

@@ -8,7 +8,8 @@ offsets into its text, in JSON lines as ``"entities": [{"start": 10, "end": 16, 
 Dummified rows without offsets (BLUE/BLURB's ``@GENE$``, ``@DRUG$``) get them from their placeholders
 (``placeholder_entities``: the placeholder spans in text order; one combined placeholder such as ``@DRUG-DRUG$``
 is both entities). ``marked_words`` then wraps E1 in ``[E1] ... [/E1]`` and E2 in ``[E2] ... [/E2]`` (Baldini
-Soares et al. 2019's markers, which PubMedBERT's Table 12 pools from), as words of their own.
+Soares et al. 2019's markers, which PubMedBERT's Table 12 pools from), as words of their own; ``entity_words``
+also gives each entity's mention as a span of those words (Table 12's MENTION pools the mention's states).
 """
 
 import csv
@@ -302,6 +303,7 @@ def parse_label_set(value: str, names: Optional[Sequence[str]], where: str) -> L
 
 ENTITY_MARKERS = ("[E1]", "[/E1]", "[E2]", "[/E2]")  # the words inserted; the task adds them to its dictionary
 START_MARKERS = ("[E1]", "[E2]")
+Span = Tuple[int, int]  # [start, end) words of a text
 
 
 @dataclass(frozen=True)
@@ -393,10 +395,15 @@ def parse_entities(raw: Any, text: str) -> List[Entity]:
 
 
 def attach_entities(
-    examples: Iterable[Example], path: str, placeholders: Sequence[str], strict_placeholders: bool = True
+    examples: Iterable[Example],
+    path: str,
+    placeholders: Sequence[str],
+    strict_placeholders: bool = True,
+    markers: bool = True,
 ) -> None:
     """Set each example's ``entities`` to its relation's (E1, E2): from its offsets when it has them, else from its
-    ``placeholders`` (``placeholder_entities``); anything else is a one-line error naming file and line."""
+    ``placeholders`` (``placeholder_entities``); anything else is a one-line error naming file and line, as is (when
+    ``markers`` are to be inserted) a text that has a marker word already."""
     for ex in examples:
         text = ex.texts[0]
         try:
@@ -406,7 +413,7 @@ def attach_entities(
                 ex.entities = placeholder_entities(text, placeholders, strict_placeholders)
         except ValueError as e:
             raise SentenceDataError(f"{path}:{ex.line}: {e}") from None
-        taken = set(ENTITY_MARKERS) & set(text.split())
+        taken = set(ENTITY_MARKERS) & set(text.split()) if markers else set()
         if taken:
             raise SentenceDataError(f"{path}:{ex.line}: the text has the word {sorted(taken)[0]!r}, an entity marker")
 
@@ -415,20 +422,35 @@ def marked_words(text: str, entities: Sequence[Entity]) -> List[str]:
     """The words of ``text`` (split at whitespace) with ``[E1]``/``[/E1]`` around E1 and ``[E2]``/``[/E2]`` around
     E2 as words of their own (a word an offset cuts becomes two); one mention that is both: ``[E1] [E2] x [/E2]
     [/E1]``."""
-    cuts: Dict[int, List[Tuple[int, str]]] = {}
+    return entity_words(text, entities)[0]
+
+
+def entity_words(text: str, entities: Sequence[Entity], markers: bool = True) -> Tuple[List[str], List[Span]]:
+    """(words, mentions): the words of ``text`` cut at the entities' offsets (a word an offset cuts becomes two), with
+    the entity markers as words of their own when ``markers`` (``marked_words``); ``mentions``: per entity, its words
+    ``[start, end)`` in that list, the markers left out (one mention that is both: the same span twice)."""
+    cuts: Dict[int, List[Tuple[int, int, str]]] = {}
     for k, entity in enumerate(entities[:2]):
         start, end = ENTITY_MARKERS[2 * k], ENTITY_MARKERS[2 * k + 1]
         # at one offset: ends before starts, E1's start before E2's, E2's end before E1's (nesting)
-        cuts.setdefault(entity.start, []).append((1 + k, start))
-        cuts.setdefault(entity.end, []).append((-1 - k, end))
+        cuts.setdefault(entity.start, []).append((1 + k, k, start))
+        cuts.setdefault(entity.end, []).append((-1 - k, k, end))
     words: List[str] = []
+    spans = [[0, 0] for _ in entities[:2]]
     last = 0
     for offset in sorted(cuts):
         words.extend(text[last:offset].split())
-        words.extend(marker for _, marker in sorted(cuts[offset]))
+        for order, k, _ in cuts[offset]:
+            if order < 0:  # a mention ends before any marker at its end offset
+                spans[k][1] = len(words)
+        if markers:
+            words.extend(marker for _, _, marker in sorted(cuts[offset]))
+        for order, k, _ in cuts[offset]:
+            if order > 0:  # and starts after every marker at its start offset
+                spans[k][0] = len(words)
         last = offset
     words.extend(text[last:].split())
-    return words
+    return words, [(start, end) for start, end in spans]
 
 
 def entity_rows(examples: Sequence[Example], label_field: str = "label") -> List[Dict[str, Any]]:

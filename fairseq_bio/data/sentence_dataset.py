@@ -10,9 +10,11 @@ scoring alike, so it is deterministic and every window counts.
 
 A relation with entity markers (``focus``: the words from its first marker to its last) is one row whatever its
 length: the whole text when it fits, else the one window centred on the markers (``centred_window``); a relation
-whose markers alone do not fit is refused (``WindowError``), never cut. Sentences of documents (``documents``: BLUE's
-HoC) are ordered by document when not shuffled, and batches never split a document, so per-batch document-level
-statistics add up to the corpus's.
+whose markers alone do not fit is refused (``WindowError``), never cut. With ``mentions`` (each entity's words, for
+a head that max-pools them) the focus is, unless given, the words from the first mention to the last, and each row
+carries the mentions' token spans (``mentions``: ``R x 2 x 2``, ``[start, end)`` positions in the row). Sentences
+of documents (``documents``: BLUE's HoC) are ordered by document when not shuffled, and batches never split a
+document, so per-batch document-level statistics add up to the corpus's.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -124,12 +126,20 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         seed: int = 1,
         focus: Optional[Sequence[Tuple[int, int]]] = None,
         documents: Optional[np.ndarray] = None,
+        mentions: Optional[Sequence[Sequence[Window]]] = None,
     ):
         if not 1 <= len(texts) <= 2:
             raise ValueError(f"one text or a pair, not {len(texts)} texts")
         if focus is not None and len(texts) != 1:
             raise ValueError("entity markers (focus) mark one text, not a pair")
-        self.focus = focus  # per example: (first, last) word of its markers, which one window must hold
+        if mentions is not None and len(texts) != 1:
+            raise ValueError("entity mentions are spans of one text, not a pair")
+        self.focus_name = "entity markers"  # what the focus words are, for the error when they do not fit
+        if mentions is not None and focus is None:  # the words from the first mention to the last
+            focus = [(min(s for s, _ in spans), max(e for _, e in spans) - 1) for spans in mentions]
+            self.focus_name = "entity mentions"
+        self.mentions = mentions
+        self.focus = focus  # per example: (first, last) word of its markers or mentions, which one window must hold
         self.documents = None if documents is None else np.asarray(documents, dtype=np.int64)
         self.first = texts[0]
         self.second = texts[1] if len(texts) == 2 else None
@@ -154,9 +164,13 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
                 first, last = self.focus[i]
                 raise WindowError(
                     i,
-                    f"the entity markers span {int(sum(counts[first : last + 1]))} pieces, more than one window of "
+                    f"the {self.focus_name} span {int(sum(counts[first : last + 1]))} pieces, more than one window of "
                     f"{self.max_positions} tokens holds (task.max_positions); a relation is never cut",
                 )
+            if self.mentions is not None:
+                for k, (start, end) in enumerate(self.mentions[i], 1):
+                    if not counts[start:end].sum():
+                        raise WindowError(i, f"entity {k}'s mention (words {start}-{end}) encodes to no pieces")
             return None, [window], capacity
         return plan_rows(self.first.piece_counts(i), second, self.max_positions, self.overlap)
 
@@ -189,6 +203,10 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
             rows.append((prefix, pieces))
         target = None if self.targets is None else self.targets[index]
         item = {"id": index, "rows": rows, "target": target}
+        if self.mentions is not None:  # one window (the focus): the mentions' pieces, after <s>
+            counts, (a, _) = self.first.piece_counts(index), windows[0]
+            offset = [1 + int(counts[a:w].sum()) for w in range(a, windows[0][1] + 1)]
+            item["mentions"] = [[[offset[s - a], offset[e - a]] for s, e in self.mentions[index]]]
         if self.documents is not None:
             item["document"] = int(self.documents[index])
         return item
@@ -227,7 +245,7 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
 
 def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> Dict[str, Any]:
     """``src_tokens`` (R x T, one row per window), ``row_example`` (R: the sample each row belongs to) and, when
-    the samples have them, ``target`` (B, or B x K for multi-label)."""
+    the samples have them, ``target`` (B, or B x K for multi-label) and ``mentions`` (R x 2 x 2 token spans)."""
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
@@ -250,6 +268,8 @@ def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> D
     }
     if samples[0].get("target") is not None:
         batch["target"] = torch.as_tensor(np.stack([np.asarray(sample["target"]) for sample in samples]))
+    if "mentions" in samples[0]:
+        batch["mentions"] = torch.tensor([row for sample in samples for row in sample["mentions"]], dtype=torch.long)
     if "document" in samples[0]:
         batch["document"] = torch.tensor([sample["document"] for sample in samples], dtype=torch.long)
     return batch

@@ -41,7 +41,7 @@ from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
 from .config import write_config
 from .electra import PARTS, electra_pair_from_fairseq
-from .heads import hf_model
+from .heads import ENTITY_REFUSALS, hf_model
 from .model_card import electra_model_card, model_card
 from .tokenizers import read_fastbpe_codes, write_hf_tokenizer
 from .verify import (
@@ -94,10 +94,10 @@ def export_hf(
         raise HFConvertError(f"{checkpoint}: model {model_name!r}: only bio_roberta checkpoints are exported")
     markers = str(checkpoint_section(state, "task").get("entity_representation") or "dummy_cls")
     if markers != "dummy_cls":  # HF heads pool <s>, and HF's tokenizers know no [E1]: refused, not half-exported
+        why = ENTITY_REFUSALS.get(markers, "HF sequence-classification models pool <s> only")
         raise HFConvertError(
-            f"{checkpoint}: task.entity_representation={markers}: not exported: an HF tokenizer cannot wrap the "
-            "entities in [E1]/[E2] markers from their offsets, and no HF sequence-classification model pools "
-            "entity-start states; fairseq-bio-predict serves this checkpoint"
+            f"{checkpoint}: task.entity_representation={markers}: not exported: {why}; fairseq-bio-predict serves "
+            "this checkpoint"
         )
     vocab_dir = find_vocab_dir(checkpoint, state, data)
     check_destination(out_dir, overwrite, MARKERS)

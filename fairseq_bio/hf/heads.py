@@ -11,6 +11,16 @@ from .common import HFConvertError
 from .weights import FAIRSEQ_BUFFERS, LM_HEAD, HFModel, roberta_encoder
 
 CRF_FILE = "crf.json"
+# bio_sentence_prediction's task.entity_representation values HF cannot serve -> why (HF heads pool <s>)
+ENTITY_REFUSALS = dict.fromkeys(
+    ("marker_cls", "marker_start", "marker_mention"),
+    "an HF tokenizer cannot wrap the entities in [E1]/[E2] markers from their offsets, and no HF "
+    "sequence-classification model pools entity-start states",
+)
+ENTITY_REFUSALS["mention_pool"] = (
+    "no HF sequence-classification model max-pools entity mention states (HF heads read <s>), and an HF tokenizer "
+    "does not know where the mentions are"
+)
 # bio_sentence_prediction's task.kind -> HF's problem_type (which loss HF's *ForSequenceClassification trains with)
 PROBLEM_TYPES = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
                  "regression": "regression"}  # fmt: skip
@@ -82,6 +92,11 @@ def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) 
     """A ``bio_tagging`` token head (dropout -> linear) as RoBERTa's ``classifier``, labels as ``id2label``; a CRF's
     parameters go to ``crf.json``. The masked-LM head a fine-tuned checkpoint keeps (frozen) is left out."""
     head, task = hub.model.classification_heads[head_name], hub.task
+    if head.lstm is not None:  # HF's token classifiers are one linear layer on the encoder: refused, not half-exported
+        raise HFConvertError(
+            f"token head {head_name!r} has a BiLSTM (task.lstm_layers={head.lstm.num_layers}): not exported: HF's "
+            "token-classification models have no LSTM layer; fairseq-bio-predict serves this checkpoint"
+        )
     labels = list(getattr(task, "labels", None) or [])
     if len(labels) != head.out_proj.out_features:
         raise HFConvertError(

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..data.word_boundaries import BPE_JSON, load_bpe_json
 from ..errors import BioConfigError
-from ..modules.tagging_head import TokenClassificationHead
+from ..modules.tagging_head import TokenClassificationHead, head_options
 from ..modules.transformer_encoder import BioTransformerEncoder
 
 logger = logging.getLogger(__name__)
@@ -213,11 +213,21 @@ class BioRobertaModel(RobertaModel):
             OmegaConf.set_struct(cfg, True)
         return cls(cfg, encoder)
 
-    def register_tagging_head(self, name: str, num_classes: int, dropout: float = 0.1, crf: bool = False):
-        """Register a per-token head (``TokenClassificationHead``) under ``name`` in ``classification_heads``;
-        ``model(tokens, features_only=True, classification_head_name=name)`` then gives ``B x T x K`` scores."""
-        head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, dropout=dropout, crf=crf)
+    def register_tagging_head(self, name: str, num_classes: int, **options):
+        """Register a per-token head (``TokenClassificationHead``; ``options``: its dropout, crf, lstm_layers,
+        lstm_hidden_size) under ``name`` in ``classification_heads``; ``model(tokens, features_only=True,
+        classification_head_name=name)`` then gives ``B x T x K`` scores."""
+        head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, **options)
         self.classification_heads[name] = head.train(self.training)  # a head made while loading follows eval()
+
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None, **kw):
+        """fairseq's RoBERTa forward; a token head is also given the rows' padding mask (its BiLSTM reads each row
+        up to its padding)."""
+        head = self.classification_heads[classification_head_name] if classification_head_name is not None else None
+        if not isinstance(head, TokenClassificationHead):
+            return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name, **kw)
+        x, extra = self.encoder(src_tokens, True, return_all_hiddens, **kw)
+        return head(x, padding_mask=src_tokens.eq(self.encoder.sentence_encoder.padding_idx)), extra
 
     def upgrade_state_dict_named(self, state_dict, name):
         # fairseq's head handling reads every head's ``dense`` layer, which token heads do not have: token heads
@@ -233,18 +243,15 @@ class BioRobertaModel(RobertaModel):
         for head, params in token_heads.items():
             for key in params:
                 del state_dict[key]
-            num_classes = params[prefix + head + ".out_proj.weight"].size(0)
-            crf = prefix + head + ".crf.transitions" in params
+            options = head_options(params, prefix + head + ".")
             current = self.classification_heads[head] if head in self.classification_heads else None
             if current is None and getattr(self.args, "load_checkpoint_heads", False):
-                self.register_tagging_head(head, num_classes, crf=crf)
+                self.register_tagging_head(head, **options)
                 current = self.classification_heads[head]
             if current is None:
                 logger.warning("deleting token head %s from the checkpoint: not in the current model", head)
                 token_heads[head] = None
-            elif not isinstance(current, TokenClassificationHead) or (
-                current.out_proj.out_features != num_classes or (current.crf is not None) != crf
-            ):
+            elif not isinstance(current, TokenClassificationHead) or current.options() != options:
                 logger.warning("deleting token head %s from the checkpoint: the current model's differs", head)
                 token_heads[head] = None
         hidden = {h: m for h, m in self.classification_heads.items() if isinstance(m, TokenClassificationHead)}

@@ -1,9 +1,10 @@
-"""Relation classification from entity-start markers (Baldini Soares et al. 2019; PubMedBERT Table 12's "entity
-markers + entity start"): the top-layer states at the ``[E1]`` and ``[E2]`` tokens, concatenated, through BERT's
-pooler-style head. Also the dictionary growth that adds the marker tokens to a pretrained encoder.
+"""Relation classification from the relation's two entities (PubMedBERT Table 12), through BERT's pooler-style head
+on their concatenated states: the top-layer states at the ``[E1]`` and ``[E2]`` start markers (Baldini Soares et
+al. 2019; "entity start"), or each entity mention's states max-pooled ("MENTION"). Also the dictionary growth that
+adds the marker tokens to a pretrained encoder.
 
-The head has ``dense`` and ``out_proj`` like fairseq's ``RobertaClassificationHead`` (so fairseq's head bookkeeping
-when loading a checkpoint reads it the same way), but ``dense`` takes ``2 x C``.
+The heads have ``dense`` and ``out_proj`` like fairseq's ``RobertaClassificationHead`` (so fairseq's head
+bookkeeping when loading a checkpoint reads them the same way), but ``dense`` takes ``2 x C``.
 """
 
 import logging
@@ -20,9 +21,9 @@ logger = logging.getLogger(__name__)
 VOCAB_TENSORS = ("encoder.sentence_encoder.embed_tokens.weight", "encoder.lm_head.weight", "encoder.lm_head.bias")
 
 
-class EntityStartClassificationHead(nn.Module):
-    """``B x T x C`` features and ``B x 2`` entity-start positions -> ``B x K``: [h(E1); h(E2)] -> dropout -> dense
-    (2C -> C) -> activation -> dropout -> out_proj."""
+class EntityPairClassificationHead(nn.Module):
+    """``B x 2C`` (the two entities' states, concatenated) -> ``B x K``: dropout -> dense (2C -> C) -> activation
+    -> dropout -> out_proj. Subclasses pick the entities' states from the ``B x T x C`` features."""
 
     def __init__(self, input_dim: int, num_classes: int, activation_fn: str = "tanh", pooler_dropout: float = 0.1):
         super().__init__()
@@ -31,12 +32,39 @@ class EntityStartClassificationHead(nn.Module):
         self.dropout = nn.Dropout(p=pooler_dropout)
         self.out_proj = nn.Linear(input_dim, num_classes)
 
+    def classify(self, pair: torch.Tensor) -> torch.Tensor:
+        x = self.activation_fn(self.dense(self.dropout(pair)))
+        return self.out_proj(self.dropout(x))
+
+
+class EntityStartClassificationHead(EntityPairClassificationHead):
+    """``B x T x C`` features and ``B x 2`` entity-start positions -> ``B x K`` from [h(E1); h(E2)]."""
+
     def forward(self, features: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
         rows = torch.arange(features.size(0), device=features.device).unsqueeze(1)
-        x = features[rows, starts].flatten(1)  # B x 2 x C -> B x 2C
-        x = self.dropout(x)
-        x = self.activation_fn(self.dense(x))
-        return self.out_proj(self.dropout(x))
+        return self.classify(features[rows, starts].flatten(1))  # B x 2 x C -> B x 2C
+
+
+class MentionPoolClassificationHead(EntityPairClassificationHead):
+    """``B x T x C`` features and ``B x 2 x 2`` mention spans (``[start, end)`` positions of E1's and E2's pieces)
+    -> ``B x K`` from [maxpool(E1); maxpool(E2)] (PubMedBERT Table 12's MENTION)."""
+
+    def forward(self, features: torch.Tensor, mentions: torch.Tensor) -> torch.Tensor:
+        return self.classify(mention_max_pool(features, mentions).flatten(1))
+
+
+def mention_max_pool(features: torch.Tensor, mentions: torch.Tensor) -> torch.Tensor:
+    """``B x E x C``: the element-wise max of ``B x T x C`` features over each of the ``B x E x 2`` spans
+    ``[start, end)``; an empty span is a ValueError (its max is undefined)."""
+    starts, ends = mentions[..., 0], mentions[..., 1]
+    if bool((ends <= starts).any()) or bool((starts < 0).any()) or bool((ends > features.size(1)).any()):
+        raise ValueError(f"mention spans must be non-empty [start, end) positions within a row's {features.size(1)}")
+    positions = torch.arange(features.size(1), device=features.device)
+    pooled = []
+    for k in range(mentions.size(1)):  # one B x T x C masked copy at a time, not E of them
+        inside = (positions >= starts[:, k, None]) & (positions < ends[:, k, None])  # B x T
+        pooled.append(features.masked_fill(~inside.unsqueeze(-1), float("-inf")).amax(1))
+    return torch.stack(pooled, 1)
 
 
 def entity_start_positions(tokens: torch.Tensor, start_ids: Sequence[int]) -> torch.Tensor:

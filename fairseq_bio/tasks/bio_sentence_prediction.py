@@ -7,7 +7,9 @@ Relation extraction with entity markers (``task.entity_representation``, PubMedB
 ``marker_start`` wrap the relation's two entities (offsets from the rows, or their placeholders) in ``[E1] ...
 [/E1]``, ``[E2] ... [/E2]``, four tokens appended to the encoder's dictionary (their embedding rows added when the
 encoder checkpoint is restored, each the mean of its rows); ``marker_start`` classifies the concatenated top states
-of ``[E1]`` and ``[E2]`` instead of [CLS]. ``task.group_documents``: rows are sentences of documents (BLUE's HoC),
+of ``[E1]`` and ``[E2]`` instead of [CLS]. ``mention_pool`` (the text as given: dummified placeholders or the original
+mentions at their offsets) and ``marker_mention`` (with the markers) classify each entity mention's states max-pooled
+and concatenated (Table 12's MENTION). ``task.group_documents``: rows are sentences of documents (BLUE's HoC),
 scored per document."""
 
 import copy
@@ -30,8 +32,8 @@ from ..data.sentence_data import (
     SentenceDataError,
     attach_entities,
     check_examples,
+    entity_words,
     file_format,
-    marked_words,
     read_jsonl,
     read_pubmedqa,
     read_tsv,
@@ -40,14 +42,20 @@ from ..data.sentence_dataset import MarkerWordEncoder, SentencePredictionDataset
 from ..data.tagging_dataset import EncodedWords, fingerprint
 from ..errors import BioFileNotFoundError
 from ..metrics.classification import NEGATIVE_LABELS, document_id
-from ..modules.entity_head import EntityStartClassificationHead, grow_vocab_rows_on_load
+from ..modules.entity_head import (
+    EntityStartClassificationHead,
+    MentionPoolClassificationHead,
+    grow_vocab_rows_on_load,
+)
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 UNKNOWN_LABEL_CHOICES = ChoiceEnum(["error", "skip"])
-ENTITY_REPRESENTATIONS = ("dummy_cls", "marker_cls", "marker_start")
+ENTITY_REPRESENTATIONS = ("dummy_cls", "marker_cls", "marker_start", "mention_pool", "marker_mention")
+MARKED = ("marker_cls", "marker_start", "marker_mention")  # the representations that insert [E1] ... [/E2]
+MENTION_POOLED = ("mention_pool", "marker_mention")  # those whose head max-pools the entity mentions' states
 ENTITY_PLACEHOLDER_CHECKS = ("pair", "any")
 # fairseq's split names -> the keys of PubMedQA's split file (blurb_split.json: train / dev / test)
 PUBMEDQA_SPLITS = {"valid": "dev"}
@@ -115,9 +123,11 @@ class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
     entity_representation: ChoiceEnum(ENTITY_REPRESENTATIONS) = field(
         default="dummy_cls",
         metadata={
-            "help": "relation extraction: dummy_cls (the text as given, [CLS] head); marker_cls / marker_start: "
-            "[E1] [/E1] [E2] [/E2] added to the dictionary around the two entities, [CLS] head / head on the "
-            "concatenated [E1] and [E2] states (PubMedBERT Table 12)"
+            "help": "relation extraction (PubMedBERT Table 12): dummy_cls (the text as given, [CLS] head); "
+            "mention_pool (the text as given, head on the two entity mentions' states, each max-pooled, "
+            "concatenated: MENTION); marker_cls / marker_start / marker_mention: [E1] [/E1] [E2] [/E2] added to the "
+            "dictionary around the two entities, and the [CLS] head / head on the concatenated [E1] and [E2] "
+            "states / head on the max-pooled mentions between the markers"
         },
     )
     entities_field: str = field(
@@ -166,12 +176,12 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         self.representation = str(cfg.entity_representation)
         self.marker_ids = {}
         self.model_dictionary = dictionary  # what the model embeds: the encoder's dictionary, plus any markers
-        if self.representation != "dummy_cls":
-            if len(self.text_fields) != 1:
-                raise fine_tuning.FineTuningError(
-                    f"task.entity_representation={self.representation} marks entities in one text, not a pair "
-                    f"(task.text_fields={cfg.text_fields})"
-                )
+        if self.uses_entities and len(self.text_fields) != 1:
+            raise fine_tuning.FineTuningError(
+                f"task.entity_representation={self.representation} reads the entities of one text, not a pair "
+                f"(task.text_fields={cfg.text_fields})"
+            )
+        if self.representation in MARKED:
             self.model_dictionary = copy.deepcopy(dictionary)
             for marker in ENTITY_MARKERS:
                 if marker in dictionary.indices:
@@ -190,6 +200,12 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             raise fine_tuning.FineTuningError(f"task.group_documents needs task.kind=multilabel, not {self.kind}")
         if labels is not None:
             self.set_labels(labels)
+
+    @property
+    def uses_entities(self) -> bool:
+        """Whether rows need their relation's two entities (offsets, or placeholders): every representation but
+        dummy_cls."""
+        return self.representation != "dummy_cls"
 
     @property
     def source_dictionary(self):
@@ -251,8 +267,10 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         return task
 
     def register_head(self, model) -> None:
-        if self.representation == "marker_start":
-            model.classification_heads[self.cfg.head_name] = EntityStartClassificationHead(
+        pair_heads = {"marker_start": EntityStartClassificationHead}
+        pair_heads.update((name, MentionPoolClassificationHead) for name in MENTION_POOLED)
+        if self.representation in pair_heads:
+            model.classification_heads[self.cfg.head_name] = pair_heads[self.representation](
                 model.args.encoder_embed_dim,
                 self.num_outputs,
                 activation_fn=model.args.pooler_activation_fn,
@@ -300,7 +318,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         elif fmt == "tsv":
             examples = read_tsv(path, self.text_fields, label_field, self.cfg.id_field)
         else:
-            entities = self.cfg.entities_field if self.marker_ids else None
+            entities = self.cfg.entities_field if self.uses_entities else None
             examples = read_jsonl(path, self.text_fields, label_field, self.cfg.id_field, entities)
         if self.cfg.valid_from_train and fmt != "pubmedqa" and split in ("train", "valid"):
             n = self.cfg.valid_from_train
@@ -330,13 +348,13 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             labels=labels,
             width=len(self.labels) if self.kind == "multilabel" else None,
             score_range=(self.cfg.min_score, self.cfg.max_score),
-            # with markers, a row needs its two entities instead (offsets, or from these placeholders)
-            entity_markers=() if self.marker_ids else _names(self.cfg.entity_markers),
+            # rows whose entities are read are checked for their two entities below (offsets, or these placeholders)
+            entity_markers=() if self.uses_entities else _names(self.cfg.entity_markers),
             label_names=self.labels if self.kind == "multilabel" else None,
             strict_placeholders=strict,
         )
-        if self.marker_ids:
-            attach_entities(examples, path, _names(self.cfg.entity_markers), strict)
+        if self.uses_entities:
+            attach_entities(examples, path, _names(self.cfg.entity_markers), strict, markers=bool(self.marker_ids))
         if self.cfg.group_documents:
             for ex in examples:
                 if not ex.id:
@@ -357,11 +375,16 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
 
     def words(self, ex: Example, field_index: int) -> List[str]:
         """The words of one text of an example, entity markers included when the task adds them."""
-        if self.marker_ids:
-            if not ex.entities:
-                raise SentenceDataError(f"{ex.source}:{ex.line}: no entities attached (read it with read_split)")
-            return marked_words(ex.texts[field_index], ex.entities)
+        if self.uses_entities:
+            return self.entity_words(ex)[0]
         return ex.texts[field_index].split()
+
+    def entity_words(self, ex: Example):
+        """(words, the two mentions' ``[start, end)`` words) of a relation's text, cut at its entities' offsets and
+        with the entity markers when the task adds them."""
+        if not ex.entities:
+            raise SentenceDataError(f"{ex.source}:{ex.line}: no entities attached (read it with read_split)")
+        return entity_words(ex.texts[0], ex.entities, markers=bool(self.marker_ids))
 
     def targets(self, examples: Sequence[Example]) -> Optional[np.ndarray]:
         """Label ids (B), 0/1 rows (B x K, float) or scores (B, float) of labelled examples; None when unlabelled."""
@@ -385,7 +408,9 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
     def build_dataset(self, examples: Sequence[Example], shuffle: bool) -> SentencePredictionDataset:
         self.check_window()
         encoded = self.encode(examples)
-        focus = None
+        focus = mentions = None
+        if self.representation in MENTION_POOLED:  # the dataset finds their pieces (and keeps them in one window)
+            mentions = [self.entity_words(ex)[1] for ex in examples]
         if self.marker_ids:  # first and last marker word of each relation: one window must hold them
             focus = []
             for i in range(len(examples)):
@@ -402,6 +427,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                 seed=self.cfg.seed,
                 focus=focus,
                 documents=self.documents(examples),
+                mentions=mentions,
             )
         except WindowError as e:
             ex = examples[e.index]

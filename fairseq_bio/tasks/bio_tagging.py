@@ -11,7 +11,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..data.conll import Sentence, TaggingDataError, read_conll
+from ..data.conll import Sentence, TaggingDataError, merge_types, parse_type_merge, read_conll
 from ..data.tag_schemes import convert_tags, label_set, normalize_scheme, to_bio
 from ..data.tagging_dataset import EncodedWords, TaggingDataset, fingerprint
 from ..errors import BioFileNotFoundError
@@ -46,6 +46,14 @@ class BioTaggingConfig(fine_tuning.FineTuningConfig):
         default="error",
         metadata={"help": "a valid/test tag whose type never occurs in train: error, or o (read it as O)"},
     )
+    merge_types: str = field(
+        default="",
+        metadata={
+            "help": "rename entity types as files are read (labels, metrics and predictions see the new ones): NAME "
+            "merges every type into NAME (PubMedBERT's JNLPBA: entity; bare B/I tags too, as in BioBERT's files); "
+            "OLD=NEW,... renames the types listed"
+        },
+    )
     labels: str = field(
         default="",
         metadata={"help": "comma-separated labels in model order; empty: from the train file (checkpoints save it)"},
@@ -54,7 +62,23 @@ class BioTaggingConfig(fine_tuning.FineTuningConfig):
     crf_constraints: bool = field(
         default=True, metadata={"help": "forbid transitions the scheme rules out (I-X after O ...) in the CRF"}
     )
-    head_dropout: float = field(default=0.1, metadata={"help": "dropout before the tagging layer"})
+    lstm_layers: int = field(
+        default=0,
+        metadata={
+            "help": "BiLSTM layers between the encoder and the tagging layer (PubMedBERT Table 10's Bi-LSTM; with "
+            "task.crf: BiLSTM-CRF); 0: the linear head"
+        },
+    )
+    lstm_hidden_size: int = field(
+        default=0,
+        metadata={
+            "help": "hidden size of each LSTM direction; 0: half the encoder's width (the BiLSTM's output is as wide "
+            "as the encoder's)"
+        },
+    )
+    head_dropout: float = field(
+        default=0.1, metadata={"help": "dropout before the tagging layer (and before, between and after BiLSTM layers)"}
+    )
     head_name: str = field(default="bio_tagging", metadata={"help": "name of the head in classification_heads"})
 
 
@@ -71,6 +95,14 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
         if cfg.label_all_subtokens and self.scheme == "bioes":
             raise fine_tuning.FineTuningError(
                 "task.label_all_subtokens needs tag_scheme bio or io (a word's later pieces have no BIOES label)"
+            )
+        if cfg.lstm_layers < 0 or cfg.lstm_hidden_size < 0:
+            raise fine_tuning.FineTuningError(
+                f"task.lstm_layers={cfg.lstm_layers}, task.lstm_hidden_size={cfg.lstm_hidden_size}: must be >= 0"
+            )
+        if cfg.lstm_hidden_size and not cfg.lstm_layers:
+            raise fine_tuning.FineTuningError(
+                f"task.lstm_hidden_size={cfg.lstm_hidden_size} sizes a BiLSTM: set task.lstm_layers >= 1 too"
             )
         if labels is not None:
             self.set_labels(labels)
@@ -97,16 +129,21 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
             labels = cfg.labels.split(",")
         elif not from_checkpoint:  # a checkpoint brings its labels in its task state
             train = os.path.join(cfg.data, cfg.train_file)
-            sentences = read_conll(train)
-            _check_tags(sentences, train)
+            sentences = _read_tagged(train, cfg)
             labels = label_set([s.tags for s in sentences], scheme)
         if labels is not None:
             logger.info("%d labels (%s): %s", len(labels), scheme, " ".join(labels))
         return cls(cfg, dictionary, bpe_spec, vocab_dir, labels)
 
     def register_head(self, model) -> None:
+        hidden = self.cfg.lstm_hidden_size or max(model.args.encoder_embed_dim // 2, 1)
         model.register_tagging_head(
-            self.cfg.head_name, len(self.labels), dropout=self.cfg.head_dropout, crf=self.cfg.crf
+            self.cfg.head_name,
+            len(self.labels),
+            dropout=self.cfg.head_dropout,
+            crf=self.cfg.crf,
+            lstm_layers=self.cfg.lstm_layers,
+            lstm_hidden_size=hidden if self.cfg.lstm_layers else 0,
         )
         if self.cfg.crf and self.cfg.crf_constraints:
             model.classification_heads[self.cfg.head_name].constrain(self.labels)
@@ -117,7 +154,7 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
 
     def read_split(self, path: str, require_tags: bool = True) -> List[Sentence]:
         """Sentences of a CoNLL file with tags checked against the label set (unknown types: error or O)."""
-        sentences = read_conll(path, require_tags=require_tags)
+        sentences = _read_tagged(path, self.cfg, require_tags)
         if sentences[0].tags is not None:
             _check_tags(sentences, path, known_types=set(self.types), unknown_to_o=self.cfg.unknown_tags == "o")
         return sentences
@@ -173,15 +210,44 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
         return to_bio([self.labels[i] for i in label_ids], self.scheme)
 
 
-def _check_tags(sentences: Sequence[Sentence], path: str, known_types=None, unknown_to_o: bool = False) -> None:
-    """Every tag is O or <prefix>-<type>; with ``known_types``, a type outside it is an error or becomes O."""
+def _type_merge(cfg: BioTaggingConfig):
+    """The renaming of ``task.merge_types`` (None: types kept); a one-line error for a malformed value."""
+    try:
+        return parse_type_merge(cfg.merge_types)
+    except ValueError as e:
+        raise fine_tuning.FineTuningError(f"task.merge_types={cfg.merge_types!r}: {e}") from None
+
+
+def _read_tagged(path: str, cfg: BioTaggingConfig, require_tags: bool = True) -> List[Sentence]:
+    """Sentences of a CoNLL file, their tags checked and their types renamed by ``task.merge_types`` (logged)."""
+    sentences = read_conll(path, require_tags=require_tags)
+    if sentences[0].tags is None:
+        return sentences
+    rename = _type_merge(cfg)
+    # One name for every type also types bare B/I tags (BioBERT's NER files); a mapping leaves them as errors.
+    _check_tags(sentences, path, untyped_ok=rename is not None and bool(rename("")))
+    if rename is not None:
+        renamed = merge_types(sentences, rename)
+        summary = ", ".join(f"{old} -> {new}: {n}" for (old, new), n in sorted(renamed.items())) or "none"
+        logger.info("%s: entities renamed by task.merge_types=%s (%s)", path, cfg.merge_types, summary)
+    return sentences
+
+
+def _check_tags(
+    sentences: Sequence[Sentence], path: str, known_types=None, unknown_to_o: bool = False, untyped_ok: bool = False
+) -> None:
+    """Every tag is O or <prefix>-<type> (``untyped_ok``: or a bare prefix); with ``known_types``, a type outside it
+    is an error or becomes O."""
     replaced = 0
     for sentence in sentences:
         for i, (tag, line) in enumerate(zip(sentence.tags, sentence.lines)):
             if tag == "O":
                 continue
+            if untyped_ok and tag in ("B", "I", "E", "S", "L", "U"):
+                continue
             if len(tag) < 3 or tag[1] != "-" or tag[0] not in "BIESLU":
-                raise TaggingDataError(f"{path}:{line}: tag {tag!r} is neither O nor B-/I-/E-/S-/L-/U-<type>")
+                hint = "; untyped tags (BioBERT's files) need task.merge_types=NAME" if tag in ("B", "I") else ""
+                raise TaggingDataError(f"{path}:{line}: tag {tag!r} is neither O nor B-/I-/E-/S-/L-/U-<type>{hint}")
             if known_types is not None and tag[2:] not in known_types:
                 if not unknown_to_o:
                     raise TaggingDataError(

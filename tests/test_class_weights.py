@@ -1,0 +1,230 @@
+"""Class-weighted cross-entropy for imbalanced classification (BioMegatron §5.5; criterion.class_weights): weights
+given in task.labels order or by name, or ``balanced`` from the train labels (scikit-learn's formula, checked on
+real DDI), the criterion's loss equal to torch's weighted cross-entropy on a 2-layer 32-wide model, one-line errors
+for weights that cannot work and for multi-label / regression, and a short fairseq-hydra-train run on an imbalanced
+real DDI slice in which the weighted model learns the minority classes."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import SHARED_DATA, fine_tune_sentence, logged
+from helpers import DictionaryTask, make_dictionary, model_args
+
+from fairseq_bio.criterions.bio_sentence_prediction import (
+    BioSentencePredictionCriterion,
+    BioSentencePredictionCriterionConfig,
+    balanced_class_weights,
+    parse_class_weights,
+)
+from fairseq_bio.errors import BioConfigError
+
+DDI = SHARED_DATA / "re" / "DDI"
+DDI_LABELS = ["0", "DDI-advise", "DDI-effect", "DDI-int", "DDI-mechanism"]
+OPTION = "criterion.class_weights=x"
+
+
+def test_explicit_weights_in_label_order_or_by_name():
+    assert parse_class_weights("1, 2.5,0.5", ["a", "b", "c"], OPTION) == [1.0, 2.5, 0.5]
+    assert parse_class_weights("c=0.5,a=1,b=2.5", ["a", "b", "c"], OPTION) == [1.0, 2.5, 0.5]
+    assert parse_class_weights("0=1,DDI-int=0", ["0", "DDI-int"], OPTION) == [1.0, 0.0]  # names may hold '-'
+
+
+BAD = {
+    "1,2": "2 weights for 3 classes (task.labels order: a, b, c)",
+    "a=1,b=2": "no weight for label 'c' (labels: a, b, c)",
+    "a=1,b=2,c=3,d=4": "unknown label 'd'",
+    "a=1,a=2,b=1,c=1": "a label named twice",
+    "a=1,2,3": "give every weight as label=weight, or none",
+    "1,x,3": "weights must be numbers",
+    "1,-2,3": "weights must be finite and >= 0, and not all 0",
+    "0,0,0": "weights must be finite and >= 0, and not all 0",
+    "1,inf,1": "weights must be finite",
+}
+
+
+@pytest.mark.parametrize("spec", sorted(BAD))
+def test_bad_weights_fail_in_one_line_naming_the_option(spec):
+    with pytest.raises(BioConfigError) as error:
+        parse_class_weights(spec, ["a", "b", "c"], OPTION)
+    assert str(error.value).startswith(f"{OPTION}: {BAD[spec]}") and "\n" not in str(error.value)
+
+
+def test_balanced_weights_of_real_ddi_equal_scikit_learn():
+    """n / (K x n_c) over DDI's real train labels (the preset's five classes; its one DDI-None row is skipped as the
+    task skips it) equals sklearn's compute_class_weight("balanced"); the weights average 1 over the train rows, so
+    the weighted loss keeps the unweighted loss's scale; a class without train rows is a one-line error."""
+    from sklearn.utils.class_weight import compute_class_weight
+
+    labels = [json.loads(line)["label"] for line in (DDI / "train.json").read_text(encoding="utf-8").splitlines()]
+    ids = [DDI_LABELS.index(label) for label in labels if label in DDI_LABELS]
+    weights = balanced_class_weights(ids, DDI_LABELS, OPTION)
+    reference = compute_class_weight("balanced", classes=np.arange(5), y=np.asarray(ids))
+    assert weights == pytest.approx(reference.tolist(), rel=1e-12)
+    assert sum(weights[i] for i in ids) / len(ids) == pytest.approx(1.0)
+    assert weights[0] < 0.25 and weights[DDI_LABELS.index("DDI-int")] > 25  # 21,744 vs 177 rows
+    with pytest.raises(BioConfigError, match=r"^x: class 'c' has no train examples, so no balanced weight; give"):
+        balanced_class_weights([0, 1, 1], ["a", "b", "c"], "x")
+
+
+class StubTask:
+    """What the criterion reads from a bio_sentence_prediction task: head name, kind, labels, negative classes and
+    the train split's label ids (for ``balanced``)."""
+
+    def __init__(self, kind="classification", labels=("a", "b", "c"), train=(0, 0, 0, 0, 1, 1, 2)):
+        self.cfg = SimpleNamespace(head_name="bio_sentence", threshold=0.5)
+        self.kind, self.labels, self.negatives = kind, list(labels), {"a"}
+        self.train = list(train)
+
+    def read_split(self, split):
+        assert split == "train"
+        return self.train
+
+    def targets(self, examples):
+        return torch.tensor(examples)
+
+
+def tiny_model(num_classes=3):
+    """A 2-layer, 32-wide bio_roberta with a [CLS] head, in eval mode (no dropout)."""
+    from fairseq_bio.models.bio_roberta import BioRobertaModel
+
+    dictionary, _ = make_dictionary([f"w{i}" for i in range(40)])
+    torch.manual_seed(0)
+    small = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
+    model = BioRobertaModel.build_model(model_args("bio_roberta_tiny", **small), DictionaryTask(dictionary))
+    model.register_classification_head("bio_sentence", num_classes=num_classes)
+    return model.eval(), dictionary
+
+
+def batch(dictionary, target):
+    """Six examples, the third in two windows (rows): what the collater gives."""
+    g = torch.Generator().manual_seed(2)
+    tokens = torch.randint(dictionary.nspecial, len(dictionary) - 1, (7, 10), generator=g)
+    tokens[:, 0], tokens[:, -1] = dictionary.bos(), dictionary.eos()
+    return {"net_input": {"src_tokens": tokens, "src_lengths": torch.full((7,), 10)}, "nsentences": 6,
+            "ntokens": 70, "row_example": torch.tensor([0, 1, 2, 2, 3, 4, 5]), "target": target}  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["", "0.5,3,1.25", "balanced"])
+def test_loss_equals_torch_weighted_cross_entropy(spec):
+    """The criterion's loss is F.cross_entropy(weight=w, reduction="sum") of the window-pooled logits, so divided by
+    the targets' summed weights it is torch's weighted mean; balanced weights come from the train labels
+    (4/2/1 of 7 rows: 7/12, 7/6, 7/3); no weights: the plain sum. Shapes: B x K pooled logits."""
+    model, dictionary = tiny_model()
+    target = torch.tensor([0, 1, 2, 2, 0, 1])
+    sample = batch(dictionary, target)
+    criterion = BioSentencePredictionCriterion(BioSentencePredictionCriterionConfig(class_weights=spec), StubTask())
+    loss, sample_size, log = criterion(model, sample)
+    pooled = criterion.pool(model, sample)
+    assert pooled.shape == (6, 3) and sample_size == 6
+    weight = {"": None, "0.5,3,1.25": torch.tensor([0.5, 3.0, 1.25]),
+              "balanced": torch.tensor([7 / 12, 7 / 6, 7 / 3])}[spec]  # fmt: skip
+    assert loss.item() == pytest.approx(F.cross_entropy(pooled, target, weight=weight, reduction="sum").item(), 1e-6)
+    if weight is not None:
+        mean = F.cross_entropy(pooled, target, weight=weight).item()
+        assert loss.item() / weight[target].sum().item() == pytest.approx(mean, rel=1e-6)
+        per_example = -torch.log_softmax(pooled, -1)[torch.arange(6), target]  # by hand
+        assert loss.item() == pytest.approx((weight[target] * per_example).sum().item(), rel=1e-6)
+        assert torch.equal(criterion.class_weight, weight.float())
+    loss.backward()
+    assert model.encoder.sentence_encoder.layers[0].fc1.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["multilabel", "regression"])
+def test_multilabel_and_regression_refuse_class_weights_in_one_line(kind):
+    cfg = BioSentencePredictionCriterionConfig(class_weights="balanced")
+    with pytest.raises(BioConfigError) as error:
+        BioSentencePredictionCriterion(cfg, StubTask(kind=kind))
+    assert str(error.value) == (
+        f"criterion.class_weights=balanced: task.kind={kind} has no classes to weight (single-label classification "
+        "only)"
+    )
+
+
+# -------------------------------------------------------------------------------------- end to end on real DDI
+
+
+def ddi_slice(out, per_class, dev_rows):
+    """Train: the first ``per_class[label]`` real train rows of each class (an imbalanced slice, ~78 % class 0);
+    dev: the first ``dev_rows`` real dev rows."""
+    taken = {label: 0 for label in per_class}
+    rows = []
+    for line in (DDI / "train.json").read_text(encoding="utf-8").splitlines():
+        label = json.loads(line)["label"]
+        if label in per_class and taken[label] < per_class[label]:
+            taken[label] += 1
+            rows.append(line)
+    (out / "train.json").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    dev = (DDI / "dev.json").read_text(encoding="utf-8").splitlines()[:dev_rows]
+    (out / "dev.json").write_text("\n".join(dev) + "\n", encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def ddi_runs(tiny_encoder, tmp_path_factory):
+    """{class_weights: (save_dir, json log)} of sentence_task=re_ddi on an imbalanced real DDI slice (300 rows of
+    class 0, 30 of each of three interaction types, 20 DDI-int: 73 % class 0), unweighted and balanced, 120 updates
+    of 16 at lr 1e-3 (about 4.7 epochs) from the tiny pretrained encoder; the same seed, so they differ only in the
+    weights."""
+    per_class = {"0": 300, "DDI-advise": 30, "DDI-effect": 30, "DDI-mechanism": 30, "DDI-int": 20}
+    data = ddi_slice(tmp_path_factory.mktemp("ddi-slice"), per_class, 300)
+    runs = {}
+    for spec in ("", "balanced"):
+        save_dir = tmp_path_factory.mktemp(f"ddi-{spec or 'unweighted'}")
+        log = fine_tune_sentence("re_ddi", data, save_dir, f"checkpoint.restore_file={tiny_encoder}",
+                                 f"criterion.class_weights={spec}", "optimizer.groups.default.lr_float=0.001",
+                                 updates=120)  # fmt: skip
+        runs[spec] = (save_dir, log)
+    return data, runs
+
+
+def train_fit(save_dir, data, tmp_path):
+    """(macro F1, per-class recall) of a run's last checkpoint on its own train rows, predicted as
+    fairseq-bio-predict predicts."""
+    from fairseq_bio.inference.loading import load_fine_tuned
+    from fairseq_bio.inference.sentences import predict_sentence_file
+
+    task, model = load_fine_tuned(str(save_dir / "checkpoint_last.pt"), cpu=True)
+    out = tmp_path / f"{save_dir.name}.jsonl"
+    scores = predict_sentence_file(task, model, str(data / "train.json"), str(out), progress=False)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    recall = {}
+    for label in task.labels:
+        gold = [r for r in rows if r["gold"] == label]
+        recall[label] = sum(r["pred"] == label for r in gold) / len(gold)
+    return scores["macro_f1"], recall
+
+
+def test_balanced_weights_learn_the_minority_classes_of_real_ddi(ddi_runs, tmp_path):
+    """Both runs' train loss falls and every dev metric is logged; the balanced run logs its weights (n / (5 n_c):
+    0.273 for class 0, 2.733 for the three types, 4.1 for DDI-int). On its own train rows the balanced model
+    recalls the four interaction types far better than the unweighted one, which mostly answers class 0
+    (measured here: mean recall 0.60 vs 0.26, macro F1 61.6 vs 35.9)."""
+    data, runs = ddi_runs
+    for save_dir, log in runs.values():
+        train = logged(log, "train_inner")
+        assert float(train[max(train)]["loss"]) < float(train[min(train)]["loss"])
+        assert {"f1", "accuracy", "macro_f1"} <= set(logged(log, "valid")[120])
+    job = "".join(p.read_text() for p in sorted((runs["balanced"][0] / "hydra").glob("*/hydra_train.log")))
+    assert ("class weights (criterion.class_weights=balanced): 0=0.2733, DDI-advise=2.733, DDI-effect=2.733, "
+            "DDI-int=4.1, DDI-mechanism=2.733") in job  # fmt: skip
+
+    plain_f1, plain = train_fit(runs[""][0], data, tmp_path)
+    weighted_f1, weighted = train_fit(runs["balanced"][0], data, tmp_path)
+    types = [label for label in DDI_LABELS if label != "0"]
+    plain_recall, weighted_recall = (sum(r[t] for t in types) / len(types) for r in (plain, weighted))
+    assert weighted_recall >= 0.45 and weighted_recall >= plain_recall + 0.2, (plain, weighted)
+    assert weighted_f1 >= plain_f1 + 10
+
+
+def test_a_criterion_config_from_before_the_option_builds_unweighted():
+    """Checkpoints saved before the option record ``criterion: {_name: bio_sentence_prediction}``: fairseq builds
+    the criterion from that (fairseq-validate does) with the default, no weights."""
+    from fairseq import criterions
+    from omegaconf import OmegaConf
+
+    criterion = criterions.build_criterion(OmegaConf.create({"_name": "bio_sentence_prediction"}), StubTask())
+    assert isinstance(criterion, BioSentencePredictionCriterion) and criterion.class_weight is None
