@@ -1,7 +1,8 @@
-"""The dataset table of BLURB and BLUE (``hydra_configs/blurb/datasets.yaml``), read and checked once: per benchmark
-its ``Benchmark`` of ``fairseq_bio.metrics.blurb`` (datasets in table order, task types, metrics, the aggregate), and
-per dataset the ``Recipe`` fairseq-bio-blurb fine-tunes it with (config or preset, overrides, seeds, where its data
-is and where users get it). The file's header describes every field.
+"""The dataset table of BLURB, BLUE and bio-lm (``hydra_configs/blurb/datasets.yaml``), read and checked once: per
+benchmark its ``Benchmark`` of ``fairseq_bio.metrics.blurb`` (datasets in table order, task types, metrics, the
+aggregate), and per dataset the ``Recipe`` fairseq-bio-blurb fine-tunes it with (config, fine-tuning recipe or preset,
+overrides, seeds, cross-validation folds, where its data is, its format and where users get it). The file's header
+describes every field.
 """
 
 from dataclasses import dataclass, replace
@@ -9,17 +10,21 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..configs import config_dir
-from ..metrics.blurb import TAGS, Benchmark, BenchmarkScore, BenchmarkTask
+from ..metrics.blurb import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
+from .folds import MIN_FOLDS
 
 TAGGING = "bio_tagging_ner"  # the configs a recipe runs (fairseq-hydra-train --config-name)
 SENTENCE = "bio_sentence_prediction"
 
 TASK_FIELDS = ("name", "title", "task_type", "metric", "aliases", "negatives", "clinical", "extra_metrics")
-RECIPE_FIELDS = ("config", "preset", "epochs", "batch_size", "lr", "overrides", "seeds", "data", "source", "version",
-                 "alternative")  # fmt: skip
+RECIPE_FIELDS = ("config", "recipe", "preset", "epochs", "batch_size", "lr", "overrides", "seeds", "folds", "data",
+                 "format", "source", "version", "alternative")  # fmt: skip
 REQUIRED = ("name", "title", "task_type", "metric", "config", "data", "source")
-ALTERNATIVE_FIELDS = ("preset", "overrides", "source", "version")
+ALTERNATIVE_FIELDS = ("preset", "overrides", "format", "source", "version")
+BENCHMARK_FIELDS = ("name", "aggregate", "task_types", "datasets")
+BENCHMARK_OPTIONS = ("statistic", "domain_means")  # Benchmark's fields with defaults
 SCHEDULE = ("epochs", "batch_size", "lr")
+TYPE_RECIPE_FIELDS = ("recipe", *SCHEDULE)  # what task_type_recipes gives every dataset of a type (bio-lm's)
 
 
 class DatasetTableError(ValueError):
@@ -39,10 +44,14 @@ class Recipe:
     source: str = ""  # where users get the data when it is not there
     version: str = ""  # how the files read here differ from the benchmark's own version
     alternative: Optional["Recipe"] = None  # the dataset in another form, run when this one's files are absent
+    recipe: Optional[str] = None  # recipe= (hydra_configs/recipe/); None: the config's own (PubMedBERT's)
+    folds: Optional[int] = None  # K-fold cross-validation of the train file (bio-lm's GAD, EU-ADR: 10)
+    format: str = ""  # the files read and their format
 
     def command_base(self) -> List[str]:
-        """The config (and preset) of this dataset's hydra command line."""
-        return ["--config-name", self.config] + ([f"sentence_task={self.preset}"] if self.preset else [])
+        """The config (fine-tuning recipe, preset) of this dataset's hydra command line."""
+        return (["--config-name", self.config] + ([f"recipe={self.recipe}"] if self.recipe else [])
+                + ([f"sentence_task={self.preset}"] if self.preset else []))  # fmt: skip
 
 
 def schedule_overrides(epochs: int, batch_size: int, lr: float) -> List[str]:
@@ -66,12 +75,19 @@ def _strings(value: Any, where: str, what: str) -> Tuple[str, ...]:
     return tuple(out)
 
 
-def _recipe(entry: Mapping[str, Any], where: str, presets: Path) -> Recipe:
-    config, preset = entry["config"], entry.get("preset")
+def _recipe(entry: Mapping[str, Any], where: str, configs: Path) -> Recipe:
+    """The entry's Recipe; ``configs``: the hydra config directory its config, recipe and preset are in."""
+    config, preset, recipe_name = entry["config"], entry.get("preset"), entry.get("recipe")
+    presets, recipes = configs / "sentence_task", configs / "recipe"
     if config not in (TAGGING, SENTENCE):
         raise DatasetTableError(f"{where}: config {config!r} is neither {TAGGING} nor {SENTENCE}")
     if preset is not None and (config != SENTENCE or not (presets / f"{preset}.yaml").is_file()):
         raise DatasetTableError(f"{where}: preset {preset!r} is not one of {presets} (a {SENTENCE} preset)")
+    if recipe_name is not None and not (recipes / f"{recipe_name}.yaml").is_file():
+        raise DatasetTableError(f"{where}: recipe {recipe_name!r} is not one of {recipes}")
+    folds = entry.get("folds")
+    if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int) or folds < MIN_FOLDS):
+        raise DatasetTableError(f"{where}: folds must be an integer of at least {MIN_FOLDS}, not {folds!r}")
     overrides: Tuple[str, ...] = ()
     given = [k for k in SCHEDULE if k in entry]
     if given:
@@ -83,7 +99,8 @@ def _recipe(entry: Mapping[str, Any], where: str, presets: Path) -> Recipe:
     if not isinstance(seeds, int) or seeds < 1:
         raise DatasetTableError(f"{where}: seeds must be a positive integer, not {seeds!r}")
     recipe = Recipe(entry["name"], config, str(entry["data"]), preset, overrides, seeds, str(entry["source"]),
-                    str(entry.get("version", "")))  # fmt: skip
+                    str(entry.get("version", "")), recipe=recipe_name, folds=folds,
+                    format=str(entry.get("format", "")))  # fmt: skip
     alternative = entry.get("alternative")
     if alternative is None:
         return recipe
@@ -91,7 +108,7 @@ def _recipe(entry: Mapping[str, Any], where: str, presets: Path) -> Recipe:
     if unknown:
         raise DatasetTableError(f"{where}: alternative: unknown field(s) {', '.join(sorted(unknown))}; known: "
                                 f"{', '.join(ALTERNATIVE_FIELDS)}")  # fmt: skip
-    other = _recipe({**entry, **alternative, "alternative": None}, f"{where} (alternative)", presets)
+    other = _recipe({**entry, **alternative, "alternative": None}, f"{where} (alternative)", configs)
     return replace(recipe, alternative=other)
 
 
@@ -109,6 +126,21 @@ def _task(entry: Mapping[str, Any], where: str) -> BenchmarkTask:
     return task
 
 
+def _type_recipes(value: Any, task_types: Any, where: str) -> Dict[str, Dict[str, Any]]:
+    """A benchmark's ``task_type_recipes``: {task type: fields that replace those of each of its datasets}."""
+    if not isinstance(value, dict):
+        raise DatasetTableError(f"{where}: task_type_recipes must map task types to fields, not {value!r}")
+    for task_type, fields in value.items():
+        if task_type not in (task_types or ()):
+            raise DatasetTableError(f"{where}: task_type_recipes: {task_type!r} is not one of the task_types")
+        unknown = set(fields) - set(TYPE_RECIPE_FIELDS) if isinstance(fields, dict) else {"(not a mapping)"}
+        if unknown:
+            known = ", ".join(TYPE_RECIPE_FIELDS)
+            raise DatasetTableError(f"{where}: task_type_recipes: {task_type}: unknown field(s) "
+                                    f"{', '.join(sorted(unknown))}; known: {known}")  # fmt: skip
+    return value
+
+
 def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark], Dict[str, Dict[str, Recipe]]]:
     """({benchmark key: Benchmark}, {benchmark key: {dataset name: Recipe}}) of a dataset table (default: the shipped
     one); a table that does not read is a one-line ``DatasetTableError`` naming the file and entry."""
@@ -122,19 +154,24 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
     if not isinstance(table, dict):
         raise DatasetTableError(f"{path}: not a mapping of benchmarks")
     benchmarks, recipes = {}, {}
-    presets = path.parent.parent / "sentence_task"
+    configs = path.parent.parent
     for key, spec in table.items():
         if key == "shared":  # groups the entries refer to by YAML anchors
             continue
         where = f"{path}: {key}"
-        if not isinstance(spec, dict) or set(spec) != {"name", "aggregate", "task_types", "datasets"}:
-            raise DatasetTableError(f"{where}: expected exactly name, aggregate, task_types and datasets")
+        optional = (*BENCHMARK_OPTIONS, "task_type_recipes")
+        if (not isinstance(spec, dict) or not set(BENCHMARK_FIELDS) <= set(spec)
+                or set(spec) - set(BENCHMARK_FIELDS) - set(optional)):  # fmt: skip
+            raise DatasetTableError(f"{where}: expected name, aggregate, task_types and datasets (and optionally "
+                                    f"{', '.join(optional)})")  # fmt: skip
+        type_recipes = _type_recipes(spec.get("task_type_recipes", {}), spec["task_types"], where)
         tasks, recipes[key] = [], {}
         for i, entry in enumerate(spec["datasets"]):
             name = entry.get("name", f"entry {i + 1}") if isinstance(entry, dict) else f"entry {i + 1}"
             at = f"{where}: {name}"
             if not isinstance(entry, dict):
                 raise DatasetTableError(f"{at}: not a mapping")
+            entry = {**entry, **type_recipes.get(entry.get("task_type"), {})}
             unknown = set(entry) - set(TASK_FIELDS) - set(RECIPE_FIELDS)
             missing = [k for k in REQUIRED if k not in entry]
             if unknown or missing:
@@ -144,10 +181,11 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
             if name in recipes[key]:
                 raise DatasetTableError(f"{at}: a second entry of that name")
             tasks.append(_task(entry, where))
-            recipes[key][name] = _recipe(entry, at, presets)
+            recipes[key][name] = _recipe(entry, at, configs)
+        options = {k: spec[k] for k in BENCHMARK_OPTIONS if k in spec}
         try:
             benchmarks[key] = Benchmark(str(spec["name"]), tuple(tasks), str(spec["aggregate"]),
-                                        _strings(spec["task_types"], where, "task_types"))  # fmt: skip
+                                        _strings(spec["task_types"], where, "task_types"), **options)  # fmt: skip
         except ValueError as e:
             raise DatasetTableError(f"{path}: {e}") from None
     return benchmarks, recipes
@@ -155,17 +193,19 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
 
 # The shipped table, read once on import (this module is the runner's, never imported by the plugin's __init__).
 BENCHMARKS, RECIPES = load_table()
-BLURB, BLUE = BENCHMARKS["blurb"], BENCHMARKS["blue"]
-BLURB_RECIPES, BLUE_RECIPES = RECIPES["blurb"], RECIPES["blue"]
+BLURB, BLUE, BIOLM = BENCHMARKS["blurb"], BENCHMARKS["blue"], BENCHMARKS["biolm"]
+BLURB_RECIPES, BLUE_RECIPES, BIOLM_RECIPES = RECIPES["blurb"], RECIPES["blue"], RECIPES["biolm"]
 
 
 def benchmark(name: Union[str, Benchmark]) -> Benchmark:
-    """The benchmark called ``name`` (``blurb``, ``blue``; any case); one-line error if none."""
+    """The benchmark called ``name``: its key (``blurb``, ``blue``, ``biolm``) or the name reports print (``bio-lm``),
+    compared loosely; one-line error if none."""
     if isinstance(name, Benchmark):
         return name
-    if str(name).lower() not in BENCHMARKS:
-        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    return BENCHMARKS[str(name).lower()]
+    for key, bench in BENCHMARKS.items():
+        if dataset_key(name) in (dataset_key(key), dataset_key(bench.name)):
+            return bench
+    raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
 
 
 def benchmark_score(

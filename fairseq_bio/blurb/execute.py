@@ -22,6 +22,15 @@ from .report import aggregate, write_results
 # (test.log: fairseq-validate's, written by runners before the test score came from the predictions alone).
 RUN_OUTPUTS = ("result.json", "train.log", "train.out", "test.log", "checkpoint_best.pt", "checkpoint_last.pt",
                "predictions.tsv", "predictions.jsonl")  # fmt: skip
+# fairseq's mid-epoch checkpoints (checkpoint_<epoch>_<updates>.pt), written when a recipe validates every N updates
+# (checkpoint.save_interval_updates: fairseq saves checkpoint_best only when it saves); runs are never resumed
+INTERVAL_CHECKPOINTS = "checkpoint_[0-9]*_[0-9]*.pt"
+
+
+def remove_interval_checkpoints(run_dir: Path) -> None:
+    """Delete a run's mid-epoch checkpoints: only checkpoint_best.pt is kept."""
+    for path in run_dir.glob(INTERVAL_CHECKPOINTS):
+        path.unlink(missing_ok=True)
 
 
 class RunFailed(Exception):
@@ -116,12 +125,14 @@ def execute(run: Run) -> Dict[str, Any]:
     run.dir.mkdir(parents=True, exist_ok=True)
     for name in RUN_OUTPUTS:
         (run.dir / name).unlink(missing_ok=True)
+    remove_interval_checkpoints(run.dir)
     with atomic_write(run.dir / "cmd.txt") as f:
         f.write(shlex.join(run.command) + "\n")
     start = time.time()
     with open(run.dir / "train.out", "w", encoding="utf-8") as out:
         code = subprocess.run(run.command, cwd=run.dir, stdout=out, stderr=subprocess.STDOUT).returncode
     train_s = time.time() - start
+    remove_interval_checkpoints(run.dir)
     if code:
         tail = _last_line((run.dir / "train.out").read_text(encoding="utf-8", errors="replace"))
         raise RunFailed(f"fairseq-hydra-train exited {code}: {tail} (see {run.dir / 'train.out'})")
@@ -146,6 +157,7 @@ def execute(run: Run) -> Dict[str, Any]:
         "metric_key": bench.key,
         "lr": run.lr,
         "seed": run.seed,
+        **fold_fields(run),
         "run_dir": str(run.dir),
         "updates": max(dev),
         "dev_metric": float(best[selection]),
@@ -168,6 +180,11 @@ def execute(run: Run) -> Dict[str, Any]:
     return {**record, "status": status}
 
 
+def fold_fields(run: Run) -> Dict[str, Any]:
+    """A cross-validation run's ``fold`` (1..K) and ``folds`` (K) for its record; nothing for other runs."""
+    return {"fold": run.fold.index, "folds": run.fold.k} if run.fold else {}
+
+
 def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], missing: Dict[str, str], out: Path,
             tag: str) -> int:  # fmt: skip
     """Every run in turn (a failed one is reported and the others go on), then the results under ``out``."""
@@ -177,8 +194,9 @@ def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], miss
         try:
             record = execute(run)
         except RunFailed as e:
-            record = {"dataset": run.plan.recipe.name, "lr": run.lr, "seed": run.seed, "run_dir": str(run.dir),
-                      "status": "failed", "error": str(e), "wall_s": round(time.time() - start, 1)}  # fmt: skip
+            record = {"dataset": run.plan.recipe.name, "lr": run.lr, "seed": run.seed, **fold_fields(run),
+                      "run_dir": str(run.dir), "status": "failed", "error": str(e),
+                      "wall_s": round(time.time() - start, 1)}  # fmt: skip
         records.append(record)
         if record["status"] == "failed":
             what = f"FAILED: {record['error']}"
@@ -198,6 +216,7 @@ def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], miss
         overrides=args.overrides,
         counts=counts,
         versions={p.recipe.name: p.recipe.version for p in plans if p.recipe.version},
+        folds={p.recipe.name: len(p.folds) for p in plans if p.folds},
         budgets={p.recipe.name: vars(p.budget) for p in plans},
         runs=[{k: v for k, v in r.items() if k != "identity"} for r in records],
     )

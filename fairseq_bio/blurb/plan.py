@@ -1,5 +1,6 @@
-"""Planning fairseq-bio-blurb's runs: each dataset's composed config, its data files and update budget, its learning
-rates and seeds, and every run's directory and command lines; the lock that keeps two runners off one ``--out``.
+"""Planning fairseq-bio-blurb's runs: each dataset's composed config, its data files (or cross-validation folds) and
+update budget, its learning rates and seeds, and every run's directory and command lines; the lock that keeps two
+runners off one ``--out``.
 """
 
 import logging
@@ -14,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..configs import config_dir
 from ..metrics.blurb import Benchmark, BenchmarkTask
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
+from .folds import Fold, write_folds
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -95,6 +97,18 @@ def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
     return files
 
 
+def needed_files(config: str, task: Dict[str, Any], cross_validated: bool) -> List[str]:
+    """The files a dataset's runs need: every split's, or only the train file when its folds are cut from it."""
+    files = split_files(config, task)
+    return [files["train"]] if cross_validated else list(files.values())
+
+
+def fold_count(given: Optional[int], recipe: Recipe) -> Optional[int]:
+    """The number of folds a dataset is cross-validated over: ``--folds`` if given (1: none), else the table's."""
+    k = recipe.folds if given is None else given
+    return k if k and k > 1 else None
+
+
 def train_examples(config: str, task: Dict[str, Any]) -> int:
     """Training examples the task will read (rows it skips and rows held out for dev not counted)."""
     from ..data import sentence_data as sd
@@ -161,6 +175,7 @@ class Plan:
     budget: Budget
     lrs: List[float]
     seeds: List[int]
+    folds: List[Fold] = field(default_factory=list)  # empty: the dataset's own splits
 
 
 @dataclass
@@ -176,10 +191,17 @@ class Run:
     predict: List[str]
     predictions: Path  # what fairseq-bio-predict writes: CoNLL (tagging) or JSON lines (sentence level)
     identity: Dict[str, Any] = field(default_factory=dict)  # what a result.json must have been made by to be reused
+    fold: Optional[Fold] = None  # the cross-validation fold it trains and tests on
 
     @property
     def label(self) -> str:
-        return f"{self.plan.recipe.name} lr={self.lr:g} seed={self.seed}"
+        return run_label(self.plan.recipe.name, self.lr, self.seed, self.fold.index if self.fold else None,
+                         self.fold.k if self.fold else None)  # fmt: skip
+
+
+def run_label(dataset: str, lr: float, seed: int, fold: Optional[int] = None, folds: Optional[int] = None) -> str:
+    """How reports name a run: ``gad lr=3e-05 fold=2/10 seed=1``."""
+    return f"{dataset} lr={lr:g}" + (f" fold={fold}/{folds}" if fold else "") + f" seed={seed}"
 
 
 def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List[str], Dict[str, List[str]]]:
@@ -229,15 +251,26 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             raise BlurbError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
         given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
         cfg = compose(recipe, given)
-        absent = [p for p in split_files(recipe.config, cfg["task"]).values() if not os.path.exists(p)]
+        k = fold_count(args.folds, recipe)
+        absent = [p for p in needed_files(recipe.config, cfg["task"], bool(k)) if not os.path.exists(p)]
         if absent and recipe.alternative is not None:  # the dataset in its other form (BLUE's HoC: abstracts)
             other = compose(recipe.alternative, given)
-            if all(os.path.exists(p) for p in split_files(recipe.alternative.config, other["task"]).values()):
+            if all(os.path.exists(p) for p in needed_files(recipe.alternative.config, other["task"], bool(k))):
                 recipe, cfg, absent = recipe.alternative, other, []
         if absent:
             hint = recipe.source or cfg["task"].get("data_source") or ""
-            missing[task.name] = f"no data: {absent[0]} not found" + (f" (needs {hint})" if hint else "")
+            notes = (["user-supplied clinical data"] if task.clinical else []) + ([f"needs {hint}"] if hint else [])
+            missing[task.name] = f"no data: {absent[0]} not found" + (f" ({'; '.join(notes)})" if notes else "")
             continue
+        folds: List[Fold] = []
+        tagging = recipe.config == TAGGING
+        if k:  # the folds of the train file, written where the runs are; the budget is the first fold's
+            train = split_files(recipe.config, cfg["task"])["train"]
+            try:
+                folds = write_folds(train, tagging, cfg["task"], k, Path(args.out).resolve() / task.name / "folds")
+            except (ValueError, OSError) as e:  # the readers' one-line file:line errors
+                raise BlurbError(f"{task.name}: {e}") from None
+        budget_cfg = {**cfg, "task": {**cfg["task"], **folds[0].task_values(tagging)}} if folds else cfg
         user_keys = {_key(o) for o in user}
         if "optimization.max_update" in user_keys:  # the user's budget; warm-up 10 % of it unless given too
             updates = int(cfg["optimization"]["max_update"])
@@ -248,7 +281,7 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             )
         else:
             try:
-                budget = update_budget(recipe.config, cfg, args.max_epoch, args.max_update)
+                budget = update_budget(recipe.config, budget_cfg, args.max_epoch, args.max_update)
             except (ValueError, OSError) as e:  # the readers' one-line file:line errors
                 raise BlurbError(f"{task.name}: {e}") from None
         lrs = args.lr_grid or [float(cfg["optimizer"]["groups"]["default"]["lr_float"])]
@@ -265,29 +298,36 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         if args.cpu:
             fixed.append("common.cpu=true")
         overrides = merge_overrides(fixed, recipe.overrides, budget.overrides())
-        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds))
+        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds, folds))
     return plans, missing
 
 
 def make_runs(plan: Plan, args) -> List[Run]:
-    """Every (lr, seed) run of a plan with its two command lines."""
+    """Every (lr, fold, seed) run of a plan with its two command lines."""
     out = Path(args.out).resolve()
-    test, options = test_input(plan.recipe.config, plan.cfg["task"])
+    tagging = plan.recipe.config == TAGGING
     runs = []
     for lr in plan.lrs:
-        for seed in plan.seeds:
-            run_dir = out / plan.recipe.name / f"lr{lr:g}" / f"seed{seed}"
-            own = [f"checkpoint.save_dir={run_dir}", f"common.log_file={run_dir / 'train.log'}", f"common.seed={seed}",
-                   f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]  # fmt: skip
-            overrides = merge_overrides(plan.overrides, own, plan.user_overrides)
-            command = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(config_dir()),
-                       *plan.recipe.command_base(), *overrides]  # fmt: skip
-            predictions = run_dir / ("predictions.tsv" if plan.recipe.config == TAGGING else "predictions.jsonl")
-            predict = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run_dir / "checkpoint_best.pt"), "--input",
-                       test, "--output", str(predictions), "--overwrite", "--quiet", "--batch-size",
-                       str(args.validate_batch_size), *options] + (["--cpu"] if args.cpu else [])  # fmt: skip
-            identity = {"command": command, "encoder": encoder_fingerprint(args.checkpoint)}
-            runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity))
+        for fold in plan.folds or [None]:
+            # a fold's files win over every other task.data / *_file, the user's included (they named the source)
+            task = {**plan.cfg["task"], **fold.task_values(tagging)} if fold else plan.cfg["task"]
+            test, options = test_input(plan.recipe.config, task)
+            for seed in plan.seeds:
+                run_dir = out / plan.recipe.name / f"lr{lr:g}" / (fold.name if fold else "") / f"seed{seed}"
+                own = [f"checkpoint.save_dir={run_dir}", f"common.log_file={run_dir / 'train.log'}",
+                       f"common.seed={seed}", f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]
+                overrides = merge_overrides(plan.overrides, own, plan.user_overrides,
+                                            fold.overrides(tagging) if fold else [])  # fmt: skip
+                command = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(config_dir()),
+                           *plan.recipe.command_base(), *overrides]  # fmt: skip
+                predictions = run_dir / ("predictions.tsv" if tagging else "predictions.jsonl")
+                predict = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run_dir / "checkpoint_best.pt"),
+                           "--input", test, "--output", str(predictions), "--overwrite", "--quiet", "--batch-size",
+                           str(args.validate_batch_size), *options] + (["--cpu"] if args.cpu else [])  # fmt: skip
+                identity = {"command": command, "encoder": encoder_fingerprint(args.checkpoint)}
+                if fold:
+                    identity["fold_data"] = fold.digest
+                runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity, fold))
     return runs
 
 

@@ -1,6 +1,7 @@
-"""fairseq-bio-blurb's report: per dataset the test scores over seeds of the learning rate chosen on dev, per task
-type the average, the benchmark score (partial when datasets are missing), each dataset's trivial baseline and the
-flag beside a score at it; results.json, results.md and results.png, each written atomically.
+"""fairseq-bio-blurb's report: per dataset the test scores over seeds (or cross-validation folds) of the learning rate
+chosen on dev, per task type (and domain) the average, the benchmark score (partial when datasets are missing), each
+dataset's trivial baseline and the flag beside a score at it; results.json, results.md and results.png, each written
+atomically.
 """
 
 import statistics
@@ -8,12 +9,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..files import atomic_write, write_json, write_text
-from ..metrics.blurb import Benchmark, summarize_runs
+from ..metrics.blurb import DOMAINS, Benchmark, summarize_runs
 from .datasets import benchmark as benchmark_named
+from .plan import run_label
 
 
 def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: Dict[str, str]) -> Dict[str, Any]:
-    """Per dataset (the lr with the best mean dev score; its test scores over seeds), per type, and the score."""
+    """Per dataset (the lr with the best mean dev score; its test scores over seeds, or per fold the benchmark's
+    statistic over that fold's seeds), per type (and domain), and the score."""
     missing = dict(missing)
     datasets: Dict[str, Dict[str, Any]] = {}
     for task in benchmark.tasks:
@@ -23,12 +26,19 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
                 missing[task.name] = "every run failed"
             continue
         by_lr: Dict[float, List[Dict[str, Any]]] = {}
-        for r in sorted(done, key=lambda r: (r["lr"], r["seed"])):
+        for r in sorted(done, key=lambda r: (r["lr"], r.get("fold") or 0, r["seed"])):
             by_lr.setdefault(r["lr"], []).append(r)
         dev_by_lr = {lr: statistics.fmean(r["dev_metric"] for r in rs) for lr, rs in by_lr.items()}
         lr = max(dev_by_lr, key=lambda k: (dev_by_lr[k], -k))
         chosen = by_lr[lr]
-        summary = summarize_runs([r["test_metric"] for r in chosen], task.name)
+        per_fold = fold_values(chosen, benchmark.statistic)
+        values = list(per_fold.values()) if per_fold else [r["test_metric"] for r in chosen]
+        summary = summarize_runs(values, task.name)
+        folds = {"folds": chosen[0]["folds"], "per_fold": {str(f): v for f, v in per_fold.items()}} if per_fold else {}
+        baseline = chosen[0]
+        if per_fold and all(r.get("trivial_baseline") is not None for r in chosen):  # each fold tests other rows
+            baseline = {"trivial_baseline": statistics.fmean(r["trivial_baseline"] for r in chosen),
+                        "trivial_prediction": f"{baseline.get('trivial_prediction')}, mean over the folds"}  # fmt: skip
         datasets[task.name] = {
             "title": task.title,
             "task_type": task.task_type,
@@ -37,27 +47,39 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
             "mean": summary.mean,
             "std": summary.std,
             "median": summary.median,
-            "values": [r["test_metric"] for r in chosen],
-            "seeds": [r["seed"] for r in chosen],
+            "values": values,
+            "seeds": sorted({r["seed"] for r in chosen}) if per_fold else [r["seed"] for r in chosen],
+            **folds,
             "lr": lr,
             "dev_mean": dev_by_lr[lr],
             "dev_selected_on": chosen[0].get("dev_selected_on"),
             "dev_by_lr": {f"{k:g}": v for k, v in dev_by_lr.items()},
             "wall_s": round(sum(r.get("wall_s", 0.0) for r in done), 1),
             "train_examples_per_s": _rate(done, "train_examples", "train_s"),
-            **trivial_flag(summary.mean, chosen[0]),
+            **trivial_flag(summary.mean, baseline),
         }
     score = benchmark.score({t.name: datasets[t.name]["values"] if t.name in datasets else None
                              for t in benchmark.tasks})  # fmt: skip
     return {
         "benchmark": benchmark.name,
         "aggregate": "macro average over task types" if benchmark.aggregate == "by_type" else "mean over datasets",
+        "statistic": benchmark.statistic,
         "datasets": datasets,
         "per_type": score.per_type,
+        "per_domain": score.per_domain,
         "score": score.to_dict(),
         "summary": score.summary(),
         "missing": {name: missing[name] for name in benchmark.names() if name in missing},
     }
+
+
+def fold_values(records: Sequence[Dict[str, Any]], statistic: str) -> Dict[int, float]:
+    """{fold: the ``statistic`` of its runs' test scores} of cross-validation runs, in fold order; {} for others."""
+    by_fold: Dict[int, List[float]] = {}
+    for r in records:
+        if r.get("fold"):
+            by_fold.setdefault(int(r["fold"]), []).append(r["test_metric"])
+    return {f: summarize_runs(v, f"fold {f}").value(statistic) for f, v in sorted(by_fold.items())}
 
 
 TRIVIAL_MARGIN = 1.0  # points: a mean test score this close to the trivial baseline is flagged
@@ -101,6 +123,10 @@ def _dev(d: Dict[str, Any]) -> str:
     return _fmt(d.get("dev_mean")) + (f" ({d['dev_selected_on']})" if d.get("dev_selected_on") else "")
 
 
+def _label(record: Dict[str, Any]) -> str:
+    return run_label(record["dataset"], record["lr"], record["seed"], record.get("fold"), record.get("folds"))
+
+
 def render_markdown(results: Dict[str, Any]) -> str:
     """results.md: the score (marked partial), per-dataset and per-type tables, what is missing, every run."""
     bench = benchmark_named(results["benchmark"])
@@ -116,8 +142,10 @@ def render_markdown(results: Dict[str, Any]) -> str:
         if score["incomplete_types"]:
             head += f"; in part: {', '.join(score['incomplete_types'])}"
         head += f"; {len(score['missing'])} of {len(bench.tasks)} datasets missing (listed below)"
-    lines += [head, "", f"The score is the {results['aggregate']} ({results['benchmark']}'s own rule); test scores "
-              "x 100, of the best dev checkpoint of each run.", ""]  # fmt: skip
+    each = results.get("statistic", "mean")
+    lines += [head, "", f"The score is the {results['aggregate']} ({results['benchmark']}'s own rule), each dataset "
+              f"counted by the {each} of its runs (of its folds, when cross-validated); test scores x 100, of the best "
+              "dev checkpoint of each run.", ""]  # fmt: skip
     lines += ["| dataset | task type | metric | n | mean ± std | trivial baseline | median | lr | dev mean (selected on) "
               "| wall (s) | train examples/s |",
               "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
@@ -138,6 +166,20 @@ def render_markdown(results: Dict[str, Any]) -> str:
         have = [n for n in names if n in results["datasets"]]
         value = results["per_type"].get(task_type)
         lines.append(f"| {task_type} | {len(have)} of {len(names)} | {_fmt(value)} |")
+    if bench.domain_means:
+        for clinical, domain in DOMAINS.items():
+            names = [t.name for t in bench.tasks if t.clinical == clinical]
+            have = [n for n in names if n in results["datasets"]]
+            value = (results.get("per_domain") or {}).get(domain)
+            lines.append(f"| {domain} (domain) | {len(have)} of {len(names)} | {_fmt(value)} |")
+        lines.append(f"| all | {len(results['datasets'])} of {len(bench.tasks)} | {_fmt(score['score'])} |")
+    crossed = {name: d for name, d in results["datasets"].items() if d.get("folds")}
+    if crossed:
+        lines += ["", f"Cross-validated (K folds of the train file; per fold the {each} over its seeds):", ""]
+        for d in crossed.values():
+            per_fold = ", ".join(f"{f}: {v:.2f}" for f, v in d["per_fold"].items())
+            lines.append(f"- {d['title']}: {d['folds']}-fold, {len(d['per_fold'])} folds done; median {d['median']:.2f}"
+                         f", mean {d['mean']:.2f} ± {d['std']:.2f} over folds ({per_fold})")  # fmt: skip
     if results["missing"]:
         lines += ["", "Missing (not in the score):", ""]
         titles = {t.name: t.title for t in bench.tasks}
@@ -153,14 +195,13 @@ def render_markdown(results: Dict[str, Any]) -> str:
                   "| run | status | updates | dev | test | wall (s) | train examples/s | test examples/s | directory |",
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
         for r in runs:
-            lines.append(f"| {r['dataset']} lr={r['lr']:g} seed={r['seed']} | {r['status']} | {r.get('updates', '')} | "
+            lines.append(f"| {_label(r)} | {r['status']} | {r.get('updates', '')} | "
                          f"{_fmt(r.get('dev_metric'))} | {_fmt(r.get('test_metric'))} | {r.get('wall_s', 0):.0f} | "
                          f"{_fmt(r.get('train_examples_per_s'))} | {_fmt(r.get('test_examples_per_s'))} | "
                          f"`{r['run_dir']}` |")  # fmt: skip
         failed = [r for r in runs if r["status"] == "failed"]
         if failed:
-            lines += ["", "Failed runs:", ""] + [f"- {r['dataset']} lr={r['lr']:g} seed={r['seed']}: {r['error']}"
-                                                  for r in failed]  # fmt: skip
+            lines += ["", "Failed runs:", ""] + [f"- {_label(r)}: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"
 
 

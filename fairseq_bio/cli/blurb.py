@@ -1,4 +1,5 @@
-"""fairseq-bio-blurb: one encoder checkpoint fine-tuned and scored on every BLURB (or BLUE) dataset there is data for.
+"""fairseq-bio-blurb: one encoder checkpoint fine-tuned and scored on every BLURB (BLUE, bio-lm) dataset there is data
+for.
 
 Each (dataset, learning rate, seed) is one ``fairseq-hydra-train`` process with the dataset's standard recipe (its
 config or preset, PubMedBERT sec. 6.2's 10 % warm-up and linear decay, its epochs and batch size; the update budget
@@ -8,6 +9,10 @@ counted from the train file found), in its own run directory under ``--out``: ``
 ``fairseq_bio.metrics.blurb``, the metrics fairseq-bio-predict prints), and ``result.json``, written atomically when
 everything else is there. A run with a ``result.json`` made by the same command from the same encoder file is reused;
 a run without one (interrupted, failed) is done again from the start.
+
+With ``--folds K`` (and for bio-lm's GAD and EU-ADR by default) a dataset is cross-validated instead: K folds cut from
+its train file (``fairseq_bio.blurb.folds``), each fold's runs in ``<dataset>/lr<lr>/fold<k>-of-<K>/seed<n>``, reused
+like any run, and the dataset's result is the median and mean over folds.
 
 With ``--lr-grid`` each dataset's learning rate is the one with the best mean dev score over seeds, and its test
 scores are reported (PubMedBERT sec. 6.2: hyperparameters are chosen on dev). ``results.md`` / ``.json`` / ``.png``
@@ -48,6 +53,14 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _folds(value: str) -> int:
+    k = _positive(value)
+    if k == 2:
+        raise argparse.ArgumentTypeError("2 folds leave nothing to train on (one part is the test, one the dev); give "
+                                         "3 or more, or 1 for the datasets' own splits")  # fmt: skip
+    return k
+
+
 def _span(seeds: Sequence[int]) -> str:
     return f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
 
@@ -67,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset-dir", action="append", default=[], metavar="NAME=DIR",
                         help="one dataset's directory, instead of its place under --data (repeatable)")  # fmt: skip
     parser.add_argument("--out", default="runs/blurb", help="where runs and results go (default: runs/blurb)")
-    parser.add_argument("--preset", choices=sorted(RECIPES), default="blurb", help="benchmark: blurb or blue")
+    parser.add_argument("--preset", choices=sorted(RECIPES), default="blurb", help="benchmark: blurb, blue or biolm")
+    parser.add_argument("--folds", type=_folds, default=None, metavar="K",
+                        help="cross-validate every dataset run over K folds of its train file (K >= 3; 1: the "
+                        "datasets' own splits; default: the preset's, biolm: 10 for GAD and EU-ADR)")  # fmt: skip
     parser.add_argument("--lr-grid", type=_floats, default=None, help="learning rates to try, e.g. 1e-5,3e-5,5e-5")
     parser.add_argument("--max-epoch", type=_positive, default=None, help="epochs instead of each dataset's own")
     parser.add_argument("--max-update", type=_positive, default=None, help="updates per run (smoke runs)")
@@ -103,9 +119,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for plan in plans:
         b = plan.budget
         size = f"{b.train_examples} train examples, " if b.train_examples is not None else ""
-        n_runs = len(plan.lrs) * len(plan.seeds)
+        n_runs = len(plan.lrs) * len(plan.seeds) * max(len(plan.folds), 1)
+        folds = f", {len(plan.folds)} folds of {plan.cfg['task']['train_file']}" if plan.folds else ""
         print(f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
-              f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}, seeds {_span(plan.seeds)})",
+              f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}, seeds {_span(plan.seeds)}{folds})",
               flush=True)  # fmt: skip
     if args.dry_run:
         for run in runs:

@@ -16,13 +16,20 @@ reproduces its BLURB scores (e.g. 81.10 for PubMedBERT, 75.99 for BERT-uncased) 
 (its DDI and ChemProt TSVs, its sentence-level HoC) and metrics (HoC: example-based F1, not BLURB's micro F1);
 the BLUE score is the plain average over the ten datasets.
 
+**bio-lm** (Lewis et al. 2020, Tables 1-4): 18 datasets in two task types (sequence labelling, classification) and
+two domains (PubMed, clinical: ``BenchmarkTask.clinical``); each dataset's result is the *median* over its runs, and
+Table 2's summary rows are plain means of those: per task type, per domain (``BenchmarkScore.per_domain``) and over
+all 18 (the score). Fed Table 2's per-task numbers this reproduces its five summary rows to 0.1 (the inputs are
+rounded to 0.1).
+
 **Partial scores.** A dataset that is missing (absent, or ``None``) is listed, and the score is marked *partial*
 with the task types it covers and those it covers only in part: BLURB's score is then the macro average over the
 covered types, BLUE's the average over the present datasets, never presented as the full benchmark's.
 
 Scores are averaged as given, so give every dataset on one scale (the papers' tables and the runner use percent).
-A dataset's value may be a list of per-seed results; its mean is used (PubMedBERT §6.2 reports the mean over five
-seeds, ten for BIOSSES, PubMedQA and BioASQ).
+A dataset's value may be a list of per-seed (or per-fold) results; the benchmark's ``statistic`` of them is used: the
+mean for BLURB and BLUE (PubMedBERT §6.2 reports the mean over five seeds, ten for BIOSSES, PubMedQA and BioASQ), the
+median for bio-lm (§5.2: "report the median result on the test sets").
 """
 
 import math
@@ -46,6 +53,8 @@ from .similarity import pearson
 from .tagging import span_prf, token_macro_f1
 
 NER = "ner"
+SEQUENCE_LABELLING = "sequence_labelling"  # bio-lm's two task types
+TEXT_CLASSIFICATION = "classification"
 PICO = "pico"
 RELATION_EXTRACTION = "relation_extraction"
 SENTENCE_SIMILARITY = "sentence_similarity"
@@ -243,18 +252,29 @@ def constant_answers(gold: Sequence, regression: bool = False):
         yield f"every prediction {label!r}", [label] * len(gold)
 
 
+AGGREGATES = ("by_type", "mean")
+STATISTICS = ("mean", "median")
+DOMAINS = {False: "pubmed", True: "clinical"}  # per_domain's keys, by BenchmarkTask.clinical
+
+
 @dataclass(frozen=True)
 class Benchmark:
-    """A benchmark: its datasets in table order and how their scores combine (``by_type`` or ``mean``)."""
+    """A benchmark: its datasets in table order, how their scores combine (``by_type`` or ``mean``), which
+    statistic of a dataset's runs is its result (``mean`` or ``median``) and whether the score comes with
+    per-domain means (PubMed / clinical, bio-lm's Table 2)."""
 
     name: str
     tasks: Tuple[BenchmarkTask, ...]
     aggregate: str
     task_types: Tuple[str, ...]
+    statistic: str = "mean"
+    domain_means: bool = False
 
     def __post_init__(self):
-        if self.aggregate not in ("by_type", "mean"):
+        if self.aggregate not in AGGREGATES:
             raise ValueError(f"{self.name}: aggregate must be 'by_type' or 'mean', not {self.aggregate!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"{self.name}: statistic must be 'mean' or 'median', not {self.statistic!r}")
         seen: Dict[str, str] = {}
         for task in self.tasks:
             if task.task_type not in self.task_types:
@@ -290,7 +310,7 @@ class Benchmark:
                 )
             named[task.name] = name
             if value is not None:
-                given[task.name] = summarize_runs(value, f"{self.name} {name}").mean
+                given[task.name] = summarize_runs(value, f"{self.name} {name}").value(self.statistic)
         datasets = {t.name: given[t.name] for t in self.tasks if t.name in given}
         missing = tuple(t.name for t in self.tasks if t.name not in given)
         per_type: Dict[str, float] = {}
@@ -302,6 +322,11 @@ class Benchmark:
                 per_type[task_type] = statistics.fmean(present)
                 if len(present) < len(names):
                     incomplete.append(task_type)
+        per_domain: Dict[str, float] = {}
+        for clinical, domain in (DOMAINS.items() if self.domain_means else ()):
+            present = [datasets[t.name] for t in self.tasks if t.clinical == clinical and t.name in datasets]
+            if present:
+                per_domain[domain] = statistics.fmean(present)
         if not datasets:
             score = None
         elif self.aggregate == "by_type":
@@ -314,6 +339,7 @@ class Benchmark:
             partial=bool(missing),
             datasets=datasets,
             per_type=per_type,
+            per_domain=per_domain,
             missing=missing,
             covered_types=tuple(per_type),
             incomplete_types=tuple(incomplete),
@@ -331,6 +357,12 @@ class RunSummary:
     std: float
     median: float
 
+    def value(self, statistic: str = "mean") -> float:
+        """The ``mean`` or the ``median``."""
+        if statistic not in STATISTICS:
+            raise ValueError(f"unknown statistic {statistic!r}; known: {', '.join(STATISTICS)}")
+        return self.median if statistic == "median" else self.mean
+
 
 def summarize_runs(values: Union[float, Sequence[float]], name: str = "result") -> RunSummary:
     """Mean, standard deviation and median of one dataset's per-seed results; one-line error for bad values."""
@@ -347,7 +379,8 @@ def summarize_runs(values: Union[float, Sequence[float]], name: str = "result") 
 
 @dataclass(frozen=True)
 class BenchmarkScore:
-    """A benchmark's aggregate with what it covers: per-dataset and per-type averages, and what is missing."""
+    """A benchmark's aggregate with what it covers: per-dataset, per-type (and per-domain) averages, and what is
+    missing."""
 
     benchmark: str
     score: Optional[float]
@@ -359,6 +392,7 @@ class BenchmarkScore:
     incomplete_types: Tuple[str, ...]
     missing_types: Tuple[str, ...]
     titles: Dict[str, str] = field(default_factory=dict)
+    per_domain: Dict[str, float] = field(default_factory=dict)  # pubmed / clinical, for a benchmark with domain_means
 
     def summary(self) -> str:
         """One line: the score, and when partial the types it covers and the datasets it lacks."""
@@ -383,6 +417,7 @@ class BenchmarkScore:
             "partial": self.partial,
             "datasets": dict(self.datasets),
             "per_type": dict(self.per_type),
+            "per_domain": dict(self.per_domain),
             "missing": list(self.missing),
             "covered_types": list(self.covered_types),
             "incomplete_types": list(self.incomplete_types),
