@@ -91,11 +91,12 @@ BAD = {
     "no answers": (lambda d: _qa(d, 2).pop("answers"), 'question 399387_001: no "answers" list'),
     "empty answers": (
         lambda d: _set(_qa(d, 2), "answers", []),
-        "question 399387_001: empty answers list (SQuAD v2.0 unanswerable questions are not supported)",
+        "question 399387_001: empty answers list: an unanswerable question (SQuAD v2.0 unanswerable questions are "
+        "read with task.version_2_with_negative=true)",
     ),
     "is_impossible": (
         lambda d: _set(_qa(d, 2), "is_impossible", True),
-        "question 399387_001: is_impossible (SQuAD v2.0",
+        "question 399387_001: is_impossible, but \"answers\" has 1 (v2.0: an empty list)",
     ),
     "duplicate id": (lambda d: _set(_qa(d, 0, 1), "id", "399330_001"), "question 399330_001: the id is used twice"),
     "empty question": (lambda d: _set(_qa(d, 3), "question", " "), 'question 399592_001: no "question" text'),

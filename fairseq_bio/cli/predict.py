@@ -19,7 +19,9 @@ Extractive QA (``bio_extractive_qa``): a SQuAD v1.1 JSON file in, JSON lines out
 order: ``id``, ``question``, ``answers`` (the top 5, best first: ``text``, exactly ``context[start:end]``, ``start`` /
 ``end`` character offsets into the context, ``score``, ``probability``) and ``gold`` when the file has answers, whose
 SQuAD EM/F1 and BioASQ factoid strict/lenient accuracy and MRR are then printed, computed by the criterion's code.
-Long contexts are windowed with the task's doc stride as in training.
+Long contexts are windowed with the task's doc stride as in training. A SQuAD v2.0 checkpoint
+(``task.version_2_with_negative``) adds ``prediction`` ("" for no answer) and ``null_score_diff`` to each row, and
+prints the HasAns / NoAns breakdown and the best null score diff thresholds (``--null-score-diff-threshold``).
 
 The library behind this command is ``fairseq_bio.inference``.
 """
@@ -66,6 +68,11 @@ def main(argv=None) -> None:
         "--group-snippets", action="store_true",
         help="extractive QA: one answer list per BioASQ question from its snippet entries <id>_<nnn> (BioBERT's merge)",
     )  # fmt: skip
+    parser.add_argument(
+        "--null-score-diff-threshold", type=float, default=None,
+        help="extractive QA, SQuAD v2.0: answer \"\" when the null score beats the best span by more than this "
+        "(default: the checkpoint's task.null_score_diff_threshold; a file with answers prints the best ones)",
+    )  # fmt: skip
     parser.add_argument("--vocab", default=None, help="dir with dict.txt + bpe.json (default: beside the checkpoint)")
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (padding included)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
@@ -89,10 +96,11 @@ def main(argv=None) -> None:
 
     try:
         if task.task_name == QA:
-            scores = predict_qa_file(task, model, args.input, args.output, args.group_snippets, **options)
+            scores = predict_qa_file(task, model, args.input, args.output, args.group_snippets,
+                                     args.null_score_diff_threshold, **options)  # fmt: skip
             wrote()
-            if scores is not None:
-                print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
+            if scores is not None:  # thresholds are logit differences: more digits
+                print(" ".join(f"{k} {v:.4f}" if k.endswith("_thresh") else f"{k} {v:.2f}" for k, v in scores.items()))
         elif hasattr(task, "kind"):  # bio_sentence_prediction
             scores = predict_sentence_file(task, model, args.input, args.output, split=args.split, **options)
             wrote()

@@ -8,8 +8,13 @@ derives, as percentages:
 - ``strict_acc`` / ``lenient_acc`` / ``mrr``: BioASQ factoid (top answer; any of the top 5; mean reciprocal rank of
   the first correct one among the top 5; ``metrics.qa.factoid_sums``), the gold answers taken as synonyms.
 
+With ``task.version_2_with_negative`` (SQuAD v2.0) the SQuAD answer of a question is "" (no answer) when its null
+score minus its best span's score exceeds ``task.null_score_diff_threshold`` (``data.qa_dataset.v2_predictions``),
+and ``HasAns_exact`` / ``HasAns_f1`` / ``NoAns_exact`` / ``NoAns_f1`` are derived as well
+(``metrics.qa.squad_v2_sums``); the factoid measures then cover the questions that have an answer.
+
 ``checkpoint.best_checkpoint_metric`` can be any of them (the shipped config selects on ``mrr``, BioASQ's factoid
-ranking measure).
+ranking measure; ``f1`` for SQuAD v2.0).
 """
 
 import math
@@ -20,11 +25,12 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..data.qa_dataset import best_answers
-from ..metrics.qa import factoid_sums, squad_sums
+from ..data.qa_dataset import best_answers, null_score_diffs, v2_predictions
+from ..metrics.qa import factoid_sums, has_answer, squad_v2_sums
 
 MASKED = -1e4  # logit of the positions no answer can start or end at (finite: a row never becomes all -inf)
 SUMS = ("qa_exact", "qa_f1", "qa_total", "fa_strict", "fa_lenient", "fa_rr", "fa_total")
+V2_SUMS = ("qa_has_exact", "qa_has_f1", "qa_has_total")  # SQuAD v2.0: the questions that have an answer
 
 
 @dataclass
@@ -66,7 +72,9 @@ class BioExtractiveQACriterion(FairseqCriterion):
             "windows": rows,
         }
         if not model.training and sample["gold"][0] is not None:
-            logging_output.update(self.score(self.answers(start_logits, end_logits, sample), sample["gold"]))
+            answers = self.answers(start_logits, end_logits, sample)
+            predictions = self.predictions(answers, start_logits, end_logits, sample)[0]
+            logging_output.update(self.score(answers, sample["gold"], predictions))
         return loss, rows, logging_output
 
     def answers(self, start_logits, end_logits, sample):
@@ -76,12 +84,25 @@ class BioExtractiveQACriterion(FairseqCriterion):
             start_logits, end_logits, sample, cfg.n_best, cfg.max_answer_length, max(cfg.top_answers, 1)
         )
 
+    def predictions(self, answers, start_logits, end_logits, sample):
+        """SQuAD v2.0 (``task.version_2_with_negative``): (each question's answer, "" for no answer; its null score
+        diff, ``null_score_diffs``); otherwise (None, Nones): the top answers are the SQuAD answers."""
+        if not self.task.cfg.version_2_with_negative:
+            return None, [None] * len(answers)
+        diffs = null_score_diffs(answers, start_logits, end_logits, sample)
+        return v2_predictions(answers, diffs, self.task.cfg.null_score_diff_threshold), diffs
+
     @staticmethod
-    def score(answers, golds):
-        """Summable sums of the questions' ranked answers against their gold answer texts."""
-        squad = squad_sums([a[0]["text"] if a else "" for a in answers], golds)
-        factoid = factoid_sums([[x["text"] for x in a] for a in answers], golds)
-        return {
+    def score(answers, golds, answered=None):
+        """Summable sums of the questions' ranked answers against their gold answer texts. ``answered``: the SQuAD
+        v2.0 answers ("" for none; then the ``HasAns`` sums too, and factoid sums over those questions only); None:
+        the top answers (v1.1)."""
+        v2 = answered is not None
+        top = answered if v2 else [a[0]["text"] if a else "" for a in answers]
+        squad, has = squad_v2_sums(top, golds)
+        scored = [i for i, gold in enumerate(golds) if has_answer(gold) or not v2]
+        factoid = factoid_sums([[x["text"] for x in answers[i]] for i in scored], [golds[i] for i in scored])
+        sums = {
             "qa_exact": squad.exact,
             "qa_f1": squad.f1,
             "qa_total": squad.total,
@@ -90,6 +111,9 @@ class BioExtractiveQACriterion(FairseqCriterion):
             "fa_rr": factoid.reciprocal_rank,
             "fa_total": factoid.total,
         }
+        if v2:
+            sums.update(qa_has_exact=has.exact, qa_has_f1=has.f1, qa_has_total=has.total)
+        return sums
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -112,6 +136,22 @@ class BioExtractiveQACriterion(FairseqCriterion):
         metrics.log_derived("strict_acc", mean("fa_strict", "fa_total"))
         metrics.log_derived("lenient_acc", mean("fa_lenient", "fa_total"))
         metrics.log_derived("mrr", mean("fa_rr", "fa_total"))
+        if not any("qa_has_total" in log for log in logging_outputs):
+            return
+        for key in V2_SUMS:
+            metrics.log_scalar_sum(key, total(key))
+
+        def unanswerable(key):  # the questions without an answer: all of them less those with one
+            def derive(m):
+                count = m["qa_total"].sum - m["qa_has_total"].sum
+                return round(100 * (m[f"qa_{key}"].sum - m[f"qa_has_{key}"].sum) / max(count, 1), 2)
+
+            return derive
+
+        metrics.log_derived("HasAns_exact", mean("qa_has_exact", "qa_has_total"))
+        metrics.log_derived("HasAns_f1", mean("qa_has_f1", "qa_has_total"))
+        metrics.log_derived("NoAns_exact", unanswerable("exact"))
+        metrics.log_derived("NoAns_f1", unanswerable("f1"))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -16,10 +16,13 @@ window. A piece in several windows belongs to the one where it has the most cont
 ``_check_is_max_context``: min(pieces left, pieces right) + 0.01 x window length, the earlier window on ties); an
 answer may only start at a piece in the window it belongs to.
 
-Training targets (SQuAD v1.1 practice, BERT's and HF's ``run_qa``): each window is its own example; a window that
-holds the whole first gold answer points its start and end at the answer's first and last piece, every other
-window points both at ``<s>`` (position 0), which the span head may also score. Decoding never answers ``<s>``: a
-question's answer is the best span over all its windows.
+Training targets (BERT's ``run_squad`` and HF's ``run_qa``): each window is its own example; a window that holds
+the whole first gold answer points its start and end at the answer's first and last piece, every other window
+points both at ``<s>`` (position 0), which the span head may also score. A SQuAD v2.0 unanswerable question has no
+answer in any window: all its windows point at ``<s>``. Decoding never answers ``<s>``: a question's answers are
+the best spans over all its windows. For SQuAD v2.0, ``null_score_diffs`` gives each question's null score (the
+smallest ``<s>`` start + end logit over its windows, as BERT and HF take it) minus its best span's score, and
+``v2_predictions`` answers "" where that difference exceeds the threshold (``null_score_diff_threshold``).
 """
 
 import logging
@@ -41,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 Span = Tuple[int, int]
+NO_ANSWER: Span = (-1, -1)  # the target of an unanswerable question: inside no window, so every window targets <s>
 
 
 # ------------------------------------------------------------------------------------------- piece offsets
@@ -296,8 +300,10 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         return question, windows, max_context_windows(windows, n)
 
     def _target(self, i: int) -> Span:
-        """(first, last) context piece of the question's first gold answer."""
+        """(first, last) context piece of the question's first gold answer (``NO_ANSWER`` when it has none)."""
         ex = self.squad.examples[i]
+        if not ex.answers:
+            return NO_ANSWER
         _, starts, ends = self.encoded.context(ex.context_index)
         return answer_pieces(starts, ends, ex.answers[0].start, ex.answers[0].end)
 
@@ -309,6 +315,8 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         """Questions whose first gold answer starts or ends inside a piece (it can only be predicted wider)."""
         count = 0
         for i, ex in enumerate(self.squad.examples):
+            if not ex.answers:
+                continue
             _, starts, ends = self.encoded.context(ex.context_index)
             first, last = self.targets[i]
             count += int(starts[first] != ex.answers[0].start or ends[last] != ex.answers[0].end)
@@ -340,7 +348,8 @@ def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, An
     """Rows (one per window) with ``span_mask`` (R x T: context positions, where answers may start and end),
     ``max_context`` (R x T: context positions whose piece belongs to this window), ``context_column`` (R: where the
     window begins in its row), ``window_start`` (R: its first context piece), ``row_example`` (R) and, for labelled
-    samples, ``start_positions`` / ``end_positions`` (R; 0 = ``<s>`` when the window does not hold the answer)."""
+    samples, ``start_positions`` / ``end_positions`` (R; 0 = ``<s>`` when the window does not hold the answer, and
+    in every window of an unanswerable question)."""
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
@@ -443,3 +452,26 @@ def best_answers(
                 answer["probability"] = p
         out.append(answers[:top])
     return out
+
+
+def null_score_diffs(
+    answers: Sequence[Sequence[Mapping[str, Any]]], start_logits: torch.Tensor, end_logits: torch.Tensor, batch
+) -> List[Optional[float]]:
+    """Per question of ``batch``, its null score minus the score of its best span (``answers[s][0]``; None when it
+    has no span): the null score is the smallest ``<s>`` start + end logit over the question's windows (BERT's
+    ``run_squad`` and HF's ``run_qa`` for SQuAD v2.0). ``start_logits`` / ``end_logits``: R x T."""
+    null = (start_logits[:, 0] + end_logits[:, 0]).detach().float().cpu()
+    rows = batch["row_example"].cpu()
+    diffs: List[Optional[float]] = []
+    for s, ranked in enumerate(answers):
+        best_null = float(null[rows == s].min())
+        diffs.append(best_null - ranked[0]["score"] if ranked else None)
+    return diffs
+
+
+def v2_predictions(
+    answers: Sequence[Sequence[Mapping[str, Any]]], diffs: Sequence[Optional[float]], threshold: float
+) -> List[str]:
+    """SQuAD v2.0 answers: "" (no answer) where the null score diff exceeds ``threshold`` or no span was found, else
+    the best span's text (the official ``evaluate-v2.0.py``'s ``pred_na = na_prob > thresh``)."""
+    return ["" if diff is None or diff > threshold else ranked[0]["text"] for ranked, diff in zip(answers, diffs)]

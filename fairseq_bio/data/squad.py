@@ -1,11 +1,14 @@
-"""Reader of SQuAD v1.1 JSON (no fairseq import): ``{"data": [{"paragraphs": [{"context", "qas": [{"id",
-"question", "answers": [{"text", "answer_start"}]}]}]}]}``, the form BioBERT distributes BioASQ factoid questions in
-(one snippet or abstract per paragraph; train questions carry one answer, dev/test ones may carry several).
+"""Reader of SQuAD v1.1 / v2.0 JSON (no fairseq import): ``{"data": [{"paragraphs": [{"context", "qas": [{"id",
+"question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}``, the form BioBERT distributes BioASQ
+factoid questions in (one snippet or abstract per paragraph; train questions carry one answer, dev/test ones may
+carry several).
 
 Every answer is checked against its context: ``answer_start`` is a character offset into the context and the
 context must read exactly ``text`` there. Each check fails in one line naming the file, the line of the question's
-``"id"`` and the question id. SQuAD v2.0's unanswerable questions (``is_impossible``, or an empty ``answers`` list
-in a labelled file) are refused: extractive QA here is v1.1 (every question has its answer in the context).
+``"id"`` and the question id. SQuAD v2.0's unanswerable questions (``"is_impossible": true`` with an empty
+``answers`` list; v2.0's ``plausible_answers`` are ignored) are read only when asked for (``allow_unanswerable``)
+and then have ``answers == []``; an empty ``answers`` list counts as unanswerable, as the official v2.0 evaluation
+script counts it (``bool(qa["answers"])``), and ``is_impossible`` with answers is refused.
 """
 
 import json
@@ -35,7 +38,7 @@ class GoldAnswer:
 @dataclass
 class QAExample:
     """One question about one context (``context_index`` into the file's contexts), its gold answers (None when the
-    file has none), and where it came from."""
+    file has none, ``[]`` when the question is unanswerable), and where it came from."""
 
     id: str
     question: str
@@ -59,6 +62,11 @@ class SquadFile:
     def context(self, example: QAExample) -> str:
         return self.contexts[example.context_index]
 
+    @property
+    def unanswerable(self) -> int:
+        """Questions with no answer in their context (SQuAD v2.0)."""
+        return sum(ex.answers == [] for ex in self.examples)
+
 
 def _id_lines(text: str) -> Dict[str, int]:
     """Line of each ``"id": "..."`` in a JSON text (the questions' ids)."""
@@ -78,10 +86,10 @@ def _show(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def read_squad(path: str, require_answers: Optional[bool] = True) -> SquadFile:
-    """Contexts and questions of a SQuAD v1.1 file. ``require_answers``: True (train/valid: every question has an
-    answer), False (answers ignored: a file to predict), None (answers read when the file has them: all questions
-    or none)."""
+def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswerable: bool = False) -> SquadFile:
+    """Contexts and questions of a SQuAD file. ``require_answers``: True (train/valid: every question has an
+    answers list), False (answers ignored: a file to predict), None (answers read when the file has them: all
+    questions or none). ``allow_unanswerable``: SQuAD v2.0 questions without an answer are read (else refused)."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -97,6 +105,7 @@ def read_squad(path: str, require_answers: Optional[bool] = True) -> SquadFile:
     contexts: List[str] = []
     examples: List[QAExample] = []
     seen: Dict[str, int] = {}
+    allow_unanswerable = allow_unanswerable or require_answers is False  # answers ignored: any question is read
     for a, article in enumerate(data["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -116,7 +125,8 @@ def read_squad(path: str, require_answers: Optional[bool] = True) -> SquadFile:
                 raise SquadDataError(f"{at}: empty context")
             contexts.append(context)
             for q, qa in enumerate(qas):
-                examples.append(_question(path, f"{where}.qas[{q}]", qa, len(contexts) - 1, context, lines, seen))
+                at = f"{where}.qas[{q}]"
+                examples.append(_question(path, at, qa, len(contexts) - 1, context, lines, seen, allow_unanswerable))
     if not examples:
         raise SquadDataError(f"{path}: no questions")
     labelled = [ex.answers is not None for ex in examples]
@@ -133,7 +143,10 @@ def read_squad(path: str, require_answers: Optional[bool] = True) -> SquadFile:
     return SquadFile(path, contexts, examples)
 
 
-def _question(path, where, qa, context_index, context, lines, seen) -> QAExample:
+V2_HINT = "SQuAD v2.0 unanswerable questions are read with task.version_2_with_negative=true"
+
+
+def _question(path, where, qa, context_index, context, lines, seen, allow_unanswerable=False) -> QAExample:
     if not isinstance(qa, dict):
         raise SquadDataError(f"{path}: {where} is not an object")
     qid = qa.get("id")
@@ -148,16 +161,22 @@ def _question(path, where, qa, context_index, context, lines, seen) -> QAExample
     question = qa.get("question")
     if not isinstance(question, str) or not question.strip():
         raise SquadDataError(f'{at}: no "question" text')
-    if qa.get("is_impossible"):
-        raise SquadDataError(f"{at}: is_impossible (SQuAD v2.0 unanswerable questions are not supported)")
+    impossible = qa.get("is_impossible", False)
+    if not isinstance(impossible, bool):
+        raise SquadDataError(f'{at}: "is_impossible" {impossible!r} is not true or false')
     raw = qa.get("answers")
     answers = None
     if raw is not None:
         if not isinstance(raw, list):
             raise SquadDataError(f'{at}: "answers" is not a list')
-        if not raw:
-            raise SquadDataError(f"{at}: empty answers list (SQuAD v2.0 unanswerable questions are not supported)")
+        if impossible and raw:
+            raise SquadDataError(f'{at}: is_impossible, but "answers" has {len(raw)} (v2.0: an empty list)')
         answers = [_answer(at, k, ans, context) for k, ans in enumerate(raw)]
+    elif impossible:
+        answers = []
+    if (impossible or answers == []) and not allow_unanswerable:
+        what = "is_impossible" if impossible else "empty answers list"
+        raise SquadDataError(f"{at}: {what}: an unanswerable question ({V2_HINT})")
     return QAExample(qid, question, context_index, answers, line)
 
 

@@ -8,6 +8,14 @@ gold answers and is averaged over questions. An empty token list on either side 
 (v2.0; v1.1 scores both-empty 0, but v1.1 has no empty gold answers, so the two agree on v1.1 data); gold answers
 that normalise to nothing are dropped, and a question left with none is unanswerable (gold ``""``), as in v2.0.
 
+**SQuAD v2.0** (``evaluate-v2.0.py``). A question has an answer when its gold list is not empty (the script's
+``bool(qa["answers"])``); an unanswerable one has gold ``""``, so the empty prediction scores EM = F1 = 1 on it and
+any other scores 0. ``squad_v2_eval`` gives the script's output: ``exact`` / ``f1`` / ``total`` over all questions and
+the same for ``HasAns_`` and ``NoAns_`` questions (percentages; a group with no question is left out).
+``best_null_threshold`` is the script's ``find_best_thresh`` (``--na-prob-file``) with the null score diffs as
+"no-answer probabilities" and each question's best span as its prediction: the threshold on the diff (answer "" above
+it) that maximises exact / F1, as ``best_exact`` / ``best_exact_thresh`` / ``best_f1`` / ``best_f1_thresh``.
+
 **BioASQ factoid** (Task b phase B; BioASQ/Evaluation-Measures ``QuestionAnswerEvaluator`` and
 ``EvaluatorTask1b``, the measures BioBERT and BioMegatron report). A system gives up to five ranked answers per
 question, each one string or a list of synonyms; the gold exact answer is a list of synonyms (nested lists are
@@ -93,20 +101,80 @@ class SquadSums(Sums):
         return (self.exact / self.total, self.f1 / self.total) if self.total else (0.0, 0.0)
 
 
-def squad_sums(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> SquadSums:
-    """SQuAD sums of aligned predictions and gold answer lists."""
+def _question_scores(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]):
+    """Per question: (exact, F1), the official scripts' raw scores."""
     predictions, golds = list(predictions), list(golds)
     if len(predictions) != len(golds):
         raise ValueError(f"{len(golds)} questions but {len(predictions)} predictions")
-    sums = SquadSums()
+    scores = []
     for i, (prediction, gold) in enumerate(zip(predictions, golds)):
         if not isinstance(prediction, str):
             raise ValueError(f"question {i}: prediction {prediction!r} is not a string")
         answers = _gold_answers(gold, i)
-        sums.exact += max(float(normalize_answer(prediction) == normalize_answer(a)) for a in answers)
-        sums.f1 += max(_token_f1(prediction, a) for a in answers)
-        sums.total += 1
-    return sums
+        exact = max(float(normalize_answer(prediction) == normalize_answer(a)) for a in answers)
+        scores.append((exact, max(_token_f1(prediction, a) for a in answers)))
+    return scores
+
+
+def has_answer(gold: Union[str, Sequence[str]]) -> bool:
+    """Whether a question has an answer (SQuAD v2.0's ``bool(qa["answers"])``: a non-empty gold list or string)."""
+    return bool(gold)
+
+
+def squad_sums(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> SquadSums:
+    """SQuAD sums of aligned predictions and gold answer lists (``[]`` or ``""``: unanswerable, SQuAD v2.0)."""
+    scores = _question_scores(predictions, golds)
+    return SquadSums(sum(e for e, _ in scores), sum(f for _, f in scores), len(scores))
+
+
+def squad_v2_sums(
+    predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]
+) -> Tuple[SquadSums, SquadSums]:
+    """(all questions, the ``HasAns`` ones) SQuAD sums; the ``NoAns`` ones are the difference."""
+    predictions, golds = list(predictions), list(golds)
+    answerable = [i for i, gold in enumerate(golds) if has_answer(gold)]
+    every = squad_sums(predictions, golds)  # first: its errors name the question by its index in the file
+    return every, squad_sums([predictions[i] for i in answerable], [golds[i] for i in answerable])
+
+
+def squad_v2_eval(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> Dict[str, float]:
+    """The official ``evaluate-v2.0.py`` output (percentages): ``exact``, ``f1``, ``total`` and their ``HasAns_`` /
+    ``NoAns_`` versions for the groups that have questions ("" predicts no answer)."""
+    every, has = squad_v2_sums(predictions, golds)
+    no = SquadSums(every.exact - has.exact, every.f1 - has.f1, every.total - has.total)
+    out: Dict[str, float] = {}
+    for prefix, sums in (("", every), ("HasAns_", has), ("NoAns_", no)):
+        if sums.total:
+            exact, f1 = sums.value()
+            out.update({f"{prefix}exact": 100 * exact, f"{prefix}f1": 100 * f1, f"{prefix}total": sums.total})
+    return out
+
+
+def best_null_threshold(
+    span_predictions: Sequence[str],
+    null_score_diffs: Sequence[Optional[float]],
+    golds: Sequence[Union[str, Sequence[str]]],
+) -> Dict[str, float]:
+    """The null score diff threshold that maximises EM and F1 when "" is answered above it and the best span
+    otherwise: the official ``find_best_thresh`` (questions in order of their diff, each switched from "" to its span
+    in turn; starts from every question answered "" with threshold 0.0, keeps the first best; a diff of None, no span,
+    is never answered). Returns ``best_exact``, ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh`` (percentages)."""
+    diffs, golds = list(null_score_diffs), list(golds)
+    scores = _question_scores(span_predictions, golds)
+    if len(diffs) != len(scores):
+        raise ValueError(f"{len(scores)} questions but {len(diffs)} null score diffs")
+    order = sorted((i for i, d in enumerate(diffs) if d is not None), key=lambda i: diffs[i])
+    out: Dict[str, float] = {}
+    for k, name in ((0, "exact"), (1, "f1")):
+        current = best = float(sum(not has_answer(g) for g in golds))  # all "": every unanswerable one right
+        threshold = 0.0
+        for i in order:
+            current += scores[i][k] if has_answer(golds[i]) else (-1.0 if span_predictions[i] else 0.0)
+            if current > best:
+                best, threshold = current, float(diffs[i])
+        out[f"best_{name}"] = 100 * best / len(scores) if scores else 0.0
+        out[f"best_{name}_thresh"] = threshold
+    return out
 
 
 def squad_scores(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> Tuple[float, float]:
@@ -217,6 +285,7 @@ __all__ = [
     "FactoidSums",
     "MAX_FACTOID_ANSWER_CHARS",
     "SquadSums",
+    "best_null_threshold",
     "factoid_scores",
     "factoid_sums",
     "clean_factoid_answer",
@@ -226,5 +295,8 @@ __all__ = [
     "squad_exact_match",
     "squad_f1",
     "squad_scores",
+    "has_answer",
     "squad_sums",
+    "squad_v2_eval",
+    "squad_v2_sums",
 ]

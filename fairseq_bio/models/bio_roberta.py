@@ -190,6 +190,11 @@ class BioRobertaModel(RobertaModel):
     attention maps (``return_attn``): ``extra["inner_states"]`` holds ``T x B x C`` tensors (embeddings
     first), ``extra["attn"]`` one ``B x H x T x T`` tensor per layer."""
 
+    def __init__(self, args, encoder):
+        super().__init__(args, encoder)
+        # Token heads whose checkpoint weights the next state dict loaded must not replace (reinitialise_on_load).
+        self.heads_to_reinitialise = set()
+
     @classmethod
     def hub_models(cls):
         return {}
@@ -220,6 +225,12 @@ class BioRobertaModel(RobertaModel):
         head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, **options)
         self.classification_heads[name] = head.train(self.training)  # a head made while loading follows eval()
 
+    def reinitialise_on_load(self, name: str) -> None:
+        """The next state dict loaded (the checkpoint a fine-tuning run starts from) leaves the token head ``name``
+        with this model's own initial weights even when the checkpoint has a head of that name and shape (a QA run
+        from a QA checkpoint with ``task.restore_head=false``); later loads (resuming) restore it as usual."""
+        self.heads_to_reinitialise.add(name)
+
     def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None, **kw):
         """fairseq's RoBERTa forward; a token head is also given the rows' padding mask (its BiLSTM reads each row
         up to its padding)."""
@@ -234,6 +245,7 @@ class BioRobertaModel(RobertaModel):
         # are handled here (kept, re-registered with load_checkpoint_heads, or dropped, as fairseq does for
         # sentence heads) and hidden from it.
         prefix = (name + "." if name != "" else "") + "classification_heads."
+        reinitialise, self.heads_to_reinitialise = self.heads_to_reinitialise, set()  # for this load only
         token_heads = {}
         for key in state_dict:
             if key.startswith(prefix) and key.endswith(".out_proj.weight"):
@@ -251,6 +263,9 @@ class BioRobertaModel(RobertaModel):
             if current is None:
                 logger.warning("deleting token head %s from the checkpoint: not in the current model", head)
                 token_heads[head] = None
+            elif head in reinitialise:
+                logger.info("token head %s: in the checkpoint, but not restored (initialised)", head)
+                token_heads[head] = None
             elif not isinstance(current, TokenClassificationHead) or current.options() != options:
                 logger.warning("deleting token head %s from the checkpoint: the current model's differs", head)
                 token_heads[head] = None
@@ -265,7 +280,8 @@ class BioRobertaModel(RobertaModel):
         for head, module in hidden.items():
             params = token_heads.get(head)
             if params is None:  # a new head (fine-tuning starts): it keeps its initial weights
-                logger.info("token head %s: not in the checkpoint, initialised", head)
+                if head not in token_heads:  # (a checkpoint head not taken was logged above)
+                    logger.info("token head %s: not in the checkpoint, initialised", head)
                 params = {prefix + head + "." + k: v for k, v in module.state_dict().items()}
             state_dict.update(params)
 

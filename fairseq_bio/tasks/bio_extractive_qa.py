@@ -2,25 +2,50 @@
 SQuAD itself) fine-tuning any encoder checkpoint: ``<s> question </s></s> context window </s>`` rows, a start/end
 span head on every context piece, contexts windowed with a doc stride (``data/qa_dataset.py`` says how, and what
 the windows that do not hold the answer learn), the SQuAD JSON read directly and encoded with the encoder's BPE
-(cached)."""
+(cached).
+
+Sequential fine-tuning (BioMegatron's SQuAD -> BioASQ): a run started from a QA checkpoint (``checkpoint.restore_file``
+or ``checkpoint.finetune_from_model``) takes its span head as well when ``task.restore_head`` says so (default: when
+the checkpoint has a span head of the same name and shape); the log says which happened. SQuAD v2.0
+(``task.version_2_with_negative``): unanswerable questions are read and trained towards ``<s>`` in every window, and
+answered "" when the null score beats the best span by more than ``task.null_score_diff_threshold``."""
 
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
+import torch
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
+from ..compat import load_checkpoint
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
 from ..data.tagging_dataset import fingerprint
 from ..errors import BioFileNotFoundError
+from ..modules.tagging_head import head_options
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
 
 # The span head's two outputs per piece, in model order (saved in the task state like other tasks' labels).
 SPAN_OUTPUTS = ("start", "end")
+LAST_CHECKPOINT = "checkpoint_last.pt"  # a finetune_from_model run resumes from it when it exists (fairseq's rule)
+
+
+def checkpoint_head(path: str, name: str) -> Optional[dict]:
+    """The shape (``TokenClassificationHead.options``) of the token head ``name`` in a checkpoint, or None; read
+    without the tensors' bytes."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # mmap: the keys and shapes only
+    except RuntimeError:  # a file torch cannot map (legacy format): read whole
+        state = load_checkpoint(path)
+    prefix = f"classification_heads.{name}."
+    params = {k: v for k, v in (state.get("model") or {}).items() if k.startswith(prefix)}
+    if prefix + "out_proj.weight" not in params or prefix + "dense.weight" in params:  # none, or a sentence head
+        return None
+    return head_options(params, prefix)
 
 
 @dataclass
@@ -42,6 +67,25 @@ class BioExtractiveQAConfig(fine_tuning.FineTuningConfig):
     head_name: str = field(default="bio_qa", metadata={"help": "name of the span head in classification_heads"})
     data_source: str = field(
         default="", metadata={"help": "where to get the data, said when a split file is missing (gated sets)"}
+    )
+    restore_head: Optional[bool] = field(
+        default=None,
+        metadata={
+            "help": "take the span head of the checkpoint the run starts from (sequential QA fine-tuning, e.g. SQuAD "
+            "-> BioASQ): true (the checkpoint must have one of the same name and shape), false (a new, randomly "
+            "initialised head), null (restored when the checkpoint has a matching one, else new); logged"
+        },
+    )
+    version_2_with_negative: bool = field(
+        default=False,
+        metadata={"help": "SQuAD v2.0: read unanswerable questions (is_impossible, empty answers); predict no answer"},
+    )
+    null_score_diff_threshold: float = field(
+        default=0.0,
+        metadata={
+            "help": "SQuAD v2.0: answer \"\" when the null score minus the best span's score exceeds this (BERT's and "
+            "HF's run_qa default 0; fairseq-bio-predict prints the best one on a dev file)"
+        },
     )
 
 
@@ -84,6 +128,33 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         # A token head with two outputs (start, end) per position: HF's qa_outputs Linear(d, 2).
         model.register_tagging_head(self.cfg.head_name, len(SPAN_OUTPUTS), dropout=self.cfg.head_dropout)
 
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        start = fine_tuning.encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
+        resuming = self.cfg.finetune_from_model and os.path.exists(os.path.join(self.cfg.save_dir, LAST_CHECKPOINT))
+        if not from_checkpoint and start and not resuming:  # the first load is the checkpoint the run starts from
+            self.choose_head(model, start)
+        return model
+
+    def choose_head(self, model, checkpoint: str) -> None:
+        """Whether the run starts with the span head of ``checkpoint`` (``task.restore_head``), logged; a head it
+        does not take is initialised when the checkpoint is loaded (``reinitialise_on_load``)."""
+        setting = {None: "null", True: "true", False: "false"}[self.cfg.restore_head]
+        name, option = self.cfg.head_name, f"task.restore_head={setting}"
+        found = checkpoint_head(checkpoint, name)
+        expected = model.classification_heads[name].options()
+        fits = found == expected
+        if self.cfg.restore_head and not fits:
+            has = f"a span head {name} of {found}" if found else f"no span head {name}"
+            raise fine_tuning.FineTuningError(f"{option}: {checkpoint} has {has}, this run's is {expected}")
+        if fits and self.cfg.restore_head is not False:
+            logger.info("span head %s: restored from %s (%s)", name, checkpoint, option)
+            return
+        why = "not asked for" if fits else (f"its {name} is {found}, this run's {expected}" if found else f"no {name}")
+        logger.info("span head %s: initialised, not restored from %s (%s: %s)", name, checkpoint, option, why)
+        if found:
+            model.reinitialise_on_load(name)  # a same-shape head would be kept; a different one is dropped anyway
+
     @property
     def offset_encoder(self) -> OffsetEncoder:
         if self._offset_encoder is None:
@@ -101,10 +172,11 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         return BioFileNotFoundError(f"{path}: not found (split {split}; task.data={self.cfg.data}){hint}")
 
     def read_file(self, path: str, require_answers=True) -> SquadFile:
-        """The questions and contexts of a SQuAD file (``require_answers``: as ``read_squad``)."""
+        """The questions and contexts of a SQuAD file (``require_answers``: as ``read_squad``; unanswerable
+        questions with ``task.version_2_with_negative``)."""
         if not os.path.exists(path):
             raise BioFileNotFoundError(f"{path}: not found")
-        return read_squad(path, require_answers)
+        return read_squad(path, require_answers, allow_unanswerable=self.cfg.version_2_with_negative)
 
     def encode(self, squad: SquadFile) -> EncodedQA:
         """Questions and contexts encoded with the encoder's BPE (piece character spans included), through the cache."""
@@ -128,11 +200,12 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         dataset.max_tokens = self.cfg.max_tokens
         windows = sum(dataset.windows(i) for i in range(len(dataset)))
         logger.info(
-            "%s (%s): %d questions on %d contexts, %d windows of <= %d tokens (doc stride %d); %d first answers "
-            "begin or end inside a piece",
+            "%s (%s): %d questions (%d unanswerable) on %d contexts, %d windows of <= %d tokens (doc stride %d); %d "
+            "first answers begin or end inside a piece",
             path,
             split,
             len(dataset),
+            dataset.squad.unanswerable,
             len(dataset.squad.contexts),
             windows,
             self.window,
