@@ -152,6 +152,10 @@ def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
             "dataset": base["title"], "metric": base["metric"],
             "scores": {u: {"mean": c["mean"], "std": c["std"], "values": c["values"]} for u, c in cells.items()},
             "gain": {u: cells[u]["mean"] - base["mean"] for u in steps},
+            # the same seed fine-tuned from each checkpoint: the gain per seed (paired), and the dev score the
+            # choice of checkpoint is made on (never test)
+            "seed_gains": {u: paired_gains(base, cells[u]) for u in steps},
+            "dev": {u: cells[u].get("dev_mean") for u in steps},
             # beyond one standard deviation of either side's seeds (so it needs 2+ seeds; with one it says None)
             "beyond_std": {u: (cells[u]["mean"] - base["mean"]) > max(base["std"], cells[u]["std"])
                            if min(len(base["values"]), len(cells[u]["values"])) > 1 else None for u in steps},
@@ -160,17 +164,40 @@ def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
             "perplexity": {u: points[u]["perplexity"] for u in steps}}  # fmt: skip
 
 
+def paired_gains(base: Dict, cell: Dict) -> List[float]:
+    """``cell``'s score minus ``base``'s for every seed both ran, in seed order."""
+    base_by_seed = dict(zip(base["seeds"], base["values"]))
+    return [v - base_by_seed[s] for s, v in zip(cell["seeds"], cell["values"]) if s in base_by_seed]
+
+
+def chosen_on_dev(results: Dict) -> Optional[int]:
+    """The checkpoint (updates) with the best dev score averaged over the datasets (None without dev scores)."""
+    steps, rows = results["updates"], results["rows"]
+    if not rows or any(row["dev"][u] is None for row in rows for u in steps):
+        return None
+    return max(steps, key=lambda u: sum(row["dev"][u] for row in rows) / len(rows))
+
+
 def markdown(results: Dict, seeds: int) -> str:
     steps = results["updates"]
     head = " | ".join(f"{u} updates" + (" (MiniLM)" if u == 0 else "") for u in steps)
-    lines = [f"| dataset | metric | {head} | gain at {steps[-1]} |", "| --- | --- |" + " ---: |" * (len(steps) + 1)]
+    later = steps[1:]
+    lines = [f"| dataset | metric | {head} | " + " | ".join(f"gain at {u} (per seed)" for u in later) + " | dev |",
+             "| --- | --- |" + " ---: |" * (len(steps) + len(later)) + " --- |"]  # fmt: skip
     for row in results["rows"]:
         cells = " | ".join(f"{row['scores'][u]['mean']:.2f} ± {row['scores'][u]['std']:.2f}" for u in steps)
-        gain = row["gain"][steps[-1]]
-        mark = " (beyond 1 std)" if row["beyond_std"][steps[-1]] else ""
-        lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gain:+.2f}{mark} |")
+        gains = " | ".join(
+            f"{row['gain'][u]:+.2f}" + (" (beyond 1 std)" if row["beyond_std"][u] else "")
+            + " (" + ", ".join(f"{g:+.2f}" for g in row["seed_gains"][u]) + ")"
+            for u in later
+        )  # fmt: skip
+        dev = " -> ".join("?" if row["dev"][u] is None else f"{row['dev'][u]:.2f}" for u in steps)
+        lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gains} | {dev} |")
     ppl = " | ".join(f"{results['perplexity'][u]:,.1f}" for u in steps)
-    lines.append(f"| held-out PubMed | MLM perplexity | {ppl} | |")
+    lines.append(f"| held-out PubMed | MLM perplexity | {ppl} |" + " |" * len(later) + " |")
+    chosen = chosen_on_dev(results)
+    if chosen is not None:
+        lines.append(f"\nChosen on dev (mean dev score over these datasets): the checkpoint at {chosen} updates.")
     return "\n".join(lines) + (
         f"\n\nMean ± std over {seeds} seed(s) of each fine-tuning; \"beyond 1 std\" needs 2+ seeds. MiniLM has no MLM "
         "head, so the import's is new and random: the perplexity at 0 updates measures that head, not the encoder.\n"
