@@ -146,9 +146,10 @@ def _composite(model, weight_decay=0.01, lr=1e-3):
 def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
     """Through fairseq's own composite optimizer (with compat's fix of its ignored weight_decay_scale): biases and
     LayerNorm weights get weight decay 0, every other weight the recipe's 0.01, each at its layer-wise lr; a step with
-    zero gradients (AdamW: only the decay moves a weight) shrinks the decayed weights and leaves the exempt ones."""
+    zero gradients (AdamW: only the decay moves a weight) shrinks the decayed weights and leaves the exempt ones. The
+    BiLSTM head's biases (bias_ih_l0, bias_hh_l0_reverse, ...) count as biases, as in HF's Trainer."""
     model = build(task)
-    model.register_tagging_head("tags", 3)
+    model.register_tagging_head("tags", 3, lstm_layers=1, lstm_hidden_size=8)
     fine_tuning.freeze_lm_head(model)
     if decay != 1.0:
         fine_tuning.apply_layer_lr_decay(model, decay)
@@ -159,6 +160,9 @@ def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
         "encoder.sentence_encoder.layers.0.fc1.bias" in exempt and "classification_heads.tags.out_proj.bias" in exempt
     )
     assert "encoder.sentence_encoder.layers.0.fc1.weight" not in exempt
+    lstm = "classification_heads.tags.lstm."
+    assert {lstm + n for n in ("bias_ih_l0", "bias_hh_l0", "bias_ih_l0_reverse", "bias_hh_l0_reverse")} <= exempt
+    assert lstm + "weight_ih_l0" not in exempt and lstm + "weight_hh_l0_reverse" not in exempt
     optimizer = _composite(model)
     scales = fine_tuning.layer_scales(model, decay)
     seen = set()

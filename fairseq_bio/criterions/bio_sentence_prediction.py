@@ -31,7 +31,7 @@ training and validation alike. Multi-label and regression losses have no classes
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from ..data.class_balance import BALANCED, balanced_class_weights, parse_class_values
 from ..data.sentence_dataset import pool_windows
 from ..errors import BioConfigError
 from ..metrics.classification import (
@@ -60,7 +61,6 @@ from ..modules.entity_head import entity_start_positions
 logger = logging.getLogger(__name__)
 
 CLASS, POSITIVE, LABEL, PEARSON, EXAMPLE = "cls_", "pos_", "ml_", "ps_", "ex_"
-BALANCED = "balanced"
 
 
 @dataclass
@@ -100,7 +100,7 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             targets = self.task.targets(self.task.read_split("train"))
             weights = balanced_class_weights(targets.tolist(), labels, option)
         else:
-            weights = parse_class_weights(spec, labels, option)
+            weights = parse_class_values(spec, labels, option)
         logger.info("class weights (%s): %s", option, ", ".join(f"{n}={w:.4g}" for n, w in zip(labels, weights)))
         return torch.tensor(weights, dtype=torch.float32)
 
@@ -227,50 +227,6 @@ class BioSentencePredictionCriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
-
-
-def balanced_class_weights(label_ids: Sequence[int], labels: Sequence[str], option: str) -> List[float]:
-    """n / (K x n_c) per class c of ``labels`` over the ``n`` train ``label_ids`` (scikit-learn's "balanced"); a
-    class without train examples is a one-line error naming ``option`` (its weight would be infinite)."""
-    counts = [0] * len(labels)
-    for i in label_ids:
-        counts[i] += 1
-    empty = [name for name, n in zip(labels, counts) if n == 0]
-    if empty:
-        raise BioConfigError(
-            f"{option}: class {empty[0]!r} has no train examples, so no balanced weight; give the weights explicitly"
-        )
-    return [len(label_ids) / (len(labels) * n) for n in counts]
-
-
-def parse_class_weights(spec: str, labels: Sequence[str], option: str) -> List[float]:
-    """Weights in ``labels`` order from ``w1,w2,...`` (that order) or ``label=weight,...`` (every label once);
-    each finite and >= 0, not all 0. Anything else is a one-line error naming ``option``."""
-    items = [item.strip() for item in spec.split(",") if item.strip()]
-    named = ["=" in item for item in items]
-    if any(named) and not all(named):
-        raise BioConfigError(f"{option}: give every weight as label=weight, or none (numbers in task.labels order)")
-    if all(named):
-        pairs = [item.rsplit("=", 1) for item in items]
-        by_name = {name.strip(): value.strip() for name, value in pairs}
-        problems = [f"unknown label {name!r}" for name in by_name if name not in labels]
-        problems += [f"no weight for label {name!r}" for name in labels if name not in by_name]
-        if len(by_name) != len(pairs):
-            problems.append("a label named twice")
-        if problems:
-            raise BioConfigError(f"{option}: {problems[0]} (labels: {', '.join(labels)})")
-        items = [by_name[name] for name in labels]
-    elif len(items) != len(labels):
-        raise BioConfigError(
-            f"{option}: {len(items)} weights for {len(labels)} classes (task.labels order: {', '.join(labels)})"
-        )
-    try:
-        weights = [float(item) for item in items]
-    except ValueError:
-        raise BioConfigError(f"{option}: weights must be numbers") from None
-    if not all(math.isfinite(w) and w >= 0 for w in weights) or not any(weights):
-        raise BioConfigError(f"{option}: weights must be finite and >= 0, and not all 0")
-    return weights
 
 
 def example_sums(gold, predicted) -> ExampleSums:

@@ -23,6 +23,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
+from ..data.class_balance import BALANCED, balanced_oversampling, parse_oversampling
 from ..data.sentence_data import (
     ENTITY_MARKERS,
     FORMATS,
@@ -152,6 +153,14 @@ class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
         default=False,
         metadata={"help": "windows of a long text overlap by about half (twice the rows); default: consecutive"},
     )
+    oversample: str = field(
+        default="",
+        metadata={
+            "help": "single-label classification: repeat each train example of a class k times (BioMegatron sec. "
+            "5.5's oversampling of minority classes): 'balanced' (k = round(n_largest / n_class)), or whole numbers "
+            "k1,k2,... in task.labels order or label=k,...; empty: every example once"
+        },
+    )
 
 
 def _names(value: str) -> List[str]:
@@ -195,6 +204,11 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                 ",".join(map(str, self.marker_ids.values())),
                 len(dictionary),
                 self.representation,
+            )
+        if cfg.oversample.strip() and self.kind != "classification":
+            raise fine_tuning.FineTuningError(
+                f"task.oversample={cfg.oversample}: task.kind={self.kind} has no classes to oversample "
+                "(single-label classification only)"
             )
         if cfg.group_documents and self.kind != "multilabel":
             raise fine_tuning.FineTuningError(f"task.group_documents needs task.kind=multilabel, not {self.kind}")
@@ -433,8 +447,31 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             ex = examples[e.index]
             raise SentenceDataError(f"{ex.source}:{ex.line}: {e}") from None
 
+    def oversampled(self, examples: List[Example]) -> List[Example]:
+        """The train examples with each one of class c repeated k_c times (``task.oversample``), in file order."""
+        spec = self.cfg.oversample.strip()
+        option = f"task.oversample={spec}"
+        targets = self.targets(examples).tolist()
+        if spec == BALANCED:
+            factors = balanced_oversampling(targets, self.labels, option)
+        else:
+            factors = parse_oversampling(spec, self.labels, option)
+        repeated = [ex for ex, t in zip(examples, targets) for _ in range(factors[t])]
+        counts = np.bincount(targets, minlength=len(self.labels))
+        logger.info(
+            "%s: %d train examples oversampled to %d (%s): %s",
+            self.split_file("train"),
+            len(examples),
+            len(repeated),
+            option,
+            ", ".join(f"{name} {n} x {k}" for name, n, k in zip(self.labels, counts, factors)),
+        )
+        return repeated
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         examples = self.read_split(split)
+        if split == "train" and self.cfg.oversample.strip():
+            examples = self.oversampled(examples)
         dataset = self.build_dataset(examples, shuffle=split == "train")
         dataset.max_tokens = self.cfg.max_tokens
         windows = sum(dataset.windows(i) for i in range(len(dataset)))

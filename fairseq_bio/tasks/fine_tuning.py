@@ -216,11 +216,13 @@ def apply_layer_lr_decay(model, decay: float) -> None:
 def exempt_from_weight_decay(model) -> List[str]:
     """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer`` do, through
     fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept beside any lr scale of
-    ``apply_layer_lr_decay``; ``compat`` makes fairseq apply it). Returns the exempted parameters' names."""
+    ``apply_layer_lr_decay``; ``compat`` makes fairseq apply it). A bias is any parameter whose own name starts with
+    ``bias``: ``nn.Linear``'s ``bias`` and ``nn.LSTM``'s ``bias_ih_l0`` / ``bias_hh_l0_reverse`` alike. Returns the
+    exempted parameters' names."""
     norms = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.LayerNorm)}
     exempt = []
     for name, param in model.named_parameters():
-        if name.endswith(".bias") or name in norms:
+        if name.rpartition(".")[2].startswith("bias") or name in norms:
             overrides = getattr(param, "optim_overrides", None) or {}
             overrides.setdefault("optimizer", {})["weight_decay_scale"] = 0.0
             param.optim_overrides = overrides
