@@ -135,6 +135,13 @@ def cli_main(argv=None) -> None:
             help="period: a sentence ends after every '.' token (BLURB/build_data.py); document: one per abstract",
         )
         ebm.add_argument(
+            "--overlap",
+            choices=("last", "joint"),
+            default="last",
+            help="a word in two elements' spans: last (its last element's tag: BLURB, build_data.py) or joint "
+            "(I-PAR+INT: every element, PubMedBERT sec. 4.2)",
+        )
+        ebm.add_argument(
             "--allow-missing-elements",
             action="store_true",
             help="a document without one element's annotation file gets no labels from it (instead of an error)",
@@ -187,6 +194,7 @@ def cli_main(argv=None) -> None:
                 dev_pmids=args.dev_pmids,
                 scheme=args.scheme,
                 sentence_split=args.sentences,
+                overlap=args.overlap,
                 allow_missing_elements=args.allow_missing_elements,
                 encoding=args.encoding,
                 overwrite=args.overwrite,

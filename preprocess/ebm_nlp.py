@@ -9,6 +9,9 @@ this reproduces:
 - the three element files are read in the order participants, interventions, outcomes and the last non-zero one
   wins, so a word in an Intervention span inside a Participant span is ``I-INT`` and a word in both an Outcome and
   an Intervention span is ``I-OUT`` (about 3 % of PIO words; BLURB keeps these words, unlike SciBERT's release);
+  ``--overlap joint`` keeps every element of such a word instead, as one joint type in that order (``I-PAR+INT``,
+  ``I-INT+OUT``, ...): PubMedBERT sec. 4.2's "a token may belong to more than one element", which the tagger then
+  learns as a class of its own and the word-level PICO score counts for each element (``metrics.tagging``);
 - IO tags ``I-PAR`` / ``I-INT`` / ``I-OUT`` / ``O``, BLURB's labels (``--scheme bio`` writes B-/I- instead);
 - train = the train documents that are not gold test documents, of which 20 % are held out as dev
   (``int(0.2 * n)`` documents); a sentence ends after every ``.`` token.
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_bio.data.tag_schemes import convert_tags
+from fairseq_bio.metrics.tagging import JOINT
 
 from .common import PreprocessError
 from .tagging_outputs import SPLITS, Tagged, check_outputs, decode, id_key, read_id_list, write_outputs
@@ -41,6 +45,8 @@ from .tagging_outputs import SPLITS, Tagged, check_outputs, decode, id_key, read
 # (element folder, tag type) in build_data.py's reading order: on overlap the later element wins.
 PICO_ELEMENTS = (("participants", "PAR"), ("interventions", "INT"), ("outcomes", "OUT"))
 SPANS_DIR = "annotations/aggregated/starting_spans"
+# A word of several elements: the last element's tag (build_data.py, BLURB), or all of them as one joint type.
+OVERLAP_CHOICES = ("last", "joint")
 # Our split name -> the release's folder under each element.
 EBM_PARTS = (("train", "train"), ("test", "test/gold"))
 _LABEL_SEPARATORS = re.compile(r"[,\s]+")  # 2.00: one label per line; 1.00 used commas
@@ -60,6 +66,7 @@ class EbmNlpStats:
     dev_selection: str = ""
     scheme: str = "io"
     sentence_split: str = "period"
+    overlap: str = "last"
 
 
 class _Release:
@@ -196,10 +203,10 @@ def _ebm_labels(release: _Release, rel: str) -> List[bool]:
 def _ebm_document(
     release: _Release, pmid: str, files: Sequence[Optional[str]], encoding: str, stats: EbmNlpStats
 ) -> Tuple[List[str], List[str]]:
-    """Tokens and one IO tag per token of one document; ``files``: its annotation file per element (or None)."""
+    """Tokens and one IO tag per token of one document; ``files``: its annotation file per element (or None). A
+    word of several elements: the last one's tag (``stats.overlap`` last), or their joint type (joint)."""
     tokens = _ebm_tokens(release, pmid, encoding)
-    tags = ["O"] * len(tokens)
-    elements_per_word = [0] * len(tokens)
+    elements: List[List[str]] = [[] for _ in tokens]
     for (_, type_), rel in zip(PICO_ELEMENTS, files):
         if rel is None:
             continue
@@ -209,13 +216,14 @@ def _ebm_document(
                 f"{release.where(rel)}: {len(labels)} labels for the {len(tokens)} tokens of "
                 f"{release.where(f'documents/{pmid}.tokens')}"
             )
-        tag = f"I-{type_}"
         for i, on in enumerate(labels):
             if on:
-                tags[i] = tag  # later elements overwrite earlier ones, as build_data.py's "final_label"
-                elements_per_word[i] += 1
-    stats.overlap_words += sum(1 for n in elements_per_word if n > 1)
-    return tokens, tags
+                elements[i].append(type_)
+    stats.overlap_words += sum(1 for types in elements if len(types) > 1)
+    if stats.overlap == "joint":
+        return tokens, [f"I-{JOINT.join(types)}" if types else "O" for types in elements]
+    # later elements overwrite earlier ones, as build_data.py's "final_label"
+    return tokens, [f"I-{types[-1]}" if types else "O" for types in elements]
 
 
 def _period_sentences(tokens: List[str], tags: List[str]) -> List[Tagged]:
@@ -239,6 +247,7 @@ def convert_ebm_nlp(
     dev_pmids=None,
     scheme: str = "io",
     sentence_split: str = "period",
+    overlap: str = "last",
     allow_missing_elements: bool = False,
     encoding: str = "utf-8",
     overwrite: bool = False,
@@ -248,12 +257,14 @@ def convert_ebm_nlp(
         raise PreprocessError(f"--scheme {scheme}: expected io (BLURB) or bio")
     if sentence_split not in ("period", "document"):
         raise PreprocessError(f"--sentences {sentence_split}: expected period or document")
+    if overlap not in OVERLAP_CHOICES:
+        raise PreprocessError(f"--overlap {overlap}: expected last (BLURB, build_data.py) or joint")
     if dev_pmids is None and not 0.0 < dev_fraction < 1.0:
         raise PreprocessError(f"--dev-fraction {dev_fraction}: expected a number in (0, 1)")
     out_dir = Path(out_dir)
     check_outputs(out_dir, SPLITS, overwrite)
     release = _Release(Path(release_path))
-    stats = EbmNlpStats(scheme=scheme, sentence_split=sentence_split)
+    stats = EbmNlpStats(scheme=scheme, sentence_split=sentence_split, overlap=overlap)
 
     # split -> PMID -> annotation file per element (None: missing)
     parts: Dict[str, Dict[str, List[Optional[str]]]] = {}

@@ -11,7 +11,7 @@ from fairseq.dataclass import FairseqDataclass
 
 from ..data.tag_schemes import convert_tags
 from ..data.tagging_dataset import IGNORE, word_predictions
-from ..metrics.tagging import prf, span_counts, token_counts
+from ..metrics.tagging import element_types, prf, span_counts, token_counts
 
 SPAN_KEYS = ("span_gold", "span_pred", "span_correct")
 
@@ -59,7 +59,7 @@ class BioTaggingCriterion(FairseqCriterion):
         out["word_correct"] = sum(p == g for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs))
         out["word_total"] = sum(len(g) for g in gold_tags)
         per_type = token_counts(gold_tags, pred_tags)
-        for t in self.task.types:
+        for t in element_types(self.task.types):
             counts = per_type.get(t)
             out[f"wgold_{t}"] = counts.gold if counts else 0
             out[f"wpred_{t}"] = counts.pred if counts else 0

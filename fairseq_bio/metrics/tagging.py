@@ -37,6 +37,12 @@ with gold_L / pred_L the words whose gold / predicted label is L and correct_L t
 
 equal to ``sklearn.metrics.f1_score(words_gold, words_pred, average="macro", labels=...)``. Outside words are
 labelled ``O``, so an entity type must not be called ``O`` (BLURB's PICO types are ``PAR``, ``INT``, ``OUT``).
+
+A word in two elements' spans (PubMedBERT §4.2: "a token may belong to more than one element"; about 3 % of PIO
+words) keeps both when the data joins their types with ``+`` (``I-PAR+INT``, ``fairseq-bio-convert-tagging ebm-nlp
+--overlap joint``): the tagger learns the joint type as one more class, and the word-level scores count the word for
+each part (gold, predicted and correct per element, as the element's own 0/1 column). Entity-level scores see the
+joint type as a type of its own.
 """
 
 from dataclasses import dataclass
@@ -51,6 +57,7 @@ Entity = Tuple[str, int, int]
 PREFIXES = frozenset({"B", "I", "E", "S", "O", ".", "[", "]"})
 PREFIX_ALIASES = {"L": "E", "U": "S"}
 OUTSIDE = "O"
+JOINT = "+"  # PAR+INT: a word inside two PICO elements' spans (word-level scores count it for each)
 
 
 @lru_cache(maxsize=4096)
@@ -179,19 +186,29 @@ def word_label(tag: str) -> str:
     return OUTSIDE if prefix in (OUTSIDE, ".") else type_
 
 
+def element_types(types: Iterable[str]) -> List[str]:
+    """The word-level labels of entity types, sorted: a joint type (``PAR+INT``: a word of two PICO elements) counts
+    as each of its parts."""
+    return sorted({part for type_ in types for part in type_.split(JOINT)})
+
+
 def token_counts(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> Dict[str, SpanCounts]:
-    """Word counts per label (prefix stripped, ``O`` included; labels sorted), summable across batches."""
+    """Word counts per label (prefix stripped, ``O`` included; labels sorted), summable across batches. A word
+    tagged with a joint type (``I-PAR+INT``) has each part as a label: it is a gold / predicted / correct word of
+    every part it holds (per label, a binary column: scikit-learn's multi-label F1 over MultiLabelBinarizer rows)."""
     counts: Dict[str, SpanCounts] = {}
     for i, (g, p) in enumerate(_sentence_pairs(gold_tags, pred_tags)):
         for j, (gt, pt) in enumerate(zip(g, p)):
             try:
-                gl, pl = word_label(gt), word_label(pt)
+                gl, pl = set(word_label(gt).split(JOINT)), set(word_label(pt).split(JOINT))
             except ValueError as e:
                 raise ValueError(f"sentence {i}, word {j}: {e}") from None
-            counts.setdefault(gl, SpanCounts()).gold += 1
-            counts.setdefault(pl, SpanCounts()).pred += 1
-            if gl == pl:
-                counts[gl].correct += 1
+            for label in gl:
+                counts.setdefault(label, SpanCounts()).gold += 1
+            for label in pl:
+                counts.setdefault(label, SpanCounts()).pred += 1
+            for label in gl & pl:
+                counts[label].correct += 1
     return dict(sorted(counts.items()))
 
 
@@ -204,7 +221,7 @@ def token_macro_f1(
     """Word-level macro F1 (BLURB PICO): mean per-label word F1 over ``labels`` (default: every label seen in gold
     or predictions) minus ``exclude``; 0.0 when no label is left."""
     counts = token_counts(gold, pred)
-    chosen = [label for label in (counts if labels is None else labels) if label not in exclude]
+    chosen = [label for label in element_types(counts if labels is None else labels) if label not in exclude]
     if not chosen:
         return 0.0
     return sum(counts.get(label, SpanCounts()).prf()[2] for label in chosen) / len(chosen)
