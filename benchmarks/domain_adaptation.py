@@ -10,7 +10,8 @@ continued on PubMed with fairseq_bio's masked LM, against itself on biomedical t
    import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
    ``checkpoint_last.pt``; checkpoints kept at half and at the full budget (``--updates``);
 4. MLM perplexity of every checkpoint (0, half, full) on the held-out PubMed documents (``fairseq-validate``; the
-   task's fixed validation masks, so the numbers compare);
+   task's fixed validation masks, so the numbers compare), and with ``--general-text FILE`` on half of a
+   non-biomedical plain-text file too (a drift probe: does the continued model forget general English?);
 5. ``fairseq-bio-blurb`` fine-tunes and scores each checkpoint with the same budgets (benchmarks/blurb.py's
    ``CPU_BUDGETS`` on a CPU) and seeds on NCBI-disease, BC5-disease, GAD and BIOSSES;
 6. the report: per dataset mean +- std over seeds at 0, half and full, the difference to plain MiniLM, the
@@ -123,6 +124,66 @@ def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
     return 2 ** float(losses[-1])
 
 
+def general_data(out: Path, text: Path) -> Path:
+    """``text`` (plain text: each block of non-blank lines a document) encoded with the import's WordPiece; half of
+    its documents are the ``valid`` split the drift probe scores."""
+    from preprocess.pipeline import build_data_bin
+
+    return build_data_bin([text], out / "general", vocab_dir=out / "minilm", valid_fraction=0.5, workers=1,
+                          progress=False).data_bin  # fmt: skip
+
+
+def encoder_change(start: Path, checkpoint: Path) -> Dict[str, float]:
+    """How far the encoder moved from the import: ||w - w0|| / ||w0|| over the token embeddings ("embeddings"),
+    over each layer's weights ("layer <i>") and over the whole encoder ("encoder"); the MLM head left out."""
+    from fairseq_bio.compat import load_checkpoint
+
+    before, after = load_checkpoint(start)["model"], load_checkpoint(checkpoint)["model"]
+    sums: Dict[str, List[float]] = {}
+    for key, w0 in before.items():
+        if "lm_head" in key or key not in after or not w0.is_floating_point():
+            continue
+        moved, size = float((after[key].float() - w0.float()).norm() ** 2), float(w0.float().norm() ** 2)
+        group = f"layer {key.split('.layers.')[1].split('.')[0]}" if ".layers." in key else (
+            "embeddings" if "embed_tokens" in key else "other")  # fmt: skip
+        for name in (group, "encoder"):
+            sums.setdefault(name, [0.0, 0.0])
+            sums[name][0] += moved
+            sums[name][1] += size
+    return {name: math.sqrt(m / n) for name, (m, n) in sorted(sums.items()) if n > 0}
+
+
+def mention_coverage(corpus: Path, data_root: Path, vocab_dir: Path) -> Dict[str, Dict[str, float]]:
+    """Per NER dataset (train and test): the share of entity mentions found as a word sequence in the pretraining
+    corpus, and of entity words that the import's WordPiece splits into several pieces; does the corpus cover one
+    set's entities better than the other's?"""
+    from transformers import BertTokenizer
+
+    from fairseq_bio.data.conll import read_conll
+    from fairseq_bio.metrics.tagging import get_entities
+
+    words = re.compile(r"\w+|[^\w\s]")
+    text = " " + " ".join(words.findall(corpus.read_text(encoding="utf-8").lower())) + " "
+    tokenizer = BertTokenizer(str(vocab_dir / "vocab.txt"), do_lower_case=True)
+    coverage = {}
+    for name in ("NCBI-disease", "BC5CDR-disease"):
+        if not (data_root / "ner" / name).is_dir():
+            continue
+        for split in ("train", "test"):
+            sentences = read_conll(data_root / "ner" / name / f"{split}.tsv")
+            mentions = [s.words[a : b + 1] for s in sentences for _, a, b in get_entities(s.tags)]
+            found = {}
+            for mention in {" ".join(m).lower() for m in mentions}:
+                found[mention] = f" {' '.join(words.findall(mention))} " in text
+            pieces = [len(tokenizer.tokenize(w)) > 1 for m in mentions for w in m]
+            coverage[f"{name} {split}"] = {
+                "mentions": len(mentions),
+                "in_corpus": sum(found[" ".join(m).lower()] for m in mentions) / len(mentions),
+                "words_split": sum(pieces) / len(pieces),
+            }
+    return coverage
+
+
 def fine_tune(out: Path, name: str, checkpoint: Path, tasks: str, seeds: int, data_root: str,
               max_update: Optional[int] = None) -> Dict:
     import torch
@@ -160,8 +221,12 @@ def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
             "beyond_std": {u: (cells[u]["mean"] - base["mean"]) > max(base["std"], cells[u]["std"])
                            if min(len(base["values"]), len(cells[u]["values"])) > 1 else None for u in steps},
         })  # fmt: skip
-    return {"updates": steps, "budget": updates, "rows": rows,
-            "perplexity": {u: points[u]["perplexity"] for u in steps}}  # fmt: skip
+    results = {"updates": steps, "budget": updates, "rows": rows,
+               "perplexity": {u: points[u]["perplexity"] for u in steps}}  # fmt: skip
+    results["encoder_change"] = {u: points[u]["encoder_change"] for u in steps}
+    if all("general_perplexity" in points[u] for u in steps):
+        results["general_perplexity"] = {u: points[u]["general_perplexity"] for u in steps}
+    return results
 
 
 def paired_gains(base: Dict, cell: Dict) -> List[float]:
@@ -195,6 +260,12 @@ def markdown(results: Dict, seeds: int) -> str:
         lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gains} | {dev} |")
     ppl = " | ".join(f"{results['perplexity'][u]:,.1f}" for u in steps)
     lines.append(f"| held-out PubMed | MLM perplexity | {ppl} |" + " |" * len(later) + " |")
+    if "general_perplexity" in results:
+        general = " | ".join(f"{results['general_perplexity'][u]:,.1f}" for u in steps)
+        lines.append(f"| general text (--general-text) | MLM perplexity | {general} |" + " |" * len(later) + " |")
+    for part in ("embeddings", "encoder"):
+        moved = " | ".join(f"{100 * results['encoder_change'][u].get(part, 0.0):.1f} %" for u in steps)
+        lines.append(f"| {part}: change from the import | relative L2 | {moved} |" + " |" * len(later) + " |")
     chosen = chosen_on_dev(results)
     if chosen is not None:
         lines.append(f"\nChosen on dev (mean dev score over these datasets): the checkpoint at {chosen} updates.")
@@ -220,10 +291,14 @@ def chart(results: Dict, path: Path) -> None:
     ax.set_ylabel("test score")
     ax.set_title("Fine-tuned scores (mean ± std over seeds)")
     ax.legend(fontsize=8)
-    ax_ppl.plot(steps, [results["perplexity"][u] for u in steps], marker="o", color="black")
+    ax_ppl.plot(steps, [results["perplexity"][u] for u in steps], marker="o", color="black", label="held-out PubMed")
+    if "general_perplexity" in results:
+        ax_ppl.plot(steps, [results["general_perplexity"][u] for u in steps], marker="s", color="gray",
+                    label="general text")  # fmt: skip
+        ax_ppl.legend(fontsize=8)
     ax_ppl.set_yscale("log")
     ax_ppl.set_xlabel("continued-pretraining updates on PubMed")
-    ax_ppl.set_title("MLM perplexity, held-out PubMed")
+    ax_ppl.set_title("MLM perplexity")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -242,6 +317,11 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
     parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
     parser.add_argument("--finetune-max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)")
+    parser.add_argument("--coverage", action="store_true",
+                        help="also report how well the pretraining corpus covers each NER set's entity mentions")
+    parser.add_argument("--general-text", default=None,
+                        help="a non-biomedical plain-text file: MLM perplexity on half of it at every checkpoint "
+                        "(drift; benchmarks/README.md says how to make one from Debian's fortunes)")  # fmt: skip
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()
@@ -249,6 +329,7 @@ def main(argv=None) -> int:
     info = imported(out)
     data_bin = data(out, args.max_docs)
     checkpoints = pretrain(out, info, Path(data_bin), args.updates, args.lr)
+    general_bin = Path(general_data(out, Path(args.general_text).resolve())) if args.general_text else None
     wanted = {{"0": 0, "half": args.updates // 2, "full": args.updates}[a.strip()] for a in args.at.split(",")}
     points = {}
     for step, checkpoint in checkpoints.items():
@@ -259,10 +340,20 @@ def main(argv=None) -> int:
                         "perplexity": perplexity(checkpoint, Path(data_bin), out / "perplexity" / f"{name}.log"),
                         "datasets": fine_tune(out, name, checkpoint, args.tasks, args.seeds, args.data,
                                               args.finetune_max_update)}  # fmt: skip
+        points[step]["encoder_change"] = encoder_change(checkpoints[0], checkpoint)
+        if general_bin is not None:
+            points[step]["general_perplexity"] = perplexity(checkpoint, general_bin,
+                                                            out / "perplexity" / f"general_{name}.log")  # fmt: skip
     results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")])
     results["settings"] = {"updates": args.updates, "lr": args.lr, "seeds": args.seeds, "tasks": args.tasks,
                            "pretrain": PRETRAIN, "max_docs": args.max_docs}  # fmt: skip
     text = "# Domain-adaptive pretraining: MiniLM-L6-H384 continued on PubMed\n\n" + markdown(results, args.seeds)
+    if args.coverage:
+        results["coverage"] = mention_coverage(out / "data" / "corpus" / "train.txt", Path(args.data), out / "minilm")
+        text += "\n| NER set | mentions | mention found in the corpus | entity words split into pieces |\n"
+        text += "| --- | ---: | ---: | ---: |\n" + "".join(
+            f"| {name} | {c['mentions']:,} | {100 * c['in_corpus']:.1f} % | {100 * c['words_split']:.1f} % |\n"
+            for name, c in results["coverage"].items())  # fmt: skip
     from fairseq_bio.files import write_json, write_text
 
     write_json(out / "results.json", results, indent=1)
