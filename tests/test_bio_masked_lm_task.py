@@ -77,3 +77,31 @@ def test_missing_bpe_json_is_a_clear_error(tmp_path, data_bin):
         make_task(bare, mask_whole_words=True)
     with pytest.raises(FileNotFoundError, match=r"bare/train.bin/.idx: no binarised train split"):
         make_task(bare).load_dataset("train")
+
+
+def test_head_warmup_trains_only_the_mlm_head_first(data_bin, tiny_encoder, tmp_path):
+    """task.head_warmup_updates=3 in a real continued pretraining (fairseq-hydra-train from the tiny encoder, 6
+    updates): after update 3 every encoder weight and the token embeddings (tied to the head's output) are still the
+    starting checkpoint's while the head's dense / layer norm / bias moved; after update 6 the encoder moved too."""
+    from conftest import ENCODER_SIZE, REPO, run_cli
+
+    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.tasks.bio_masked_lm import HEAD_PREFIX
+
+    run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
+             f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path}",
+             f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE, "task.head_warmup_updates=3",
+             "optimization.max_update=6", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1",
+             "checkpoint.save_interval_updates=3", "checkpoint.keep_interval_updates=-1",
+             "dataset.validate_interval_updates=100000", "common.log_interval=1"], cwd=tmp_path)  # fmt: skip
+    start = load_checkpoint(tiny_encoder)["model"]
+    at3, at6 = (load_checkpoint(tmp_path / name)["model"] for name in ("checkpoint_1_3.pt", "checkpoint_last.pt"))
+    head = [k for k in start if k.startswith(HEAD_PREFIX) and k != HEAD_PREFIX + "weight"]
+    body = [k for k in start if not k.startswith(HEAD_PREFIX) and start[k].is_floating_point()]
+    assert {"encoder.lm_head.dense.weight", "encoder.lm_head.bias"} <= set(head)
+    assert "encoder.sentence_encoder.embed_tokens.weight" in body and len(body) > 20
+    assert all(torch.equal(at3[k], start[k]) for k in body)
+    assert torch.equal(at3[HEAD_PREFIX + "weight"], start["encoder.sentence_encoder.embed_tokens.weight"])  # tied
+    assert all(not torch.equal(at3[k], start[k]) for k in head if k.endswith(("dense.weight", "bias")))
+    assert not torch.equal(at6["encoder.sentence_encoder.layers.0.fc1.weight"], start["encoder.sentence_encoder.layers.0.fc1.weight"])
+    assert not torch.equal(at6["encoder.sentence_encoder.embed_tokens.weight"], start["encoder.sentence_encoder.embed_tokens.weight"])

@@ -35,6 +35,7 @@ class BioElectraTask(BioMaskedLMTask):
     run draws the same replacements."""
 
     cfg: BioElectraTaskConfig
+    head_warmup_supported = False  # a generator and a discriminator, no single MLM head to warm up
 
     def mask_sample(self, sample, mask_prob: float, stream: int):
         masked = super().mask_sample(sample, mask_prob, stream)

@@ -55,7 +55,8 @@ class BioMaskedLMConfig(FairseqDataclass):
         default="",
         metadata={
             "help": "comma-separated masking rates used over equal consecutive parts of "
-            "optimization.max_update, e.g. 0.05,0.1,0.15,0.2,0.25 (PubMedBERT); empty: mask_prob throughout"
+            "optimization.max_update, e.g. 0.05,0.1,0.15,0.2,0.25 (a rising rate, which PubMedBERT sec. 2.3 cites "
+            "from other work; PubMedBERT itself used a constant 0.15); empty: mask_prob throughout"
         },
     )
     leave_unmasked_prob: float = field(default=0.1, metadata={"help": "fraction of chosen words left as they are"})
@@ -75,8 +76,20 @@ class BioMaskedLMConfig(FairseqDataclass):
             "<first data dir>/bpe.json, written by fairseq-bio-vocab)"
         },
     )
+    head_warmup_updates: int = field(
+        default=0,
+        metadata={
+            "help": "continued pretraining of a model without an MLM head (MiniLM, sentence encoders: the import "
+            "initialises one): for the first N updates only the head's own weights (dense, layer norm, output "
+            "bias) learn, the encoder and the token embeddings (tied to the head's output) keep their imported "
+            "values, so the new head's first, random gradients do not move them; 0: everything learns from the start"
+        },
+    )
     max_update: int = II("optimization.max_update")
     seed: int = II("common.seed")
+
+
+HEAD_PREFIX = "encoder.lm_head."  # the MLM head's own parameters; its tied output weight is the token embeddings'
 
 
 @register_task("bio_masked_lm", dataclass=BioMaskedLMConfig)
@@ -85,11 +98,20 @@ class BioMaskedLMTask(MaskedLMTask):
     reproducible from (seed, update, sample ids); targets are pad except at predicted positions, the
     format of fairseq's ``masked_lm`` criterion."""
 
+    head_warmup_supported = True
+
     cfg: BioMaskedLMConfig
 
     def __init__(self, cfg: BioMaskedLMConfig, dictionary=None):
         super().__init__(cfg, dictionary)
         self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
+        if cfg.head_warmup_updates < 0 or (cfg.head_warmup_updates and not self.head_warmup_supported):
+            raise BioConfigError(
+                f"task.head_warmup_updates={cfg.head_warmup_updates}: must be >= 0, and 0 for {cfg._name}"
+            )
+        if cfg.head_warmup_updates:
+            logger.info("MLM head warm-up: updates 0-%d train only %s* (encoder and token embeddings kept)",
+                        cfg.head_warmup_updates - 1, HEAD_PREFIX)  # fmt: skip
         if self.mask_prob_schedule and cfg.max_update <= 0:
             raise BioConfigError("task.mask_prob_schedule needs optimization.max_update > 0 to know its steps")
         for rate in [cfg.mask_prob] + self.mask_prob_schedule:
@@ -176,11 +198,26 @@ class BioMaskedLMTask(MaskedLMTask):
         if self.mask_prob_schedule:
             metrics.log_scalar("mask_prob", mask_prob, weight=0, round=3)
         sample = self.mask_sample(sample, mask_prob, stream=update_num)
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        result = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        if update_num < self.cfg.head_warmup_updates:
+            drop_gradients_outside_head(model)
+        return result
 
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
         return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+def drop_gradients_outside_head(model) -> int:
+    """Clear the gradient of every parameter but the MLM head's own (``HEAD_PREFIX``; the tied output weight is
+    registered as the token embeddings, so it is cleared too): the optimizer skips a parameter without a gradient
+    (no step, no weight decay). Returns how many parameters were cleared."""
+    cleared = 0
+    for name, param in model.named_parameters():
+        if not name.startswith(HEAD_PREFIX) and param.grad is not None:
+            param.grad = None
+            cleared += 1
+    return cleared
 
 
 def check_binarised(data: str) -> None:
