@@ -32,7 +32,8 @@ def pytest_configure(config):
 # up; its default order (most tests first) left a long file with few tests running alone at the end.
 SLOW_FIRST = ("test_tagging_margin.py", "test_hf_parity.py", "test_installed_package.py", "test_demo.py",
               "test_extractive_qa.py", "test_blurb_runner.py", "test_electra_e2e.py", "test_domain_adaptation.py",
-              "test_hf_electra_pair.py", "test_squad_v2.py", "test_blurb_folds.py", "test_mention_pool.py")  # fmt: skip
+              "test_hf_electra_pair.py", "test_squad_v2.py", "test_blurb_folds.py", "test_mention_pool.py",
+              "test_class_weights.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
