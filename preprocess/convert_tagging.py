@@ -16,7 +16,7 @@ import argparse
 from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS
 from fairseq_bio.errors import run_cli
 
-from .ebm_nlp import convert_ebm_nlp
+from .ebm_nlp import OVERLAP_CHOICES, convert_ebm_nlp
 from .i2b2 import convert_i2b2_2010, convert_i2b2_2012, convert_i2b2_2014
 from .pubtator import convert_pubtator
 from .standoff import convert_brat, convert_chemdner, convert_linnaeus, convert_s800
@@ -136,7 +136,7 @@ def cli_main(argv=None) -> None:
         )
         ebm.add_argument(
             "--overlap",
-            choices=("last", "joint"),
+            choices=OVERLAP_CHOICES,
             default="last",
             help="a word in two elements' spans: last (its last element's tag: BLURB, build_data.py) or joint "
             "(I-PAR+INT: every element, PubMedBERT sec. 4.2)",

@@ -201,10 +201,10 @@ def _ebm_labels(release: _Release, rel: str) -> List[bool]:
 
 
 def _ebm_document(
-    release: _Release, pmid: str, files: Sequence[Optional[str]], encoding: str, stats: EbmNlpStats
+    release: _Release, pmid: str, files: Sequence[Optional[str]], encoding: str, overlap: str, stats: EbmNlpStats
 ) -> Tuple[List[str], List[str]]:
     """Tokens and one IO tag per token of one document; ``files``: its annotation file per element (or None). A
-    word of several elements: the last one's tag (``stats.overlap`` last), or their joint type (joint)."""
+    word of several elements: the last one's tag (``overlap`` last), or their joint type (joint)."""
     tokens = _ebm_tokens(release, pmid, encoding)
     elements: List[List[str]] = [[] for _ in tokens]
     for (_, type_), rel in zip(PICO_ELEMENTS, files):
@@ -220,7 +220,7 @@ def _ebm_document(
             if on:
                 elements[i].append(type_)
     stats.overlap_words += sum(1 for types in elements if len(types) > 1)
-    if stats.overlap == "joint":
+    if overlap == "joint":
         return tokens, [f"I-{JOINT.join(types)}" if types else "O" for types in elements]
     # later elements overwrite earlier ones, as build_data.py's "final_label"
     return tokens, [f"I-{types[-1]}" if types else "O" for types in elements]
@@ -316,7 +316,7 @@ def convert_ebm_nlp(
         documents = []
         tag_counts: Counter = Counter()
         for pmid in pmids:
-            tokens, tags = _ebm_document(release, pmid, files_of[pmid], encoding, stats)
+            tokens, tags = _ebm_document(release, pmid, files_of[pmid], encoding, overlap, stats)
             if sentence_split == "period":
                 sentences = _period_sentences(tokens, tags)
             else:
