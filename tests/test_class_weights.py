@@ -96,6 +96,48 @@ def test_oversampling_factors_balanced_on_real_ddi_or_given():
         assert str(error.value).startswith(f"{OPTION}: {message}") and "\n" not in str(error.value)
 
 
+def test_oversampled_positions_batch_as_the_repeated_examples_would(learned_vocab):
+    """task.oversample names each example k times (``RepeatedExamples``: positions over examples encoded once)
+    instead of repeating the examples: the same sizes, seeded length-sorted order in each epoch, batches, items and
+    collated tensors as a dataset of the examples repeated in file order, on real DDI rows (64 positions, so long
+    sentences become several windows)."""
+    from fairseq_bio.data.sentence_dataset import RepeatedExamples, SentencePredictionDataset
+    from fairseq_bio.data.tagging_dataset import EncodedWords, WordEncoder
+    from fairseq_bio.tasks.fine_tuning import load_vocab
+
+    dictionary, spec = load_vocab(str(learned_vocab("bytebpe")))
+    encoder = WordEncoder(dictionary, spec)
+    rows = [json.loads(line) for line in (DDI / "train.json").read_text(encoding="utf-8").splitlines()[:60]]
+    words = [row["sentence"].split() for row in rows]
+    targets = np.asarray([DDI_LABELS.index(row["label"]) for row in rows], dtype=np.int64)
+    index = np.repeat(np.arange(len(rows)), np.random.RandomState(0).randint(1, 5, len(rows)))
+
+    def dataset(sentences, labels):
+        return SentencePredictionDataset([EncodedWords.encode(encoder, sentences)], dictionary, 64, targets=labels,
+                                         shuffle=True, seed=3)  # fmt: skip
+
+    copies = dataset([words[i] for i in index], targets[index])
+    positions = RepeatedExamples(dataset(words, targets), index)
+    assert len(positions.dataset) == len(rows) and len(positions) == len(copies) == len(index) > 2 * len(rows)
+    assert max(positions.windows(i) for i in range(len(positions))) > 1
+    assert [positions.windows(i) for i in range(len(index))] == [copies.windows(i) for i in range(len(index))]
+    assert positions.sizes.tolist() == copies.sizes.tolist() and positions.truncated == copies.truncated
+    for epoch in (1, 2):
+        for ds in (copies, positions):
+            ds.set_epoch(epoch)
+            ds.max_tokens = 400
+        order = positions.ordered_indices()
+        assert order.tolist() == copies.ordered_indices().tolist()
+        batches = positions.batch_by_size(order, max_tokens=400, max_sentences=8)
+        assert [b.tolist() for b in batches] == [b.tolist() for b in copies.batch_by_size(order, 400, 8)]
+        for batch in batches[:3] + batches[-2:]:
+            ours = positions.collater([positions[int(i)] for i in batch])
+            theirs = copies.collater([copies[int(i)] for i in batch])
+            for key in ("id", "target", "row_example"):
+                assert torch.equal(ours[key], theirs[key])
+            assert torch.equal(ours["net_input"]["src_tokens"], theirs["net_input"]["src_tokens"])
+
+
 class StubTask:
     """What the criterion reads from a bio_sentence_prediction task: head name, kind, labels, negative classes and
     the train split's label ids (for ``balanced``)."""

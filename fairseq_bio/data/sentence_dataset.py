@@ -153,7 +153,7 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         self.max_tokens: Optional[int] = None  # set by the task: an example never counts as more than a batch
         self.plans = [self._plan(i) for i in range(len(self.first))]
         self._sizes = np.array([sum(self._row_length(i, w) for w in plan[1]) for i, plan in enumerate(self.plans)])
-        self.truncated = sum(1 for i, (keep, _, _) in enumerate(self.plans) if keep is not None and keep < self._len(i))
+        self.truncated = sum(self.cut(i) for i in range(len(self.plans)))  # pairs whose first text was cut
 
     def _plan(self, i: int):
         second = None if self.second is None else self.second.piece_counts(i)
@@ -173,6 +173,11 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
                         raise WindowError(i, f"entity {k}'s mention (words {start}-{end}) encodes to no pieces")
             return None, [window], capacity
         return plan_rows(self.first.piece_counts(i), second, self.max_positions, self.overlap)
+
+    def cut(self, i: int) -> bool:
+        """Whether pair ``i``'s first text is cut (kept to its first pieces in every row: it alone overflows)."""
+        keep = self.plans[i][0]
+        return keep is not None and keep < self._len(i)
 
     def _len(self, i: int) -> int:
         return int(self.first.piece_counts(i).sum())
@@ -241,6 +246,32 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         if batch:
             batches.append(np.asarray(batch, dtype=np.int64))
         return batches
+
+
+class RepeatedExamples(LengthSortedExamples, FairseqDataset):
+    """A dataset's examples, example ``index[i]`` at position ``i`` (``task.oversample``: an example of class c
+    named k_c times). The examples are encoded and planned once; only the positions repeat, so batching, shuffling
+    and size-sorting treat every repeat as an example of its own, as if the examples had been repeated."""
+
+    def __init__(self, dataset: SentencePredictionDataset, index: Sequence[int]):
+        self.dataset = dataset
+        self.index = np.asarray(index, dtype=np.int64)
+        self._sizes = dataset.sizes[self.index]
+        self.shuffle, self.seed, self.epoch = dataset.shuffle, dataset.seed, 1
+        self.max_tokens: Optional[int] = None
+        self.truncated = sum(dataset.cut(int(i)) for i in self.index)
+
+    def windows(self, i: int) -> int:
+        return self.dataset.windows(int(self.index[i]))
+
+    def __len__(self):
+        return len(self.index)
+
+    def __getitem__(self, index):
+        return {**self.dataset[int(self.index[index])], "id": index}
+
+    def collater(self, samples):
+        return self.dataset.collater(samples)
 
 
 def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> Dict[str, Any]:

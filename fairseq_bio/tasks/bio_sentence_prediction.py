@@ -39,7 +39,7 @@ from ..data.sentence_data import (
     read_pubmedqa,
     read_tsv,
 )
-from ..data.sentence_dataset import MarkerWordEncoder, SentencePredictionDataset, WindowError
+from ..data.sentence_dataset import MarkerWordEncoder, RepeatedExamples, SentencePredictionDataset, WindowError
 from ..data.tagging_dataset import EncodedWords, fingerprint
 from ..errors import BioFileNotFoundError
 from ..metrics.classification import NEGATIVE_LABELS, document_id
@@ -447,32 +447,33 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             ex = examples[e.index]
             raise SentenceDataError(f"{ex.source}:{ex.line}: {e}") from None
 
-    def oversampled(self, examples: List[Example]) -> List[Example]:
-        """The train examples with each one of class c repeated k_c times (``task.oversample``), in file order."""
+    def oversampling(self, examples: List[Example]) -> np.ndarray:
+        """Which train example each position of the oversampled split is: example j of class c named k_c times
+        (``task.oversample``), in file order."""
         spec = self.cfg.oversample.strip()
         option = f"task.oversample={spec}"
-        targets = self.targets(examples).tolist()
+        targets = self.targets(examples)
         if spec == BALANCED:
-            factors = balanced_oversampling(targets, self.labels, option)
+            factors = balanced_oversampling(targets.tolist(), self.labels, option)
         else:
             factors = parse_oversampling(spec, self.labels, option)
-        repeated = [ex for ex, t in zip(examples, targets) for _ in range(factors[t])]
+        index = np.repeat(np.arange(len(examples)), np.asarray(factors, dtype=np.int64)[targets])
         counts = np.bincount(targets, minlength=len(self.labels))
         logger.info(
             "%s: %d train examples oversampled to %d (%s): %s",
             self.split_file("train"),
             len(examples),
-            len(repeated),
+            len(index),
             option,
             ", ".join(f"{name} {n} x {k}" for name, n, k in zip(self.labels, counts, factors)),
         )
-        return repeated
+        return index
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         examples = self.read_split(split)
-        if split == "train" and self.cfg.oversample.strip():
-            examples = self.oversampled(examples)
         dataset = self.build_dataset(examples, shuffle=split == "train")
+        if split == "train" and self.cfg.oversample.strip():
+            dataset = RepeatedExamples(dataset, self.oversampling(examples))
         dataset.max_tokens = self.cfg.max_tokens
         windows = sum(dataset.windows(i) for i in range(len(dataset)))
         logger.info(
