@@ -130,17 +130,19 @@ def test_missing_split_and_foreign_vocabulary_are_refused(tiny_encoder, ncbi_sli
 
 
 def test_crf_and_layer_wise_lr_decay(tiny_encoder, ncbi_slice, tmp_path):
-    """A CRF head with BIO constraints under LLRD 0.8: per-layer learning rates 0.8^k of the top one; Viterbi
-    predictions are well-formed BIO."""
+    """A CRF head with BIO constraints under LLRD 0.8 and task.head_lr_scale=10: per-layer learning rates 0.8^k of
+    the top one, the head's 10 x what LLRD gives it; Viterbi predictions are well-formed BIO."""
     log = fine_tune(ncbi_slice, tmp_path, f"checkpoint.restore_file={tiny_encoder}", "task.crf=true",
-                    "task.layer_lr_decay=0.8", "common.log_interval=1", updates=12)  # fmt: skip
+                    "task.layer_lr_decay=0.8", "task.head_lr_scale=10", "common.log_interval=1",
+                    updates=12)  # fmt: skip
     entry = logged(log, "train_inner")[6]  # mid-schedule (the lr reaches 0 at the last update)
     lrs = sorted((float(v) for k, v in entry.items() if k.startswith("lr_")), reverse=True)
     # heads, 2 layers, embeddings, each twice: with weight decay and without (biases, LayerNorm weights; the recipe's
     # task.exempt_from_weight_decay)
     assert len(lrs) == 8 and lrs[-1] > 0
+    top = lrs[0] / 10  # the head's rate without its scale: LLRD's 1
     for k in range(4):
-        assert lrs[2 * k] == pytest.approx(lrs[0] * 0.8**k, rel=1e-3) == lrs[2 * k + 1]
+        assert lrs[2 * k] == pytest.approx(top * 0.8**k * (10 if k == 0 else 1), rel=1e-3) == lrs[2 * k + 1]
     state = load_checkpoint(tmp_path / "checkpoint_last.pt")
     assert "classification_heads.bio_tagging.crf.transitions" in state["model"]
     out = tmp_path / "pred.tsv"

@@ -142,6 +142,32 @@ def _composite(model, weight_decay=0.01, lr=1e-3):
     return build_optimizer(root.optimizer, [p for p in model.parameters() if p.requires_grad])
 
 
+def test_head_learns_at_its_own_rate_beside_layer_decay(task):
+    """task.head_lr_scale: every parameter of the task's head (linear, BiLSTM, CRF transitions) gets the scale on
+    top of its layer-wise rate (1 for heads), in fairseq's own composite optimizer; the encoder keeps its rates and
+    the frozen LM head stays out; a scale <= 0 is a one-line error."""
+    model = build(task)
+    model.register_tagging_head("tags", 3, lstm_layers=1, lstm_hidden_size=8, crf=True)
+    fine_tuning.freeze_lm_head(model)
+    fine_tuning.apply_layer_lr_decay(model, 0.8)
+    fine_tuning.exempt_from_weight_decay(model)
+    scaled = set(fine_tuning.scale_head_lr(model, 20.0))
+    head = {n for n, p in model.named_parameters() if n.startswith("classification_heads.") and p.requires_grad}
+    assert scaled == head and "classification_heads.tags.crf.transitions" in head
+    assert "classification_heads.tags.lstm.weight_ih_l0" in head
+    scales, names = fine_tuning.layer_scales(model, 0.8), {id(p): n for n, p in model.named_parameters()}
+    seen = set()
+    for group in _composite(model).param_groups:
+        for p in group["params"]:
+            name = names[id(p)]
+            seen.add(name)
+            assert group["lr"] == pytest.approx(1e-3 * scales[name] * (20.0 if name in head else 1.0)), name
+    assert head < seen and not any("lm_head.dense" in n for n in seen)
+    for bad in (0.0, -1.0):
+        with pytest.raises(fine_tuning.FineTuningError, match=rf"^task.head_lr_scale={bad}: must be > 0$"):
+            fine_tuning.scale_head_lr(model, bad)
+
+
 @pytest.mark.parametrize("decay", [1.0, 0.8])
 def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
     """Through fairseq's own composite optimizer (with compat's fix of its ignored weight_decay_scale): biases and

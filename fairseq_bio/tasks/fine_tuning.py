@@ -213,6 +213,23 @@ def apply_layer_lr_decay(model, decay: float) -> None:
         param.optim_overrides = {"optimizer": {"lr_scale": scales[name]}}
 
 
+def scale_head_lr(model, scale: float) -> List[str]:
+    """The task heads' parameters (``classification_heads``: a classifier, a BiLSTM, a CRF's transitions, all new
+    and random) learn at ``scale`` x the rate they would have (times any ``apply_layer_lr_decay`` scale), through
+    fairseq's composite optimizer (``optim_overrides``). Returns their names."""
+    if not scale > 0:
+        raise FineTuningError(f"task.head_lr_scale={scale}: must be > 0")
+    names = []
+    for name, param in model.named_parameters():
+        if name.startswith("classification_heads.") and param.requires_grad:
+            overrides = getattr(param, "optim_overrides", None) or {}
+            optimizer = overrides.setdefault("optimizer", {})
+            optimizer["lr_scale"] = optimizer.get("lr_scale", 1.0) * scale
+            param.optim_overrides = overrides
+            names.append(name)
+    return names
+
+
 def exempt_from_weight_decay(model) -> List[str]:
     """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer`` do, through
     fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept beside any lr scale of
@@ -268,6 +285,13 @@ class FineTuningConfig(FairseqDataclass):
         metadata={
             "help": "lr x decay^(distance from the top layer), embeddings lowest (BioELECTRA: 0.8); needs "
             "optimizer=composite"
+        },
+    )
+    head_lr_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "lr x this for the task's head (new and random: a BiLSTM or a CRF learns little at an encoder's "
+            "rate in a short run); needs optimizer=composite"
         },
     )
     exempt_from_weight_decay: bool = field(
@@ -354,6 +378,8 @@ class FineTuningTask(FairseqTask):
             apply_layer_lr_decay(model, self.cfg.layer_lr_decay)
         if self.cfg.exempt_from_weight_decay:
             exempt_from_weight_decay(model)
+        if self.cfg.head_lr_scale != 1.0:
+            scale_head_lr(model, self.cfg.head_lr_scale)
         self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
         if not from_checkpoint:
             copy_vocab(self.vocab_dir, self.cfg.save_dir)
@@ -368,6 +394,8 @@ class FineTuningTask(FairseqTask):
             check_optimizer_groups(optimizer, f"task.layer_lr_decay={self.cfg.layer_lr_decay}")
         if update_num == 0 and self.cfg.exempt_from_weight_decay:
             check_optimizer_groups(optimizer, "task.exempt_from_weight_decay=true")
+        if update_num == 0 and self.cfg.head_lr_scale != 1.0:
+            check_optimizer_groups(optimizer, f"task.head_lr_scale={self.cfg.head_lr_scale}")
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     @property
