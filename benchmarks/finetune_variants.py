@@ -46,16 +46,22 @@ VARIANTS = (
 )
 
 
+def run_order(wanted: List[str]) -> List[str]:
+    """``dataset:variant`` names in the order asked, each dataset's reference before its first variant."""
+    order: List[str] = []
+    for name in wanted:
+        dataset = name.split(":")[0]
+        reference = next(f"{v[0]}:{v[1]}" for v in VARIANTS if v[0] == dataset)
+        order += [n for n in dict.fromkeys((reference, name)) if n not in order]
+    return order
+
+
 def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str],
                  max_update: Optional[int]) -> List[Dict]:  # fmt: skip
     """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their results.json rows."""
     by_name = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
-    order: List[str] = []
-    for name in wanted:  # in the order asked, each dataset's reference before its first variant
-        reference = next(f"{v[0]}:{v[1]}" for v in VARIANTS if v[0] == by_name[name][0])
-        order += [n for n in dict.fromkeys((reference, name)) if n not in order]
     rows = []
-    for dataset, name, overrides, paper, source in (by_name[n] for n in order):
+    for dataset, name, overrides, paper, source in (by_name[n] for n in run_order(wanted)):
         reference = next(v[1] for v in VARIANTS if v[0] == dataset)
         target = out / dataset / name
         command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
