@@ -33,6 +33,11 @@ def test_blocks_keep_every_token(data_bin, mode):
     if mode == "complete_doc":  # ... except the empty lines between documents, which only mark boundaries
         expected -= int((raw.sizes == 1).sum())
     assert kept == expected
+    # ... and every block is in a batch, also the last ones fairseq's batch_by_size drops (not a multiple of 8)
+    order = dataset.ordered_indices()
+    for indices in (order, order[:5]):  # the whole split; a split of 5 blocks (fairseq: no batch at all)
+        batches = dataset.batch_by_size(indices, max_sentences=32, required_batch_size_multiple=8)
+        assert sorted(int(i) for b in batches for i in b) == sorted(int(i) for i in indices)
 
 
 def test_shards_rotate_by_epoch(pubmed_corpus, learned_vocab, tmp_path):

@@ -28,7 +28,7 @@ def test_import_encode_continue_fine_tune_score(pubmed_sample, tmp_path):
         conll_slice(SHARED_DATA / "ner" / "NCBI-disease" / f"{split}.tsv", data / f"{split}.tsv", n)
     out = tmp_path / "dapt"
     general = tmp_path / "general.txt"  # the drift probe's plain text: paragraphs of everyday English
-    # 60 paragraphs of 3 sentences, about 14 blocks of 128 held out (with 5 blocks fairseq-validate formed no batch)
+    # 60 paragraphs of 3 sentences, about 14 blocks of 128 held out
     paragraphs = [f"{a} {b} {c}" for a in GENERAL for b in GENERAL for c in GENERAL if len({a, b, c}) == 3]
     general.write_text("".join(f"{p}\n\n" for p in paragraphs), encoding="utf-8")
     cmd = [sys.executable, REPO / "benchmarks" / "domain_adaptation.py", "--out", out, "--results", tmp_path / "copies",

@@ -27,6 +27,7 @@ from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from fairseq.tasks.masked_lm import MaskedLMTask
 from omegaconf import II, MISSING
 
+from ..data.batching import KeepsEveryExample
 from ..data.chunked_dataset import ChunkedSentenceDataset
 from ..data.word_boundaries import BPE_JSON, WordBoundaries
 from ..errors import BioConfigError, BioFileNotFoundError
@@ -159,7 +160,7 @@ class BioMaskedLMTask(MaskedLMTask):
         logger.info("loaded %d blocks from %s", len(dataset), split_path)
         with data_utils.numpy_seed(self.cfg.seed):
             shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = SortDataset(
+        self.datasets[split] = BlocksDataset(
             NestedDictionaryDataset(
                 {
                     "id": IdDataset(),
@@ -206,6 +207,12 @@ class BioMaskedLMTask(MaskedLMTask):
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
         return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+class BlocksDataset(KeepsEveryExample, SortDataset):
+    """fairseq's ``SortDataset`` whose batches keep every block: fairseq drops the last blocks that do not fill a
+    multiple of ``required_batch_size_multiple`` (8), so a valid split of 5 blocks gave no batch at all (and
+    fairseq-validate a ZeroDivisionError)."""
 
 
 def drop_gradients_outside_head(model) -> int:
