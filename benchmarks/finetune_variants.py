@@ -36,7 +36,9 @@ VARIANTS = (
     ("bc5-disease", "linear", (), 85.62, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm", ("task.lstm_layers=1",), 85.64, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm_crf", ("task.lstm_layers=1", "task.crf=true"), None, "not in Table 10"),
-    # the new head at 20 x the encoder's rate (1e-3: the tests' BiLSTM rate), as BiLSTM-CRF taggers are often run
+    # the head at 20 x the encoder's rate (1e-3: the tests' BiLSTM rate), as BiLSTM-CRF taggers are often run; the
+    # linear head at that rate too, the control that tells the BiLSTM from the faster head
+    ("bc5-disease", "linear_head_lr", ("task.head_lr_scale=20",), None, "control (not in the paper)"),
     ("bc5-disease", "bilstm_head_lr", ("task.lstm_layers=1", "task.head_lr_scale=20"), 85.64, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm_crf_head_lr", ("task.lstm_layers=1", "task.crf=true", "task.head_lr_scale=20"), None,
      "not in Table 10"),
@@ -136,10 +138,10 @@ def plot(rows: List[Dict], path: Path) -> None:
                 label = (f"paper {r['paper_diff']:+.2f}\n" if "paper_diff" in r else "") + f"ours {r['diff']:+.2f}"
                 ax.annotate(label, (i, r["mean"] + r["std"]), ha="center", va="bottom", fontsize=8)
         low = min(min(r["values"]) for r in mine)
-        ax.set_ylim(low - 3, max(max(r["values"]) for r in mine) + 3)
+        ax.set_ylim(low - 3, max(max(r["values"]) for r in mine) + 5)
         ax.set_xticks(list(x), [r["variant"] for r in mine])
         ax.set_title(f"{mine[0]['title']} ({mine[0]['metric']}, test)")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="lower left")
         ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
