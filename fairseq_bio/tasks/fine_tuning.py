@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from fairseq import utils
 from fairseq.data import Dictionary
@@ -204,13 +204,22 @@ def layer_scales(model, decay: float):
     return scales
 
 
+def optimizer_overrides(param) -> Dict[str, float]:
+    """The parameter's own settings for fairseq's composite optimizer (``param.optim_overrides["optimizer"]``),
+    created empty when it has none: each per-parameter option (lr scale, weight-decay scale) writes its key there,
+    beside the others'."""
+    overrides = getattr(param, "optim_overrides", None) or {}
+    param.optim_overrides = overrides
+    return overrides.setdefault("optimizer", {})
+
+
 def apply_layer_lr_decay(model, decay: float) -> None:
     """Scale each parameter's learning rate through fairseq's composite optimizer (``optim_overrides``)."""
     if not 0.0 < decay <= 1.0:
         raise FineTuningError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
     scales = layer_scales(model, decay)
     for name, param in model.named_parameters():
-        param.optim_overrides = {"optimizer": {"lr_scale": scales[name]}}
+        optimizer_overrides(param)["lr_scale"] = scales[name]
 
 
 def scale_head_lr(model, scale: float) -> List[str]:
@@ -222,10 +231,8 @@ def scale_head_lr(model, scale: float) -> List[str]:
     names = []
     for name, param in model.named_parameters():
         if name.startswith("classification_heads.") and param.requires_grad:
-            overrides = getattr(param, "optim_overrides", None) or {}
-            optimizer = overrides.setdefault("optimizer", {})
-            optimizer["lr_scale"] = optimizer.get("lr_scale", 1.0) * scale
-            param.optim_overrides = overrides
+            settings = optimizer_overrides(param)
+            settings["lr_scale"] = settings.get("lr_scale", 1.0) * scale
             names.append(name)
     return names
 
@@ -240,9 +247,7 @@ def exempt_from_weight_decay(model) -> List[str]:
     exempt = []
     for name, param in model.named_parameters():
         if name.rpartition(".")[2].startswith("bias") or name in norms:
-            overrides = getattr(param, "optim_overrides", None) or {}
-            overrides.setdefault("optimizer", {})["weight_decay_scale"] = 0.0
-            param.optim_overrides = overrides
+            optimizer_overrides(param)["weight_decay_scale"] = 0.0
             exempt.append(name)
     return exempt
 
