@@ -47,24 +47,24 @@ VARIANTS = (
     ("gad", "marker_start", ("task.entity_representation=marker_start",), 82.18, "Table 12, DDI"),
 )
 
+BY_NAME = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
+REFERENCE = {dataset: name for dataset, name, *_ in reversed(VARIANTS)}  # each dataset's first variant
+
 
 def run_order(wanted: List[str]) -> List[str]:
     """``dataset:variant`` names in the order asked, each dataset's reference before its first variant."""
     order: List[str] = []
     for name in wanted:
         dataset = name.split(":")[0]
-        reference = next(f"{v[0]}:{v[1]}" for v in VARIANTS if v[0] == dataset)
-        order += [n for n in dict.fromkeys((reference, name)) if n not in order]
+        order += [n for n in dict.fromkeys((f"{dataset}:{REFERENCE[dataset]}", name)) if n not in order]
     return order
 
 
 def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str],
                  max_update: Optional[int]) -> List[Dict]:  # fmt: skip
     """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their results.json rows."""
-    by_name = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
     rows = []
-    for dataset, name, overrides, paper, source in (by_name[n] for n in run_order(wanted)):
-        reference = next(v[1] for v in VARIANTS if v[0] == dataset)
+    for dataset, name, overrides, paper, source in (BY_NAME[n] for n in run_order(wanted)):
         target = out / dataset / name
         command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
                    "--seeds", seeds, "--out", target, "--cpu", "--", *CPU_BUDGETS, *overrides]  # fmt: skip
@@ -80,11 +80,11 @@ def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: Lis
         if not entry or "values" not in entry:
             sys.exit(f"{dataset} {name}: no scores in {results} (see the runner's output above)")
         rows.append({"dataset": dataset, "title": entry["title"], "metric": entry["metric"], "variant": name,
-                     "reference": reference, "overrides": list(overrides), "paper": paper, "paper_source": source,
-                     "values": entry["values"], "seeds": entry["seeds"], "mean": entry["mean"],
+                     "reference": REFERENCE[dataset], "overrides": list(overrides), "paper": paper,
+                     "paper_source": source, "values": entry["values"], "seeds": entry["seeds"], "mean": entry["mean"],
                      "std": entry.get("std", 0.0), "dev_mean": entry["dev_mean"], "wall_s": entry["wall_s"],
                      "trivial_baseline": entry.get("trivial_baseline")})  # fmt: skip
-    return sorted(rows, key=lambda r: list(by_name).index(f"{r['dataset']}:{r['variant']}"))
+    return sorted(rows, key=lambda r: list(BY_NAME).index(f"{r['dataset']}:{r['variant']}"))
 
 
 def paired(rows: List[Dict]) -> None:
@@ -161,11 +161,10 @@ def main(argv=None) -> int:
     parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
     args = parser.parse_args(argv)
 
-    known = {f"{d}:{n}" for d, n, *_ in VARIANTS}
     wanted = [w.strip() for w in args.variants.split(",") if w.strip()]
-    unknown = [w for w in wanted if w not in known]
+    unknown = [w for w in wanted if w not in BY_NAME]
     if unknown:
-        sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        sys.exit(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(sorted(BY_NAME))}")
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
