@@ -33,7 +33,7 @@ def test_blocks_keep_every_token(data_bin, mode):
     if mode == "complete_doc":  # ... except the empty lines between documents, which only mark boundaries
         expected -= int((raw.sizes == 1).sum())
     assert kept == expected
-    # ... and every block is in a batch, also the last ones fairseq's batch_by_size drops (not a multiple of 8)
+    # ... and every held-out block is in a batch, also the last ones fairseq's batch_by_size drops (not a multiple of 8)
     order = dataset.ordered_indices()
     for indices in (order, order[:5]):  # the whole split; a split of 5 blocks (fairseq: no batch at all)
         batches = dataset.batch_by_size(indices, max_sentences=32, required_batch_size_multiple=8)

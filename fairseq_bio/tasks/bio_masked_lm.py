@@ -160,7 +160,9 @@ class BioMaskedLMTask(MaskedLMTask):
         logger.info("loaded %d blocks from %s", len(dataset), split_path)
         with data_utils.numpy_seed(self.cfg.seed):
             shuffle = np.random.permutation(len(dataset))
-        self.datasets[split] = BlocksDataset(
+        # Scoring needs every held-out block; training (fairseq's default dataset.train_subset) keeps fairseq's
+        # batching, as its masked_lm: at most dataset.required_batch_size_multiple - 1 blocks outside the batches.
+        self.datasets[split] = (SortDataset if split == "train" else BlocksDataset)(
             NestedDictionaryDataset(
                 {
                     "id": IdDataset(),
@@ -210,9 +212,9 @@ class BioMaskedLMTask(MaskedLMTask):
 
 
 class BlocksDataset(KeepsEveryExample, SortDataset):
-    """fairseq's ``SortDataset`` whose batches keep every block: fairseq drops the last blocks that do not fill a
-    multiple of ``required_batch_size_multiple`` (8), so a valid split of 5 blocks gave no batch at all (and
-    fairseq-validate a ZeroDivisionError)."""
+    """fairseq's ``SortDataset`` whose batches keep every block, for the held-out splits: fairseq drops the last
+    blocks that do not fill a multiple of ``required_batch_size_multiple`` (8), so a valid split of 5 blocks gave no
+    batch at all (and fairseq-validate a ZeroDivisionError)."""
 
 
 def drop_gradients_outside_head(model) -> int:
