@@ -88,7 +88,8 @@ def data(out: Path, max_docs: Optional[int]) -> Path:
                           max_docs_per_file=max_docs, workers=2, progress=False).data_bin  # fmt: skip
 
 
-def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, head_warmup: int = 0) -> Dict[int, Path]:
+def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, head_warmup: int = 0,
+             freeze_embeddings: bool = False) -> Dict[int, Path]:
     """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted run."""
     save = out / "pretrain"
     half = updates // 2
@@ -106,7 +107,8 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
              f"optimization.max_update={updates}", f"optimization.lr=[{lr}]",
              f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}",
              f"checkpoint.save_interval_updates={half}", f"dataset.validate_interval_updates={max(1, updates // 10)}",
-             f"task.head_warmup_updates={head_warmup}", f"common.log_file={save / 'train.log'}"],
+             f"task.head_warmup_updates={head_warmup}", f"task.freeze_embeddings={str(freeze_embeddings).lower()}",
+             f"common.log_file={save / 'train.log'}"],
             log=save / "train.out")  # fmt: skip
         print(f"pretraining: {time.time() - start:.0f} s", flush=True)
     for checkpoint in done.values():  # fairseq-bio-blurb reads the vocabulary beside the checkpoint
@@ -325,6 +327,9 @@ def main(argv=None) -> int:
     parser.add_argument("--head-warmup", type=int, default=0,
                         help="first updates that train only the import's new MLM head (task.head_warmup_updates); "
                         "use another --out than a run without it")
+    parser.add_argument("--freeze-embeddings", action="store_true",
+                        help="keep the import's token embeddings (tied to the MLM output) fixed while the rest "
+                        "learns (task.freeze_embeddings); use another --out than a run without it")
     parser.add_argument("--coverage", action="store_true",
                         help="also report how well the pretraining corpus covers each NER set's entity mentions")
     parser.add_argument("--general-text", default=None,
@@ -336,7 +341,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     info = imported(out)
     data_bin = data(out, args.max_docs)
-    checkpoints = pretrain(out, info, Path(data_bin), args.updates, args.lr, args.head_warmup)
+    checkpoints = pretrain(out, info, Path(data_bin), args.updates, args.lr, args.head_warmup, args.freeze_embeddings)
     general_bin = Path(general_data(out, Path(args.general_text).resolve())) if args.general_text else None
     wanted = {{"0": 0, "half": args.updates // 2, "full": args.updates}[a.strip()] for a in args.at.split(",")}
     points = {}
@@ -354,7 +359,7 @@ def main(argv=None) -> int:
                                                             out / "perplexity" / f"general_{name}.log")  # fmt: skip
     results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")])
     results["settings"] = {"updates": args.updates, "lr": args.lr, "seeds": args.seeds, "tasks": args.tasks,
-                           "head_warmup": args.head_warmup,
+                           "head_warmup": args.head_warmup, "freeze_embeddings": args.freeze_embeddings,
                            "pretrain": PRETRAIN, "max_docs": args.max_docs}  # fmt: skip
     text = "# Domain-adaptive pretraining: MiniLM-L6-H384 continued on PubMed\n\n" + markdown(results, args.seeds)
     if args.coverage:

@@ -110,3 +110,29 @@ def test_head_warmup_trains_only_the_mlm_head_first(data_bin, tiny_encoder, tmp_
     assert all(not torch.equal(at3[k], start[k]) for k in head if k.endswith(("dense.weight", "bias")))
     assert not torch.equal(at6["encoder.sentence_encoder.layers.0.fc1.weight"], start["encoder.sentence_encoder.layers.0.fc1.weight"])
     assert not torch.equal(at6["encoder.sentence_encoder.embed_tokens.weight"], start["encoder.sentence_encoder.embed_tokens.weight"])
+
+
+def test_freeze_embeddings_keeps_the_token_embeddings_for_the_whole_run(data_bin, tiny_encoder, tmp_path):
+    """task.freeze_embeddings=true in a real continued pretraining (3 updates from the tiny encoder, a high rate):
+    the token embeddings and the head's output weight tied to them are the start's at the end, and fairseq's
+    optimizer holds no state for them; the encoder layers and the head's dense / bias moved."""
+    from conftest import ENCODER_SIZE, REPO, run_cli
+
+    from fairseq_bio.compat import load_checkpoint
+
+    done = run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
+                   f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path}",
+                   f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE, "task.freeze_embeddings=true",
+                   "optimization.max_update=3", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1",
+                   "dataset.validate_interval_updates=100000", "common.log_interval=1"], cwd=tmp_path)  # fmt: skip
+    start = load_checkpoint(tiny_encoder)["model"]
+    end = load_checkpoint(tmp_path / "checkpoint_last.pt")
+    embeddings = "encoder.sentence_encoder.embed_tokens.weight"
+    assert torch.equal(end["model"][embeddings], start[embeddings])
+    assert torch.equal(end["model"]["encoder.lm_head.weight"], start[embeddings])
+    for moved in ("encoder.sentence_encoder.layers.0.fc1.weight", "encoder.lm_head.dense.weight", "encoder.lm_head.bias"):
+        assert not torch.equal(end["model"][moved], start[moved]), moved
+    parameters = [k for k in start if not k.endswith(".version") and k != "encoder.lm_head.weight"]  # tied: one
+    optimizer = end["last_optimizer_state"]
+    assert len(optimizer["state"]) == len(optimizer["param_groups"][0]["params"]) == len(parameters) - 1
+    assert "token embeddings frozen (task.freeze_embeddings): " + embeddings in done.stdout + done.stderr

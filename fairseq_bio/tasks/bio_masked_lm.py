@@ -86,6 +86,14 @@ class BioMaskedLMConfig(FairseqDataclass):
             "values, so the new head's first, random gradients do not move them; 0: everything learns from the start"
         },
     )
+    freeze_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": "continued pretraining that keeps the token embeddings (and the MLM head's output weight tied to "
+            "them) at their starting values for the whole run (no gradient, no optimizer state, no weight decay): "
+            "every other weight learns"
+        },
+    )
     max_update: int = II("optimization.max_update")
     seed: int = II("common.seed")
 
@@ -135,6 +143,13 @@ class BioMaskedLMTask(MaskedLMTask):
     def load_dict(cls, cfg):
         check_binarised(cfg.data)
         return super().load_dict(cfg)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        model = super().build_model(cfg, from_checkpoint)
+        if self.cfg.freeze_embeddings:
+            frozen = freeze_token_embeddings(model)
+            logger.info("token embeddings frozen (task.freeze_embeddings): %s", ", ".join(frozen))
+        return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
@@ -227,6 +242,18 @@ def drop_gradients_outside_head(model) -> int:
             param.grad = None
             cleared += 1
     return cleared
+
+
+def freeze_token_embeddings(model) -> List[str]:
+    """``requires_grad=False`` on every token-embedding matrix (a tied output weight is the same parameter), so that
+    fairseq's trainer leaves it out of the optimizer; the names frozen."""
+    frozen = [name for name, param in model.named_parameters() if name.endswith("embed_tokens.weight")]
+    if not frozen:
+        raise BioConfigError(f"task.freeze_embeddings: {type(model).__name__} has no embed_tokens.weight to freeze")
+    for name, param in model.named_parameters():
+        if name in frozen:
+            param.requires_grad_(False)
+    return frozen
 
 
 def check_binarised(data: str) -> None:
