@@ -296,7 +296,7 @@ def test_learning_rate_is_chosen_on_dev():
     assert d["lr"] == 3e-5 and d["values"] == [60, 62] and d["dev_by_lr"] == {"1e-05": 71, "3e-05": 74.5}
 
 
-def test_bad_input_fails_in_one_line(tmp_path, blurb_data):
+def test_bad_input_fails_in_one_line(tmp_path, blurb_data, capsys):
     encoder = tmp_path / "encoder.pt"
     encoder.write_bytes(b"")
     done = subprocess.run([str(BIN / "fairseq-bio-blurb"), *_args(encoder, blurb_data, tmp_path / "o", "--tasks",
@@ -322,11 +322,13 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data):
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("pid 12345 on node7\n")
         held.flush()
+        capsys.readouterr()
         with pytest.raises(
             BlurbError, match=r"busy: another fairseq-bio-blurb is running there \(pid 12345 on node7\); "
         ):
             main(_args(encoder, blurb_data, busy, "--tasks", "gad"))
     assert sorted(p.name for p in busy.iterdir()) == [LOCK_FILE]
+    assert "gad:" not in capsys.readouterr().out  # no plan line from the refused runner
 
 
 def test_finished_runs_of_earlier_runners_are_reused():

@@ -116,6 +116,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for name, why in missing.items():
         if not why.startswith("not run"):
             print(f"{tag} {name}: missing ({why})", flush=True)
+    if args.dry_run:
+        _print_plans(plans, tag)
+        for run in runs:
+            print(shlex.join(run.command))
+        return 0
+    if not plans:
+        raise BlurbError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
+
+    lock = lock_out(out)  # before the plan is printed: a refused runner says only why
+    try:
+        _print_plans(plans, tag)
+        return run_all(runs, args, benchmark, plans, missing, out, tag)
+    finally:
+        lock.close()
+
+
+def _print_plans(plans, tag: str) -> None:
     for plan in plans:
         b = plan.budget
         size = f"{b.train_examples} train examples, " if b.train_examples is not None else ""
@@ -124,18 +141,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
               f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}, seeds {_span(plan.seeds)}{folds})",
               flush=True)  # fmt: skip
-    if args.dry_run:
-        for run in runs:
-            print(shlex.join(run.command))
-        return 0
-    if not plans:
-        raise BlurbError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
-
-    lock = lock_out(out)
-    try:
-        return run_all(runs, args, benchmark, plans, missing, out, tag)
-    finally:
-        lock.close()
 
 
 def _terminated(signum, frame):
