@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from domain_adaptation import encoder_change, perplexity  # noqa: E402
+from domain_adaptation import encoder_change, paired_gains, perplexity  # noqa: E402
 from tagging import RESULTS, save_report  # noqa: E402
+
+IMPORT = "import (0 updates)"
 
 
 def variant_scores(out: Path, at: int) -> Dict[str, Dict]:
@@ -51,15 +53,16 @@ def collect(reference: Dict, variants: Dict[str, Path], at: int, data_bin: Path,
     """Per run (import, reference, each variant): per dataset values / dev / paired gains, embeddings, ppl."""
     key = str(at)
     base = {row["dataset"]: row for row in reference["rows"]}
-    runs = {"import (0 updates)": {"datasets": {d: {"values": r["scores"]["0"]["values"], "dev": r["dev"]["0"]}
-                                                for d, r in base.items()},
-                                   "change": {}, "perplexity": reference["perplexity"]["0"]},
-            f"reference ({at})": {"datasets": {d: {"values": r["scores"][key]["values"], "dev": r["dev"][key]}
-                                               for d, r in base.items()},
-                                  "change": reference["encoder_change"][key],
+
+    def reference_cells(step: str) -> Dict[str, Dict]:  # the reference ran the runner's --seeds n: seeds 1..n
+        return {d: {"values": r["scores"][step]["values"], "seeds": list(range(1, len(r["scores"][step]["values"]) + 1)),
+                    "dev": r["dev"][step]} for d, r in base.items()}  # fmt: skip
+
+    runs = {IMPORT: {"datasets": reference_cells("0"), "change": {}, "perplexity": reference["perplexity"]["0"]},
+            f"reference ({at})": {"datasets": reference_cells(key), "change": reference["encoder_change"][key],
                                   "perplexity": reference["perplexity"][key]}}  # fmt: skip
     if "general_perplexity" in reference:
-        runs["import (0 updates)"]["general_perplexity"] = reference["general_perplexity"]["0"]
+        runs[IMPORT]["general_perplexity"] = reference["general_perplexity"]["0"]
         runs[f"reference ({at})"]["general_perplexity"] = reference["general_perplexity"][key]
     for label, out in variants.items():
         checkpoint = checkpoint_at(out, at)
@@ -72,16 +75,8 @@ def collect(reference: Dict, variants: Dict[str, Path], at: int, data_bin: Path,
                                                            out / "perplexity" / f"general_updates_{at}.log")
     for run in runs.values():
         for name, cell in run["datasets"].items():
-            cell["gains"] = paired_gains(cell, runs["import (0 updates)"]["datasets"][name])
+            cell["gains"] = paired_gains(runs[IMPORT]["datasets"][name], cell)
     return {"at": at, "runs": runs, "datasets": [row["dataset"] for row in reference["rows"]]}
-
-
-def paired_gains(cell: Dict, base: Dict) -> List[float]:
-    """``cell``'s score minus ``base``'s for each seed both ran, in ``cell``'s order; a reference run's values are
-    seeds 1..n (the runner's ``--seeds n``) where it lists no seeds."""
-    base_by_seed = dict(zip(base.get("seeds") or range(1, len(base["values"]) + 1), base["values"]))
-    seeds = cell.get("seeds") or range(1, len(cell["values"]) + 1)
-    return [v - base_by_seed[s] for s, v in zip(seeds, cell["values"]) if s in base_by_seed]
 
 
 def markdown(results: Dict) -> str:
@@ -98,7 +93,7 @@ def markdown(results: Dict) -> str:
             gain = statistics.mean(c["gains"])
             per = ", ".join(f"{g:+.2f}" for g in c["gains"])
             cells.append(f"{statistics.mean(c['values']):.2f} ± {std:.2f} | "
-                         + ("reference" if not any(c["gains"]) else f"{gain:+.2f} ({per})") + f" | {c['dev']:.2f}")
+                         + ("reference" if label == IMPORT else f"{gain:+.2f} ({per})") + f" | {c['dev']:.2f}")
         change = run["change"]
         layers = [v for k, v in change.items() if k.startswith("layer ")]
         general = run.get("general_perplexity")
@@ -115,7 +110,7 @@ def chart(results: Dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [label for label in results["runs"] if not label.startswith("import")]
+    runs = [label for label in results["runs"] if label != IMPORT]
     names = [d for d in results["datasets"] if all(d in results["runs"][r]["datasets"] for r in runs)]
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names):

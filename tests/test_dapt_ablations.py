@@ -25,8 +25,8 @@ def test_variant_runs_are_merged_and_paired_by_seed(tmp_path):
     runner_result(out / "blurb" / "updates_1000", "ncbi-disease", "NCBI-disease", [1.0], [1], 1.0)  # another point
     found = dapt_ablations.variant_scores(out, 500)
     assert sorted(found) == ["bc5-disease", "ncbi-disease"] and found["ncbi-disease"]["values"] == [75.0, 74.0]
-    imported = {"values": [73.0, 73.5, 74.0]}  # the reference's seeds 1-3
-    assert dapt_ablations.paired_gains(found["ncbi-disease"], imported) == pytest.approx([1.5, 1.0])
+    imported = {"values": [73.0, 73.5, 74.0], "seeds": [1, 2, 3]}
+    assert dapt_ablations.paired_gains(imported, found["ncbi-disease"]) == pytest.approx([1.5, 1.0])  # by seed
     runner_result(out / "again" / "updates_500", "bc5-disease", "BC5-disease", [65.0], [1], 66.0)
     with pytest.raises(SystemExit, match=r"bc5-disease at 500 updates is also in another results.json"):
         dapt_ablations.variant_scores(out, 500)
