@@ -162,7 +162,12 @@ ENCODER_UPDATES = 400
 
 @pytest.fixture(scope="session")
 def tiny_encoder(data_bin, tmp_path_factory):
-    """checkpoint_last.pt of a bio_roberta pretrained with fairseq-hydra-train (bio_roberta_tiny config, smaller)."""
+    """checkpoint_last.pt of a bio_roberta pretrained with fairseq-hydra-train (bio_roberta_tiny config, smaller).
+
+    Learning tests fine-tune from it with margins of a few points (test_sentence_e2e's GAD above the majority class,
+    test_class_weights' DDI recalls; test_tagging_margin pretrains its own the same way): they follow this exact
+    pretraining trajectory, so a change to bio_masked_lm's batching, masking or data order can tip them (one extra
+    small batch per epoch did, 2026-11-26). After such a change run those three files with ``-n 2``, as CI does."""
     return build_once(tmp_path_factory, "tiny-encoder", lambda save_dir: _pretrain_tiny(data_bin, save_dir))
 
 
