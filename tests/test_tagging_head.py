@@ -212,3 +212,26 @@ def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
         elif before[n].abs().sum() > 0:
             expected = before[n] * (1 - 1e-3 * scales[n] * 0.01)
             assert torch.allclose(p, expected, rtol=1e-6, atol=1e-9), n
+
+
+def test_per_parameter_options_refuse_an_optimizer_that_ignores_them(task):
+    """Layer decay, the weight-decay exemption and the head's rate are per-parameter overrides that only fairseq's
+    composite optimizer reads: with plain fairseq adam the first update refuses, naming every option set."""
+    from types import SimpleNamespace
+
+    from fairseq.optim import build_optimizer
+    from omegaconf import OmegaConf
+
+    plain = SimpleNamespace(layer_lr_decay=1.0, exempt_from_weight_decay=False, head_lr_scale=1.0)
+    assert fine_tuning.per_parameter_options(plain) == []
+    cfg = SimpleNamespace(layer_lr_decay=0.8, exempt_from_weight_decay=True, head_lr_scale=10.0)
+    options = fine_tuning.per_parameter_options(cfg)
+    assert options == ["task.layer_lr_decay=0.8", "task.exempt_from_weight_decay=true", "task.head_lr_scale=10.0"]
+    model = build(task)
+    root = OmegaConf.create({"common": {"tpu": False}, "optimization": {"lr": [1e-3]},
+                             "optimizer": {"_name": "adam", "lr": "${optimization.lr}", "tpu": "${common.tpu}"}})
+    adam = build_optimizer(root.optimizer, list(model.parameters()))  # fairseq's own adam
+    with pytest.raises(fine_tuning.FineTuningError, match=r"^task.layer_lr_decay=0.8, task.exempt_from_weight_decay="
+                       r"true, task.head_lr_scale=10.0: needs optimizer=composite .*not FairseqAdam$"):  # fmt: skip
+        fine_tuning.check_optimizer_groups(adam, ", ".join(options))
+    fine_tuning.check_optimizer_groups(_composite(model), ", ".join(options))  # composite: accepted

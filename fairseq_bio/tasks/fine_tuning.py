@@ -252,14 +252,27 @@ def exempt_from_weight_decay(model) -> List[str]:
     return exempt
 
 
-def check_optimizer_groups(optimizer, option: str) -> None:
+def per_parameter_options(cfg) -> List[str]:
+    """The task options that set per-parameter optimizer overrides (as ``key=value``), which only fairseq's
+    ``composite`` optimizer reads."""
+    options = []
+    if cfg.layer_lr_decay != 1.0:
+        options.append(f"task.layer_lr_decay={cfg.layer_lr_decay}")
+    if cfg.exempt_from_weight_decay:
+        options.append("task.exempt_from_weight_decay=true")
+    if cfg.head_lr_scale != 1.0:
+        options.append(f"task.head_lr_scale={cfg.head_lr_scale}")
+    return options
+
+
+def check_optimizer_groups(optimizer, options: str) -> None:
     """Refuse to train when the optimizer ignores per-parameter settings (anything but ``composite``)."""
     from fairseq.optim.composite import FairseqCompositeOptimizer
 
     inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
     if not isinstance(inner, FairseqCompositeOptimizer):
         raise FineTuningError(
-            f"{option} needs optimizer=composite (fairseq's per-group settings; the fine-tuning configs use it), "
+            f"{options}: needs optimizer=composite (fairseq's per-group settings; the fine-tuning configs use it), "
             f"not {type(inner).__name__}"
         )
 
@@ -395,12 +408,8 @@ class FineTuningTask(FairseqTask):
             raise FineTuningError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if update_num == 0 and self.cfg.layer_lr_decay != 1.0:
-            check_optimizer_groups(optimizer, f"task.layer_lr_decay={self.cfg.layer_lr_decay}")
-        if update_num == 0 and self.cfg.exempt_from_weight_decay:
-            check_optimizer_groups(optimizer, "task.exempt_from_weight_decay=true")
-        if update_num == 0 and self.cfg.head_lr_scale != 1.0:
-            check_optimizer_groups(optimizer, f"task.head_lr_scale={self.cfg.head_lr_scale}")
+        if update_num == 0 and per_parameter_options(self.cfg):
+            check_optimizer_groups(optimizer, ", ".join(per_parameter_options(self.cfg)))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     @property
