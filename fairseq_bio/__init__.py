@@ -5,7 +5,14 @@ Importing registers the plugin's components with fairseq (and fairseq's checkpoi
 else happens at import.
 """
 
-from . import compat, errors
+import warnings
+
+# fairscale 0.4.13 (fairseq's engine for fully sharded data parallel, requirements/gpu.txt) calls torch's deprecated
+# torch.cuda.amp.custom_fwd/bwd when fairseq imports it: two FutureWarnings on stderr for every command, nothing a
+# user can act on, and they broke the commands' one-line errors. Only fairscale's own FutureWarnings are hidden.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"fairscale\.")
+
+from . import compat, errors  # noqa: E402
 
 compat.install()
 errors.install()
