@@ -247,12 +247,13 @@ def drop_gradients_outside_head(model) -> int:
 def freeze_token_embeddings(model) -> List[str]:
     """``requires_grad=False`` on every token-embedding matrix (a tied output weight is the same parameter), so that
     fairseq's trainer leaves it out of the optimizer; the names frozen."""
-    frozen = [name for name, param in model.named_parameters() if name.endswith("embed_tokens.weight")]
+    frozen = []
+    for name, param in model.named_parameters():
+        if name.endswith("embed_tokens.weight"):
+            param.requires_grad_(False)
+            frozen.append(name)
     if not frozen:
         raise BioConfigError(f"task.freeze_embeddings: {type(model).__name__} has no embed_tokens.weight to freeze")
-    for name, param in model.named_parameters():
-        if name in frozen:
-            param.requires_grad_(False)
     return frozen
 
 

@@ -408,8 +408,9 @@ class FineTuningTask(FairseqTask):
             raise FineTuningError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
-        if update_num == 0 and per_parameter_options(self.cfg):
-            check_optimizer_groups(optimizer, ", ".join(per_parameter_options(self.cfg)))
+        options = per_parameter_options(self.cfg) if update_num == 0 else []
+        if options:
+            check_optimizer_groups(optimizer, ", ".join(options))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     @property
