@@ -22,6 +22,7 @@ best time of each side kept, since the load of a shared machine moves.
     python benchmarks/hf_parity.py                                  # every dataset (hours on 2 cores)
     python benchmarks/hf_parity.py --datasets gad,biosses --seeds 3
     python benchmarks/hf_parity.py --quick --datasets ncbi-disease,biosses   # a smoke run on slices (the suite's)
+    python benchmarks/hf_parity.py --datasets ddi --only hf &   # one side per process, then a report reusing both
 
 Writes ``benchmarks/results/hf_parity.md``, ``.json`` and ``.png`` and prints the table. Targets (PubMedBERT-style
 comparison, issue 20): score ours - HF >= -0.5 points (BIOSSES: -2 Pearson points), training loop <= 0.8x HF's time,
@@ -183,6 +184,10 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
             "train": train_count(dataset, data, imported)}  # fmt: skip
     runs = []
     for seed in seeds:
+        if args.only:  # one side, trained and kept for a later invocation (the other side can run beside it)
+            side = (run_ours if args.only == "ours" else run_hf)(run, work, {**spec, "seed": seed})
+            print(f"[parity] {dataset} seed {seed}: {args.only} {score(dataset, side)['score']:.2f}", flush=True)
+            continue
         print(f"[parity] {dataset} seed {seed}: ours", flush=True)
         ours = run_ours(run, work, {**spec, "seed": seed})
         print(f"[parity] {dataset} seed {seed}: HF", flush=True)
@@ -201,6 +206,8 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
         print(f"[parity] {dataset} seed {seed}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
               flush=True)  # fmt: skip
         runs.append(entry)
+    if args.only:
+        return {}
     recipe = {**asdict(parity), "epochs": spec["epochs"]}
     return {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
             "runs": runs, **summary(runs, parity)}  # fmt: skip
@@ -311,6 +318,9 @@ def main(argv=None) -> None:
     parser.add_argument("--hf-variant", choices=("stock", "fresh-pooler", "ours-input"), default="stock",
                         help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
                         "(one segment, a double separator)")  # fmt: skip
+    parser.add_argument("--only", choices=("ours", "hf"),
+                        help="train and predict one side only, no report: run the other side beside it in another "
+                        "process with the same --workdir, then once without --only (it reuses both trainings)")
     parser.add_argument("--predict-rounds", type=int, default=2, help="alternating timings of prediction (best kept)")
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
@@ -339,7 +349,8 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in datasets:  # the report is rewritten after each dataset: a run cut short keeps what finished
             results.append(run_dataset(run, work, dataset, PARITY[dataset], args, imported, Path(tmp)))
-            write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
+            if not args.only:
+                write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
 
 
 def write(out: Path, record: Dict) -> None:

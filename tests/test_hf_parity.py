@@ -5,7 +5,6 @@ the data slices, the schedule both sides share."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -63,6 +62,16 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
     for side in ("ours", "hf"):
         assert reused[side]["score"] == biosses["runs"][0][side]["score"]
         assert reused[side]["loop_s"] == biosses["runs"][0][side]["loop_s"]
+    # --only: one side (the other runs beside it in another process), its score printed, no report written
+    only = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses", "--only",
+         "hf", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "only.md")],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert only.returncode == 0, only.stderr[-3000:]
+    assert f"[parity] biosses seed 1: hf {biosses['runs'][0]['hf']['score']:.2f}" in only.stdout
+    assert not (tmp_path / "only.md").exists() and not (tmp_path / "only.json").exists()
+    assert {name: (logs / f"{name}-train-biosses-1.out").stat().st_mtime_ns for name in trained} == trained
     # --combine: one report of separate invocations' records; a seed in two records counts once (the first's)
     hf_parity.main(["--combine", str(out.with_suffix(".json")), str(tmp_path / "again.json"), "--out",
                     str(tmp_path / "combined.md")])  # fmt: skip
