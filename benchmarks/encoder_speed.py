@@ -317,7 +317,6 @@ def main(argv=None):
                          min=tokens / max(steps), max=tokens / min(steps),
                          mfu=(flops / median / peak) if peak else None, peak_mib=memory[variant]["peak_mib"],
                          first_step_s=memory[variant]["first_step_seconds"]))  # fmt: skip
-    base = next(r for r in rows if r["variant"] == BASELINE)
     for row in rows:
         # Per interleaved round, so that each ratio compares steps taken back to back under the same load.
         paired = [b / s for b, s in zip(timed["variants"][BASELINE]["step_seconds"],

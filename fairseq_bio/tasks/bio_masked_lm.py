@@ -29,7 +29,7 @@ from omegaconf import II, MISSING
 
 from ..data.batching import KeepsEveryExample
 from ..data.chunked_dataset import ChunkedSentenceDataset
-from ..data.word_boundaries import BPE_JSON, WordBoundaries
+from ..data.word_boundaries import WordBoundaries
 from ..errors import BioConfigError, BioFileNotFoundError
 from ..modules.masking import BatchMasker
 
