@@ -109,6 +109,13 @@ def test_reference_scores_agree_with_ours_and_catch_a_difference():
         hf_parity.reference_score = original
 
 
+def test_max_length_changes_only_the_input_length():
+    assert hf_parity.recipe("ddi") == hf_parity.PARITY["ddi"]
+    shorter = hf_parity.recipe("ddi", 256)
+    assert shorter.max_length == 256 != hf_parity.PARITY["ddi"].max_length
+    assert (shorter.lr, shorter.batch_size, shorter.train_examples) == (1e-4, 16, 12800)
+
+
 def test_slices_are_new_files_beside_links_and_the_shared_data_is_untouched(tmp_path):
     ddi = hf_parity.PARITY["ddi"]
     data = hf_parity.dataset_dir("ddi", ddi, quick=False, tmp=tmp_path)
