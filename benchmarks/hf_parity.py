@@ -93,7 +93,7 @@ PARITY = {
 QUICK = {"train": 48, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
 
 
-def recipe(dataset: str, max_length: Optional[int] = None) -> Parity:
+def recipe_at(dataset: str, max_length: Optional[int] = None) -> Parity:
     """``dataset``'s recipe, at ``max_length`` pieces instead of its own where given (``--max-length``)."""
     return replace(PARITY[dataset], max_length=max_length or PARITY[dataset].max_length)
 
@@ -179,7 +179,9 @@ def score(dataset: str, side: Dict) -> Dict:
             "trivial_prediction": trivial.prediction, "metric": bench.metric, "title": bench.title}  # fmt: skip
 
 
-def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path) -> Dict:
+def run_dataset(
+    run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path
+) -> Optional[Dict]:
     data = dataset_dir(dataset, parity, args.quick, tmp)
     train, test = example_cuts(parity, args.quick)
     data_id = f"{blurb_recipe(dataset).data} (train {train or 'all'}, test {test or 'all'})"
@@ -213,7 +215,7 @@ def run_dataset(run: Runner, work: Path, dataset: str, parity: Parity, args, imp
               flush=True)  # fmt: skip
         runs.append(entry)
     if args.only:
-        return {}
+        return None  # nothing to compare: the other side runs elsewhere
     recipe = {**asdict(parity), "epochs": spec["epochs"]}
     return {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
             "runs": runs, **summary(runs, parity)}  # fmt: skip
@@ -356,8 +358,9 @@ def main(argv=None) -> None:
     results: List[Dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in datasets:  # the report is rewritten after each dataset: a run cut short keeps what finished
-            results.append(run_dataset(run, work, dataset, recipe(dataset, args.max_length), args, imported, Path(tmp)))
-            if not args.only:
+            result = run_dataset(run, work, dataset, recipe_at(dataset, args.max_length), args, imported, Path(tmp))
+            if result is not None:
+                results.append(result)
                 write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
 
 

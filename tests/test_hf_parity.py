@@ -110,8 +110,8 @@ def test_reference_scores_agree_with_ours_and_catch_a_difference():
 
 
 def test_max_length_changes_only_the_input_length():
-    assert hf_parity.recipe("ddi") == hf_parity.PARITY["ddi"]
-    shorter = hf_parity.recipe("ddi", 256)
+    assert hf_parity.recipe_at("ddi") == hf_parity.PARITY["ddi"]
+    shorter = hf_parity.recipe_at("ddi", 256)
     assert shorter.max_length == 256 != hf_parity.PARITY["ddi"].max_length
     assert (shorter.lr, shorter.batch_size, shorter.train_examples) == (1e-4, 16, 12800)
 
