@@ -171,11 +171,13 @@ def tiny_encoder(data_bin, tmp_path_factory):
     return build_once(tmp_path_factory, "tiny-encoder", lambda save_dir: _pretrain_tiny(data_bin, save_dir))
 
 
-def _pretrain_tiny(data_bin, save_dir):
+def _pretrain_tiny(data_bin, save_dir, size=ENCODER_SIZE, updates=ENCODER_UPDATES):
+    """fairseq-hydra-train of the bio_roberta_tiny config at ``size`` (model overrides, ``model._name`` included when
+    another architecture is meant) for ``updates`` updates; returns checkpoint_last.pt."""
     run_cli(
         ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
          f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         *ENCODER_SIZE, f"optimization.max_update={ENCODER_UPDATES}", "optimization.lr=[0.001]",
+         *size, f"optimization.max_update={updates}", "optimization.lr=[0.001]",
          "lr_scheduler.warmup_updates=30", "dataset.validate_interval_updates=100000",
          "checkpoint.save_interval_updates=100000", "common.log_interval=100"],
         cwd=save_dir, timeout=1200,

@@ -29,6 +29,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
 
     from ..hf.checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
     from ..models.bio_electra import SHARED, apply_architecture, encoder_options
+    from ..models.bio_roberta import is_bio_roberta
 
     checkpoint, out = Path(checkpoint), Path(out).absolute()
     if part not in PARTS:
@@ -39,6 +40,11 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     state = load_checkpoint(checkpoint)
     model_cfg = argparse.Namespace(**((state.get("cfg") or {}).get("model") or {}))
     name = getattr(model_cfg, "_name", None) or ""
+    if is_bio_roberta(name):
+        raise ExtractError(
+            f"{checkpoint}: model {name}: already a bio_roberta encoder checkpoint; fine-tune, distil or export it as "
+            "it is (fairseq-bio-extract-encoder takes bio_electra checkpoints)"
+        )
     if not name.startswith("bio_electra") or "discriminator.embed_tokens.weight" not in state.get("model", {}):
         raise ExtractError(f"{checkpoint}: not a bio_electra checkpoint (model {name or 'unknown'})")
     apply_architecture(model_cfg, name)

@@ -75,6 +75,7 @@ def export_hf(
     sentence-level head); ``head`` picks one of several classification heads; ``log`` gets one line per warning;
     returns the check's numbers."""
     from .. import compat
+    from ..models.bio_roberta import is_bio_roberta
 
     checkpoint, out_dir = Path(checkpoint).absolute(), Path(out_dir).absolute()
     if not checkpoint.is_file():
@@ -90,7 +91,7 @@ def export_hf(
         if head is not None:
             raise HFConvertError(f"--head {head}: a bio_electra checkpoint has no classification heads")
         return _export_electra(checkpoint, state, out_dir, data, overwrite, tolerance, sentences, log)
-    if not model_name.startswith("bio_roberta"):
+    if not is_bio_roberta(model_name):
         raise HFConvertError(f"{checkpoint}: model {model_name!r}: only bio_roberta checkpoints are exported")
     markers = str(checkpoint_section(state, "task").get("entity_representation") or "dummy_cls")
     if markers != "dummy_cls":  # HF heads pool <s>, and HF's tokenizers know no [E1]: refused, not half-exported

@@ -155,6 +155,12 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
         cfg.lm_head_vocab_multiple = 64
 
 
+def is_bio_roberta(name: Optional[str]) -> bool:
+    """Whether ``name`` (a checkpoint's ``model._name`` or ``--arch``) is model ``bio_roberta`` or one of the
+    architectures registered for it (bio_roberta_*, bio_megatron_*): the checkpoints every bio_roberta consumer takes."""
+    return name == "bio_roberta" or name in ARCHITECTURES
+
+
 def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
     """(state, weights, recorded model cfg) of a ``bio_roberta`` checkpoint, read with ``weights_only=True``; an
     ELECTRA checkpoint (extract its discriminator first) or anything else is refused as ``error`` in one line that
@@ -172,7 +178,7 @@ def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
         )
     recorded = (state.get("cfg") or {}).get("model") or {}
     name = recorded.get("_name") or ""
-    if not name.startswith("bio_roberta") or "encoder.sentence_encoder.embed_tokens.weight" not in weights:
+    if not is_bio_roberta(name) or "encoder.sentence_encoder.embed_tokens.weight" not in weights:
         raise error(f"{label}: not a bio_roberta checkpoint (model {name or 'unknown'})")
     return state, weights, recorded
 
