@@ -174,7 +174,9 @@ def test_round_trip_import_of_export_is_the_same_model(wordpiece_checkpoint, tra
             assert torch.equal(again.model(tokens[None])[0], original.model(tokens[None])[0])
 
 
-def test_pre_ln_exports_to_roberta_prelayernorm_or_is_refused(data_bin, pubmed_corpus, tmp_path):
+def test_pre_ln_exports_to_roberta_prelayernorm_or_megatron_bert(data_bin, pubmed_corpus, tmp_path):
+    """Pre-LN with an embedding LayerNorm: RobertaPreLayerNorm; without one (bio_megatron_*): MegatronBert; post-LN
+    without one has no HF class and is refused."""
     data = data_bin("wordpiece")
     with_norm = make_checkpoint(
         data, tmp_path / "a" / "model.pt", encoder_normalize_before=True, layernorm_embedding=True
@@ -185,10 +187,17 @@ def test_pre_ln_exports_to_roberta_prelayernorm_or_is_refused(data_bin, pubmed_c
     assert diff <= TOL and type(model).__name__ == "RobertaPreLayerNormForMaskedLM"
 
     without = make_checkpoint(data, tmp_path / "b" / "model.pt", encoder_normalize_before=True)
+    result = export_hf(without, tmp_path / "hf-megatron", data=str(data))
+    assert result["architecture"] == "MegatronBertForMaskedLM"
+    sentences = real_sentences(pubmed_corpus, 16, start=900)
+    diff, _, model = check_against_hf(tmp_path / "hf-megatron", without, data, sentences)
+    assert diff <= TOL and type(model).__name__ == "MegatronBertForMaskedLM"
+
+    post_ln = make_checkpoint(data, tmp_path / "c" / "model.pt", layernorm_embedding=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli_main([str(without), str(tmp_path / "refused"), "--data", str(data)])
+        cli_main([str(post_ln), str(tmp_path / "refused"), "--data", str(data)])
     error = str(exit_info.value.code)
-    assert error.startswith("fairseq-bio-export-hf: pre-LN model without an embedding LayerNorm") and "\n" not in error
+    assert error.startswith("fairseq-bio-export-hf: post-LN model without an embedding LayerNorm") and "\n" not in error
     assert not (tmp_path / "refused").exists()
 
 

@@ -54,6 +54,9 @@ def hf_and_fairseq_outputs(hf_model, hf_tokenizer, hub, sentences, hf_to_fs, log
     with torch.no_grad():
         hf_out = hf_model(**encoded, output_hidden_states=True)
         fs_logits, extra = hub.model(batch, return_all_hiddens=True)
+        final_norm = hub.model.encoder.sentence_encoder.layer_norm
+        if final_norm is not None:  # HF reports a pre-LN model's last state after its final LayerNorm
+            extra["inner_states"][-1] = final_norm(extra["inner_states"][-1])
     for row, tokens in enumerate(fs_tokens):
         n = int(encoded["attention_mask"][row].sum())
         hf_ids = encoded["input_ids"][row, :n]
@@ -239,14 +242,15 @@ def _randomise(model, seed=0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            base = 1.0 if name.endswith("LayerNorm.weight") or name.endswith("layer_norm.weight") else 0.0
+            base = 1.0 if name.endswith(("LayerNorm.weight", "layer_norm.weight", "ln.weight")) else 0.0
             p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
 
 
 def save_tiny_bert(directory, wordpiece_vocab, cls_name="BertForMaskedLM", lowercase=True, **config):
-    """A randomly initialised tiny HF BERT (or ELECTRA) with a WordPiece tokenizer learned on PubMed."""
+    """A randomly initialised tiny HF BERT (or ELECTRA, MegatronBERT) with a WordPiece tokenizer learned on PubMed."""
     tokenizer = transformers.BertTokenizer(vocab=str(wordpiece_vocab / "vocab.txt"), do_lower_case=lowercase)
-    config_cls = transformers.ElectraConfig if cls_name.startswith("Electra") else transformers.BertConfig
+    config_cls = getattr(transformers, next(f"{kind}Config" for kind in ("Electra", "MegatronBert", "Bert")
+                                            if cls_name.startswith(kind)))  # fmt: skip
     options = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                    max_position_embeddings=512, **config)  # fmt: skip
     model = getattr(transformers, cls_name)(config_cls(vocab_size=len(tokenizer), **options))

@@ -80,3 +80,71 @@ def test_extract_encoder_says_a_megatron_is_already_an_encoder(megatron, tmp_pat
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "already a bio_roberta encoder checkpoint" in last
     assert last.startswith("fairseq-bio-extract-encoder: ") and not (tmp_path / "enc.pt").exists()
+
+
+# ------------------------------------------------------------------------------------------------ HF interop
+
+
+def test_hf_megatron_bert_imports_exactly_and_exports_back(learned_vocab, pubmed_corpus, tmp_path):
+    """A random tiny HF MegatronBertForMaskedLM (WordPiece learned on PubMed): the import is a pre-LN bio_roberta
+    without an embedding LayerNorm whose every layer's states and MLM logits equal HF's on real sentences, batched
+    with padding; exporting it gives back a MegatronBertForMaskedLM with HF's logits."""
+    transformers = pytest.importorskip("transformers")
+    from test_hf_import import BERT_SPECIALS, check_logits, real_sentences, save_tiny_bert
+
+    from fairseq_bio.hf import export_hf, import_hf
+
+    hf = save_tiny_bert(tmp_path / "hf", learned_vocab("wordpiece"), cls_name="MegatronBertForMaskedLM")
+    info = import_hf(hf, tmp_path / "imported", log=lambda line: None)
+    assert info["model_type"] == "megatron-bert" and info["mlm_head"] == "imported"
+    assert info["model"]["encoder_normalize_before"] and not info["model"]["layernorm_embedding"]
+    assert "++model.encoder_normalize_before=true" in info["hydra_overrides"]
+    assert info["check"]["logits_max_abs_diff"] <= TOL and info["check"]["hidden_max_abs_diff"] <= TOL
+    sentences = real_sentences(pubmed_corpus, 24)
+    worst = check_logits(hf, tmp_path / "imported", sentences, BERT_SPECIALS)
+    print(f"MegatronBERT import: MLM logits max |diff| {worst:.2e} (import's own check "
+          f"{info['check']['logits_max_abs_diff']:.2e})")
+
+    result = export_hf(tmp_path / "imported" / "model.pt", tmp_path / "exported")
+    assert result["architecture"] == "MegatronBertForMaskedLM" and result["logits_max_abs_diff"] <= TOL
+    models, encoded = {}, {}
+    for name, directory in (("original", hf), ("exported", tmp_path / "exported")):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+        models[name] = (tokenizer, transformers.AutoModelForMaskedLM.from_pretrained(str(directory)).eval())
+        encoded[name] = tokenizer(sentences, padding=True, return_tensors="pt")
+    (original_tokenizer, original), (exported_tokenizer, exported) = models["original"], models["exported"]
+    # the export's ids are fairseq's ([CLS] [PAD] [SEP] [UNK] first, [MASK] last): the same tokens by name
+    to_original = torch.tensor(original_tokenizer.convert_tokens_to_ids(
+        exported_tokenizer.convert_ids_to_tokens(list(range(len(exported_tokenizer))))))  # fmt: skip
+    assert torch.equal(to_original[encoded["exported"]["input_ids"]], encoded["original"]["input_ids"])
+    with torch.no_grad():
+        a, b = original(**encoded["original"]).logits, exported(**encoded["exported"]).logits
+    mask = encoded["original"]["attention_mask"].bool()
+    round_trip = (a[mask][:, to_original] - b[mask]).abs().max().item()
+    print(f"MegatronBERT import -> export: MLM logits max |diff| from the original {round_trip:.2e}")
+    assert round_trip <= TOL
+
+
+def test_megatron_masked_lm_exports_as_megatron_bert(megatron, data_bin, pubmed_corpus, tmp_path):
+    from test_hf_export import check_against_hf, randomise, real_sentences, save_with
+
+    from fairseq_bio.hf import export_hf
+
+    checkpoint = save_with(megatron, tmp_path / "random" / "checkpoint_last.pt",
+                           lambda state: state.update(model=randomise(state["model"])))  # fmt: skip
+    data = data_bin("bytebpe")
+    result = export_hf(checkpoint, tmp_path / "hf", data=str(data))
+    assert result["architecture"] == "MegatronBertForMaskedLM" and result["logits_max_abs_diff"] <= TOL
+    diff, _, model = check_against_hf(tmp_path / "hf", checkpoint, data, real_sentences(pubmed_corpus, 24))
+    print(f"MegatronBERT export: logits max |diff| {diff:.2e} (the export's own check "
+          f"{result['logits_max_abs_diff']:.2e})")
+    assert diff <= TOL and type(model).__name__ == "MegatronBertForMaskedLM"
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "no embedding LayerNorm" in card and f"{model.config.max_position_embeddings} positions" in card
+
+
+def test_megatron_tagger_exports_as_megatron_bert_token_classification(megatron_tagger, tmp_path):
+    from fairseq_bio.hf import export_hf
+
+    result = export_hf(megatron_tagger / "checkpoint_last.pt", tmp_path / "hf")
+    assert result["architecture"] == "MegatronBertForTokenClassification" and result["logits_max_abs_diff"] <= TOL

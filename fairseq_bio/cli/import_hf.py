@@ -1,6 +1,6 @@
-"""``fairseq-bio-import-hf <hf_model_dir> <out_dir>``: an HF BERT, RoBERTa, ELECTRA or DistilBERT checkpoint directory
-as a ``bio_roberta`` encoder checkpoint; with ``--generator <dir>``, an HF ELECTRA pair (``hf_model_dir`` its
-discriminator) as a ``bio_electra`` checkpoint that ELECTRA pretraining continues from.
+"""``fairseq-bio-import-hf <hf_model_dir> <out_dir>``: an HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT
+checkpoint directory as a ``bio_roberta`` encoder checkpoint; with ``--generator <dir>``, an HF ELECTRA pair
+(``hf_model_dir`` its discriminator) as a ``bio_electra`` checkpoint that ELECTRA pretraining continues from.
 
 What the output directory holds and how the import checks itself: ``fairseq_bio.hf.importing``.
 """
@@ -17,8 +17,8 @@ RESETS = ("checkpoint.reset_optimizer=true checkpoint.reset_dataloader=true chec
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    """``fairseq-bio-import-hf``: HF BERT/RoBERTa/ELECTRA directory -> bio_roberta encoder checkpoint, or HF ELECTRA
-    discriminator + generator directories -> bio_electra checkpoint."""
+    """``fairseq-bio-import-hf``: HF BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT directory -> bio_roberta encoder
+    checkpoint, or HF ELECTRA discriminator + generator directories -> bio_electra checkpoint."""
 
     def main(argv):
         parser = argparse.ArgumentParser(

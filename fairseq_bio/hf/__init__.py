@@ -1,4 +1,4 @@
-"""HF transformers <-> fairseq_bio: import HF BERT/RoBERTa/ELECTRA/DistilBERT encoders as ``bio_roberta``
+"""HF transformers <-> fairseq_bio: import HF BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT encoders as ``bio_roberta``
 checkpoints and HF ELECTRA pairs (discriminator + generator) as ``bio_electra`` checkpoints, and export
 ``bio_roberta`` checkpoints (masked LM, tagging, sentence and QA heads) as HF model directories and ``bio_electra``
 ones as HF ELECTRA pairs, each checked for exactness (token ids, hidden states, logits) before its output appears.

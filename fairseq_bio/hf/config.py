@@ -1,13 +1,14 @@
 """HF ``config.json`` <-> bio_roberta model options, both directions: what an imported HF
-BERT/RoBERTa/ELECTRA/DistilBERT config must say for bio_roberta to compute it exactly, and the RoBERTa config an
-exported encoder is."""
+BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT config must say for bio_roberta to compute it exactly, and the HF config
+an exported encoder is (RoBERTa, RobertaPreLayerNorm or MegatronBERT by its LayerNorm layout)."""
 
 from pathlib import Path
 from typing import Dict
 
 from .common import HFConvertError, read_json
 
-MODEL_TYPES = ("bert", "roberta", "electra", "distilbert")  # what the import reads
+MEGATRON = "megatron-bert"  # pre-LN without an embedding LayerNorm, a final LayerNorm: the bio_megatron_* layout
+MODEL_TYPES = ("bert", "roberta", "electra", "distilbert", MEGATRON)  # what the import reads
 # Encoders that bio_roberta cannot compute, refused by name with the reason.
 REFUSED_MODEL_TYPES = {
     "mobilebert": "MobileBERT's bottleneck projections around every layer, NoNorm (an elementwise affine in place "
@@ -19,8 +20,10 @@ REFUSED_MODEL_TYPES = {
 DISTILBERT_FIELDS = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
                      "hidden_dim": "intermediate_size", "activation": "hidden_act", "dropout": "hidden_dropout_prob",
                      "attention_dropout": "attention_probs_dropout_prob"}  # fmt: skip
-PRE_LN = "roberta-prelayernorm"  # the export's model_type of a pre-LN encoder; post-LN ones are "roberta"
-CLASS_PREFIXES = {"roberta": "Roberta", PRE_LN: "RobertaPreLayerNorm"}  # model_type -> HF class name prefix
+PRE_LN = "roberta-prelayernorm"  # the export's model_type of a pre-LN encoder with an embedding LayerNorm
+# model_type -> HF class name prefix, and the prefix of the base model's parameters where it is not the model_type
+CLASS_PREFIXES = {"roberta": "Roberta", PRE_LN: "RobertaPreLayerNorm", MEGATRON: "MegatronBert"}
+BASE_MODEL_PREFIXES = {PRE_LN: "roberta_prelayernorm", MEGATRON: "bert"}
 # HF hidden_act -> the fairseq activation_fn computing the same function.
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_accurate", "gelu_pytorch_tanh": "gelu_accurate", "relu": "relu"}
 # fairseq activation_fn -> HF hidden_act computing the same function.
@@ -82,19 +85,26 @@ def electra_embedding_size(config: dict) -> int:
 
 
 def position_offset(config: dict) -> int:
-    """HF row of the first token's position: RoBERTa counts from ``pad_token_id + 1`` like fairseq, BERT from 0."""
-    return config.get("pad_token_id", 1) + 1 if config["model_type"] == "roberta" else 0
+    """HF row of the first token's position: RoBERTa counts from ``pad_token_id + 1`` like fairseq, BERT (and
+    MegatronBERT, DistilBERT, ELECTRA) from 0."""
+    return config.get("pad_token_id", 1) + 1 if config["model_type"] in ("roberta", PRE_LN) else 0
+
+
+def base_model_prefix(model_type: str) -> str:
+    """The name the HF heads' classes give their base model (``bert`` in ``bert.encoder.layer.0...``)."""
+    return BASE_MODEL_PREFIXES.get(model_type, model_type)
 
 
 def bio_roberta_options(config: dict, max_positions: int, untied: bool) -> Dict:
     """The bio_roberta model options computing what the (checked) HF ``config`` computes."""
+    pre_ln = config["model_type"] == MEGATRON
     return dict(
         encoder_layers=config["num_hidden_layers"],
         encoder_embed_dim=config["hidden_size"],
         encoder_ffn_embed_dim=config["intermediate_size"],
         encoder_attention_heads=config["num_attention_heads"],
-        encoder_normalize_before=False,
-        layernorm_embedding=True,
+        encoder_normalize_before=pre_ln,
+        layernorm_embedding=not pre_ln,
         layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         activation_fn=ACTIVATIONS[config.get("hidden_act", "gelu")],
         dropout=float(config.get("hidden_dropout_prob", 0.1)),
@@ -104,21 +114,24 @@ def bio_roberta_options(config: dict, max_positions: int, untied: bool) -> Dict:
     )
 
 
-def roberta_config(hub) -> Dict:
-    """config.json fields of a loaded bio_roberta's encoder as HF RoBERTa (post-LN) or RobertaPreLayerNorm (pre-LN
-    with an embedding LayerNorm); refused where no HF class computes it exactly."""
+def encoder_config(hub) -> Dict:
+    """config.json fields of a loaded bio_roberta's encoder as the HF class computing it: RoBERTa (post-LN),
+    RobertaPreLayerNorm (pre-LN with an embedding LayerNorm) or MegatronBERT (pre-LN without one, positions from row 0
+    of its table, fairseq's from row ``pad + 1``); refused where no HF class computes it exactly."""
     args, encoder = hub.model.args, hub.model.encoder.sentence_encoder
-    pre_ln = bool(args.encoder_normalize_before)
-    if pre_ln and encoder.layernorm_embedding is None:
+    pre_ln, embedding_norm = bool(args.encoder_normalize_before), encoder.layernorm_embedding is not None
+    if not pre_ln and not embedding_norm:
         raise HFConvertError(
-            "pre-LN model without an embedding LayerNorm: HF's RobertaPreLayerNorm always normalises the "
-            "embeddings, so no HF class computes this model exactly (train with model.layernorm_embedding=true)"
+            "post-LN model without an embedding LayerNorm: HF's RoBERTa and BERT always normalise the embeddings, so "
+            "no HF class computes this model exactly"
         )
     if args.activation_fn not in HF_ACTIVATIONS:
         raise HFConvertError(f"activation_fn {args.activation_fn!r} has no HF equivalent ({', '.join(HF_ACTIVATIONS)})")
     dictionary = hub.task.source_dictionary
+    model_type = "roberta" if not pre_ln else PRE_LN if embedding_norm else MEGATRON
+    config = {"model_type": model_type, "pad_token_id": dictionary.pad()}
     return {
-        "model_type": PRE_LN if pre_ln else "roberta",
+        **config,
         "vocab_size": len(dictionary),
         "hidden_size": encoder.embed_tokens.embedding_dim,
         "num_hidden_layers": len(encoder.layers),
@@ -127,12 +140,13 @@ def roberta_config(hub) -> Dict:
         "hidden_act": HF_ACTIVATIONS[args.activation_fn],
         "hidden_dropout_prob": float(args.dropout),
         "attention_probs_dropout_prob": float(args.attention_dropout),
-        "max_position_embeddings": encoder.embed_positions.weight.size(0),
+        # fairseq's table starts with the rows before its first position (padding_idx + 1)
+        "max_position_embeddings": encoder.embed_positions.weight.size(0) - (dictionary.pad() + 1)
+        + position_offset(config),
         "type_vocab_size": 1,
         "initializer_range": 0.02,
         "layer_norm_eps": float(encoder.layers[0].final_layer_norm.eps),
         "position_embedding_type": "absolute",
-        "pad_token_id": dictionary.pad(),
         "bos_token_id": dictionary.bos(),
         "eos_token_id": dictionary.eos(),
     }

@@ -39,7 +39,7 @@ from ..data.word_boundaries import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
-from .config import write_config
+from .config import position_offset, write_config
 from .electra import PARTS, electra_pair_from_fairseq
 from .heads import ENTITY_REFUSALS, hf_model
 from .model_card import electra_model_card, model_card
@@ -116,7 +116,7 @@ def export_hf(
 
     tmp = make_temp_dir(out_dir)
     try:
-        max_length = hf.config["max_position_embeddings"] - hf.config["pad_token_id"] - 1
+        max_length = hf.config["max_position_embeddings"] - position_offset(hf.config)
         tokenizer = write_hf_tokenizer(tmp, hub.task.source_dictionary, bpe, max_length)
         hf.config["tokenizer_class"] = tokenizer["class"]
         write_config(hf.config, tmp / "config.json")

@@ -1,4 +1,4 @@
-"""What a bio_roberta checkpoint becomes in HF: its encoder as HF RoBERTa plus the head it was trained with (masked
+"""What a bio_roberta checkpoint becomes in HF: its encoder as HF RoBERTa (RobertaPreLayerNorm, MegatronBERT) plus the head it was trained with (masked
 LM, token classification with a CRF's parameters on the side, sentence classification or regression, extractive
 QA spans), the head's labels and task options in config.json, and what has no place there named."""
 
@@ -8,7 +8,8 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 
 from .common import HFConvertError
-from .weights import FAIRSEQ_BUFFERS, LM_HEAD, HFModel, roberta_encoder
+from .config import MEGATRON
+from .weights import FAIRSEQ_BUFFERS, HEADS_WITH_ENCODER_ACTIVATION, LM_HEAD, MLM_HEADS, HFModel, hf_encoder
 
 CRF_FILE = "crf.json"
 # bio_sentence_prediction's task.entity_representation values HF cannot serve -> why (HF heads pool <s>)
@@ -24,6 +25,10 @@ ENTITY_REFUSALS["mention_pool"] = (
 # bio_sentence_prediction's task.kind -> HF's problem_type (which loss HF's *ForSequenceClassification trains with)
 PROBLEM_TYPES = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
                  "regression": "regression"}  # fmt: skip
+# HF names of fairseq's sentence head (dense, out_proj): RoBERTa's classifier; MegatronBERT's pooler (dense + tanh on
+# the first token, the same computation) and its classifier.
+SENTENCE_HEADS = {MEGATRON: ("bert.pooler.dense", "classifier")}
+ROBERTA_SENTENCE_HEAD = ("classifier.dense", "classifier.out_proj")
 
 
 @dataclass(frozen=True)
@@ -71,19 +76,21 @@ def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str
 
 
 def _add_masked_lm_head(hf: HFModel, hub, head_name: Optional[str], used: set) -> None:
-    """RoBERTa's ``lm_head``: transform dense + LayerNorm, output bias, and the output matrix when untied."""
-    model = hub.model
-    if model.args.activation_fn != "gelu":
+    """RoBERTa's ``lm_head`` (MegatronBERT's ``cls.predictions``): transform dense + LayerNorm, output bias, and the
+    output matrix when untied."""
+    model, model_type = hub.model, hf.config["model_type"]
+    if model_type not in HEADS_WITH_ENCODER_ACTIVATION and model.args.activation_fn != "gelu":
         raise HFConvertError(f"HF RoBERTa's MLM head applies gelu, this model's applies {model.args.activation_fn}")
+    dense, norm, (decoder_bias, bias), decoder = MLM_HEADS[model_type]
     state = {k: v.detach().float() for k, v in model.state_dict().items() if k.startswith(LM_HEAD)}
     untied = model.encoder.lm_head.weight is not model.encoder.sentence_encoder.embed_tokens.weight
     for p in ("weight", "bias"):
-        hf.state[f"lm_head.dense.{p}"] = state[f"{LM_HEAD}dense.{p}"]
-        hf.state[f"lm_head.layer_norm.{p}"] = state[f"{LM_HEAD}layer_norm.{p}"]
-    hf.state["lm_head.bias"] = state[f"{LM_HEAD}bias"]
+        hf.state[f"{dense}.{p}"] = state[f"{LM_HEAD}dense.{p}"]
+        hf.state[f"{norm}.{p}"] = state[f"{LM_HEAD}layer_norm.{p}"]
+    hf.state[bias] = state[f"{LM_HEAD}bias"]
     if untied:  # HF's own files carry the output matrix and the decoder's bias only when untied
-        hf.state["lm_head.decoder.weight"] = state[f"{LM_HEAD}weight"]
-        hf.state["lm_head.decoder.bias"] = state[f"{LM_HEAD}bias"]
+        hf.state[decoder] = state[f"{LM_HEAD}weight"]
+        hf.state[decoder_bias] = state[f"{LM_HEAD}bias"]
     hf.config["tie_word_embeddings"] = not untied
     used.update(state)
 
@@ -159,7 +166,7 @@ def _add_question_answering_head(hf: HFModel, hub, head_name: str, used: set) ->
 
 def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: set) -> None:
     """fairseq's RobertaClassificationHead (``<s>``'s last state -> dropout -> dense -> tanh -> dropout -> out_proj,
-    what HF's RobertaClassificationHead computes) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels
+    what HF's RobertaClassificationHead computes, and MegatronBERT's pooler + classifier) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels
     as ``id2label`` and its kind as ``problem_type``. The masked-LM head fine-tuning keeps (frozen) is left out."""
     model, task = hub.model, hub.task
     task_head = getattr(getattr(task, "cfg", None), "head_name", None)
@@ -193,8 +200,10 @@ def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: se
             f"classification head {head_name!r} has {head.out_proj.out_features} outputs but the checkpoint's {kind} "
             f"task state lists {len(labels)} labels ({', '.join(labels) or 'none'})"
         )
+    names = dict(zip(("dense", "out_proj"), SENTENCE_HEADS.get(hf.config["model_type"], ROBERTA_SENTENCE_HEAD)))
     for name in expected:
-        hf.state[f"classifier.{name}"] = model.state_dict()[key + name].detach().float()
+        layer, p = name.split(".")
+        hf.state[f"{names[layer]}.{p}"] = model.state_dict()[key + name].detach().float()
         used.add(key + name)
     if kind == "regression":  # one output, unnamed: HF's own form for regression
         labels = ["LABEL_0"]
@@ -272,7 +281,7 @@ def hf_model(hub, head: Optional[str] = None) -> Tuple[HFModel, str, Optional[st
     target = TARGETS[kind]
     if target.add_head is None:
         raise HFConvertError(f"classification head {head_name!r}: {target.missing}")
-    hf, class_prefix, used = roberta_encoder(hub)
+    hf, class_prefix, used = hf_encoder(hub)
     target.add_head(hf, hub, head_name, used)
     for other in hub.model.classification_heads:
         if other != head_name:

@@ -1,4 +1,4 @@
-"""An HF BERT, RoBERTa, ELECTRA or DistilBERT checkpoint directory as a ``bio_roberta`` encoder checkpoint, and an
+"""An HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT checkpoint directory as a ``bio_roberta`` encoder checkpoint, and an
 HF ELECTRA pair (discriminator + generator directories) as a ``bio_electra`` checkpoint (what
 ``fairseq-bio-import-hf`` runs).
 

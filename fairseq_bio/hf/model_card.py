@@ -5,8 +5,11 @@ from pathlib import Path
 from typing import Dict, List
 
 from .checkpoints import checkpoint_section
+from .config import MEGATRON, PRE_LN, position_offset
 from .heads import TARGETS
 from .weights import HFModel
+
+LAYER_ORDERS = {PRE_LN: "pre-LayerNorm", MEGATRON: "pre-LayerNorm, no embedding LayerNorm (Megatron-LM's)"}
 
 
 def checkpoint_metrics(state: Dict) -> List[str]:
@@ -161,8 +164,8 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
     history = state.get("optimizer_history") or [{}]
     updates = history[-1].get("num_updates", 0)
     imported = extra.get("hf_import")
-    layer_order = "pre-LayerNorm" if config["model_type"] == "roberta-prelayernorm" else "post-LayerNorm (BERT/RoBERTa)"
-    positions = config["max_position_embeddings"] - config["pad_token_id"] - 1
+    layer_order = LAYER_ORDERS.get(config["model_type"], "post-LayerNorm (BERT/RoBERTa)")
+    positions = config["max_position_embeddings"] - position_offset(config)
     what = {"masked_lm": "masked language model", "token_classification": "token-classification (tagging) model",
             "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type")),
             "question_answering": "extractive question-answering model"}  # fmt: skip
@@ -179,8 +182,7 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
         head = (
             f"; a sentence head on the last hidden state of `<s>`: dropout {config['classifier_dropout']:g}, dense "
             f"{config['hidden_size']} x {config['hidden_size']}, tanh, dropout, linear to {len(config['id2label'])} "
-            f"output{'s' if len(config['id2label']) > 1 else ''} (fairseq's and HF's RobertaClassificationHead compute "
-            "the same)."
+            f"output{'s' if len(config['id2label']) > 1 else ''} (fairseq's head and HF's compute the same)."
         )
     lines = [
         f"# {checkpoint.parent.name}/{checkpoint.name}",

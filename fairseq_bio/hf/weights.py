@@ -1,7 +1,7 @@
-"""Parameters between HF's BERT/RoBERTa/ELECTRA/DistilBERT encoders and ``bio_roberta``, both directions: reading
-HF weight files (without transformers), the name map of the encoder layers (post-LN, pre-LN, DistilBERT's names),
-HF -> bio_roberta (rows in fairseq dictionary order, the MLM head when there is one) and a bio_roberta encoder -> HF
-RoBERTa."""
+"""Parameters between HF's BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT encoders and ``bio_roberta``, both directions:
+reading HF weight files (without transformers), the name map of the encoder layers (post-LN, pre-LN, DistilBERT's and
+MegatronBERT's names), HF -> bio_roberta (rows in fairseq dictionary order, the MLM head when there is one) and a
+bio_roberta encoder -> HF RoBERTa, RobertaPreLayerNorm or MegatronBERT."""
 
 import pickle
 import re
@@ -12,7 +12,15 @@ from typing import Dict, List, Tuple
 import torch
 
 from .common import HFConvertError, read_json
-from .config import CLASS_PREFIXES, PRE_LN, bio_roberta_options, position_offset, roberta_config
+from .config import (
+    CLASS_PREFIXES,
+    MEGATRON,
+    PRE_LN,
+    base_model_prefix,
+    bio_roberta_options,
+    encoder_config,
+    position_offset,
+)
 from .vocab import HFVocab
 
 ENCODER = "encoder.sentence_encoder."
@@ -32,9 +40,10 @@ MLM_HEADS = {
                 "generator_lm_head.weight"),
     "distilbert": ("vocab_transform", "vocab_layer_norm", ("vocab_projector.bias",), "vocab_projector.weight"),
 }  # fmt: skip
+MLM_HEADS[PRE_LN], MLM_HEADS[MEGATRON] = MLM_HEADS["roberta"], MLM_HEADS["bert"]
 # The heads that apply the encoder's activation between dense and LayerNorm, as bio_roberta's does; RoBERTa's and
 # ELECTRA's always apply gelu.
-HEADS_WITH_ENCODER_ACTIVATION = ("bert", "distilbert")
+HEADS_WITH_ENCODER_ACTIVATION = ("bert", "distilbert", MEGATRON)
 # Parameters of other heads, which bio_roberta has no place for: the import drops them and says so.
 OTHER_HEADS = {
     "pooler.": "BERT pooler (fairseq classification heads bring their own dense + tanh)",
@@ -77,15 +86,28 @@ _PRE_LN_LAYER_MAP = {
     "intermediate.dense": "fc1",
     "output.dense": "fc2",
 }
+_MEGATRON_LAYER_MAP = {  # pre-LN: attention.ln before attention, ln before the FFN; no embedding LayerNorm
+    "attention.ln": "self_attn_layer_norm",
+    "attention.self.query": "self_attn.q_proj",
+    "attention.self.key": "self_attn.k_proj",
+    "attention.self.value": "self_attn.v_proj",
+    "attention.output.dense": "self_attn.out_proj",
+    "ln": "final_layer_norm",
+    "intermediate.dense": "fc1",
+    "output.dense": "fc2",
+}
 
 
-def encoder_name_map(num_layers: int, pre_ln: bool = False, model_type: str = "bert") -> List[Tuple[str, str]]:
+def encoder_name_map(num_layers: int, model_type: str = "bert") -> List[Tuple[str, str]]:
     """(HF base-model name, bio_roberta name) of every encoder parameter but the token/position embeddings."""
-    modules = [("embeddings.LayerNorm", "layernorm_embedding")] + ([("LayerNorm", "layer_norm")] if pre_ln else [])
+    layers, layer_map = "encoder.layer", _LAYER_MAP
+    modules = [("embeddings.LayerNorm", "layernorm_embedding")]
     if model_type == "distilbert":
         layers, layer_map = "transformer.layer", _DISTILBERT_LAYER_MAP
-    else:
-        layers, layer_map = "encoder.layer", _PRE_LN_LAYER_MAP if pre_ln else _LAYER_MAP
+    elif model_type == PRE_LN:
+        layer_map, modules = _PRE_LN_LAYER_MAP, modules + [("LayerNorm", "layer_norm")]
+    elif model_type == MEGATRON:
+        layer_map, modules = _MEGATRON_LAYER_MAP, [("encoder.ln", "layer_norm")]
     for i in range(num_layers):
         modules += [(f"{layers}.{i}.{hf}", f"layers.{i}.{fs}") for hf, fs in layer_map.items()]
     return [(f"{hf}.{p}", f"{ENCODER}{fs}.{p}") for hf, fs in modules for p in ("weight", "bias")]
@@ -151,7 +173,7 @@ def base_model_names(state: Dict[str, torch.Tensor], model_type: str) -> Dict[st
     """Parameter names without the ``bert.``/``roberta.``/``electra.``/``distilbert.`` prefix, TF-era gamma/beta
     renamed."""
     out = {}
-    prefix = model_type + "."
+    prefix = base_model_prefix(model_type) + "."
     for name, tensor in state.items():
         name = name[len(prefix) :] if name.startswith(prefix) else name
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name))
@@ -273,19 +295,22 @@ class HFModel:
     warnings: List[str] = field(default_factory=list)  # one line each, printed by the command
 
 
-def roberta_encoder(hub) -> Tuple[HFModel, str, set]:
-    """The encoder of a loaded bio_roberta as HF RoBERTa (post-LN) or RobertaPreLayerNorm (pre-LN with an embedding
-    LayerNorm) base-model parameters: (HFModel, HF class prefix, the fairseq parameter names it took)."""
-    config = roberta_config(hub)
+def hf_encoder(hub) -> Tuple[HFModel, str, set]:
+    """The encoder of a loaded bio_roberta as HF RoBERTa (post-LN), RobertaPreLayerNorm (pre-LN with an embedding
+    LayerNorm) or MegatronBERT (pre-LN without one) base-model parameters: (HFModel, HF class prefix, the fairseq
+    parameter names it took)."""
+    config = encoder_config(hub)
     model_type = config["model_type"]
     state = {k: v.detach().float() for k, v in hub.model.state_dict().items()}
-    prefix = model_type.replace("-", "_") + "."  # roberta. / roberta_prelayernorm.
+    prefix = base_model_prefix(model_type) + "."
+    # fairseq's first position is row padding_idx + 1; HF's is row position_offset (RoBERTa: the same row; BERT: 0)
+    first = hub.task.source_dictionary.pad() + 1 - position_offset(config)
     hf = {
         prefix + "embeddings.word_embeddings.weight": state[f"{ENCODER}embed_tokens.weight"],
-        prefix + "embeddings.position_embeddings.weight": state[f"{ENCODER}embed_positions.weight"],
+        prefix + "embeddings.position_embeddings.weight": state[f"{ENCODER}embed_positions.weight"][first:],
         prefix + "embeddings.token_type_embeddings.weight": torch.zeros(1, config["hidden_size"]),
     }
-    names = encoder_name_map(config["num_hidden_layers"], pre_ln=model_type == PRE_LN)
+    names = encoder_name_map(config["num_hidden_layers"], model_type)
     hf.update({prefix + hf_name: state[fs_name] for hf_name, fs_name in names})
     used = {fs for _, fs in names} | {f"{ENCODER}embed_tokens.weight", f"{ENCODER}embed_positions.weight"}
     return HFModel(config, hf), CLASS_PREFIXES[model_type], used
