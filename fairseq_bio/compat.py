@@ -32,6 +32,7 @@ that pickles anything else is refused with a one-line error.
 
 It also installs ``fairseq_bio.checkpoints``: every checkpoint file fairseq writes appears atomically, and a corrupt
 one is named in one line with the newest intact checkpoint beside it (see that module).
+``fairseq_bio.sharded`` runs ``distributed_training.ddp_backend=fully_sharded`` on PyTorch's FSDP2 (see that module).
 ``fairseq_bio.preemption`` makes SIGUSR1/SIGUSR2/SIGTERM save a checkpoint at the next update boundary and end the run
 so that it resumes (requeued under SLURM/submitit; see that module).
 """
@@ -109,18 +110,19 @@ def install() -> None:
     """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
     file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
     and the legacy masked-LM dictionary its loader back, lets CPU models train on several processes, and installs
-    ``checkpoints``, ``fp16_diagnosis`` and ``preemption`` (see their module docstrings)."""
+    ``checkpoints``, ``fp16_diagnosis``, ``preemption`` and ``sharded`` (see their module docstrings)."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
     _install_installed_user_dir()
-    from . import checkpoints, fp16_diagnosis, preemption
+    from . import checkpoints, fp16_diagnosis, preemption, sharded
 
     checkpoints.install()
     fp16_diagnosis.install()
     preemption.install()
+    sharded.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
     # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
     # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's

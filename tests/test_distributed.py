@@ -33,6 +33,11 @@ def free_port() -> int:
 @pytest.fixture
 def slurm(tmp_path):
     """``slurm(rank)``: the environment srun gives task ``rank`` of a one-node, two-task job; and the scontrol log."""
+    return slurm_job(tmp_path)
+
+
+def slurm_job(tmp_path):
+    """The ``slurm`` fixture's value, its scontrol in ``tmp_path`` (for fixtures of a wider scope)."""
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(SCONTROL)

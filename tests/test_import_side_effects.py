@@ -31,6 +31,8 @@ EXPECTED = {
     "fairseq.optim.composite._build_optimizer": "compat",
     "fairseq.optim.dynamic_loss_scaler.DynamicLossScaler.check_overflow": "fp16_diagnosis",  # names the overflow
     "fairseq.utils.import_user_module": "compat",  # the installed plugin as --user-dir, from anywhere
+    "fairseq_cli.train.Trainer": "sharded",  # ddp_backend=fully_sharded on PyTorch's FSDP2 (fairscale: CUDA only)
+    "fairseq_cli.train.fsdp_enable_wrap": "sharded",  # no fairscale wrapping: the Trainer shards the plain model
     "fairseq_cli.train.train": "preemption",  # signal handlers during training
     "fairseq_cli.train.validate_and_save": "preemption",  # save and leave on a signal
     "sys.excepthook": "errors",  # a BioError prints as one line
