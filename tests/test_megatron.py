@@ -148,3 +148,30 @@ def test_megatron_tagger_exports_as_megatron_bert_token_classification(megatron_
 
     result = export_hf(megatron_tagger / "checkpoint_last.pt", tmp_path / "hf")
     assert result["architecture"] == "MegatronBertForTokenClassification" and result["logits_max_abs_diff"] <= TOL
+
+
+def test_sentence_and_qa_fine_tuning_from_megatron_export_as_megatron_bert(megatron, tmp_path):
+    """bio_sentence_prediction (BIOSSES pairs, regression) and bio_extractive_qa fine-tune from the megatron
+    checkpoint (5 updates each) and export as MegatronBertForSequenceClassification (the sentence head's dense is
+    the pooler) and MegatronBertForQuestionAnswering, each checked by the export against transformers; HF's
+    tokenizer(a, b) output runs the classifier as it is (one token type)."""
+    transformers = pytest.importorskip("transformers")
+    from conftest import SHARED_DATA, fine_tune_sentence
+    from test_extractive_qa import fine_tune_qa
+
+    from fairseq_bio.hf import export_hf
+
+    fine_tune_sentence("biosses", SHARED_DATA / "biosses", tmp_path / "biosses", f"checkpoint.restore_file={megatron}",
+                       updates=5)  # fmt: skip
+    result = export_hf(tmp_path / "biosses" / "checkpoint_last.pt", tmp_path / "hf-biosses")
+    assert result["architecture"] == "MegatronBertForSequenceClassification" and result["pairs"] == 2
+    assert result["logits_max_abs_diff"] <= TOL
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf-biosses"))
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "hf-biosses")).eval()
+    encoded = tokenizer("Aspirin lowers fever.", "Fever falls after aspirin.", return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**encoded).logits, model(encoded["input_ids"]).logits)
+
+    fine_tune_qa(megatron, tmp_path / "qa", updates=5)
+    result = export_hf(tmp_path / "qa" / "checkpoint_last.pt", tmp_path / "hf-qa")
+    assert result["architecture"] == "MegatronBertForQuestionAnswering" and result["logits_max_abs_diff"] <= TOL
