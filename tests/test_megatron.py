@@ -125,6 +125,40 @@ def test_hf_megatron_bert_imports_exactly_and_exports_back(learned_vocab, pubmed
     assert round_trip <= TOL
 
 
+def test_megatron_lm_conversion_with_padded_vocabulary_imports(learned_vocab, tmp_path):
+    """What transformers' convert_megatron_bert_checkpoint.py writes from a Megatron-LM BERT checkpoint (the
+    continue-the-1.2b recipe): config.json and pytorch_model.bin with Megatron-LM's vocabulary padding rows, its
+    pooler and next-sentence head, no tokenizer (BERT's vocab.txt put beside it): imported with the padding, pooler
+    and next-sentence head left out and said, MLM logits of every real token within 1e-4 of HF's."""
+    import json
+
+    from safetensors.torch import load_file
+    from test_hf_import import save_tiny_bert
+
+    from fairseq_bio.hf import import_hf
+
+    hf = save_tiny_bert(tmp_path / "hf", learned_vocab("wordpiece"), cls_name="MegatronBertForMaskedLM")
+    state, g = load_file(str(hf / "model.safetensors")), torch.Generator().manual_seed(5)
+    rows = state["bert.embeddings.word_embeddings.weight"].size(0)
+    padded = rows + 64  # Megatron-LM pads to a multiple of 128
+    state["bert.embeddings.word_embeddings.weight"] = torch.cat(
+        [state["bert.embeddings.word_embeddings.weight"], torch.randn(64, 32, generator=g)])  # fmt: skip
+    state["cls.predictions.bias"] = torch.cat([state["cls.predictions.bias"], torch.randn(64, generator=g)])
+    state.update({"bert.pooler.dense.weight": torch.randn(32, 32, generator=g), "bert.pooler.dense.bias": torch.zeros(32),
+                  "cls.seq_relationship.weight": torch.randn(2, 32, generator=g), "cls.seq_relationship.bias": torch.zeros(2)})  # fmt: skip
+    torch.save(state, hf / "pytorch_model.bin")
+    for name in ("model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        (hf / name).unlink(missing_ok=True)
+    config = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**config, "vocab_size": padded}))
+
+    info = import_hf(hf, tmp_path / "imported", log=lambda line: None)
+    assert info["vocabulary"]["size"] == rows and info["mlm_head"] == "imported"
+    assert f"64 vocabulary padding rows (ids {rows}-{padded - 1}: no token)" in info["dropped"]
+    assert any("pooler" in what for what in info["dropped"]) and any("next-sentence" in w for w in info["dropped"])
+    assert info["check"]["logits_max_abs_diff"] <= TOL and info["check"]["hidden_max_abs_diff"] <= TOL
+
+
 def test_megatron_masked_lm_exports_as_megatron_bert(megatron, data_bin, pubmed_corpus, tmp_path):
     from test_hf_export import check_against_hf, randomise, real_sentences, save_with
 

@@ -110,8 +110,9 @@ def compare_with_hf(
             raise HFConvertError(f"{len(hf_out.hidden_states)} HF hidden states but {len(fs_states)} fairseq ones")
         for hf_state, fs_state in zip(hf_out.hidden_states, fs_states):
             hidden_diff = max(hidden_diff, (hf_state[0] - fs_state[:, 0]).abs().max().item())
-        if outputs == "masked_lm":
-            logits_diff = max(logits_diff, (hf_out.logits[0] - fs_logits[0][:, hf_to_fs]).abs().max().item())
+        if outputs == "masked_lm":  # HF ids past the tokenizer's (Megatron-LM's vocabulary padding) were not imported
+            hf_logits = hf_out.logits[0][:, : len(hf_to_fs)]
+            logits_diff = max(logits_diff, (hf_logits - fs_logits[0][:, hf_to_fs]).abs().max().item())
         elif outputs in HEAD_OUTPUTS:  # per token (T x K) or per text (K)
             logits_diff = max(logits_diff, (hf_out.logits[0] - fs_logits[0]).abs().max().item())
         n_tokens += len(fs_ids)

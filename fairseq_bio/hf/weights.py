@@ -230,7 +230,10 @@ def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFV
             f"{weights}: embeddings.word_embeddings.weight has {rows} rows but config.json vocab_size is "
             f"{config['vocab_size']}"
         )
-    if len(vocab.tokens) != rows:
+    # Megatron-LM pads its vocabulary with rows no token maps to (to a multiple of 128 x its tensor-parallel size),
+    # and transformers' converter keeps them: they are left out (their logits are dropped from the output).
+    padding = rows - len(vocab.tokens) if model_type == MEGATRON and rows > len(vocab.tokens) else 0
+    if len(vocab.tokens) + padding != rows:
         raise HFConvertError(
             f"{vocab.source}: {len(vocab.tokens)} tokens but the embeddings have {rows} rows (HF ids must map one to "
             "one onto fairseq ids)"
@@ -274,6 +277,8 @@ def hf_to_fairseq_state(config: dict, state: Dict[str, torch.Tensor], vocab: HFV
             out[f"{LM_HEAD}weight"] = output[order]
 
     dropped = sorted({what for name in state for prefix, what in OTHER_HEADS.items() if name.startswith(prefix)})
+    if padding:
+        dropped.append(f"{padding} vocabulary padding rows (ids {len(vocab.tokens)}-{rows - 1}: no token)")
     used.update(name for name in state if name.startswith(tuple(OTHER_HEADS)))
     unknown = sorted(set(state) - used)
     if unknown:
