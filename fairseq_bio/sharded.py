@@ -125,6 +125,22 @@ def total_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
     return (norm.full_tensor() if isinstance(norm, DTensor) else norm).float()
 
 
+# fairseq options that only fairscale's FSDP reads: refused rather than ignored
+FAIRSCALE_ONLY = ("cpu_offload", "use_sharded_state", "no_reshard_after_forward")
+
+
+def refuse_fairscale_options(cfg) -> None:
+    if cfg.common.fp16 or cfg.common.bf16:
+        raise BioConfigError("distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
+                             "only: use precision=fp32")  # fmt: skip
+    given = [f"distributed_training.{name}" for name in FAIRSCALE_ONLY if cfg.distributed_training[name]]
+    if cfg.distributed_training.zero_sharding != "none":
+        given.append("distributed_training.zero_sharding")
+    if given:
+        raise BioConfigError(f"{', '.join(given)}: fairscale's options, which distributed_training.ddp_backend="
+                             "fully_sharded (PyTorch's FSDP2 here) does not read; leave them unset")  # fmt: skip
+
+
 def sharded_backend(cfg) -> bool:
     return cfg.distributed_training.ddp_backend == FULLY_SHARDED
 
@@ -133,9 +149,8 @@ class ShardedTrainer(Trainer):
     """fairseq's Trainer; with ``ddp_backend=fully_sharded`` on several processes, PyTorch's FSDP2 (see the module)."""
 
     def __init__(self, cfg, task, model, criterion, quantizer=None):
-        if sharded_backend(cfg) and (cfg.common.fp16 or cfg.common.bf16):
-            raise BioConfigError("distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
-                                 "only: use precision=fp32")  # fmt: skip
+        if sharded_backend(cfg):
+            refuse_fairscale_options(cfg)
         super().__init__(cfg, task, model, criterion, quantizer)
 
     @property
