@@ -30,7 +30,7 @@ test: install $(FASTBPE_STAMP)
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
 # On a lent GPU, in under 10 minutes: tests/gpu in fp16 and bf16, benchmarks/encoder_speed.py --device cuda, NCCL
-# data parallel (2+ GPUs) and fairscale's FSDP, as one table in benchmarks/results/gpu_check.md; without CUDA it says
+# data parallel and fully sharded data parallel (2+ GPUs), as one table in benchmarks/results/gpu_check.md; without CUDA it says
 # so and exits 0. GPU_CHECK_DRY=1 takes every step on the CPU at tiny sizes (CI; benchmarks/results/gpu_check_dry.md).
 gpu-check: install
 	$(BIN)/pip install --no-deps -r requirements/gpu.txt

@@ -5,8 +5,9 @@
 2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, tokens/s, MFU, peak
    memory, bf16, 512-token blocks (on `make demo`'s runs/demo/data-bin, else on PubMed data built here);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
-4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: fairscale's FSDP against the plain run, one GPU) when
-   fairscale is installed (requirements/gpu.txt, which `make gpu-check` installs);
+4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
+   fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
+   exported) when there are 2+ GPUs, else skipped;
 
 Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). Then one markdown table
 (step, result, time, details) with the device (nvidia-smi) and the date, printed and written to
@@ -16,8 +17,8 @@ Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny s
 so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
 changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock and bio variants (the
 fused-AdamW and compiled ones swap the optimizer or compile the layers, and the CPU compilation alone takes half a
-minute), the data-parallel test over gloo; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry run
-never overwrites a GPU's table.
+minute), the data-parallel and the fully sharded tests over gloo; the table goes to
+benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's table.
 """
 
 import argparse
@@ -105,11 +106,11 @@ def summarise(name: str, outcome: Outcome, seconds: float) -> Step:
 
 
 def pytest_steps(dry: bool, env, timeout: float):
-    """Steps 1 and 3: one pytest session over tests/gpu (the data built once, the two files side by side), reported
+    """Steps 1, 3 and 4: one pytest session over tests/gpu (the data built once, the files side by side), reported
     per file."""
-    names = (f"1. GPU tests ({GPU_TESTS}, fp16 + bf16)",
-             f"3. 2-process data parallel, {'gloo on the CPU' if dry else 'NCCL'} ({DATA_PARALLEL})",
-             f"4. fully sharded data parallel, fairscale FSDP on one GPU ({FSDP})")  # fmt: skip
+    over = "gloo on the CPU" if dry else "NCCL"
+    names = (f"1. GPU tests ({GPU_TESTS}, fp16 + bf16)", f"3. 2-process data parallel, {over} ({DATA_PARALLEL})",
+             f"4. fully sharded data parallel, PyTorch FSDP2 over {over} ({FSDP})")  # fmt: skip
     workers = 2 if dry else 4  # the dry mode's 2 cores; on a GPU machine several runs share the one GPU
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
