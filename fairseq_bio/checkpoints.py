@@ -11,7 +11,8 @@ with its optimizer state) leaves a truncated ``checkpoint_last.pt``, and the req
   hard link would be instant, but then a later in-place write to one name (``torch.save`` over
   ``checkpoint_best.pt`` to strip its optimizer state, a ``truncate``) would change the other too.
 - a checkpoint that torch cannot read because it is empty, truncated or damaged raises ``CorruptCheckpointError``:
-  one line naming the file, what is wrong with it, and the newest intact checkpoint beside it (by update count).
+  one line naming the file, what is wrong with it, and (for a run that resumes) the newest intact checkpoint beside
+  it (by update count); a checkpoint write that fails on a full disk is one line naming the file.
 - resuming (``checkpoint_utils.load_checkpoint``) removes the ``*.pt.tmp`` files an interrupted save left in
   ``checkpoint.save_dir``, and with ``FAIRSEQ_BIO_RESUME_FALLBACK=1`` restores that newest intact checkpoint instead
   of a corrupt one in ``checkpoint.save_dir``.
@@ -31,7 +32,7 @@ from typing import Optional, Tuple
 import torch
 
 from .errors import BioError
-from .files import publish
+from .files import no_space, publish
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +67,17 @@ def save_atomically(obj, path) -> None:
                     f.flush()
                     os.fsync(f.fileno())
                 break
-            except Exception:
-                if attempt == 2:
+            except Exception as e:
+                if attempt == 2 or no_space(e, path) is not None:  # a full disk stays full
                     raise
                 logger.warning("writing %s failed, retrying", tmp, exc_info=True)
                 time.sleep(2.5)
         _publish(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        full = no_space(e, path)
         _remove_quietly(tmp)
+        if full is not None:  # one line naming the checkpoint (a BioError), not torch's "file write failed"
+            raise full from None
         raise
 
 
@@ -89,8 +93,11 @@ def copy_atomically(src, dst) -> None:
         finally:
             os.close(fd)
         _publish(tmp, dst)
-    except BaseException:
+    except BaseException as e:
+        full = no_space(e, dst)
         _remove_quietly(tmp)
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -170,12 +177,16 @@ def newest_intact_checkpoint(directory, exclude=None) -> Optional[Tuple[str, int
     return None
 
 
-def corrupt_error(path, error: BaseException) -> Optional[CorruptCheckpointError]:
-    """A ``CorruptCheckpointError`` for ``path`` if that is why loading it raised ``error``, else None."""
+def corrupt_error(path, error: BaseException, resuming: bool = False) -> Optional[CorruptCheckpointError]:
+    """A ``CorruptCheckpointError`` for ``path`` if that is why loading it raised ``error``, else None. Only a
+    training run that is ``resuming`` is told which intact checkpoint beside it to resume from; a command that
+    reads a checkpoint (predict, export, a fine-tuning's encoder) is told the file itself is the problem."""
     path = os.fspath(path)
     problem = checkpoint_problem(path)
     if problem is None:
         return None
+    if not resuming:
+        return CorruptCheckpointError(path, problem, "copy it again from where it came from, or name another one")
     directory = os.path.dirname(os.path.abspath(path))
     newest = newest_intact_checkpoint(directory, exclude=path)
     if newest is None:
@@ -280,10 +291,11 @@ def _resuming_with_fallback(load_checkpoint):
             remove_interrupted_writes(cfg.save_dir)
         try:
             return load_checkpoint(cfg, trainer, **passthrough_args)
-        except CorruptCheckpointError as e:
+        except CorruptCheckpointError as corrupt:
+            e = corrupt_error(corrupt.path, corrupt, resuming=True) or corrupt  # with what to resume from
             in_save_dir = os.path.dirname(os.path.abspath(e.path)) == os.path.abspath(cfg.save_dir)
             if e.fallback is None or not in_save_dir or not fallback_enabled():
-                raise
+                raise e from None
             logger.warning("%s: corrupt checkpoint, %s; %s=1: resuming from the newest intact one, %s (update %d)",
                            e.path, e.problem, FALLBACK_ENV, e.fallback, e.fallback_updates)  # fmt: skip
             fallback = e.fallback

@@ -15,6 +15,7 @@ file and line (or the option) and says what to change. How it reaches the user:
 torch's own errors keep their tracebacks: only ``BioError`` is shortened.
 """
 
+import errno
 import os
 import sys
 from typing import Callable, Optional, Sequence
@@ -93,13 +94,18 @@ def install() -> None:
 
 def run_cli(prog: str, main: Callable[[Optional[Sequence[str]]], object], argv=None, errors=(BioError,)) -> None:
     """Run a console script's ``main(argv)``: an error of ``errors`` becomes ``<prog>: <message>`` on stderr and
-    exit status 1 (the traceback with ``FAIRSEQ_BIO_TRACEBACK=1``); Ctrl-C is ``<prog>: interrupted``."""
+    exit status 1 (the traceback with ``FAIRSEQ_BIO_TRACEBACK=1``), and so does a full disk (naming the file);
+    Ctrl-C is ``<prog>: interrupted``."""
     try:
         main(argv)
     except errors as e:
         if traceback_requested():
             raise
         sys.exit(f"{prog}: {e}")
+    except OSError as e:  # a full disk anywhere in a command's writing: one line naming the file
+        if traceback_requested() or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        sys.exit(f"{prog}: {e.filename or 'writing'}: no space left on the device")
     except KeyboardInterrupt:
         if traceback_requested():
             raise

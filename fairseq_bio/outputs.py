@@ -1,10 +1,12 @@
 """Where a command writes the file the user names: never onto one of its inputs, and never over an existing file
-unless the user asked (``--overwrite``). Checked before any work starts, so a refusal costs nothing."""
+unless the user asked (``--overwrite``) and the same command made it (``files.made_by``). Checked before any work
+starts, so a refusal costs nothing."""
 
 import os
 from typing import Iterable, List, Optional
 
 from .errors import BioError
+from .files import made_by, not_made_reason
 
 
 class OutputError(BioError, ValueError):
@@ -32,9 +34,13 @@ def _protected(inputs: Iterable[Optional[str]]) -> List[str]:
     return files
 
 
-def check_output(path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--output") -> None:
+def check_output(
+    path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--output", by: Optional[str] = None
+) -> None:
     """Refuse to write ``path`` when it is one of ``inputs`` (or a file in an input directory), whatever
-    ``overwrite`` says, and when it exists unless ``overwrite``; one-line ``OutputError``s naming ``option``."""
+    ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and
+    ``by`` did not make it (a user's file, a vocabulary, another command's output: ``--overwrite`` or not).
+    One-line ``OutputError``s naming ``option``."""
     if os.path.isdir(path):
         raise OutputError(f"{path}: is a directory; {option} names the file to write")
     for item in _protected(inputs):
@@ -43,3 +49,6 @@ def check_output(path, inputs: Iterable[Optional[str]], overwrite: bool, option:
             raise OutputError(f"{path}: is the input {item}{how}; {option} must name another file")
     if os.path.lexists(path) and not overwrite:
         raise OutputError(f"{path}: exists; pass --overwrite to replace it")
+    if os.path.lexists(path) and by is not None and not made_by(path, by):
+        raise OutputError(f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
+                          f"(move it away or choose another {option})")  # fmt: skip

@@ -25,6 +25,7 @@ from fairseq_bio.files import atomic_write
 from .bpe import UNK, Encoder, read_chunks
 from .common import PreprocessError, default_workers, ordered_map
 CHUNK_LINES = 4000
+ENCODE = "fairseq-bio-encode"  # what the encoded files are recorded as made by (fairseq_bio.files)
 
 
 _ENCODER: Optional[Encoder] = None
@@ -76,8 +77,8 @@ def encode_files(
     for path in inputs:
         if not Path(path).is_file():
             raise PreprocessError(f"{path}: no such file")
-    for output_path in outputs:  # an encoded file written over a corpus would destroy it
-        check_output(output_path, inputs, overwrite=True, option="--outputs")
+    for output_path in outputs:  # an encoded file written over a corpus (or the vocabulary) would destroy it
+        check_output(output_path, [*inputs, vocab_dir], overwrite=True, option="--outputs")
     vocab_dir = str(vocab_dir)
     pool = None
     if workers > 1:
@@ -92,7 +93,7 @@ def encode_files(
             start = time.time()
             stats = {"input": str(input_path), "output": str(output_path), "lines": 0, "tokens": 0, "unk": 0}
             size = Path(input_path).stat().st_size
-            with open(input_path, encoding="utf-8") as f, atomic_write(output_path) as out, tqdm(
+            with open(input_path, encoding="utf-8-sig") as f, atomic_write(output_path, by=ENCODE) as out, tqdm(
                 total=size, unit="B", unit_scale=True, desc=f"encode {Path(input_path).name}", disable=not progress
             ) as bar:
                 for encoded in encode_chunks(_tracked_chunks(f, chunk_lines, bar)):
@@ -127,7 +128,7 @@ def cli_main(argv=None) -> None:
         parser.add_argument("--vocab", required=True, help="vocabulary directory (bpe.json, dict.txt, ...)")
         parser.add_argument("--inputs", nargs="+", required=True, help="text files (one sentence per line)")
         parser.add_argument("--outputs", nargs="+", required=True, help="encoded files, one per input (never an input)")
-        parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
+        parser.add_argument("--overwrite", action="store_true", help="replace output files an earlier encode wrote")
         parser.add_argument(
             "--workers", type=int, default=1, help=f"worker processes (this machine: {default_workers()})"
         )
@@ -135,7 +136,7 @@ def cli_main(argv=None) -> None:
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         args = parser.parse_args(argv)
         for path in args.outputs:
-            check_output(path, args.inputs, args.overwrite, option="--outputs")
+            check_output(path, [*args.inputs, args.vocab], args.overwrite, option="--outputs", by=ENCODE)
         for stats in encode_files(
             args.vocab,
             args.inputs,

@@ -46,7 +46,14 @@ import numpy as np
 
 from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
 from fairseq_bio.errors import run_cli
-from fairseq_bio.files import atomic_write
+from fairseq_bio.files import (
+    atomic_write,
+    check_destination,
+    make_temp_dir,
+    no_space,
+    remove_temp_dir,
+    replace_dir,
+)
 
 from .common import PreprocessError
 from .mimic import DEID_MODES, NOTES_SUFFIXES, NoteOptions, NoteStats, note_options
@@ -58,6 +65,9 @@ OK, NO_ABSTRACT, TOO_SHORT, DELETED = 0, 1, 2, 3
 _PMC_KEY_OFFSET = 1 << 40  # PMIDs and PMCIDs share one int64 key space
 _HASH_KEY_FLAG = 1 << 62
 _NO_DEDUPE = -1
+
+EXTRACT = "fairseq-bio-extract"  # what the output directory is recorded as made by (fairseq_bio.files)
+OUTPUT_NAMES = ("train.txt", "valid.txt", "extract_stats.json")
 
 
 @dataclasses.dataclass
@@ -198,7 +208,7 @@ def _process_file(task: _Task) -> _FileResult:
                 rows.append((position, key, OK, valid, len(lines), sum(len(line.split()) for line in lines)))
     except Exception as e:
         message = describe_error(e)
-        if message is None:
+        if message is None or no_space(e, task.shard) is not None:  # a full disk is the output's problem
             raise
         result.error = f"{task.source.display}: {message}"
     result.xml_bytes = sum(r.bytes for r in readers)
@@ -359,15 +369,17 @@ def extract(
     note_categories: Union[None, str, Sequence[str]] = None,
     deid_placeholders: str = "normalise",
     progress: bool = True,
+    overwrite: bool = False,
 ) -> ExtractStats:
     """Extract ``inputs`` into ``out_dir/train.txt``, ``valid.txt`` and ``extract_stats.json``.
+
+    Everything is written in a temp directory beside ``out_dir`` that replaces it only when complete; an existing
+    ``out_dir`` (not an empty one) is refused unless ``overwrite`` and an earlier extract made it.
 
     ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders`` (one of
     ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line naming the file) for a bad
     input file unless ``skip_bad_files``.
     """
-    from tqdm import tqdm
-
     if min_words < 0:
         raise PreprocessError("--min-words must be >= 0")
     if not 0.0 <= valid_fraction < 1.0:
@@ -382,10 +394,37 @@ def extract(
         raise PreprocessError(str(e)) from None
     start = time.time()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_destination(out_dir, overwrite, OUTPUT_NAMES, by=EXTRACT)
     files = find_input_files(inputs, exclude=out_dir)
     if not files:
         raise PreprocessError(f"no input files found in {', '.join(map(str, inputs))}")
+    tmp = make_temp_dir(out_dir)
+    try:
+        stats = _extract(files, out_dir, tmp, min_words, valid_fraction, max_docs_per_file, workers, skip_bad_files,
+                         sentence_training_texts, notes, progress)  # fmt: skip
+        stats.seconds = round(time.time() - start, 3)
+        stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
+        with atomic_write(tmp / "extract_stats.json") as f:
+            json.dump(dataclasses.asdict(stats), f, indent=2)
+            f.write("\n")
+        replace_dir(tmp, out_dir, overwrite, OUTPUT_NAMES, by=EXTRACT)
+    except OSError as e:
+        full = no_space(e, out_dir)
+        if full is None:
+            raise
+        raise full from None
+    finally:
+        remove_temp_dir(tmp)  # nothing left once replace_dir moved it
+    for name in stats.files_without_abstracts:
+        print(f"extract: warning: {name}: no abstracts", file=sys.stderr)
+    _warn_unmatched_categories(stats.notes)
+    return stats
+
+
+def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_docs_per_file, workers, skip_bad_files,
+             sentence_training_texts, notes, progress) -> ExtractStats:  # fmt: skip
+    """``extract``'s work: the corpus and its statistics written into ``tmp`` (named by their final paths)."""
+    from tqdm import tqdm
 
     splitter = SentenceSplitter.train(_training_paragraphs(files, max_docs_per_file, notes), sentence_training_texts)
     stats = ExtractStats(
@@ -400,9 +439,9 @@ def extract(
             deid_placeholders=notes.deid,
         ),
     )
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".extract-") as tmp:
+    with tempfile.TemporaryDirectory(dir=tmp, prefix=".shards-") as shards:
         options = dict(max_docs=max_docs_per_file, min_words=min_words, valid_fraction=valid_fraction, notes=notes)
-        tasks = _make_tasks(files, Path(tmp), workers, **options)
+        tasks = _make_tasks(files, Path(shards), workers, **options)
         # Largest pieces first keeps the workers busy; results are put back in file order afterwards.
         queue = sorted(tasks, key=lambda t: -_size(t.source.path) / t.stripe.count)
         results: List[List[_FileResult]] = [[] for _ in files]
@@ -436,15 +475,7 @@ def extract(
         stats.files = len(good)
         stats.input_mb = round(stats.input_mb, 3)
         stats.xml_mb = round(stats.xml_mb, 3)
-        _merge(good, out_dir, stats)
-    for name in stats.files_without_abstracts:
-        print(f"extract: warning: {name}: no abstracts", file=sys.stderr)
-    _warn_unmatched_categories(stats.notes)
-    stats.seconds = round(time.time() - start, 3)
-    stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
-    with atomic_write(out_dir / "extract_stats.json") as f:
-        json.dump(dataclasses.asdict(stats), f, indent=2)
-        f.write("\n")
+        _merge(good, tmp, stats)
     return stats
 
 
@@ -482,7 +513,10 @@ def cli_main(argv=None) -> None:
             nargs="+",
             help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
         )
-        parser.add_argument("--out", required=True, help="output directory (train.txt, valid.txt, extract_stats.json)")
+        parser.add_argument(
+            "--out", required=True,
+            help="output directory (train.txt, valid.txt, extract_stats.json); new or empty unless --overwrite",
+        )  # fmt: skip
         parser.add_argument(
             "--min-words",
             type=int,
@@ -528,6 +562,9 @@ def cli_main(argv=None) -> None:
             help="MIMIC-III notes: keep [**...**] placeholders as they are, normalise them to typed tokens "
             "([NAME], [DATE], [HOSPITAL], ...), or drop them",
         )
+        parser.add_argument(
+            "--overwrite", action="store_true", help="replace the corpus an earlier extract wrote in --out"
+        )
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         args = parser.parse_args(argv)
         stats = extract(
@@ -542,6 +579,7 @@ def cli_main(argv=None) -> None:
             note_categories=args.note_categories,
             deid_placeholders=args.deid_placeholders,
             progress=not args.no_progress,
+            overwrite=args.overwrite,
         )
         print(stats.summary())
 

@@ -81,8 +81,8 @@ def build_data_bin(
         "extract",
         corpus / "extract_stats.json",
         extract_params,
-        lambda _: extract(inputs, corpus, valid_fraction=valid_fraction, max_docs_per_file=max_docs_per_file,
-                          workers=workers, progress=progress),  # fmt: skip
+        lambda again: extract(inputs, corpus, valid_fraction=valid_fraction, max_docs_per_file=max_docs_per_file,
+                              workers=workers, progress=progress, overwrite=again),  # fmt: skip
     )
     if vocab_dir is not None:
         vocab = Path(vocab_dir).resolve()

@@ -206,7 +206,7 @@ def _iter_text(source: InputFile, readers: list) -> Iterator:
         offset = 0
         for lineno, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # no byte-order mark in the text
             except UnicodeDecodeError as e:
                 raise _InputError(
                     f"line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {offset + e.start})"

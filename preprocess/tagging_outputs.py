@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
 from fairseq_bio.data.conll import write_conll
-from fairseq_bio.files import atomic_write
+from fairseq_bio.files import atomic_write, made_by, not_made_reason
 
 from .common import PreprocessError
 
 SPLITS = ("train", "devel", "test")
 STATS_FILE = "convert_stats.json"
+CONVERT = "fairseq-bio-convert-tagging"  # what the converted files are recorded as made by (fairseq_bio.files)
 MAX_EXAMPLES = 20  # examples of each counted oddity kept in the stats
 
 Tagged = Tuple[List[str], List[str]]  # one sentence: words, tags
@@ -66,12 +67,15 @@ def decode(data: bytes, where: str, encoding: str, hint: str = "") -> str:
 
 
 def check_outputs(out_dir: Path, splits: Iterable[str], overwrite: bool) -> List[Path]:
-    """The files a conversion writes; refuse to replace any of them without ``overwrite``."""
+    """The files a conversion writes; refuse to replace any of them without ``overwrite``, and with it any that an
+    earlier conversion did not write (``fairseq_bio.files.made_by``)."""
     targets = [out_dir / f"{s}{ext}" for s in splits for ext in (".tsv", ".pmids")] + [out_dir / STATS_FILE]
-    if not overwrite:
-        for target in targets:
-            if target.exists():
-                raise PreprocessError(f"{target}: already exists (pass --overwrite to replace it)")
+    for target in targets:
+        if target.exists() and not overwrite:
+            raise PreprocessError(f"{target}: already exists (pass --overwrite to replace it)")
+        if target.exists() and not made_by(target, CONVERT):
+            raise PreprocessError(f"{target}: exists and {not_made_reason(target, CONVERT)}; not replacing it, "
+                                  "--overwrite or not (move it away or choose another output folder)")  # fmt: skip
     return targets
 
 
@@ -79,12 +83,12 @@ def write_outputs(out_dir: Path, splits: Dict[str, List[Tuple[str, List[Tagged]]
     """``<split>.tsv`` and ``<split>.pmids`` for each split, then the stats; each file atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, documents in splits.items():
-        with atomic_write(out_dir / f"{split}.tsv") as f:
+        with atomic_write(out_dir / f"{split}.tsv", by=CONVERT) as f:
             for _, sentences in documents:
                 write_conll(f, sentences)
-        with atomic_write(out_dir / f"{split}.pmids") as f:
+        with atomic_write(out_dir / f"{split}.pmids", by=CONVERT) as f:
             f.writelines(f"{pmid}\n" for pmid, _ in documents)
-    with atomic_write(out_dir / STATS_FILE) as f:
+    with atomic_write(out_dir / STATS_FILE, by=CONVERT) as f:
         json.dump(dataclasses.asdict(stats), f, indent=2)
         f.write("\n")
 

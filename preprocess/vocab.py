@@ -27,6 +27,7 @@ with "▁", wordpiece does not start with "##", fastbpe ends a word unless it en
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Union
@@ -45,6 +46,9 @@ DEFAULT_VOCAB_SIZE = {"bytebpe": 50000, "sentencepiece": 32000, "wordpiece": 300
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 GPT2_MERGES_HEADER = "#version: 0.2"
 VOCAB_MARKERS = ("bpe.json",)
+VOCAB = "fairseq-bio-vocab"  # what a vocabulary directory is recorded as made by (fairseq_bio.files)
+# The smallest size each kind can have: byte-level BPE starts from the 256 bytes, WordPiece from its special tokens.
+MIN_VOCAB_SIZE = {"bytebpe": 256, "sentencepiece": 1, "wordpiece": len(BERT_SPECIAL_TOKENS) + 1, "fastbpe": 1}
 FASTBPE_CODES = "codes"
 END_OF_WORD = "</w>"  # subword-nmt's and fastBPE's end-of-word marker in codes
 FAIRSEQ_SYMBOLS = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"}
@@ -78,10 +82,10 @@ def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[s
     """Non-blank lines of ``train_file``; with ``sample_lines``, an evenly spaced (deterministic) sample."""
     stride = 1
     if sample_lines is not None:
-        with open(train_file, encoding="utf-8") as f:
+        with open(train_file, encoding="utf-8-sig") as f:
             total = sum(1 for line in f if line.strip())
         stride = max(1, -(-total // sample_lines))
-    with open(train_file, encoding="utf-8") as f:
+    with open(train_file, encoding="utf-8-sig") as f:
         kept = 0
         for i, line in enumerate(line for line in f if line.strip()):
             if i % stride == 0:
@@ -91,7 +95,7 @@ def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[s
                 yield line.rstrip("\n")
 
 
-def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> None:
+def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> int:
     from tokenizers import ByteLevelBPETokenizer
 
     tokenizer = ByteLevelBPETokenizer(add_prefix_space=False)
@@ -108,6 +112,7 @@ def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> Non
         f.write(GPT2_MERGES_HEADER + "\n")
         f.writelines(merge + "\n" for merge in merges)
     _write_bpe_json(out, {"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe": "vocab.bpe"})
+    return len(vocab)
 
 
 def _train_sentencepiece(lines, out: Path, vocab_size: int, spm_type: str) -> None:
@@ -135,7 +140,7 @@ def _train_sentencepiece(lines, out: Path, vocab_size: int, spm_type: str) -> No
     _write_bpe_json(out, {"_name": "sentencepiece", "sentencepiece_model": "spm.model"})
 
 
-def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, cased: bool) -> None:
+def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, cased: bool) -> int:
     from tokenizers import BertWordPieceTokenizer
 
     # The same normalisation as transformers' BertTokenizer(do_lower_case=not cased), which fairseq uses.
@@ -155,6 +160,7 @@ def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, case
     with open(out / "vocab.txt", "w", encoding="utf-8", newline="\n") as f:
         f.writelines(token + "\n" for token, _ in vocab)
     _write_bpe_json(out, {"_name": "bert", "bpe_vocab_file": "vocab.txt", "bpe_cased": cased})
+    return len(vocab)
 
 
 def _train_fastbpe(lines, out: Path, vocab_size: int, min_frequency: int) -> List[str]:
@@ -214,7 +220,7 @@ def _write_fastbpe_dict(vocab_dir: Path, train_file: Path, symbols: List[str]) -
 
     encoder = Encoder(vocab_dir)
     counts = collections.Counter()
-    with open(train_file, encoding="utf-8") as f:
+    with open(train_file, encoding="utf-8-sig") as f:
         for chunk in read_chunks(f, 10000):
             counts.update(s for line in encoder.encode(chunk) for s in line.split(" ") if s)
     rank = {s: i for i, s in enumerate(symbols)}
@@ -228,7 +234,7 @@ def _write_dict(vocab_dir: Path, train_file: Path) -> int:
     """Count the symbols of the encoded training text; write dict.txt; return the number of entries."""
     encoder = Encoder(vocab_dir)
     counts = np.zeros(encoder.vocab_size, dtype=np.int64)
-    with open(train_file, encoding="utf-8") as f:
+    with open(train_file, encoding="utf-8-sig") as f:
         for chunk in read_chunks(f, 10000):
             ids = [i for seq in encoder.encode_ids(chunk) for i in seq]
             counts += np.bincount(np.asarray(ids, dtype=np.int64), minlength=encoder.vocab_size)
@@ -273,22 +279,32 @@ def learn_vocab(
     if not train_file.is_file() or train_file.stat().st_size == 0:
         raise PreprocessError(f"{train_file}: missing or empty training text")
     vocab_size = vocab_size if vocab_size is not None else DEFAULT_VOCAB_SIZE[kind]
+    if vocab_size < MIN_VOCAB_SIZE[kind]:
+        why = {"bytebpe": "byte-level BPE starts from the 256 bytes", "wordpiece": "WordPiece needs its "
+               f"{len(BERT_SPECIAL_TOKENS)} special tokens and at least one piece"}.get(kind, "a size is positive")
+        raise PreprocessError(f"--vocab-size {vocab_size}: impossible for {kind} (at least {MIN_VOCAB_SIZE[kind]}: "
+                              f"{why})")  # fmt: skip
     min_frequency = min_frequency if min_frequency is not None else 2
-    check_destination(out_dir, overwrite, VOCAB_MARKERS)
+    check_destination(out_dir, overwrite, VOCAB_MARKERS, by=VOCAB)
 
     start = time.time()
     tmp = make_temp_dir(out_dir)
     try:
         lines = _training_lines(train_file, sample_lines)
+        reached = vocab_size  # sentencepiece reaches it or fails, saying so
         if kind == "bytebpe":
-            _train_bytebpe(lines, tmp, vocab_size, min_frequency)
+            reached = _train_bytebpe(lines, tmp, vocab_size, min_frequency)
         elif kind == "sentencepiece":
             _train_sentencepiece(lines, tmp, vocab_size, spm_type)
         elif kind == "wordpiece":
-            _train_wordpiece(lines, tmp, vocab_size, min_frequency, cased)
+            reached = _train_wordpiece(lines, tmp, vocab_size, min_frequency, cased)
         else:
             require_fastbpe()  # before learning: counting the symbols needs fastBPE's applier
             symbols = _train_fastbpe(lines, tmp, vocab_size, min_frequency)
+            reached = len(symbols)
+        if reached < vocab_size:
+            print(f"vocab: warning: --vocab-size {vocab_size}: {train_file} supports only {reached} {kind} entries "
+                  f"(min frequency {min_frequency}); the vocabulary has {reached}", file=sys.stderr)  # fmt: skip
         trained = time.time()
         if kind == "fastbpe":
             entries = _write_fastbpe_dict(tmp, train_file, symbols)
@@ -297,6 +313,7 @@ def learn_vocab(
         info = {
             "kind": kind,
             "vocab_size": vocab_size,
+            "vocab_size_reached": reached,
             "dict_entries": entries,
             "min_frequency": None if kind == "sentencepiece" else min_frequency,
             "spm_type": spm_type if kind == "sentencepiece" else None,
@@ -309,7 +326,7 @@ def learn_vocab(
         with open(tmp / "vocab_info.json", "w", encoding="utf-8") as f:
             json.dump(info, f, indent=2)
             f.write("\n")
-        replace_dir(tmp, out_dir, overwrite, VOCAB_MARKERS)
+        replace_dir(tmp, out_dir, overwrite, VOCAB_MARKERS, by=VOCAB)
     except BaseException:
         remove_temp_dir(tmp)
         raise
@@ -351,7 +368,7 @@ def cli_main(argv=None) -> None:
             help="train on an evenly spaced sample of this many lines (sentencepiece keeps its training lines "
             "in memory: use e.g. 5000000 on full PubMed)",
         )
-        parser.add_argument("--overwrite", action="store_true", help="replace an existing vocabulary directory")
+        parser.add_argument("--overwrite", action="store_true", help="replace a vocabulary an earlier fairseq-bio-vocab wrote in --out")
         args = parser.parse_args(argv)
         options = dict(kind=args.kind or "bytebpe", vocab_size=args.vocab_size, cased=args.cased)
         if args.preset:

@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write
+from fairseq_bio.outputs import check_output
 
 from .common import PreprocessError
 
@@ -34,6 +35,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TERMS = DATA_DIR / "pubmedbert_table1_terms.tsv"
 PUBLISHED_BREAK_OUT = DATA_DIR / "biomegatron_table3.tsv"
 OUTPUT_NAMES = ("vocab_report.md", "vocab_report.json", "vocab_report.png")
+VOCAB_REPORT = "fairseq-bio-vocab-report"  # what the report files are recorded as made by (fairseq_bio.files)
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 EXAMPLE_WORDS = 10  # most frequent entity words shown with their pieces in the JSON
 
@@ -76,8 +78,7 @@ def load_vocabulary(path: Union[str, os.PathLike], name: Optional[str] = None) -
 
 
 def _fairseq_vocabulary(path: Path, name: str) -> Vocabulary:
-    from fairseq.data import Dictionary
-
+    from fairseq_bio.data.dictionary import load_dictionary
     from fairseq_bio.data.tagging_dataset import WordEncoder
     from fairseq_bio.data.word_boundaries import WordBoundaryError, load_bpe_json
 
@@ -87,7 +88,7 @@ def _fairseq_vocabulary(path: Path, name: str) -> Vocabulary:
         spec = load_bpe_json(str(path / "bpe.json"))
     except WordBoundaryError as e:
         raise PreprocessError(str(e)) from None
-    dictionary = Dictionary.load(str(path / "dict.txt"))
+    dictionary = load_dictionary(path / "dict.txt")
     try:
         encoder = WordEncoder(dictionary, spec)
     except ImportError as e:  # fastBPE, an optional extra
@@ -292,8 +293,16 @@ def vocab_report(
     splits: Sequence[str] = ("train",),
     terms: Union[str, os.PathLike] = DEFAULT_TERMS,
     plot: bool = True,
+    overwrite: bool = False,
 ) -> Dict:
-    """Measure every vocabulary on every dataset and the term list; write md/json/png into ``out_dir``."""
+    """Measure every vocabulary on every dataset and the term list; write md/json/png into ``out_dir`` (a report
+    there is replaced only with ``overwrite`` and only if an earlier report wrote it)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PreprocessError(f"{out_dir}: exists and is not a directory; --out names the folder for the report")
+    for name in OUTPUT_NAMES[: 2 + plot]:
+        check_output(out_dir / name, [*(v[1] if isinstance(v, tuple) else v for v in vocabs), *data, terms],
+                     overwrite, option="--out", by=VOCAB_REPORT)  # fmt: skip
     if not vocabs:
         raise PreprocessError("give at least one --vocab")
     if not data:
@@ -327,12 +336,11 @@ def vocab_report(
         },
         "published_break_out": _published_break_out(),
     }
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_write(out_dir / OUTPUT_NAMES[1]) as f:
+    with atomic_write(out_dir / OUTPUT_NAMES[1], by=VOCAB_REPORT) as f:
         json.dump(report, f, indent=2, ensure_ascii=False)
         f.write("\n")
-    with atomic_write(out_dir / OUTPUT_NAMES[0]) as f:
+    with atomic_write(out_dir / OUTPUT_NAMES[0], by=VOCAB_REPORT) as f:
         f.write(markdown(report))
     if plot:
         _plot(report, out_dir / OUTPUT_NAMES[2])
@@ -443,7 +451,7 @@ def _plot(report: Dict, path: Path) -> None:
     axes[3].set_ylim(0, 1.05)
     axes[3].set_title(f"terms kept whole ({len(terms['terms'])})")
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    with atomic_write(path, "wb") as f:
+    with atomic_write(path, "wb", by=VOCAB_REPORT) as f:
         fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
 
@@ -472,13 +480,17 @@ def cli_main(argv=None) -> None:
             "--data", nargs="+", action="extend", required=True, help="CoNLL NER folders (<split>.tsv) or files"
         )
         parser.add_argument("--out", required=True, help="folder for vocab_report.md/.json/.png")
+        parser.add_argument(
+            "--overwrite", action="store_true", help="replace the report an earlier vocab-report wrote in --out"
+        )
         parser.add_argument("--splits", nargs="+", default=["train"], help="splits read from each folder")
         parser.add_argument(
             "--terms", default=str(DEFAULT_TERMS), help="term list (default: PubMedBERT Table 1, with its columns)"
         )
         parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
         args = parser.parse_args(argv)
-        vocab_report(args.vocab, args.data, args.out, splits=args.splits, terms=args.terms, plot=not args.no_plot)
+        vocab_report(args.vocab, args.data, args.out, splits=args.splits, terms=args.terms, plot=not args.no_plot,
+                     overwrite=args.overwrite)  # fmt: skip
         print((Path(args.out) / OUTPUT_NAMES[0]).read_text(encoding="utf-8"), end="")
         print(f"written: {', '.join(str(Path(args.out) / n) for n in OUTPUT_NAMES[: 2 + (not args.no_plot)])}")
 

@@ -3,6 +3,7 @@ for), and the user's files byte-identical afterwards. Through the installed cons
 on real NCBI-disease / GAD data."""
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -64,17 +65,44 @@ def test_predict_never_writes_over_its_input(ner_model, tmp_path):
     assert (tmp_path / "link.txt").is_symlink()
 
 
-def test_predict_replaces_an_existing_file_only_when_told(ner_model, tmp_path):
+def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
+    """One rule: an existing output is refused without --overwrite; with it, only what predict itself wrote (and
+    has not been changed since) is replaced; a user's file, or the vocabulary beside the checkpoint, never is."""
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     conll = ncbi_sentences(tmp_path / "test.tsv", 5)
     mine = tmp_path / "results.tsv"
     mine.write_text("my own results\n", encoding="utf-8")
     last = one_line(predict(checkpoint, conll, mine, cwd=tmp_path))
     assert last == f"fairseq-bio-predict: {mine}: exists; pass --overwrite to replace it"
+    last = one_line(predict(checkpoint, conll, mine, "--overwrite", cwd=tmp_path))
+    assert last == (f"fairseq-bio-predict: {mine}: exists and was not made by fairseq-bio-predict; not replacing it, "
+                    "--overwrite or not (move it away or choose another --output)")  # fmt: skip
     assert mine.read_text(encoding="utf-8") == "my own results\n"
-    done = predict(checkpoint, conll, mine, "--overwrite", cwd=tmp_path)
+
+    ours = tmp_path / "pred.tsv"
+    assert predict(checkpoint, conll, ours, cwd=tmp_path).returncode == 0
+    done = predict(checkpoint, conll, ours, "--overwrite", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert mine.read_text(encoding="utf-8").splitlines()[0].count("\t") == 2  # token, gold, prediction
+    assert ours.read_text(encoding="utf-8").splitlines()[0].count("\t") == 2  # token, gold, prediction
+    with open(ours, "a", encoding="utf-8") as f:
+        f.write("my note\n")  # changed since predict wrote it: the user's now
+    last = one_line(predict(checkpoint, conll, ours, "--overwrite", cwd=tmp_path))
+    assert f"{ours}: exists and was changed since fairseq-bio-predict wrote it" in last
+    assert ours.read_text(encoding="utf-8").endswith("my note\n")
+
+
+def test_predict_never_writes_over_the_vocabulary_beside_its_checkpoint(ner_model, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ner_model[0], run)
+    checkpoint = run / "checkpoint_best.pt"
+    conll = ncbi_sentences(tmp_path / "test.tsv", 5)
+    before = {p.name: digest(p) for p in run.iterdir() if p.is_file()}
+    assert {"dict.txt", "bpe.json"} <= set(before)
+    for name in ("dict.txt", "bpe.json"):
+        last = one_line(predict(checkpoint, conll, run / name, "--overwrite", cwd=tmp_path))
+        assert last.startswith(f"fairseq-bio-predict: {run / name}: is the input {run / name}"), last
+    assert {p.name: digest(p) for p in run.iterdir() if p.is_file()} == before
+    assert predict(checkpoint, conll, tmp_path / "again.tsv", cwd=tmp_path).returncode == 0  # still loads
 
 
 def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder, tmp_path):
@@ -112,7 +140,9 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
         == f"encode: {mine}: exists; pass --overwrite to replace it"
     )
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
-    assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0 and mine.read_text() != "my own encoding\n"
+    last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
+    assert last.startswith(f"encode: {mine}: exists and was not made by fairseq-bio-encode; not replacing it")
+    assert mine.read_text(encoding="utf-8") == "my own encoding\n"
 
 
 # ------------------------------------------------------------------------------------------- format by content
@@ -322,3 +352,289 @@ def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
     monkeypatch.setenv("FAIRSEQ_BIO_TRACEBACK", "1")
     with pytest.raises(TaggingDataError):
         preprocess_run_cli("fairseq-bio-export-hf", bad)
+
+
+# ------------------------------------------------------------------ outputs: only what the command made is replaced
+
+
+def _extract(pubmed_sample, out, *extra, cwd):
+    return run_cli(["fairseq-bio-extract", pubmed_sample / "pubmed20n0014.xml.gz", "--out", out,
+                    "--max-docs-per-file", "60", "--no-progress", *extra], cwd=cwd, check=False)  # fmt: skip
+
+
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_write(pubmed_sample, tmp_path):
+    import socket
+
+    corpus = tmp_path / "corp"
+    assert _extract(pubmed_sample, corpus, cwd=tmp_path).returncode == 0
+    before = {p.name: digest(p) for p in corpus.iterdir()}
+    assert {"train.txt", "valid.txt", "extract_stats.json"} <= set(before)
+    last = one_line(_extract(pubmed_sample, corpus, cwd=tmp_path))
+    assert last == f"extract: {corpus}: already exists (pass --overwrite to replace it)"
+    assert {p.name: digest(p) for p in corpus.iterdir()} == before
+
+    # a folder holding a corpus extract did not make: refused, --overwrite or not, left byte-identical
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "train.txt").write_text("my corpus\n", encoding="utf-8")
+    last = one_line(_extract(pubmed_sample, theirs, cwd=tmp_path))
+    assert last == f"extract: {theirs}: already exists (pass --overwrite to replace it)"
+    last = one_line(_extract(pubmed_sample, theirs, "--overwrite", cwd=tmp_path))
+    assert last.startswith(f"extract: {theirs}: has no record that fairseq-bio-extract made it"), last
+    assert "not made by this tool; not replacing it" in last
+    assert [p.name for p in theirs.iterdir()] == ["train.txt"]
+    assert (theirs / "train.txt").read_text(encoding="utf-8") == "my corpus\n"
+    # an existing file as --out: one line
+    last = one_line(_extract(pubmed_sample, theirs / "train.txt", cwd=tmp_path))
+    assert last == f"extract: {theirs / 'train.txt'}: exists and is not a directory; name a directory to create"
+
+    # --overwrite replaces extract's own corpus, keeps the user's notes, and removes what a killed run left
+    (corpus / "notes.md").write_text("my notes\n", encoding="utf-8")
+    host = socket.gethostname()
+    stale, live = tmp_path / f".corp.tmp-{host}-{_dead_pid()}.x1", tmp_path / f".corp.tmp-{host}-{os.getpid()}.x2"
+    for leftover in (stale, live):
+        leftover.mkdir()
+        (leftover / "shard0000000-000.txt").write_text("half a shard\n", encoding="utf-8")
+    again = _extract(pubmed_sample, corpus, "--overwrite", "--min-words", "5", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (corpus / "notes.md").read_text(encoding="utf-8") == "my notes\n"
+    assert json.loads((corpus / "extract_stats.json").read_text())["min_words"] == 5
+    assert not stale.exists() and live.exists()  # a live process's temp directory is not touched
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".corp")) == [live.name]
+
+    # a failed extract (no input files) leaves no --out behind
+    empty = tmp_path / "no-xml"
+    empty.mkdir()
+    last = one_line(run_cli(["fairseq-bio-extract", empty, "--out", tmp_path / "new"], cwd=tmp_path, check=False))
+    assert last.startswith("extract: no input files found") and not (tmp_path / "new").exists()
+
+
+def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "config.json").write_text('{"model_type": "bert"}\n', encoding="utf-8")
+    (foreign / "notes.md").write_text("my notes\n", encoding="utf-8")
+    export = ["fairseq-bio-export-hf", tiny_encoder]
+    last = one_line(run_cli([*export, foreign, "--overwrite"], cwd=tmp_path, check=False))
+    assert last.startswith(f"fairseq-bio-export-hf: {foreign}: has no record") and "not replacing it" in last
+    assert sorted(p.name for p in foreign.iterdir()) == ["config.json", "notes.md"]
+
+    ours = tmp_path / "hf"
+    assert run_cli([*export, ours], cwd=tmp_path, check=False).returncode == 0
+    (ours / "notes.md").write_text("my notes\n", encoding="utf-8")
+    again = run_cli([*export, ours, "--overwrite"], cwd=tmp_path, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (ours / "notes.md").read_text(encoding="utf-8") == "my notes\n"
+    assert (ours / "model.safetensors").is_file() and (ours / "config.json").is_file()
+
+
+def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, pubmed_corpus, tmp_path):
+    """encode, vocab, binarize and vocab-report: --overwrite replaces only their own earlier output."""
+    vocab = learned_vocab("bytebpe")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    user_file = theirs / "train.bpe"
+    user_file.write_text("my own file\n", encoding="utf-8")
+    (theirs / "bpe.json").write_text("{}\n", encoding="utf-8")
+    (theirs / "vocab_report.md").write_text("my report\n", encoding="utf-8")
+    before = {p.name: digest(p) for p in theirs.iterdir()}
+    corpus = pubmed_corpus / "valid.txt"
+    cases = [
+        (["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--outputs", user_file, "--no-progress"],
+         f"encode: {user_file}: exists and was not made by fairseq-bio-encode"),
+        (["fairseq-bio-vocab", "--train", corpus, "--out", theirs, "--vocab-size", "300"],
+         f"vocab: {theirs}: has no record that fairseq-bio-vocab made it"),
+        (["fairseq-bio-binarize", "--vocab", vocab, "--train", corpus, "--valid", corpus, "--destdir", theirs],
+         f"binarize: {theirs}: has no record that fairseq-bio-binarize made it"),
+        (["fairseq-bio-vocab-report", "--vocab", vocab, "--data", NCBI, "--out", theirs, "--no-plot"],
+         f"vocab-report: {theirs / 'vocab_report.md'}: exists and was not made by fairseq-bio-vocab-report"),
+    ]  # fmt: skip
+    for command, message in cases:
+        last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
+        assert last.startswith(message), last
+    assert {p.name: digest(p) for p in theirs.iterdir()} == before
+    # their own earlier output is replaced
+    encoded = tmp_path / "valid.bpe"
+    command = ["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--outputs", encoded, "--no-progress"]
+    assert run_cli(command, cwd=tmp_path).returncode == 0
+    assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0
+    # the vocabulary it reads is never an output
+    last = one_line(run_cli([*command[:6], vocab / "dict.txt", "--no-progress", "--overwrite"], cwd=tmp_path,
+                            check=False))  # fmt: skip
+    assert last.startswith(f"encode: {vocab / 'dict.txt'}: is the input {vocab / 'dict.txt'}")
+
+
+def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_corpus, tmp_path):
+    """What a SIGKILLed encode leaves (its temp file beside the output) the next write there removes."""
+    import socket
+
+    out = tmp_path / "valid.bpe"
+    stale = tmp_path / f".valid.bpe.{socket.gethostname()}-{_dead_pid()}.abc.tmp.bpe"
+    stale.write_text("half an encoding\n", encoding="utf-8")
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", pubmed_corpus / "valid.txt",
+               "--outputs", out, "--no-progress"]  # fmt: skip
+    assert run_cli(command, cwd=tmp_path).returncode == 0
+    assert not stale.exists() and out.is_file()
+
+
+# ------------------------------------------------------------------------------ explicit beats a silent default
+
+
+def test_pretraining_from_a_named_checkpoint_that_does_not_exist_is_refused(data_bin, tmp_path):
+    missing = tmp_path / "general" / "checkpoint_best.pt"
+    result = subprocess.run(
+        [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
+         "bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}",
+         f"checkpoint.save_dir={tmp_path / 'run'}", "model.encoder_layers=1", "model.encoder_embed_dim=32",
+         "model.encoder_ffn_embed_dim=64", "model.encoder_attention_heads=2", "optimization.max_update=2",
+         f"checkpoint.restore_file={missing}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert one_line(result) == (f"checkpoint.restore_file={missing}: no such checkpoint (fairseq would start from "
+                                "random initialisation; leave restore_file unset to start from scratch)")  # fmt: skip
+    assert not list((tmp_path / "run").glob("checkpoint*.pt"))
+
+
+def test_binarising_text_that_was_never_encoded_is_refused(learned_vocab, pubmed_corpus, tmp_path):
+    vocab = learned_vocab("bytebpe")
+    raw = pubmed_corpus / "valid.txt"
+    result = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--destdir",
+                      tmp_path / "bin"], cwd=tmp_path, check=False)  # fmt: skip
+    last = one_line(result)
+    assert last.startswith(f"binarize: {raw}: ") and "% of its " in last and "never encoded?" in last, last
+    assert f"fairseq-bio-encode --vocab {vocab} --inputs {raw}" in last
+    rate = float(last.split(": ")[2].split("%")[0])
+    assert rate > 50  # plain text read against a byte-level BPE dictionary
+    assert not (tmp_path / "bin").exists()
+    accepted = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--destdir",
+                        tmp_path / "bin", "--max-unknown", "1"], cwd=tmp_path, check=False)  # fmt: skip
+    assert accepted.returncode == 0 and "binarize: warning:" in accepted.stderr
+
+
+def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pubmed_corpus, tmp_path):
+    train = pubmed_corpus / "valid.txt"
+    for kind, size, least in (("bytebpe", "0", 256), ("bytebpe", "-5", 256), ("wordpiece", "3", 6)):
+        last = one_line(run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--kind", kind,
+                                 "--vocab-size", size], cwd=tmp_path, check=False))  # fmt: skip
+        assert last.startswith(f"vocab: --vocab-size {size}: impossible for {kind} (at least {least}"), last
+        assert not (tmp_path / "v").exists()
+    done = run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
+                   cwd=tmp_path)  # fmt: skip
+    info = json.loads((tmp_path / "v" / "vocab_info.json").read_text())
+    assert info["vocab_size_reached"] < 500000
+    assert (f"vocab: warning: --vocab-size 500000: {train} supports only {info['vocab_size_reached']} bytebpe "
+            "entries") in done.stderr  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- byte-order marks and columns
+
+
+def test_byte_order_marks_are_not_read_as_text(learned_vocab, tmp_path):
+    from fairseq_bio.data.conll import read_conll, sniff_format
+    from fairseq_bio.data.sentence_data import read_tsv
+
+    bom = "\ufeff"
+    conll = tmp_path / "train.txt"
+    conll.write_text(f"{bom}Familial\tO\nadenomatous\tB-Disease\n", encoding="utf-8")
+    assert sniff_format(conll) == "conll"
+    assert read_conll(conll)[0].words == ["Familial", "adenomatous"]
+    rows = tmp_path / "rows.tsv"
+    rows.write_text(f"{bom}index\tsentence\tlabel\n1\t@GENE$ in @DISEASE$ .\t1\n", encoding="utf-8")
+    assert [list(e.texts) for e in read_tsv(str(rows), ["sentence"], "label")] == [["@GENE$ in @DISEASE$ ."]]
+    text = tmp_path / "notes.txt"
+    text.write_text(f"{bom}Familial adenomatous polyposis .\n", encoding="utf-8")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("Familial adenomatous polyposis .\n", encoding="utf-8")
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", text, plain, "--outputs",
+               tmp_path / "a.bpe", tmp_path / "b.bpe", "--no-progress"]  # fmt: skip
+    run_cli(command, cwd=tmp_path)
+    assert (tmp_path / "a.bpe").read_bytes() == (tmp_path / "b.bpe").read_bytes()
+
+
+def test_predict_output_given_back_is_conll_not_prose(ner_model, tmp_path):
+    """predict's own output (token, gold, prediction) named .txt: read as CoNLL, refused naming the line and
+    what to keep, never tagged as prose."""
+    checkpoint = ner_model[0] / "checkpoint_best.pt"
+    first = predict(checkpoint, ncbi_sentences(tmp_path / "test.tsv", 5), tmp_path / "pred.txt", cwd=tmp_path)
+    assert first.returncode == 0
+    last = one_line(predict(checkpoint, tmp_path / "pred.txt", tmp_path / "again.jsonl", cwd=tmp_path))
+    assert last.startswith(f"fairseq-bio-predict: {tmp_path / 'pred.txt'}:1: 3 columns; expected token<TAB>tag")
+    assert "cut -f1,2" in last and not (tmp_path / "again.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------- a full disk: one line
+
+
+def _on_small_disk(tmp_path, size: str, script: str):
+    """``script`` (sh) with ``tmp_path/disk`` a tmpfs of ``size`` in a private mount namespace (nothing mounted
+    outside the test's process); skipped where user namespaces are unavailable."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.skip("no user namespaces here (unshare -rm) to mount a small disk")
+    disk = tmp_path / "disk"
+    disk.mkdir(exist_ok=True)
+    return subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={size} tmpfs {disk} && {script}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+
+
+def test_a_full_disk_is_one_line_naming_the_output(pubmed_sample, data_bin, tmp_path):
+    out = tmp_path / "disk" / "corp"
+    result = _on_small_disk(tmp_path, "64k", f"{BIN / 'fairseq-bio-extract'} "
+                            f"{pubmed_sample / 'pubmed20n0014.xml.gz'} --out {out} --max-docs-per-file 400 "
+                            f"--no-progress; rc=$?; ls -A {tmp_path / 'disk'}; exit $rc")  # fmt: skip
+    assert one_line(result) == f"extract: {out}: no space left on the device (nothing was written under that name)"
+    assert result.stdout.strip() == ""  # no half-written corpus, no temp directory
+
+    save = tmp_path / "disk" / "run"
+    train = " ".join([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
+                      "bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}",
+                      f"checkpoint.save_dir={save}", "model.encoder_layers=1", "model.encoder_embed_dim=32",
+                      "model.encoder_ffn_embed_dim=64", "model.encoder_attention_heads=2", "optimization.max_update=2",
+                      "common.tensorboard_logdir=null"])  # fmt: skip
+    result = _on_small_disk(tmp_path, "300k", f"{train}; rc=$?; echo LISTING; ls -A {save}; exit $rc")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "RuntimeError" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{save}/checkpoint") and last.endswith(".pt: no space left on the device (nothing was "
+                                                                    "written under that name)"), last  # fmt: skip
+    left = result.stdout.split("LISTING")[-1].split()
+    assert left and not [name for name in left if name.endswith((".pt", ".tmp"))], left  # no partial checkpoint
+
+
+# ---------------------------------------------------------------------------------------- hints that apply
+
+
+def test_hints_fit_the_command(ner_model, tmp_path):
+    from fairseq_bio.data.sentence_data import read_jsonl
+    from fairseq_bio.errors import BioError
+
+    checkpoint = ner_model[0] / "checkpoint_best.pt"
+    unseen = ncbi_sentences(tmp_path / "test.tsv", 5)
+    text = unseen.read_text(encoding="utf-8")
+    unseen.write_text(text.replace("B-Disease", "B-Chemical", 1), encoding="utf-8")
+    last = one_line(predict(checkpoint, unseen, tmp_path / "out.tsv", cwd=tmp_path))
+    assert "type 'Chemical' never occurs in the train file" in last
+    assert "task.unknown_tags" not in last and "make them O in the file" in last  # not a training option
+
+    rows = tmp_path / "rows.json"
+    row = {"id": "1", "sentence": "@GENE$ in @DISEASE$ .", "label": "1"}
+    for text in (json.dumps([row, row], indent=1), json.dumps([row, row])):  # over lines, or on one
+        rows.write_text(text + "\n", encoding="utf-8")
+        with pytest.raises(BioError, match=r"rows.json: valid JSON, but an array of 2 items, where JSON lines are"):
+            read_jsonl(str(rows), ["sentence"], "label")
+
+
+def test_a_damaged_vocabulary_beside_a_checkpoint_is_one_line(ner_model, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ner_model[0], run)
+    lines = (run / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[2] = lines[2].split(" ")[0] + " many\n"  # a count that is not a number
+    (run / "dict.txt").write_text("".join(lines), encoding="utf-8")
+    last = one_line(predict(run / "checkpoint_best.pt", ncbi_sentences(tmp_path / "t.tsv", 3), tmp_path / "o.tsv",
+                            cwd=tmp_path))  # fmt: skip
+    assert last.startswith(f"fairseq-bio-predict: {run / 'dict.txt'}:3: ") and "is not '<token> <count>'" in last

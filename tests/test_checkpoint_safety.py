@@ -222,7 +222,11 @@ def test_corruption_is_diagnosed_by_kind(killed_and_resumed, tmp_path, monkeypat
         (tmp_path / name).write_bytes(data)
         with pytest.raises(checkpoints.CorruptCheckpointError) as error:
             compat.load_checkpoint(tmp_path / name)  # not an UnsafeCheckpointError
-        assert str(error.value).startswith(f"{tmp_path / name}: corrupt checkpoint, {problem}; no intact checkpoint")
+        # read by a command (not a resuming run): the file is the problem, no resume advice
+        assert str(error.value) == f"{tmp_path / name}: corrupt checkpoint, {problem}; copy it again from where it " \
+            "came from, or name another one"
+        resuming = checkpoints.corrupt_error(tmp_path / name, error.value, resuming=True)
+        assert str(resuming).startswith(f"{tmp_path / name}: corrupt checkpoint, {problem}; no intact checkpoint")
     (tmp_path / "flipped.pt").write_bytes(flipped)
     assert checkpoints.checkpoint_problem(tmp_path / "flipped.pt").endswith("fails its CRC check")
     assert checkpoints.newest_intact_checkpoint(tmp_path) is None

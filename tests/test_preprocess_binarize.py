@@ -54,7 +54,7 @@ def test_single_data_dir_is_readable_by_fairseq(encoded, tmp_path):
     for split in ("train", "valid"):
         dictionary, items = load(tmp_path / "bin", split)
         assert items == expected_ids(dictionary, root / f"{split}.bpe")  # one item per line, blank lines = </s>
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.name != ".fairseq_bio-made.json"]
 
 
 def test_shards_split_at_document_boundaries(encoded, tmp_path):
@@ -98,6 +98,7 @@ def test_existing_destination_needs_overwrite(encoded, tmp_path):
         binarize(vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin")
     unrelated = tmp_path / "notes"
     unrelated.mkdir()
+    (unrelated / "todo.txt").write_text("mine\n")  # an empty folder is filled; one with a file is the user's
     with pytest.raises(PreprocessError, match="not made by this tool"):
         binarize(vocab, root / "train.bpe", root / "valid.bpe", unrelated, overwrite=True)
     binarize(vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin", shards=2, overwrite=True)

@@ -331,5 +331,6 @@ def test_failed_run_keeps_previous_outputs_intact(tmp_path, sample):
     run([sample / BASELINE], out, max_docs_per_file=30)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(PreprocessError):
-        run([sample / BASELINE, _bad_utf8(tmp_path / "bad.txt")], out, max_docs_per_file=30)
+        run([sample / BASELINE, _bad_utf8(tmp_path / "bad.txt")], out, max_docs_per_file=30, overwrite=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp files, no half-written outputs
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fairseq_bio-made.json", "bad.txt", "out"]

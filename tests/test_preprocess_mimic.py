@@ -255,7 +255,8 @@ def test_bad_row_is_one_line_naming_file_line_and_field(tmp_path, kind, row_star
     with pytest.raises(PreprocessError) as error:
         extract([path], tmp_path / "out", sentence_training_texts=50, progress=False)
     assert str(error.value) == f"{path}: line {line}: {message}"
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # nothing written, no temp directory either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["NOTEEVENTS.csv"]
 
 
 def test_cli_bad_row_is_one_line_without_traceback(tmp_path):
@@ -268,7 +269,7 @@ def test_cli_bad_row_is_one_line_without_traceback(tmp_path):
         f"extract: NOTEEVENTS.csv: line {line}: TEXT: malformed CSV: ',' expected after '\"' "
         f"(the parser stopped on line {stop})\n"
     )
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["NOTEEVENTS.csv"]  # no out, no temp directory
 
 
 def test_csv_that_is_not_notes_is_refused_when_named(tmp_path):

@@ -188,7 +188,7 @@ def test_existing_vocab_needs_overwrite(corpus, tmp_path):
         learn_vocab(corpus / "train.txt", tmp_path / "v", vocab_size=400)
     learn_vocab(corpus / "train.txt", tmp_path / "v", vocab_size=500, overwrite=True)
     assert len(json.loads((tmp_path / "v" / "encoder.json").read_text())) == 500
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fairseq_bio-made.json", "v"]  # the record of what vocab made
 
 
 def test_pubmedbert_preset_learns_an_uncased_wordpiece_of_its_size(corpus, tmp_path):

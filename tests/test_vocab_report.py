@@ -95,7 +95,8 @@ def test_hand_computed_numbers_for_fairseq_and_hf_forms(tiny, tmp_path):
 
     # The three files, written whole; the markdown carries the same numbers.
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["vocab_report.json", "vocab_report.md", "vocab_report.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".fairseq_bio-made.json", "vocab_report.json", "vocab_report.md", "vocab_report.png"]  # and their record
     assert json.loads((out / "vocab_report.json").read_text(encoding="utf-8")) == report
     assert (out / "vocab_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "vocab_report.md").read_text(encoding="utf-8")

@@ -22,6 +22,9 @@ class ExtractError(ValueError):
     """An input that cannot be extracted; the message names the file and what is wrong."""
 
 
+EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # what the encoder checkpoint is recorded as made by
+
+
 def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: bool = False, seed: int = 1) -> Dict:
     """Write ``part`` of the ELECTRA ``checkpoint`` to ``out`` (temp file, then renamed) as a ``bio_roberta``
     encoder checkpoint and copy its vocabulary beside it; returns {"out", "vocab", "options", "lm_head"}."""
@@ -36,7 +39,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
         raise ExtractError(f"--part {part}: must be one of {', '.join(PARTS)}")
     if not checkpoint.is_file():
         raise ExtractError(f"{checkpoint}: no such checkpoint")
-    check_output(out, [checkpoint], overwrite, option="out")
+    check_output(out, [checkpoint], overwrite, option="out", by=EXTRACT_ENCODER)
     state = load_checkpoint(checkpoint)
     model_cfg = argparse.Namespace(**((state.get("cfg") or {}).get("model") or {}))
     name = getattr(model_cfg, "_name", None) or ""
@@ -83,7 +86,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     extra = {"electra_extract": {"source": str(checkpoint.absolute()), "part": part, "lm_head": lm_head}}
     result = encoder_checkpoint(cfg, model.state_dict(), extra)
 
-    save_encoder_checkpoint(result, out, vocab_dir, ExtractError)
+    save_encoder_checkpoint(result, out, vocab_dir, ExtractError, by=EXTRACT_ENCODER)
     return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head}
 
 
@@ -92,7 +95,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("checkpoint", help="a bio_electra checkpoint (e.g. checkpoint_last.pt)")
     parser.add_argument("out", help="the encoder checkpoint to write; dict.txt and bpe.json go beside it")
     parser.add_argument("--part", choices=PARTS, default="discriminator", help="which encoder to extract")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an encoder checkpoint an earlier extract-encoder wrote")
     parser.add_argument("--seed", type=int, default=1, help="seed of the discriminator's new MLM head")
     args = parser.parse_args(argv)
     import fairseq_bio  # noqa: F401  (registration)

@@ -56,6 +56,9 @@ def student_weights(teacher: Dict[str, torch.Tensor], layers: List[int]) -> Dict
     return student
 
 
+INIT_STUDENT = "fairseq-bio-init-student"  # what the student checkpoint is recorded as made by
+
+
 def init_student(
     teacher,
     out,
@@ -78,7 +81,7 @@ def init_student(
 
     teacher, out = Path(teacher), Path(out).absolute()
     _, weights, recorded = read_bio_roberta_checkpoint(str(teacher), str(teacher), InitStudentError)
-    check_output(out, [teacher], overwrite, option="--out")
+    check_output(out, [teacher], overwrite, option="--out", by=INIT_STUDENT)
     name = recorded["_name"]
     model_cfg = argparse.Namespace(**recorded)
     apply_architecture(model_cfg, name)
@@ -109,7 +112,7 @@ def init_student(
     extra = {"init_student": {"teacher": str(teacher.absolute()), "teacher_layers": chosen}}
     result = encoder_checkpoint(cfg, student, extra)
 
-    save_encoder_checkpoint(result, out, vocab_dir, InitStudentError)
+    save_encoder_checkpoint(result, out, vocab_dir, InitStudentError, by=INIT_STUDENT)
     return {"out": str(out), "layers": chosen, "options": options, "vocab": vocab_dir}
 
 
@@ -122,7 +125,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> None:
         help=f"{EVERY_OTHER} (teacher layers 0, 2, 4, ...) or comma-separated teacher layers, 0-based, in student order",
     )
     parser.add_argument("--out", required=True, help="the student checkpoint; dict.txt and bpe.json go beside it")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace a student an earlier init-student wrote")
     parser.add_argument("--embed-dim", type=int, help="refused unless the teacher's (copied layers keep their width)")
     parser.add_argument("--ffn-dim", type=int, help="refused unless the teacher's")
     parser.add_argument("--heads", type=int, help="refused unless the teacher's")

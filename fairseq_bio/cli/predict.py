@@ -32,7 +32,7 @@ import os
 import time
 
 from ..errors import run_cli
-from ..inference.loading import QA, PredictError, load_fine_tuned
+from ..inference.loading import PREDICT, QA, PredictError, load_fine_tuned
 from ..inference.qa import predict_qa_file
 from ..inference.sentences import predict_sentence_file
 from ..inference.tagging import predict_conll, predict_text
@@ -53,9 +53,9 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--output", required=True,
         help="CoNLL predictions, or JSON lines (spans for text input; one row per example); never the input, and "
-        "not an existing file unless --overwrite",
+        "not an existing file unless --overwrite (and then only one predict wrote)",
     )  # fmt: skip
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an --output file an earlier predict wrote")
     parser.add_argument(
         "--format", choices=["auto", "conll", "text"], default="auto",
         help="tagging input format (auto: by content: token<TAB>tag lines are CoNLL, whatever the file's name)",
@@ -85,7 +85,10 @@ def main(argv=None) -> None:
 
     if not os.path.exists(args.input):
         raise PredictError(f"{args.input}: not found")
-    check_output(args.output, [args.input, args.checkpoint], args.overwrite)
+    # Never onto what predict reads (the vocabulary beside the checkpoint included), nor onto a file it did not write.
+    vocab = args.vocab or os.path.dirname(os.path.abspath(args.checkpoint))
+    read = [args.input, args.checkpoint, *(os.path.join(vocab, name) for name in ("dict.txt", "bpe.json"))]
+    check_output(args.output, read, args.overwrite, by=PREDICT)
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     _ = task.word_encoder  # the tokenizer is set up with the model (its import alone can take 2 s), not per input
     options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)

@@ -297,11 +297,12 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     from fairseq.data import Dictionary
     from omegaconf import OmegaConf
 
+    from ..data.dictionary import load_dictionary
     from ..models.bio_roberta import BioRobertaModel, read_bio_roberta_checkpoint
 
     state, weights, model_cfg = read_bio_roberta_checkpoint(path, f"criterion.teacher={path}", DistillationError)
     dict_file = _teacher_dict_file(path, state, teacher_vocab)
-    dictionary = Dictionary.load(dict_file)
+    dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")  # as the masked-LM task the teacher was trained with
     rows = weights["encoder.sentence_encoder.embed_tokens.weight"].size(0)
     if rows != len(dictionary):

@@ -7,6 +7,7 @@ token) and lenient where nothing is lost (CRLF endings, trailing spaces, several
 Every error is one line naming the file and line.
 """
 
+import codecs
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,10 +37,11 @@ class Sentence:
 
 
 def _raw_lines(path) -> List[bytes]:
-    """The lines of a tagging input file as bytes; one-line errors for a missing file or a directory."""
+    """The lines of a tagging input file as bytes, a UTF-8 byte-order mark removed (an editor's, never a token's);
+    one-line errors for a missing file or a directory."""
     try:
         with open(path, "rb") as f:
-            return f.read().split(b"\n")
+            return f.read().removeprefix(codecs.BOM_UTF8).split(b"\n")
     except FileNotFoundError:
         raise TaggingDataError(f"{path}: not found") from None
     except IsADirectoryError:
@@ -83,6 +85,8 @@ def read_conll(path, require_tags: bool = True, predictions: bool = False) -> Li
                 raise TaggingDataError(
                     f"{path}:{number}: {columns} columns; expected token<TAB>tag"
                     + ("" if require_tags else " or token")
+                    + (" (token, gold, prediction is what fairseq-bio-predict writes: keep the first two columns, "
+                       "cut -f1,2)" if columns == 3 else "")
                 )
         if len(parts) != columns:
             raise TaggingDataError(f"{path}:{number}: {len(parts)} column(s); expected {EXPECTED[columns]}")
@@ -112,10 +116,11 @@ _TAG = re.compile(r"O|[BIESLU]-\S+")
 
 
 def _tagged(line: str) -> bool:
-    """Whether a non-blank line reads as ``token<TAB>tag`` (or ``token tag`` with a BIO-style tag)."""
+    """Whether a non-blank line reads as ``token<TAB>tag`` with any number of tag columns (conlleval's
+    ``token<TAB>gold<TAB>prediction``, more features), or ``token tag`` with a BIO-style tag."""
     if "\t" in line:
         parts = [p.strip() for p in line.rstrip("\r\n ").split("\t")]
-        return len(parts) == 2 and all(parts) and not any(c.isspace() for c in parts[1])
+        return len(parts) >= 2 and all(parts) and not any(c.isspace() for p in parts[1:] for c in p)
     parts = line.split()
     return len(parts) == 2 and _TAG.fullmatch(parts[1]) is not None
 

@@ -65,7 +65,7 @@ def read_tsv(
     a text column is a header and columns are found by name (BLUE's ``index sentence label``, BIOSSES; the row id
     from ``id_field`` when the header has it); otherwise the label is the last column and the texts the columns
     before it (BLUE's ``sentence<TAB>label``)."""
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.reader(f, delimiter="\t")
         rows = []
         start = 1
@@ -122,16 +122,17 @@ def read_jsonl(
     """Objects of a JSON-lines file (BLURB's ``{"id", "sentence", "label"}``, MedNLI's ``sentence1/2, gold_label``);
     ``entities_field``: the row's entity offsets as read, when it has them (checked by ``attach_entities``)."""
     examples = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         for line, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise SentenceDataError(json_error(path, e, line)) from None
+                raise SentenceDataError(_whole_json(path) or json_error(path, e, line)) from None
             if not isinstance(obj, dict):
-                raise SentenceDataError(f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
+                raise SentenceDataError((line == 1 and _whole_json(path)) or
+                                        f"{path}:{line}: expected a JSON object, got {type(obj).__name__}")
             values = []
             for name in [*text_fields, *([label_field] if label_field else [])]:
                 if name not in obj:
@@ -150,6 +151,19 @@ def read_jsonl(
     return examples
 
 
+def _whole_json(path: str) -> Optional[str]:
+    """What a file that is one JSON value, not JSON lines, holds, for the error (None when it is not valid JSON)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            value = json.load(f)
+    except (ValueError, OSError):
+        return None
+    kinds = {dict: "object", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    what = f"an array of {len(value)} items" if isinstance(value, list) else f"one JSON {kinds[type(value)]}"
+    return (f"{path}: valid JSON, but {what}, where JSON lines are expected (one object per line; "
+            f"jq -c '.[]' {path} writes an array so)")  # fmt: skip
+
+
 def _key_lines(text: str) -> Dict[str, int]:
     """Line of each ``"key": {`` in a JSON text (PubMedQA's top-level PMIDs; its entries hold no objects)."""
     lines, line, offset = {}, 1, 0
@@ -161,7 +175,7 @@ def _key_lines(text: str) -> Dict[str, int]:
 
 
 def _load_json(path: str) -> Tuple[Any, str]:
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         text = f.read()
     try:
         return json.loads(text), text

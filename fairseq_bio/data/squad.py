@@ -91,7 +91,7 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
     answers list), False (answers ignored: a file to predict), None (answers read when the file has them: all
     questions or none). ``allow_unanswerable``: SQuAD v2.0 questions without an answer are read (else refused)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except UnicodeDecodeError as e:
         raise SquadDataError(f"{path}: not valid UTF-8 (byte {e.start})") from None

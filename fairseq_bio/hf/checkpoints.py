@@ -83,9 +83,10 @@ def encoder_checkpoint(cfg: Dict, model_state: Dict[str, torch.Tensor], extra: D
     }
 
 
-def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueError) -> None:
+def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueError, by: Optional[str] = None) -> None:
     """Write ``state`` to ``out`` with the vocabulary (dict.txt, bpe.json) beside it; the checkpoint appears only
-    once complete (temp file, then rename). A different dict.txt already in that directory raises ``error``."""
+    once complete (temp file, then rename), recorded as made by command ``by``. A different dict.txt already in that
+    directory raises ``error``."""
     import filecmp
 
     from ..tasks.fine_tuning import DICT_TXT, copy_vocab
@@ -94,7 +95,7 @@ def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueE
     beside = out.parent / DICT_TXT
     if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
         raise error(f"{beside}: a different vocabulary is already there; choose another output directory")
-    with atomic_path(out) as tmp:
+    with atomic_path(out, by) as tmp:
         torch.save(state, tmp)
         copy_vocab(vocab_dir, str(out.parent))
 

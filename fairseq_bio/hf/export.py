@@ -55,6 +55,7 @@ from .verify import (
     task_ids,
 )
 
+EXPORT_HF = "fairseq-bio-export-hf"  # what the output directory is recorded as made by (fairseq_bio.files)
 MARKERS = ("config.json", "model.safetensors")
 ELECTRA_MARKERS = tuple(f"{part}/config.json" for part in PARTS)  # an exported pair: one directory per model
 
@@ -101,7 +102,7 @@ def export_hf(
             "this checkpoint"
         )
     vocab_dir = find_vocab_dir(checkpoint, state, data)
-    check_destination(out_dir, overwrite, MARKERS)
+    check_destination(out_dir, overwrite, MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
     hub = load_fairseq_model(checkpoint, vocab_dir)
     hf, kind, head_name = hf_model(hub, head)
@@ -135,7 +136,7 @@ def export_hf(
                 f"states {check['hidden_max_abs_diff']:.2e} > {tolerance}"
             )
         model_card(checkpoint, state, hf, kind, tokenizer, check, vocab_dir).save(tmp / "README.md")
-        replace_dir(tmp, out_dir, overwrite, MARKERS)
+        replace_dir(tmp, out_dir, overwrite, MARKERS, by=EXPORT_HF)
     except BaseException:
         remove_temp_dir(tmp)
         raise
@@ -173,7 +174,7 @@ def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrit
         raise HFConvertError(f"{checkpoint}: model 'bio_electra' but no discriminator parameters; not a bio_electra "
                              "checkpoint")  # fmt: skip
     vocab_dir = find_vocab_dir(checkpoint, state, data)
-    check_destination(out_dir, overwrite, ELECTRA_MARKERS)
+    check_destination(out_dir, overwrite, ELECTRA_MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
     hub = load_fairseq_model(checkpoint, vocab_dir)
     dictionary = hub.task.source_dictionary
@@ -198,7 +199,7 @@ def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrit
             )
         for part, hf in pair.items():
             electra_model_card(checkpoint, state, part, hf, tokenizer, check, vocab_dir).save(tmp / part / "README.md")
-        replace_dir(tmp, out_dir, overwrite, ELECTRA_MARKERS)
+        replace_dir(tmp, out_dir, overwrite, ELECTRA_MARKERS, by=EXPORT_HF)
     except BaseException:
         remove_temp_dir(tmp)
         raise

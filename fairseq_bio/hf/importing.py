@@ -46,6 +46,7 @@ from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
 
 CHECKPOINT_FILE = "model.pt"
 IMPORT_INFO = "import_info.json"
+IMPORT_HF = "fairseq-bio-import-hf"  # what the output directory is recorded as made by (fairseq_bio.files)
 MARKERS = (CHECKPOINT_FILE, IMPORT_INFO)
 
 
@@ -72,7 +73,7 @@ def import_hf(
         require_fastbpe()  # fairseq's --bpe fastbpe, and so the output check, run fastBPE's applier
     weights, weights_path = read_hf_weights(hf_dir)
     converted = hf_to_fairseq_state(config, weights, vocab, weights_path)
-    check_destination(out_dir, overwrite, MARKERS)
+    check_destination(out_dir, overwrite, MARKERS, by=IMPORT_HF)
     if verify:
         _require_transformers()
 
@@ -116,7 +117,7 @@ def import_hf(
             info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance)
             log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}")
         write_json(tmp / IMPORT_INFO, info)
-        replace_dir(tmp, out_dir, overwrite, MARKERS)
+        replace_dir(tmp, out_dir, overwrite, MARKERS, by=IMPORT_HF)
     except BaseException:
         remove_temp_dir(tmp)
         raise
@@ -154,7 +155,7 @@ def import_electra_pair(
         require_fastbpe()
     weights, paths = read_pair_weights(dirs)
     converted = electra_pair_to_fairseq(configs, weights, vocab, paths)
-    check_destination(out_dir, overwrite, MARKERS)
+    check_destination(out_dir, overwrite, MARKERS, by=IMPORT_HF)
     if verify:
         _require_transformers()
 
@@ -191,7 +192,7 @@ def import_electra_pair(
             info["check"] = _verify_pair(dirs, tmp, vocab, sentences, tolerance)
             log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe_pair(info['check'])}")
         write_json(tmp / IMPORT_INFO, info)
-        replace_dir(tmp, out_dir, overwrite, MARKERS)
+        replace_dir(tmp, out_dir, overwrite, MARKERS, by=IMPORT_HF)
     except BaseException:
         remove_temp_dir(tmp)
         raise

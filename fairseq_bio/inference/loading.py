@@ -14,6 +14,7 @@ class PredictError(BioError):
 
 
 TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractive_qa"
+PREDICT = "fairseq-bio-predict"  # the command the prediction files are recorded as made by (files.record_made)
 
 
 def load_fine_tuned(

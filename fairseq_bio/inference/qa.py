@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ..files import atomic_write
-from .loading import PredictError, batches, criterion_metrics
+from .loading import PREDICT, PredictError, batches, criterion_metrics
 
 
 def predict_questions(task, model, squad, max_tokens: int = 4096, max_sentences: int = 64, progress=True):
@@ -115,7 +115,7 @@ def predict_qa_file(
             from ..criterions.bio_extractive_qa import BioExtractiveQACriterion
 
             scored = BioExtractiveQACriterion.score([r["answers"] for r in rows], [r["gold"] for r in rows])
-    with atomic_write(output_path) as f:
+    with atomic_write(output_path, by=PREDICT) as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     if scored is None:

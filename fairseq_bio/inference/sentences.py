@@ -11,7 +11,7 @@ import torch
 
 from ..files import atomic_write
 from ..metrics.blurb import percentages, prediction_scores
-from .loading import batches, criterion_metrics
+from .loading import PREDICT, batches, criterion_metrics
 from .predictions import row_columns
 
 
@@ -103,7 +103,7 @@ def predict_sentence_file(task, model, input_path: str, output_path: str, split:
     """Predict every example of ``input_path`` into JSON lines; returns the metrics (``sentence_scores``) when it has
     labels, else None."""
     rows = predict_examples(task, model, read_examples(task, input_path, split), **kwargs)
-    with atomic_write(output_path) as f:
+    with atomic_write(output_path, by=PREDICT) as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     return sentence_scores(task, rows)

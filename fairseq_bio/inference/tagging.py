@@ -1,6 +1,7 @@
 """Tagging (``bio_tagging``) with a fine-tuned checkpoint: BIO tags per word of sentences, a CoNLL file tagged (and
 scored when it has gold tags), raw text into JSON lines of character-offset entity spans."""
 
+import codecs
 import json
 import sys
 from typing import Dict, List, Optional, Sequence
@@ -8,7 +9,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from ..files import atomic_write
-from .loading import TAGGING, PredictError, batches, load_fine_tuned
+from .loading import PREDICT, TAGGING, PredictError, batches, load_fine_tuned
 
 
 def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
@@ -46,10 +47,10 @@ def predict_conll(task, model, input_path: str, output_path: str, **kwargs) -> O
     from ..data.conll import write_conll
     from ..metrics.blurb import TAGS, prediction_scores
 
-    sentences = task.read_split(input_path, require_tags=False)
+    sentences = task.read_split(input_path, require_tags=False, predicting=True)
     predictions = predict_tags(task, model, sentences, **kwargs)
     gold = [s.tags for s in sentences] if sentences[0].tags is not None else None
-    with atomic_write(output_path) as f:
+    with atomic_write(output_path, by=PREDICT) as f:
         if gold is None:
             write_conll(f, [(s.words, p) for s, p in zip(sentences, predictions)])
         else:
@@ -91,7 +92,7 @@ def predict_text(task, model, input_path: str, output_path: str, documents: bool
 
     lines = []
     with open(input_path, "rb") as f:
-        for number, raw in enumerate(f.read().split(b"\n"), start=1):
+        for number, raw in enumerate(f.read().removeprefix(codecs.BOM_UTF8).split(b"\n"), start=1):
             try:
                 lines.append(raw.decode("utf-8").rstrip("\r"))
             except UnicodeDecodeError as e:
@@ -102,7 +103,7 @@ def predict_text(task, model, input_path: str, output_path: str, documents: bool
     flat = [Sentence(words=[w for w, _, _ in s]) for sentences in per_line for s in sentences]
     predictions = predict_tags(task, model, flat, **kwargs) if flat else []
     count, k = 0, 0
-    with atomic_write(output_path) as f:
+    with atomic_write(output_path, by=PREDICT) as f:
         for number, (line, sentences) in enumerate(zip(lines, per_line), start=1):
             spans = []
             for words in sentences:

@@ -29,6 +29,7 @@ from omegaconf import II, MISSING
 
 from ..data.batching import KeepsEveryExample
 from ..data.chunked_dataset import ChunkedSentenceDataset
+from ..data.dictionary import load_dictionary
 from ..data.word_boundaries import WordBoundaries
 from ..errors import BioConfigError, BioFileNotFoundError
 from ..modules.masking import BatchMasker
@@ -96,6 +97,9 @@ class BioMaskedLMConfig(FairseqDataclass):
     )
     max_update: int = II("optimization.max_update")
     seed: int = II("common.seed")
+    restore_file: str = II("checkpoint.restore_file")
+    finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
+    save_dir: str = II("checkpoint.save_dir")
 
 
 HEAD_PREFIX = "encoder.lm_head."  # the MLM head's own parameters; its tied output weight is the token embeddings'
@@ -142,9 +146,14 @@ class BioMaskedLMTask(MaskedLMTask):
     @classmethod
     def load_dict(cls, cfg):
         check_binarised(cfg.data)
-        return super().load_dict(cfg)
+        paths = utils.split_paths(cfg.data)
+        dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"))  # fairseq's load_dict, one-line errors
+        logger.info("dictionary: %d types", len(dictionary))
+        return dictionary
 
     def build_model(self, cfg, from_checkpoint=False):
+        if not from_checkpoint:  # a training run (a checkpoint being loaded builds its model from_checkpoint)
+            check_start_checkpoint(self.cfg)
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.freeze_embeddings:
             frozen = freeze_token_embeddings(model)
@@ -224,6 +233,22 @@ class BioMaskedLMTask(MaskedLMTask):
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
         return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+def check_start_checkpoint(cfg) -> None:
+    """A named ``checkpoint.restore_file`` or ``finetune_from_model`` that does not exist is an error: fairseq would
+    log "No existing checkpoint found" and pretrain from random initialisation. fairseq's own resume (the default
+    ``checkpoint_last.pt`` in ``save_dir``, which also wins over ``finetune_from_model``) is untouched."""
+    restore = getattr(cfg, "restore_file", None)
+    if restore and restore != "checkpoint_last.pt" and not os.path.exists(restore):
+        raise BioFileNotFoundError(
+            f"checkpoint.restore_file={restore}: no such checkpoint (fairseq would start from random initialisation; "
+            "leave restore_file unset to start from scratch)"
+        )
+    start = getattr(cfg, "finetune_from_model", None)
+    resuming = os.path.exists(os.path.join(getattr(cfg, "save_dir", None) or ".", "checkpoint_last.pt"))
+    if start and not os.path.exists(start) and not resuming:
+        raise BioFileNotFoundError(f"checkpoint.finetune_from_model={start}: no such checkpoint")
 
 
 class BlocksDataset(KeepsEveryExample, SortDataset):

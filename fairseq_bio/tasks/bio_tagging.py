@@ -152,11 +152,13 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
         names = {"train": self.cfg.train_file, "valid": self.cfg.valid_file, "test": self.cfg.test_file}
         return os.path.join(self.cfg.data, names.get(split, f"{split}.tsv"))
 
-    def read_split(self, path: str, require_tags: bool = True) -> List[Sentence]:
-        """Sentences of a CoNLL file with tags checked against the label set (unknown types: error or O)."""
+    def read_split(self, path: str, require_tags: bool = True, predicting: bool = False) -> List[Sentence]:
+        """Sentences of a CoNLL file with tags checked against the label set (unknown types: error or O); the error
+        says what to do in training, or, ``predicting`` with a trained model, about the file."""
         sentences = _read_tagged(path, self.cfg, require_tags)
         if sentences[0].tags is not None:
-            _check_tags(sentences, path, known_types=set(self.types), unknown_to_o=self.cfg.unknown_tags == "o")
+            _check_tags(sentences, path, known_types=set(self.types), unknown_to_o=self.cfg.unknown_tags == "o",
+                        unknown_hint=PREDICT_UNKNOWN_HINT if predicting else TRAIN_UNKNOWN_HINT)  # fmt: skip
         return sentences
 
     def encode(self, sentences: Sequence[Sentence], path: Optional[str] = None) -> EncodedWords:
@@ -233,9 +235,14 @@ def _read_tagged(path: str, cfg: BioTaggingConfig, require_tags: bool = True) ->
     return sentences
 
 
+TRAIN_UNKNOWN_HINT = "task.unknown_tags=o reads it as O"
+PREDICT_UNKNOWN_HINT = "the model never learned it, so its gold tags cannot be scored: make them O in the file"
+
+
 def _check_tags(
-    sentences: Sequence[Sentence], path: str, known_types=None, unknown_to_o: bool = False, untyped_ok: bool = False
-) -> None:
+    sentences: Sequence[Sentence], path: str, known_types=None, unknown_to_o: bool = False, untyped_ok: bool = False,
+    unknown_hint: str = TRAIN_UNKNOWN_HINT,
+) -> None:  # fmt: skip
     """Every tag is O or <prefix>-<type> (``untyped_ok``: or a bare prefix); with ``known_types``, a type outside it
     is an error or becomes O."""
     replaced = 0
@@ -252,7 +259,7 @@ def _check_tags(
                 if not unknown_to_o:
                     raise TaggingDataError(
                         f"{path}:{line}: tag {tag!r}: type {tag[2:]!r} never occurs in the train file (types: "
-                        f"{', '.join(sorted(known_types)) or 'none'}); task.unknown_tags=o reads it as O"
+                        f"{', '.join(sorted(known_types)) or 'none'}); {unknown_hint}"
                     )
                 sentence.tags[i] = "O"
                 replaced += 1

@@ -22,6 +22,7 @@ from fairseq.tasks import FairseqTask
 from omegaconf import II
 from torch import nn
 
+from ..data.dictionary import load_dictionary
 from ..data.tagging_dataset import WordEncoder
 from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
 from ..errors import BioError
@@ -132,7 +133,7 @@ def adopt_encoder_architecture(model_cfg, encoder: str) -> None:
 
 def load_vocab(vocab_dir: str):
     """(dictionary with the ``<mask>`` every bio encoder was pretrained with, bpe.json spec)."""
-    dictionary = Dictionary.load(os.path.join(vocab_dir, DICT_TXT))
+    dictionary = load_dictionary(os.path.join(vocab_dir, DICT_TXT), Dictionary)
     dictionary.add_symbol("<mask>")
     return dictionary, load_bpe_json(os.path.join(vocab_dir, BPE_JSON))
 
