@@ -1,25 +1,37 @@
-"""Training speed of bio_roberta_base (the fast encoder) against fairseq's stock roberta_base + masked_lm.
+"""Training speed of the bio_roberta encoders against fairseq's stock RoBERTa, a plain PyTorch loop and HF transformers.
 
-Every variant trains through fairseq's own ``Trainer`` (forward, backward, gradient norm, optimizer step) with the
-``masked_lm`` task and criterion on the same binarised PubMed blocks: 512-token blocks packed without padding
-(``sample_break_mode none``), the same batches and the same masked positions in every variant (every process hashes
-its batches, and results whose hashes differ are refused). Variants:
+The fairseq variants train through fairseq's own ``Trainer`` (forward, backward, gradient norm, optimizer step) with
+the ``masked_lm`` task and criterion; the reference and HF variants (``reference_encoder.py``) train on the very same
+samples. All of them see the same binarised PubMed blocks: 512-token blocks packed without padding
+(``sample_break_mode none``), the same batches and the same masked positions (every process hashes its batches, and
+results whose hashes differ are refused). Variants, for ``--arch ARCH`` (default bio_roberta_base; any registered
+bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron_345m/_800m/_1_2b):
 
-    stock           --arch roberta_base      (fairseq's RobertaModel and MultiheadAttention), --optimizer adam
-    bio             --arch bio_roberta_base  (fused QKV + scaled_dot_product_attention),      --optimizer adam
+    stock           fairseq's roberta_base / roberta_large (RobertaModel, MultiheadAttention), --optimizer adam;
+                    only for bio_roberta_base and _large: fairseq has no stock model of the other shapes
+    bio             --arch ARCH (fused QKV + scaled_dot_product_attention), --optimizer adam
     bio+adamw       bio, --optimizer bio_adamw (torch's fused AdamW)
     bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
+    reference       the same shape in plain PyTorch, no fairseq: fused QKV, SDPA, LM head only on the masked
+                    positions, fused AdamW, bf16 autocast on CUDA, gradient norm computed, gradients set to None
+    reference+comp  reference with torch.compile (encoder, and head with a dynamic number of masked positions)
+    hf              HF RobertaForMaskedLM (RobertaPreLayerNormForMaskedLM for the pre-LN bio_megatron shapes) from a
+                    RobertaConfig of the same sizes (no download), sdpa attention, labels -100 except at the masked
+                    positions, fused AdamW, bf16 autocast on CUDA, eager
 
-Timing: all variants are built in one process and their steps interleave, step i of stock, bio, bio+adamw,
-bio+adamw+comp, then step i + 1 of each, ..., on the same batch i, so that drifts in the load of a shared machine hit
-every variant alike; the first ``--warmup`` rounds are not timed (they include the compilation). tokens/s is the
-batch's tokens over the median timed step; "vs stock" is the median over rounds of stock's step time over the
-variant's in the same round.
+Timing: all variants are built in one process and their steps interleave, step i of every variant in turn, then step
+i + 1 of each, ..., on the same batch i, so that drifts in the load of a shared machine hit every variant alike; the
+first ``--warmup`` rounds are not timed (they include the compilation). tokens/s is the batch's tokens over the median
+timed step; "vs stock" and "vs reference" are the medians over rounds of that variant's step time over this one's
+in the same round.
 
 Peak memory: each variant alone in a fresh process (``--warmup`` + 1 steps). CPU: the process's peak RSS (VmHWM,
 the kernel's counter reset just before the first step) minus its RSS at that moment (model, data and libraries
-loaded), i.e. what training adds: activations, gradients, optimizer state. CUDA: ``torch.cuda.max_memory_allocated``
-over those steps (parameters included).
+loaded), i.e. what training adds: activations, gradients, optimizer state. CUDA: the peak of
+``torch.cuda.max_memory_allocated`` over those steps (parameters included). fairseq's ``Trainer.train_step`` calls
+``torch.cuda.reset_peak_memory_stats()`` at the end of every step (to log ``gb_free``), so the counter read after the
+steps holds only what the last step's tail allocated (~2 GB at any batch for base); ``true_peak`` therefore wraps
+``torch.cuda.reset_peak_memory_stats`` for the run and keeps the largest counter value seen before each reset.
 
 MFU = achieved FLOP/s / peak FLOP/s, with the training FLOPs of one step counted as
 
@@ -28,19 +40,29 @@ MFU = achieved FLOP/s / peak FLOP/s, with the training FLOPs of one step counted
 N = L * (4 d^2 + 2 d f) the encoder layers' matmul weights (QKV, output projection, FFN; biases, norms and
 embeddings left out), s = 512 the sequence length, d the width, f the FFN width, L the layers, V the vocabulary
 (output matrix), ``predicted`` the masked positions of the step (the LM head's dense + vocabulary matmul run only
-there). The attention term is QK^T and attention x V (2 * 2 * s * d per token and layer forward, x 3 for
-forward + backward). Peak: CUDA, the dense bf16 (or fp32 with --fp32) tensor-core peak of the device
-(H100/H200 SXM 989 TFLOP/s bf16; --peak-tflops overrides); CPU, a 4096 x 4096 fp32 matmul measured on this machine
-with the same threads (so MFU there is "of what this core's BLAS reaches").
+there; HF runs its head on every position, work the count does not credit). The attention term is QK^T and
+attention x V (2 * 2 * s * d per token and layer forward, x 3 for forward + backward). Peak: CUDA, the dense bf16 (or
+fp32 with --fp32) tensor-core peak of the device (H100/H200 SXM 989 TFLOP/s bf16; --peak-tflops overrides); CPU, a
+4096 x 4096 fp32 matmul measured on this machine with the same threads (so MFU there is "of what this core's BLAS
+reaches").
+
+Profile (``--profile VARIANT``): that variant alone, ``--warmup`` steps, then 3 steps under ``torch.profiler``; the
+step's time by group (matmul, attention, elementwise/norm, loss, optimizer + gradient norm, copy/gather, other) as a
+markdown table. CPU: each op's self time, grouped by its name (and its callers': everything under
+``Optimizer.step`` or a gradient norm is the optimizer's, everything under an SDPA call attention's), plus the time
+outside any op (Python: the Trainer's and the model's own code). CUDA: the kernels' time, grouped by the kernel's
+name and the ops that launched it, plus the time the GPU ran no kernel.
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 15 python benchmarks/encoder_speed.py  # CPU: 2 x 512, 6 rounds
     python benchmarks/encoder_speed.py --data DATA_BIN --device cuda            # bf16, 32 x 512, 30 timed rounds
+    python benchmarks/encoder_speed.py --device cuda --batch 128 --profile bio+adamw+comp
 
-Writes ``benchmarks/results/encoder_speed.md``, ``.json`` and ``.png`` (``encoder_speed_cuda.*`` on CUDA) and prints
-the table.
+Writes ``benchmarks/results/encoder_speed[_ARCH].md``, ``.json`` and ``.png`` (``_tiny`` with --tiny, ``_cuda`` on
+CUDA; ``_profile_VARIANT.md`` for a profile) and prints the table.
 """
 
 import argparse
+import contextlib
 import hashlib
 import json
 import statistics
@@ -52,20 +74,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 PLUGIN = REPO / "fairseq_bio"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference_encoder.py beside this file
+
 VARIANTS = {
-    "stock": dict(arch="roberta_base", optimizer="adam", plugin=False, compile=False),
-    "bio": dict(arch="bio_roberta_base", optimizer="adam", plugin=True, compile=False),
-    "bio+adamw": dict(arch="bio_roberta_base", optimizer="bio_adamw", plugin=True, compile=False),
-    "bio+adamw+comp": dict(arch="bio_roberta_base", optimizer="bio_adamw", plugin=True, compile=True),
+    "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
+    "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
+    "bio+adamw": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False),
+    "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
+    "reference": dict(kind="reference", compile=False),
+    "reference+comp": dict(kind="reference", compile=True),
+    "hf": dict(kind="hf"),
 }
-LABELS = {
-    "stock": "stock roberta_base + fairseq adam",
-    "bio": "bio_roberta_base + fairseq adam",
-    "bio+adamw": "bio_roberta_base + bio_adamw (fused)",
-    "bio+adamw+comp": "bio_roberta_base + bio_adamw, compiled layers",
-}
-BASELINE = "stock"
+# fairseq's stock architecture of the same shape; the others have none
+STOCK_ARCH = {"bio_roberta_base": "roberta_base", "bio_roberta_large": "roberta_large"}
+RATIO_TO = ("stock", "reference")  # the "vs" columns, for those of them that ran
 SEQ = 512
+PROFILE_STEPS = 3
 # --tiny (benchmarks/gpu_check.py's dry mode): every code path in seconds on a CPU; a check, not a measurement.
 TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
         "--encoder-attention-heads", "2"]  # fmt: skip
@@ -73,16 +97,30 @@ PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense bf16 tensor
 PEAK_TFLOPS_FP32 = {"H100": 494.7, "H200": 494.7, "A100": 156.0}  # TF32 tensor-core peaks (what fp32 matmuls use)
 
 
-def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, predicted: int) -> float:
+def label(variant: str, arch: str) -> str:
+    return {
+        "stock": f"stock {STOCK_ARCH.get(arch)} + fairseq adam",
+        "bio": f"{arch} + fairseq adam",
+        "bio+adamw": f"{arch} + bio_adamw (fused)",
+        "bio+adamw+comp": f"{arch} + bio_adamw, compiled layers",
+        "reference": "plain PyTorch reference (fused QKV, SDPA, fused AdamW)",
+        "reference+comp": "plain PyTorch reference, torch.compile",
+        "hf": "HF RobertaForMaskedLM (sdpa, fused AdamW)",
+    }[variant]
+
+
+def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, predicted: int, **_) -> float:
     """Training FLOPs of one step (see the module docstring)."""
     n = layers * (4 * dim * dim + 2 * dim * ffn)
     return 6 * n * tokens + 12 * layers * SEQ * dim * tokens + 6 * (dim * dim + dim * vocab) * predicted
 
 
-def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False):
-    """fairseq-train's command line for one variant."""
-    spec = VARIANTS[variant]
-    args = [data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", spec["arch"],
+def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False,
+                 arch: str = "bio_roberta_base"):  # fmt: skip
+    """fairseq-train's command line for one fairseq variant (the reference and HF ones read bio's)."""
+    spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
+    args = [data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+            arch if spec["plugin"] else STOCK_ARCH[arch],
             "--sample-break-mode", "none", "--tokens-per-sample", str(SEQ), "--batch-size", str(batch),
             "--optimizer", spec["optimizer"], "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
             "--weight-decay", "0.01", "--lr", "1e-4", "--clip-norm", "0.0", "--seed", "1", "--num-workers", "0",
@@ -103,32 +141,60 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def build(variant: str, data: str, batch: int, device: str, bf16: bool, task=None, tiny: bool = False):
-    """(fairseq config, task, Trainer) of one variant; ``task`` reuses an already set-up masked_lm task."""
+def build(variant: str, args, task=None):
+    """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
+    reuses an already set-up masked_lm task."""
     import torch
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
     from omegaconf import open_dict
 
+    spec, cuda, bf16 = VARIANTS[variant], args.device == "cuda", not args.fp32
     parser = options.get_training_parser()
-    cfg = convert_namespace_to_omegaconf(
-        options.parse_args_and_arch(parser, fairseq_args(variant, data, batch, device, bf16, tiny))
-    )
+    argv = fairseq_args(variant, str(args.data), args.batch, args.device, bf16, args.tiny, args.arch)
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     with open_dict(cfg.common):
         # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
         # to torch_xla; fairseq-hydra-train's precision=bf16 does not, and a GPU is what is measured here
         cfg.common.tpu = False
-    if VARIANTS[variant]["compile"]:  # bio_roberta inherits RoBERTa's argparse options, so it is set here
+    if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
         with open_dict(cfg.model):
             cfg.model.compile_encoder_layers = True
     utils.import_user_module(cfg.common)
     if task is None:
         task = tasks.setup_task(cfg.task)
         task.load_dataset("train")
-    torch.manual_seed(1)  # the same initial weights in every variant
-    model = task.build_model(cfg.model)
-    return cfg, task, Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    m, dictionary = cfg.model, task.source_dictionary
+    positions = getattr(m, "max_positions", None) or cfg.task.tokens_per_sample  # as RobertaModel.build_model
+    pre_ln = bool(m.encoder_normalize_before)
+    sizes = dict(layers=m.encoder_layers, dim=m.encoder_embed_dim, ffn=m.encoder_ffn_embed_dim,
+                 heads=m.encoder_attention_heads, vocab=len(dictionary), pre_ln=pre_ln)  # fmt: skip
+    shape = dict(vocab=len(dictionary), pad=dictionary.pad(), layers=m.encoder_layers, dim=m.encoder_embed_dim,
+                 ffn=m.encoder_ffn_embed_dim, heads=m.encoder_attention_heads, max_positions=positions,
+                 dropout=m.dropout, attention_dropout=m.attention_dropout, pre_ln=pre_ln)  # fmt: skip
+    torch.manual_seed(1)  # the same initial weights in every variant of a kind
+    if spec["kind"] == "fairseq":
+        model = task.build_model(cfg.model)
+        return task, TrainerStep(Trainer(cfg, task, model, task.build_criterion(cfg.criterion))), sizes
+    from reference_encoder import HFStep, ReferenceMaskedLM, ReferenceStep
+
+    if spec["kind"] == "reference":
+        model = ReferenceMaskedLM(**shape, activation_dropout=m.activation_dropout,
+                                  layernorm_embedding=bool(m.layernorm_embedding))  # fmt: skip
+        return task, ReferenceStep(model, args.device, bf16, compile=spec["compile"]), sizes
+    step = HFStep(**shape, bos=dictionary.bos(), eos=dictionary.eos(), device=args.device, bf16=bf16 and cuda)
+    return task, step, sizes
+
+
+class TrainerStep:
+    """One step of fairseq's ``Trainer.train_step``; ``model`` as for the reference and HF steps."""
+
+    def __init__(self, trainer):
+        self.trainer, self.model = trainer, trainer.model
+
+    def __call__(self, sample) -> None:
+        self.trainer.train_step([sample])
 
 
 def load_batches(task, batch: int, count: int):
@@ -151,17 +217,43 @@ def load_batches(task, batch: int, count: int):
     raise SystemExit(f"only {len(samples)} full batches of {batch} x {SEQ} tokens in the data; need {count}")
 
 
-def timed_step(trainer, sample, cuda: bool) -> float:
-    """Seconds of one fairseq training step (forward, backward, gradient norm, optimizer step)."""
+def timed_step(step, sample, cuda: bool) -> float:
+    """Seconds of one training step (forward, backward, gradient norm, optimizer step)."""
     import torch
 
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
-    trainer.train_step([sample])
+    step(sample)
     if cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def true_peak(cuda=None, read=None):
+    """Yield a function that gives the largest value ``read()`` (default ``torch.cuda.max_memory_allocated``) has
+    reached since entry, even across calls of ``cuda.reset_peak_memory_stats`` (``cuda`` default ``torch.cuda``),
+    which fairseq's Trainer makes every step: inside, that function is replaced by one that first records ``read()``.
+    Callers reach it as ``torch.cuda.reset_peak_memory_stats`` at call time, so they all get the wrapper."""
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    read = read or cuda.max_memory_allocated
+    reset, peak = cuda.reset_peak_memory_stats, 0
+
+    def recording_reset(*a, **kw):
+        nonlocal peak
+        peak = max(peak, read())
+        return reset(*a, **kw)
+
+    reset()
+    cuda.reset_peak_memory_stats = recording_reset
+    try:
+        yield lambda: max(peak, read())
+    finally:
+        cuda.reset_peak_memory_stats = reset
 
 
 def timing(variants, args) -> dict:
@@ -169,52 +261,132 @@ def timing(variants, args) -> dict:
     import torch
     from fairseq.logging import metrics
 
-    cuda, bf16 = args.device == "cuda", not args.fp32
-    task, trainers = None, {}
+    cuda = args.device == "cuda"
+    task, steps = None, {}
     for variant in variants:
-        cfg, task, trainers[variant] = build(variant, str(args.data), args.batch, args.device, bf16, task, args.tiny)
+        task, steps[variant], sizes = build(variant, args, task)
     samples, hashes = load_batches(task, args.batch, args.warmup + args.steps)
     pad = task.source_dictionary.pad()
     result = {v: {"warmup_seconds": [], "step_seconds": []} for v in variants}
     with metrics.aggregate("train"):
         for i, sample in enumerate(samples):
             for variant in variants:
-                seconds = timed_step(trainers[variant], sample, cuda)
+                seconds = timed_step(steps[variant], sample, cuda)
                 result[variant]["warmup_seconds" if i < args.warmup else "step_seconds"].append(seconds)
                 print(f"step {i + 1}/{len(samples)}: {variant}: {seconds:.2f} s", flush=True)
-    model = cfg.model
     return {
         "variants": result,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "dtype": "bf16" if (cuda and bf16) else "fp32",
+        "dtype": "bf16" if (cuda and not args.fp32) else "fp32",
         "threads": torch.get_num_threads(),
         "batch_hashes": hashes,
         "tokens_per_step": args.batch * SEQ,
         "predicted_per_step": [int(s["target"].ne(pad).sum()) for s in samples[args.warmup :]],
-        "sizes": dict(layers=model.encoder_layers, dim=model.encoder_embed_dim, ffn=model.encoder_ffn_embed_dim,
-                      vocab=len(task.source_dictionary)),  # fmt: skip
+        "sizes": sizes,
     }
 
 
 def memory_worker(variant: str, args) -> dict:
     """(fresh process) Peak memory of ``warmup + 1`` steps of one variant, and its batch hash."""
-    import torch
     from fairseq.logging import metrics
 
     cuda = args.device == "cuda"
-    _, task, trainer = build(variant, str(args.data), args.batch, args.device, not args.fp32, tiny=args.tiny)
+    task, step, _ = build(variant, args)
     samples, hashes = load_batches(task, args.batch, args.warmup + 1)
     base_rss = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:  # restart the peak-RSS counter (VmHWM) from here
         f.write("5")
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    with metrics.aggregate("train"):
-        first = timed_step(trainer, samples[0], cuda)
+    with metrics.aggregate("train"), (true_peak() if cuda else contextlib.nullcontext()) as peak:
+        first = timed_step(step, samples[0], cuda)
         for sample in samples[1:]:
-            timed_step(trainer, sample, cuda)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else (_status_kib("VmHWM") - base_rss) / 1024
-    return {"variant": variant, "peak_mib": peak, "first_step_seconds": first, "batch_hashes": hashes}
+            timed_step(step, sample, cuda)
+        peak_mib = peak() / 2**20 if cuda else (_status_kib("VmHWM") - base_rss) / 1024
+    return {"variant": variant, "peak_mib": peak_mib, "first_step_seconds": first, "batch_hashes": hashes}
+
+
+# Profile groups, tried in this order on an op's (or kernel's) name, lower-cased; ALWAYS: a match anywhere in the
+# chain of callers claims the time before any name is tried (the optimizer's Python loop, SDPA's inner ops).
+ALWAYS = (("optimizer + gradient norm", ("optimizer.", "adam", "clip_grad", "lpnorm", "foreach", "multi_tensor",
+                                         "linalg_vector_norm", "aten::norm")),
+          ("attention", ("scaled_dot_product", "attention", "flash", "fmha", "sdpa")))  # fmt: skip
+GROUPS = (
+    ("loss (log-softmax, NLL)", ("log_softmax", "logsoftmax", "nll_loss", "cross_entropy")),
+    ("attention", ("softmax",)),
+    ("matmul", ("gemm", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+                "mmbackward", "cublas", "cutlass", "nvjet", "xmma", "mkl")),
+    ("copy / gather", ("copy", "memcpy", "memset", "aten::cat", "clone", "contiguous", "index", "gather", "scatter",
+                       "embedding", "aten::stack", "constant_pad")),
+    ("elementwise / norm", ("norm", "gelu", "dropout", "bernoulli", "add", "mul", "div", "sub", "elementwise",
+                            "triton", "fill", "zero", "where", "sum", "sqrt", "reduce", "tanh", "aten::exp", "pow",
+                            "neg", "masked", "fused", "threshold", "cumsum", "aten::ne", "aten::eq", "rand")),
+)  # fmt: skip
+OTHER = "other (views, allocation, ...)"
+GROUP_NAMES = tuple(dict.fromkeys([g for g, _ in ALWAYS] + [g for g, _ in GROUPS] + [OTHER]))
+
+
+def profile_group(chain) -> str:
+    """The group of time spent in ``chain[0]``, called from ``chain[1]``, ``chain[2]``, ... (op or kernel names)."""
+    names = [n.lower() for n in chain]
+    for group, patterns in ALWAYS:
+        if any(p in n for n in names for p in patterns):
+            return group
+    for name in names:
+        for group, patterns in GROUPS:
+            if any(p in name for p in patterns):
+                return group
+    return OTHER
+
+
+def grouped_times(events, cuda: bool) -> dict:
+    """{group: microseconds} over ``torch.profiler``'s events: CUDA kernels' time, or CPU ops' self time."""
+    totals = dict.fromkeys(GROUP_NAMES, 0.0)
+    for event in events:
+        if event.is_async or event.device_type.name != "CPU":
+            continue
+        chain, parent = [event.name], event.cpu_parent
+        while parent is not None:
+            chain.append(parent.name)
+            parent = parent.cpu_parent
+        if cuda:
+            for kernel in event.kernels:
+                totals[profile_group([kernel.name] + chain)] += kernel.duration
+        else:
+            totals[profile_group(chain)] += event.self_cpu_time_total
+    return totals
+
+
+def profile(variant: str, args) -> str:
+    """Time by group of ``PROFILE_STEPS`` steps of one variant (after ``--warmup``), as a markdown table."""
+    import torch
+    from fairseq.logging import metrics
+    from torch.profiler import ProfilerActivity
+
+    cuda = args.device == "cuda"
+    task, step, sizes = build(variant, args)
+    samples, _ = load_batches(task, args.batch, args.warmup + PROFILE_STEPS)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with metrics.aggregate("train"):
+        for sample in samples[: args.warmup]:
+            timed_step(step, sample, cuda)
+        with torch.profiler.profile(activities=activities) as prof:
+            wall = sum(timed_step(step, sample, cuda) for sample in samples[args.warmup :]) / PROFILE_STEPS
+    per_step = {g: us / PROFILE_STEPS / 1e3 for g, us in grouped_times(prof.events(), cuda).items()}
+    rest = "no kernel running (GPU idle)" if cuda else "outside any op (Python: Trainer, model code)"
+    per_step[rest] = max(wall * 1e3 - sum(per_step.values()), 0.0)
+    what = "CUDA kernels' time" if cuda else "CPU ops' self time"
+    lines = [
+        f"# Step profile: {label(variant, args.arch)}, {args.batch} x {SEQ}, "
+        f"{torch.cuda.get_device_name() if cuda else 'cpu'}, {torch.get_num_threads()} thread(s)",
+        "",
+        f"{sizes['layers']} x {sizes['dim']}; {PROFILE_STEPS} steps under torch.profiler after {args.warmup} untimed "
+        f"(the profiler's own overhead included): {wall * 1e3:.1f} ms per step; {what} by group.",
+        "",
+        "| group | ms per step | share of the step |",
+        "| --- | ---: | ---: |",
+        *[f"| {g} | {ms:.1f} | {100 * ms / (wall * 1e3):.1f} % |" for g, ms in per_step.items()],
+        "",
+    ]
+    return "\n".join(lines)
 
 
 def cpu_peak_gflops(threads: int) -> float:
@@ -241,7 +413,7 @@ def device_peak_tflops(name: str, bf16: bool):
 
 def run_memory_worker(variant: str, args) -> dict:
     cmd = [sys.executable, __file__, "--memory-worker", variant, "--data", str(args.data), "--batch", str(args.batch),
-           "--warmup", str(args.warmup), "--device", args.device]  # fmt: skip
+           "--warmup", str(args.warmup), "--device", args.device, "--arch", args.arch]  # fmt: skip
     if args.fp32:
         cmd.append("--fp32")
     if args.tiny:
@@ -252,21 +424,46 @@ def run_memory_worker(variant: str, args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def choose_variants(given, arch: str):
+    """The variants asked for (default: every one this architecture has), checked."""
+    if given is None:
+        variants = [v for v in VARIANTS if v != "stock" or arch in STOCK_ARCH]
+        if arch not in STOCK_ARCH:
+            print(f"{arch}: fairseq has no stock model of this shape; the stock variant is left out", flush=True)
+        return variants
+    variants = [v for v in given.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise SystemExit(f"--variants {given}: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    if "stock" in variants and arch not in STOCK_ARCH:
+        raise SystemExit(f"--variants stock: fairseq has no stock model of {arch}'s shape (only "
+                         f"{', '.join(f'{a} ({s})' for a, s in STOCK_ARCH.items())})")  # fmt: skip
+    return variants
+
+
 def main(argv=None):
+    from fairseq_bio.models.bio_roberta import ARCHITECTURES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=REPO / "runs" / "demo" / "data-bin",
                         help="binarised data dir (default: the one `make demo` writes)")  # fmt: skip
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--arch", choices=list(ARCHITECTURES), default="bio_roberta_base",
+                        help="the bio variants' architecture; the others take its shape")  # fmt: skip
     parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: CPU 2, CUDA 32)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per variant (default: CPU 6, CUDA 30)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: CPU 1, CUDA 5)")
-    parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ",".join(VARIANTS)
-    )
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated subset of " + ",".join(VARIANTS) + " (default: the arch's)")  # fmt: skip
     parser.add_argument("--fp32", action="store_true", help="CUDA: train in fp32 instead of bf16")
-    parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder instead of base: the code paths in "
-                        "seconds, not a measurement (writes encoder_speed_tiny.*)")  # fmt: skip
+    parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder instead of the arch's size: the code "
+                        "paths in seconds, not a measurement (writes encoder_speed_tiny.*)")  # fmt: skip
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak FLOP/s for MFU (default: see docstring)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the tables, records and plots")
+    parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory runs")
+    parser.add_argument("--profile", choices=list(VARIANTS), default=None,
+                        help=f"instead of the comparison: {PROFILE_STEPS} steps of this variant under torch.profiler, "
+                        "time by kernel group")  # fmt: skip
     parser.add_argument("--memory-worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
@@ -279,13 +476,20 @@ def main(argv=None):
     if not (args.data / "dict.txt").exists():
         raise SystemExit(f"{args.data}: no dict.txt, not a binarised data dir; run `make demo` (it writes "
                          "runs/demo/data-bin) or give --data DATA_BIN")  # fmt: skip
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown or BASELINE not in variants:
-        raise SystemExit(f"--variants {args.variants}: must include {BASELINE}; known: {', '.join(VARIANTS)}")
+    arch = "" if args.arch == "bio_roberta_base" else f"_{args.arch}"
+    stem = args.out / f"encoder_speed{'_tiny' if args.tiny else ''}{arch}{'' if cpu else '_cuda'}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        choose_variants(args.profile, args.arch)
+        text = profile(args.profile, args)
+        path = stem.with_name(f"{stem.name}_profile_{args.profile.replace('+', '_')}.md")
+        _atomic_write(path, text)
+        print(text + f"\nwrote {path}")
+        return
+    variants = choose_variants(args.variants, args.arch)
 
     memory = {}
-    for variant in variants:
+    for variant in [] if args.no_memory else variants:
         memory[variant] = run_memory_worker(variant, args)
         print(f"{variant}: peak {memory[variant]['peak_mib']:.0f} MiB, first step "
               f"{memory[variant]['first_step_seconds']:.1f} s (fresh process)", flush=True)  # fmt: skip
@@ -309,49 +513,56 @@ def main(argv=None):
         peak_note = f"{tflops:g} TFLOP/s ({device}, {timed['dtype']})" if tflops else "unknown device: no MFU"
     flops = training_flops(**sizes, tokens=tokens, predicted=statistics.mean(timed["predicted_per_step"]))
 
+    bases = [b for b in RATIO_TO if b in variants]
     rows = []
     for variant in variants:
         steps = timed["variants"][variant]["step_seconds"]
         median = statistics.median(steps)
-        rows.append(dict(variant=variant, label=LABELS[variant], tokens_per_s=tokens / median,
-                         min=tokens / max(steps), max=tokens / min(steps),
-                         mfu=(flops / median / peak) if peak else None, peak_mib=memory[variant]["peak_mib"],
-                         first_step_s=memory[variant]["first_step_seconds"]))  # fmt: skip
-    for row in rows:
-        # Per interleaved round, so that each ratio compares steps taken back to back under the same load.
-        paired = [b / s for b, s in zip(timed["variants"][BASELINE]["step_seconds"],
-                                        timed["variants"][row["variant"]]["step_seconds"])]  # fmt: skip
-        row["ratio"] = statistics.median(paired)
-        row["ratio_min"], row["ratio_max"] = min(paired), max(paired)
+        m = memory.get(variant, {})
+        row = dict(variant=variant, label=label(variant, args.arch), tokens_per_s=tokens / median,
+                   step_ms=1e3 * median, min=tokens / max(steps), max=tokens / min(steps),
+                   mfu=(flops / median / peak) if peak else None, peak_mib=m.get("peak_mib"),
+                   first_step_s=m.get("first_step_seconds"), ratios={})  # fmt: skip
+        for base in bases:
+            # Per interleaved round, so that each ratio compares steps taken back to back under the same load.
+            paired = [b / s for b, s in zip(timed["variants"][base]["step_seconds"], steps)]
+            row["ratios"][base] = (statistics.median(paired), min(paired), max(paired))
+        rows.append(row)
     flops_token = training_flops(**sizes, tokens=1, predicted=0)
+
+    def fmt(value, pattern):
+        return pattern % value if value is not None else "-"
+
     lines = [
-        f"# Encoder training speed: {device}, {timed['dtype']}, {timed['threads']} thread(s)",
+        f"# Encoder training speed: {args.arch}{' (--tiny)' if args.tiny else ''}, {device}, {timed['dtype']}, "
+        f"{timed['threads']} thread(s)",
         "",
-        f"{sizes['layers']} x {sizes['dim']} (FFN {sizes['ffn']}), vocabulary {sizes['vocab']:,}, {args.batch} x {SEQ} "
-        f"tokens per step (packed, no padding), the variants' steps interleaved on the same batches ({args.warmup} "
-        f"untimed + {args.steps} timed rounds); masked_lm task and criterion, fairseq's Trainer. FLOPs per token "
-        f"{flops_token / 1e6:.1f} M + the LM head on the masked positions; peak {peak_note}.",
+        f"{sizes['layers']} x {sizes['dim']} (FFN {sizes['ffn']}{', pre-LN' if sizes['pre_ln'] else ''}), vocabulary "
+        f"{sizes['vocab']:,}, {args.batch} x {SEQ} tokens per step (packed, no padding), the variants' steps "
+        f"interleaved on the same batches ({args.warmup} untimed + {args.steps} timed rounds); fairseq's variants: "
+        f"masked_lm task and criterion, fairseq's Trainer. FLOPs per token {flops_token / 1e6:.1f} M + the LM head on "
+        f"the masked positions; peak {peak_note}.",
         "",
-        "| variant | tokens/s (median) | min | max | vs stock (median of rounds) | rounds' range | MFU | "
-        "peak memory (MiB) | first step (s) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        *[f"| {r['label']} | {r['tokens_per_s']:.0f} | {r['min']:.0f} | {r['max']:.0f} | {r['ratio']:.3f}x | "
-          f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f} | "
-          f"{'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'} | {r['peak_mib']:.0f} | "
-          f"{r['first_step_s']:.1f} |" for r in rows],
+        "| variant | step (ms, median) | tokens/s (median) | min | max | "
+        + "".join(f"vs {b} (median of rounds) | rounds' range | " for b in bases)
+        + "MFU | peak memory (MiB) | first step (s) |",
+        "| --- | ---: | ---: | ---: | ---: | " + "---: | ---: | " * len(bases) + "---: | ---: | ---: |",
+        *[f"| {r['label']} | {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['min']:.0f} | {r['max']:.0f} | "
+          + "".join(f"{r['ratios'][b][0]:.3f}x | {r['ratios'][b][1]:.2f}-{r['ratios'][b][2]:.2f} | " for b in bases)
+          + f"{fmt(r['mfu'] and 100 * r['mfu'], '%.1f %%')} | {fmt(r['peak_mib'], '%.0f')} | "
+          f"{fmt(r['first_step_s'], '%.1f')} |" for r in rows],
         "",
         "Peak memory and first step: each variant alone in a fresh process (" + (
             "peak RSS minus the RSS before the first step: activations, gradients, optimizer state"
-            if cpu else "max_memory_allocated, parameters included") + "; the first step includes the "
-        "compilation for the compiled variant, shorter when torch's inductor cache already holds it).",
+            if cpu else "the true peak of max_memory_allocated across fairseq's per-step resets, parameters included")
+        + "; the first step includes the compilation for the compiled variants, shorter when torch's inductor cache "
+        "already holds it).",
         "",
     ]  # fmt: skip
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"encoder_speed{'_tiny' if args.tiny else ''}{'' if cpu else '_cuda'}"
     _atomic_write(stem.with_suffix(".md"), "\n".join(lines))
     record = {"rows": rows, "timing": timed, "memory": memory, "peak": peak_note, "argv": sys.argv[1:]}
     _atomic_write(stem.with_suffix(".json"), json.dumps(record, indent=1))
-    plot(rows, stem.with_suffix(".png"), f"{device}, {timed['dtype']}, {args.batch} x {SEQ}")
+    plot(rows, stem.with_suffix(".png"), f"{args.arch}, {device}, {timed['dtype']}, {args.batch} x {SEQ}")
     print("\n".join(lines))
     print(f"wrote {stem}.md, .json and .png")
 
@@ -368,18 +579,20 @@ def plot(rows, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
-    names = [r["label"].replace(" + ", "\n+ ").replace(", ", ",\n") for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.2))
+    names = [r["label"].replace(" + ", "\n+ ").replace(", ", ",\n").replace(" (", "\n(") for r in rows]
     x = range(len(rows))
     spread = [[r["tokens_per_s"] - r["min"] for r in rows], [r["max"] - r["tokens_per_s"] for r in rows]]
     ax1.bar(x, [r["tokens_per_s"] for r in rows], yerr=spread)
     for i, r in enumerate(rows):
-        ax1.text(i, r["tokens_per_s"], f"{r['ratio']:.2f}x", ha="center", va="bottom", fontsize=8)
-    ax1.set_xticks(list(x), names, fontsize=7)
+        if r["ratios"]:
+            base, (ratio, _, _) = next(iter(r["ratios"].items()))
+            ax1.text(i, r["tokens_per_s"], f"{ratio:.2f}x {base}", ha="center", va="bottom", fontsize=7)
+    ax1.set_xticks(list(x), names, fontsize=6)
     ax1.set_ylabel("tokens / s (training)")
-    ax1.set_title(f"bio_roberta_base vs stock: {title}", fontsize=9)
-    ax2.bar(x, [r["peak_mib"] for r in rows])
-    ax2.set_xticks(list(x), names, fontsize=7)
+    ax1.set_title(f"training speed: {title}", fontsize=9)
+    ax2.bar(x, [r["peak_mib"] or 0 for r in rows])
+    ax2.set_xticks(list(x), names, fontsize=6)
     ax2.set_ylabel("peak memory (MiB)")
     ax2.set_title("peak memory", fontsize=9)
     fig.tight_layout()

@@ -2,8 +2,9 @@
 
 1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq-hydra-train in fp16
    and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
-2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, tokens/s, MFU, peak
-   memory, bf16, 512-token blocks (on `make demo`'s runs/demo/data-bin, else on PubMed data built here);
+2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, a plain PyTorch
+   reference and HF RobertaForMaskedLM, tokens/s, MFU, true peak memory, bf16, 512-token blocks (on `make demo`'s
+   runs/demo/data-bin, else on PubMed data built here);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
@@ -15,9 +16,9 @@ benchmarks/results/gpu_check.md; exits 1 when a step failed. Without CUDA it say
 
 Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny sizes, in under 3 minutes on 2 cores,
 so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
-changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock and bio variants (the
-fused-AdamW and compiled ones swap the optimizer or compile the layers, and the CPU compilation alone takes half a
-minute), the data-parallel and the fully sharded tests over gloo; the table goes to
+changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock, bio, plain PyTorch
+reference and HF variants (the fused-AdamW and compiled ones swap the optimizer or compile, and the CPU compilation
+alone takes half a minute), the data-parallel and the fully sharded tests over gloo; the table goes to
 benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's table.
 """
 
@@ -43,7 +44,8 @@ FSDP = "tests/gpu/test_gpu_fsdp.py"
 BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
 TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
 # a fresh process per variant; the others only swap the optimizer or compile the layers
-DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants", "stock,bio"]
+DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants",
+             "stock,bio,reference,hf"]
 
 
 @dataclass
@@ -170,8 +172,9 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
         return Step(name, "FAIL", seconds, f"exit status {rc}")
     rows = json.loads(record.read_text())["rows"]
     details = "; ".join(
-        f"{r['variant']} {r['tokens_per_s']:,.0f} tokens/s, {r['ratio']:.2f}x stock, MFU "
-        f"{'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'}, peak {r['peak_mib']:,.0f} MiB"
+        f"{r['variant']} {r['tokens_per_s']:,.0f} tokens/s, "
+        + "".join(f"{ratio:.2f}x {base}, " for base, (ratio, _, _) in r["ratios"].items() if base != r["variant"])
+        + f"MFU {'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'}, peak {r['peak_mib']:,.0f} MiB"
         for r in rows
     )
     return Step(name, "pass", seconds, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")

@@ -1,0 +1,118 @@
+"""benchmarks/encoder_speed.py: the true CUDA peak across fairseq's per-step resets, the profile's grouping, the
+reference's and HF's shapes against bio_roberta's, and every new code path at a tiny size on the CPU (a check, not
+a measurement)."""
+
+import json
+import sys
+import types
+
+import pytest
+import torch
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import encoder_speed  # noqa: E402
+
+
+class FakeCuda:
+    """torch.cuda's peak counter: ``allocate`` moves the current value, the peak follows until a reset."""
+
+    def __init__(self):
+        self.current = self.peak = 0
+
+    def allocate(self, mib):
+        self.current += mib
+        self.peak = max(self.peak, self.current)
+
+    def max_memory_allocated(self):
+        return self.peak
+
+    def reset_peak_memory_stats(self):
+        self.peak = self.current
+
+
+def test_true_peak_survives_the_trainers_resets():
+    cuda = FakeCuda()
+    cuda.allocate(500)  # parameters, before the run
+    original = cuda.reset_peak_memory_stats
+    with encoder_speed.true_peak(cuda) as peak:
+        for activations in (3000, 9000, 2000):  # three steps; fairseq resets at the end of each
+            cuda.allocate(activations)
+            cuda.allocate(-activations)
+            cuda.reset_peak_memory_stats()
+            assert cuda.max_memory_allocated() == 500  # what the old column read
+        assert peak() == 9500
+        cuda.allocate(10000)  # after the last reset: read directly
+        assert peak() == 10500
+    assert cuda.reset_peak_memory_stats == original
+
+
+def test_true_peak_starts_from_entry():
+    cuda = FakeCuda()
+    cuda.allocate(4000)
+    cuda.allocate(-3000)  # an earlier peak, not this run's
+    with encoder_speed.true_peak(cuda, read=cuda.max_memory_allocated) as peak:
+        assert peak() == 1000
+
+
+@pytest.mark.parametrize(
+    "chain, group",
+    [
+        (["aten::mm", "AddmmBackward0", "autograd::engine::evaluate_function: AddmmBackward0"], "matmul"),
+        (["nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "aten::mm"], "matmul"),
+        (["aten::bmm", "aten::_scaled_dot_product_attention_math", "aten::scaled_dot_product_attention"], "attention"),
+        (["void pytorch_flash::flash_bwd_kernel<...>", "aten::_flash_attention_backward"], "attention"),
+        (["aten::mul_", "Optimizer.step#Adam.step"], "optimizer + gradient norm"),
+        (["reduce_kernel<512, 1, ReduceOp<float, NormTwoOps<float>>>", "aten::linalg_vector_norm"],
+         "optimizer + gradient norm"),
+        (["cunn_SoftMaxForward<4, float, float, float, LogSoftMaxForwardEpilogue>", "aten::_log_softmax"],
+         "loss (log-softmax, NLL)"),
+        (["aten::native_layer_norm", "aten::layer_norm"], "elementwise / norm"),
+        (["triton_poi_fused_add_native_dropout_0"], "elementwise / norm"),
+        (["aten::copy_", "aten::_to_copy"], "copy / gather"),
+        (["aten::empty", "aten::ones"], encoder_speed.OTHER),
+    ],
+)  # fmt: skip
+def test_profile_groups(chain, group):
+    assert encoder_speed.profile_group(chain) == group
+
+
+def test_stock_only_where_fairseq_has_the_shape(capsys):
+    assert "stock" in encoder_speed.choose_variants(None, "bio_roberta_large")
+    assert "stock" not in encoder_speed.choose_variants(None, "bio_megatron_345m")
+    assert "no stock model" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no stock model"):
+        encoder_speed.choose_variants("stock,bio", "bio_roberta_tiny")
+
+
+@pytest.mark.parametrize("arch", ["bio_roberta_tiny", "bio_megatron_345m"])
+def test_reference_and_hf_have_bio_robertas_shape(data_bin, arch):
+    """Same parameters as the fairseq model (HF: plus its one token-type row), post- and pre-LN."""
+    common = dict(data=data_bin(), batch=1, device="cpu", fp32=True, tiny=True, arch=arch)
+    counts, task = {}, None
+    for variant in ("bio", "reference", "hf"):
+        task, step, sizes = encoder_speed.build(variant, types.SimpleNamespace(**common), task)
+        counts[variant] = sum(p.numel() for p in step.model.parameters())
+    assert sizes["pre_ln"] == (arch == "bio_megatron_345m")
+    assert counts["reference"] == counts["bio"]
+    assert counts["hf"] == counts["bio"] + sizes["dim"] + (sizes["dim"] * 2 if sizes["pre_ln"] else 0)
+
+
+def test_tiny_run_and_profile_on_cpu(data_bin, tmp_path, capsys):
+    torch.set_num_threads(1)
+    data = str(data_bin())
+    encoder_speed.main(["--data", data, "--tiny", "--arch", "bio_roberta_tiny", "--batch", "1", "--steps", "2",
+                        "--warmup", "1", "--variants", "bio,bio+adamw,reference,hf", "--no-memory",
+                        "--out", str(tmp_path)])  # fmt: skip
+    record = json.loads((tmp_path / "encoder_speed_tiny_bio_roberta_tiny.json").read_text())
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert set(rows) == {"bio", "bio+adamw", "reference", "hf"}
+    assert all(set(r["ratios"]) == {"reference"} and r["tokens_per_s"] > 0 for r in rows.values())
+    assert rows["reference"]["ratios"]["reference"][0] == 1.0
+    encoder_speed.main(["--data", data, "--tiny", "--batch", "1", "--warmup", "1", "--profile", "reference",
+                        "--out", str(tmp_path)])  # fmt: skip
+    table = (tmp_path / "encoder_speed_tiny_profile_reference.md").read_text()
+    shares = {line.split(" | ")[0][2:]: float(line.split(" | ")[1]) for line in table.splitlines()
+              if line.startswith("| ") and not line.startswith(("| group", "| ---"))}  # fmt: skip
+    assert set(shares) == set(encoder_speed.GROUP_NAMES) | {"outside any op (Python: Trainer, model code)"}
+    assert shares["matmul"] > 0 and shares["attention"] > 0 and shares["optimizer + gradient norm"] > 0
