@@ -638,3 +638,14 @@ def test_a_damaged_vocabulary_beside_a_checkpoint_is_one_line(ner_model, tmp_pat
     last = one_line(predict(run / "checkpoint_best.pt", ncbi_sentences(tmp_path / "t.tsv", 3), tmp_path / "o.tsv",
                             cwd=tmp_path))  # fmt: skip
     assert last.startswith(f"fairseq-bio-predict: {run / 'dict.txt'}:3: ") and "is not '<token> <count>'" in last
+
+
+def test_a_split_left_empty_is_one_line(tmp_path):
+    """Files our readers accept but that leave nothing to train on or score: one line, before fairseq batches
+    nothing."""
+    from fairseq_bio.data.sentence_data import SentenceDataError, read_tsv
+
+    header_only = tmp_path / "train.tsv"
+    header_only.write_text("index\tsentence\tlabel\n", encoding="utf-8")
+    with pytest.raises(SentenceDataError, match=r"train.tsv: a header and no rows$"):
+        read_tsv(str(header_only), ["sentence"], "label")

@@ -93,6 +93,8 @@ def read_tsv(
             values = [row[c] for c in columns]
             row_id = row[id_column].strip() if id_column is not None else None
             examples.append(_example(values, text_fields, label_field, line, row_id))
+        if not examples:
+            raise SentenceDataError(f"{path}: a header and no rows")
         return examples
     for line, row in rows:
         if len(row) < len(names):

@@ -352,6 +352,9 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                     len(examples) - len(kept),
                     ",".join(labels),
                 )
+            if not kept:
+                raise SentenceDataError(f"{path}: every row's label is outside task.labels ({','.join(labels)}), so "
+                                        "task.unknown_labels=skip leaves no training rows")  # fmt: skip
             examples = kept
         strict = str(self.cfg.entity_placeholders) == "pair"
         check_examples(
