@@ -199,7 +199,8 @@ class TrainerStep:
 
 def load_batches(task, batch: int, count: int):
     """The first ``count`` full, unpadded ``batch x 512`` batches (masked by fairseq's masked_lm, seed 1) and a hash
-    of each one's tokens and targets."""
+    of each one's tokens and targets; where the data holds fewer, the ones it has again in turn (a sample's masked
+    positions are fixed, so a repeated batch is the same work)."""
     iterator = task.get_batch_iterator(
         task.dataset("train"), max_sentences=batch, seed=1, num_workers=0
     ).next_epoch_itr(shuffle=False)
@@ -214,7 +215,11 @@ def load_batches(task, batch: int, count: int):
         hashes.append(digest.hexdigest()[:16])
         if len(samples) == count:
             return samples, hashes
-    raise SystemExit(f"only {len(samples)} full batches of {batch} x {SEQ} tokens in the data; need {count}")
+    if not samples:
+        raise SystemExit(f"no full batch of {batch} x {SEQ} tokens in the data")
+    print(f"only {len(samples)} full batch(es) of {batch} x {SEQ} tokens in the data for {count} steps: repeated",
+          flush=True)  # fmt: skip
+    return [samples[i % len(samples)] for i in range(count)], [hashes[i % len(hashes)] for i in range(count)]
 
 
 def timed_step(step, sample, cuda: bool) -> float:
