@@ -77,6 +77,32 @@ def test_profile_groups(chain, group):
     assert encoder_speed.profile_group(chain) == group
 
 
+def test_grouped_times_sums_cuda_kernels_by_their_launching_ops():
+    """The CUDA path on fake profiler events: kernels counted once, under the op that launched them and its callers;
+    device-side events themselves skipped."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import Kernel
+
+    def event(name, parent=None, kernels=(), self_us=0.0, device=DeviceType.CPU):
+        return types.SimpleNamespace(name=name, cpu_parent=parent, kernels=list(kernels), is_async=False,
+                                     device_type=device, self_cpu_time_total=self_us)  # fmt: skip
+
+    step = event("Optimizer.step#AdamW.step", self_us=50)
+    mm = event("aten::mm", kernels=[Kernel("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", 0, 300)], self_us=5)
+    events = [
+        mm,
+        event("aten::_fused_adamw_", step, [Kernel("multi_tensor_apply_kernel<FusedAdamMathFunctor>", 0, 40)], 3),
+        step,
+        event("aten::add", kernels=[Kernel("vectorized_elementwise_kernel<4, AddFunctor>", 0, 7)], self_us=2),
+        event("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", kernels=[], device=DeviceType.CUDA),
+    ]
+    cuda = encoder_speed.grouped_times(events, cuda=True)
+    assert (cuda["matmul"], cuda["optimizer + gradient norm"], cuda["elementwise / norm"]) == (300, 40, 7)
+    assert sum(cuda.values()) == 347
+    cpu = encoder_speed.grouped_times(events, cuda=False)
+    assert (cpu["matmul"], cpu["optimizer + gradient norm"], cpu["elementwise / norm"]) == (5, 53, 2)
+
+
 def test_stock_only_where_fairseq_has_the_shape(capsys):
     assert "stock" in encoder_speed.choose_variants(None, "bio_roberta_large")
     assert "stock" not in encoder_speed.choose_variants(None, "bio_megatron_345m")
