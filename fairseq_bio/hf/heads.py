@@ -49,6 +49,7 @@ def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str
     or the one ``head_name`` picks."""
     from fairseq.models.roberta.model import RobertaClassificationHead
 
+    from ..modules.sentence_head import SentenceClassificationHead
     from ..modules.tagging_head import TokenClassificationHead
 
     heads = dict(model.classification_heads)
@@ -68,6 +69,12 @@ def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str
         )
     else:
         name, head = next(iter(heads.items()))
+    hidden = head.hidden if isinstance(head, (TokenClassificationHead, SentenceClassificationHead)) else ()
+    if len(hidden):  # HF's heads have no such layers: refused, not half-exported
+        raise HFConvertError(
+            f"classification head {name!r} has {len(hidden)} hidden layer(s) (task.head_hidden_layers): not exported: "
+            "HF's classification heads have none; fairseq-bio-predict serves this checkpoint"
+        )
     if isinstance(head, TokenClassificationHead):
         return "token_classification", name
     if isinstance(head, RobertaClassificationHead):

@@ -226,8 +226,8 @@ class BioRobertaModel(RobertaModel):
 
     def register_tagging_head(self, name: str, num_classes: int, **options):
         """Register a per-token head (``TokenClassificationHead``; ``options``: its dropout, crf, lstm_layers,
-        lstm_hidden_size) under ``name`` in ``classification_heads``; ``model(tokens, features_only=True,
-        classification_head_name=name)`` then gives ``B x T x K`` scores."""
+        lstm_hidden_size, hidden_layers, hidden_size) under ``name`` in ``classification_heads``; ``model(tokens,
+        features_only=True, classification_head_name=name)`` then gives ``B x T x K`` scores."""
         head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, **options)
         self.classification_heads[name] = head.train(self.training)  # a head made while loading follows eval()
 

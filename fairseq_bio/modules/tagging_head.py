@@ -1,5 +1,6 @@
 """Token-classification head: dropout -> linear per token, optionally a bidirectional LSTM before the linear layer
-(PubMedBERT Table 10's Bi-LSTM) and a linear-chain CRF over labelled positions (together: BiLSTM-CRF).
+(PubMedBERT Table 10's Bi-LSTM), fully connected hidden layers before it (BioMegatron Tables 1-2's num-fc-layers) and
+a linear-chain CRF over labelled positions (together: BiLSTM-CRF).
 
 It lives in the model's ``classification_heads`` beside fairseq's sentence heads, and is told apart from them in
 a state dict by having ``out_proj`` but no ``dense`` (fairseq's ``RobertaClassificationHead`` always has both);
@@ -18,8 +19,9 @@ from .crf import LinearChainCRF, bio_constraints
 class TokenClassificationHead(nn.Module):
     """``B x T x C`` features -> ``B x T x K`` label scores (CRF emissions when ``crf``): dropout -> linear, or with
     ``lstm_layers`` dropout -> BiLSTM (``lstm_hidden_size`` per direction, dropout between layers) -> dropout ->
-    linear. The BiLSTM reads each row up to its padding (``padding_mask``, right padding), so a row's scores do not
-    depend on the batch it is in."""
+    linear. ``hidden_layers`` adds that many linear (``hidden_size`` wide) -> ReLU -> dropout layers before the last
+    linear one (NeMo's MLP, which BioMegatron fine-tuned with). The BiLSTM reads each row up to its padding
+    (``padding_mask``, right padding), so a row's scores do not depend on the batch it is in."""
 
     def __init__(
         self,
@@ -29,16 +31,25 @@ class TokenClassificationHead(nn.Module):
         crf: bool = False,
         lstm_layers: int = 0,
         lstm_hidden_size: int = 0,
+        hidden_layers: int = 0,
+        hidden_size: int = 0,
     ):
         super().__init__()
         if lstm_layers < 0 or (lstm_layers and lstm_hidden_size < 1):
             raise ValueError(f"lstm_layers {lstm_layers} must be >= 0, and lstm_hidden_size {lstm_hidden_size} >= 1")
+        if hidden_layers < 0 or (hidden_layers and hidden_size < 1):
+            raise ValueError(f"hidden_layers {hidden_layers} must be >= 0, and hidden_size {hidden_size} >= 1")
         self.dropout = nn.Dropout(p=dropout)
         self.lstm = None
         if lstm_layers:
             self.lstm = nn.LSTM(input_dim, lstm_hidden_size, num_layers=lstm_layers, batch_first=True,
                                 bidirectional=True, dropout=dropout if lstm_layers > 1 else 0.0)  # fmt: skip
-        self.out_proj = nn.Linear(2 * lstm_hidden_size if lstm_layers else input_dim, num_classes)
+        width = 2 * lstm_hidden_size if lstm_layers else input_dim
+        self.hidden = nn.ModuleList()
+        for _ in range(hidden_layers):
+            self.hidden.append(nn.Linear(width, hidden_size))
+            width = hidden_size
+        self.out_proj = nn.Linear(width, num_classes)
         self.crf = LinearChainCRF(num_classes) if crf else None
 
     def forward(self, features, padding_mask: Optional[torch.Tensor] = None, **kwargs):
@@ -46,6 +57,8 @@ class TokenClassificationHead(nn.Module):
         x = self.dropout(features)
         if self.lstm is not None:
             x = self.dropout(self.run_lstm(x, padding_mask))
+        for layer in self.hidden:
+            x = self.dropout(torch.relu(layer(x)))
         return self.out_proj(x)
 
     def run_lstm(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
@@ -66,6 +79,8 @@ class TokenClassificationHead(nn.Module):
             "crf": self.crf is not None,
             "lstm_layers": self.lstm.num_layers if self.lstm is not None else 0,
             "lstm_hidden_size": self.lstm.hidden_size if self.lstm is not None else 0,
+            "hidden_layers": len(self.hidden),
+            "hidden_size": self.hidden[0].out_features if len(self.hidden) else 0,
         }
 
     def constrain(self, labels: Sequence[str]) -> None:
@@ -100,12 +115,21 @@ class TokenClassificationHead(nn.Module):
 def head_options(params: Mapping[str, torch.Tensor], prefix: str) -> Dict[str, int]:
     """The ``options`` of the token head whose parameters are ``params`` (keys start with ``prefix``)."""
     layers = sum(1 for key in params if key.startswith(prefix + "lstm.weight_ih_l") and not key.endswith("_reverse"))
+    hidden = hidden_layer_count(params, prefix)
     return {
         "num_classes": params[prefix + "out_proj.weight"].size(0),
         "crf": prefix + "crf.transitions" in params,
         "lstm_layers": layers,
         "lstm_hidden_size": params[prefix + "lstm.weight_hh_l0"].size(1) if layers else 0,
+        "hidden_layers": hidden,
+        "hidden_size": params[prefix + "hidden.0.weight"].size(0) if hidden else 0,
     }
+
+
+def hidden_layer_count(params: Mapping[str, torch.Tensor], prefix: str) -> int:
+    """How many fully connected hidden layers (``hidden.<i>.weight``) the head whose parameters are ``params`` has:
+    checkpoints from before the option have none."""
+    return sum(1 for key in params if key.startswith(prefix + "hidden.") and key.endswith(".weight"))
 
 
 def pack_positions(scores: torch.Tensor, mask: torch.Tensor, target: Optional[torch.Tensor] = None):

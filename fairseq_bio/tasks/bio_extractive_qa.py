@@ -63,7 +63,9 @@ class BioExtractiveQAConfig(fine_tuning.FineTuningConfig):
         default=20, metadata={"help": "start and end candidates per window, and answers the probabilities cover"}
     )
     top_answers: int = field(default=5, metadata={"help": "ranked answers per question (BioASQ factoid: 5)"})
-    head_dropout: float = field(default=0.0, metadata={"help": "dropout before the span layer (BERT's QA: none)"})
+    head_dropout: float = field(
+        default=0.0, metadata={"help": "dropout before the span layer and after hidden layers (BERT's QA: none)"}
+    )
     head_name: str = field(default="bio_qa", metadata={"help": "name of the span head in classification_heads"})
     data_source: str = field(
         default="", metadata={"help": "where to get the data, said when a split file is missing (gated sets)"}
@@ -126,7 +128,9 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
 
     def register_head(self, model) -> None:
         # A token head with two outputs (start, end) per position: HF's qa_outputs Linear(d, 2).
-        model.register_tagging_head(self.cfg.head_name, len(SPAN_OUTPUTS), dropout=self.cfg.head_dropout)
+        model.register_tagging_head(
+            self.cfg.head_name, len(SPAN_OUTPUTS), dropout=self.cfg.head_dropout, **self.hidden_layer_options(model)
+        )
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)

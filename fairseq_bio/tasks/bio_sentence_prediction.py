@@ -48,6 +48,7 @@ from ..modules.entity_head import (
     MentionPoolClassificationHead,
     grow_vocab_rows_on_load,
 )
+from ..modules.sentence_head import SentenceClassificationHead
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,10 @@ class BioSentencePredictionConfig(fine_tuning.FineTuningConfig):
     threshold: float = field(default=0.5, metadata={"help": "multilabel: a label is predicted when its sigmoid > this"})
     data_source: str = field(
         default="", metadata={"help": "where to get the data, said when a split file is missing (licence-gated sets)"}
+    )
+    head_dropout: Optional[float] = field(
+        default=None,
+        metadata={"help": "dropout in the head (before and after its dense and hidden layers); None: model.pooler_dropout"},
     )
     head_name: str = field(default="bio_sentence", metadata={"help": "name of the head in classification_heads"})
     window_overlap: bool = field(
@@ -283,12 +288,26 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
     def register_head(self, model) -> None:
         pair_heads = {"marker_start": EntityStartClassificationHead}
         pair_heads.update((name, MentionPoolClassificationHead) for name in MENTION_POOLED)
+        dropout = model.args.pooler_dropout if self.cfg.head_dropout is None else self.cfg.head_dropout
         if self.representation in pair_heads:
+            if self.cfg.head_hidden_layers:
+                raise fine_tuning.FineTuningError(
+                    f"task.head_hidden_layers={self.cfg.head_hidden_layers}: the [CLS] head's option; "
+                    f"task.entity_representation={self.representation}'s head has none"
+                )
             model.classification_heads[self.cfg.head_name] = pair_heads[self.representation](
                 model.args.encoder_embed_dim,
                 self.num_outputs,
                 activation_fn=model.args.pooler_activation_fn,
-                pooler_dropout=model.args.pooler_dropout,
+                pooler_dropout=dropout,
+            )
+        elif self.cfg.head_hidden_layers or self.cfg.head_dropout is not None:
+            model.classification_heads[self.cfg.head_name] = SentenceClassificationHead(
+                model.args.encoder_embed_dim,
+                self.num_outputs,
+                activation_fn=model.args.pooler_activation_fn,
+                pooler_dropout=dropout,
+                **self.hidden_layer_options(model),
             )
         else:
             model.register_classification_head(self.cfg.head_name, num_classes=self.num_outputs)

@@ -77,7 +77,10 @@ class BioTaggingConfig(fine_tuning.FineTuningConfig):
         },
     )
     head_dropout: float = field(
-        default=0.1, metadata={"help": "dropout before the tagging layer (and before, between and after BiLSTM layers)"}
+        default=0.1,
+        metadata={
+            "help": "dropout before the tagging layer (and before, between and after BiLSTM and hidden layers)"
+        },
     )
     head_name: str = field(default="bio_tagging", metadata={"help": "name of the head in classification_heads"})
 
@@ -144,6 +147,7 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
             crf=self.cfg.crf,
             lstm_layers=self.cfg.lstm_layers,
             lstm_hidden_size=hidden if self.cfg.lstm_layers else 0,
+            **self.hidden_layer_options(model),
         )
         if self.cfg.crf and self.cfg.crf_constraints:
             model.classification_heads[self.cfg.head_name].constrain(self.labels)

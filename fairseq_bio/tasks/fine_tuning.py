@@ -313,6 +313,16 @@ class FineTuningConfig(FairseqDataclass):
             "rate in a short run); needs optimizer=composite"
         },
     )
+    head_hidden_layers: int = field(
+        default=0,
+        metadata={
+            "help": "fully connected layers (linear -> ReLU -> dropout) between the head's input and its output "
+            "layer (BioMegatron Tables 1-2: num-fc-layers, which counts the output layer too); 0: none"
+        },
+    )
+    head_hidden_size: int = field(
+        default=0, metadata={"help": "width of task.head_hidden_layers (BioMegatron's fc-hidden-size); 0: the encoder's"}
+    )
     exempt_from_weight_decay: bool = field(
         default=False,
         metadata={
@@ -348,6 +358,15 @@ class FineTuningTask(FairseqTask):
         self.labels: List[str] = []
         self._word_encoder = None
         self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
+        if cfg.head_hidden_layers < 0 or cfg.head_hidden_size < 0:
+            raise FineTuningError(
+                f"task.head_hidden_layers={cfg.head_hidden_layers}, task.head_hidden_size={cfg.head_hidden_size}: "
+                "must be >= 0"
+            )
+        if cfg.head_hidden_size and not cfg.head_hidden_layers:
+            raise FineTuningError(
+                f"task.head_hidden_size={cfg.head_hidden_size} sizes hidden layers: set task.head_hidden_layers >= 1 too"
+            )
 
     def set_labels(self, labels: Sequence[str]) -> None:
         self.labels = list(labels)
@@ -382,6 +401,12 @@ class FineTuningTask(FairseqTask):
     def register_head(self, model) -> None:
         """Add the task's head to ``model`` (a ``bio_roberta``) under ``self.cfg.head_name``."""
         raise NotImplementedError
+
+    def hidden_layer_options(self, model) -> Dict[str, int]:
+        """The head's ``hidden_layers`` and ``hidden_size`` (the encoder's width unless given)."""
+        layers = self.cfg.head_hidden_layers
+        size = (self.cfg.head_hidden_size or model.args.encoder_embed_dim) if layers else 0
+        return {"hidden_layers": layers, "hidden_size": size}
 
     def build_model(self, cfg, from_checkpoint=False):
         if not self.labels:
