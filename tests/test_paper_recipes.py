@@ -87,13 +87,17 @@ MEGATRON = {
 
 
 @pytest.fixture(scope="module")
-def jobs():
+def compose():
+    """One hydra composer for the module (hydra holds one global config directory at a time)."""
+    with composer() as compose:
+        yield compose
+
+
+@pytest.fixture(scope="module")
+def jobs(compose):
     """Each config of TABLE composed and resolved as fairseq-hydra-train's job gets it."""
     names = sorted({row[0] for row in TABLE})
-    with composer() as compose:
-        yield {
-            name: job_config(compose(name, ["task.data=/data", *REQUIRED.get(name[-4:], [])])) for name in names
-        }
+    return {name: job_config(compose(name, ["task.data=/data", *REQUIRED.get(name[-4:], [])])) for name in names}
 
 
 def value(job, key):
@@ -151,3 +155,97 @@ def test_megatron_sizes_are_pre_ln_and_their_parameter_counts(arch, monkeypatch)
     assert len(encoder.layers) == layers and encoder.layer_norm is not None  # pre-LN's final norm
     count = sum(p.numel() for p in model.parameters())
     assert abs(count - named) / named < 0.1, count
+
+
+# The papers' fine-tuning recipes (recipe/finetune_*): (config, recipe, dotted key, expected, source). "sequences" as
+# above; "head" the hidden layers' (count, width, dropout); "layers" the model's parameters by lr scale.
+FINETUNE_CONFIGS = {
+    "bio_tagging_ner": [],
+    "bio_sentence_prediction": ["sentence_task=re_gad"],
+    "bio_extractive_qa": [],
+}
+FINETUNE = [
+    # BioELECTRA, Kanakarajan et al. 2021 (seed 003), Tables 6-7
+    *[(config, "finetune_bioelectra", key, expected, source) for config in ("bio_tagging_ner", "bio_sentence_prediction")
+      for key, expected, source in [
+          ("optimizer.groups.default.optimizer.adam_eps", 1e-6, "003 Table 6: Adam eps 1e-6"),
+          ("optimizer.groups.default.optimizer.adam_betas", "(0.9,0.999)", "003 Table 6: beta1 0.9, beta2 0.999"),
+          ("optimizer.groups.default.optimizer.weight_decay", 0.0, "003 Table 6: weight decay 0"),
+          ("task.layer_lr_decay", 0.8, "003 Table 6: layer-wise lr decay 0.8"),
+          ("optimizer.groups.default.lr_scheduler.end_learning_rate", 0.0, "003 Table 6: linear decay"),
+          ("warmup_fraction", 0.1, "003 Table 6: warm-up fraction 0.1"),
+          ("model.dropout", 0.1, "003 Table 6: dropout 0.1"),
+          ("model.attention_dropout", 0.1, "003 Table 6: attention dropout 0.1"),
+          ("task.head_hidden_layers", 0, "003 sec. 4: a simple linear layer"),
+      ]],
+    ("bio_tagging_ner", "finetune_bioelectra", "task.crf", False, "003 sec. 4: no LSTM or CRF"),
+    ("bio_tagging_ner", "finetune_bioelectra", "task.lstm_layers", 0, "003 sec. 4: no LSTM or CRF"),
+    ("bio_tagging_ner", "finetune_bioelectra", "optimizer.groups.default.lr_float", 2e-4, "003 Table 7: lr 2e-4"),
+    ("bio_tagging_ner", "finetune_bioelectra", "sequences", 32, "003 Table 7: NCBI-disease batch 32"),
+    ("bio_tagging_ner", "finetune_bioelectra", "optimization.max_epoch", 5, "003 Table 7: NCBI-disease 5 epochs"),
+    ("bio_tagging_ner", "finetune_bioelectra", "optimization.max_update", 5 * 170, "5 epochs of 5,424 at 32"),
+    # BioMegatron, Shin et al. 2020 (seed 002), Table 1 (NER, RE) and Table 2 (QA)
+    *[(config, "finetune_biomegatron", key, expected, source) for config in ("bio_tagging_ner", "bio_sentence_prediction")
+      for key, expected, source in [
+          ("head", (1, 1024, 0.5), "002 Table 1: num-fc-layers 2 (output layer counted), fc-hidden-size 1024, "
+           "fc-dropout 0.5"),
+          ("task.max_positions", 128, "002 Table 1: max-seq-length 128"),
+          ("optimizer.groups.default.optimizer._name", "adam", "002 Table 1: Adam"),
+      ]],
+    # (bio_sentence_prediction's sentence_task preset comes after the recipe: its epochs, batch and lr win there)
+    ("bio_tagging_ner", "finetune_biomegatron", "optimizer.groups.default.lr_float", 5e-5, "002 Table 1: lr 5e-5"),
+    ("bio_tagging_ner", "finetune_biomegatron", "optimization.max_epoch", 30, "002 Table 1: 30 epochs"),
+    ("bio_tagging_ner", "finetune_biomegatron", "optimization.max_update", 30 * 170, "30 epochs of 5,424 at 32"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "head", (1, 2048, 0.1),
+     "002 Table 2: num-fc-layers 2, fc-hidden-size 2048, fc-dropout 0.1"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "task.max_positions", 512, "002 Table 2: max-seq-length 512"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "optimizer.groups.default.lr_float", 3e-5, "002 Table 2: 3e-5"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "optimization.max_epoch", 30, "002 Table 2: 30 epochs on BioASQ"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "sequences", 1024, "002 sec. 5.3: 64 per GPU x 16 GPUs"),
+    ("bio_extractive_qa", "finetune_biomegatron_qa", "optimization.max_update", 30 * 6, "30 epochs of 5,537 at 1,024"),
+    # Compact models, Rohanian et al. 2022 (seed 004), sec. 5
+    ("bio_tagging_ner", "finetune_compact_ner", "optimization.max_epoch", 5, "004 sec. 5: 5 epochs"),
+    ("bio_tagging_ner", "finetune_compact_ner", "sequences", 16, "004 sec. 5: batch size 16"),
+    ("bio_tagging_ner", "finetune_compact_ner", "optimizer.groups.default.lr_float", 5e-5, "004 sec. 5: lr 5e-5"),
+    ("bio_tagging_ner", "finetune_compact_ner", "optimization.lr", [5e-5], "004 sec. 5: lr 5e-5"),
+    ("bio_tagging_ner", "finetune_compact_ner", "task.label_all_subtokens", True, "004 sec. 5: labels on all sub-words"),
+    ("bio_tagging_ner", "finetune_compact_ner", "optimization.max_update", 5 * 339, "5 epochs of 5,424 at 16"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def finetune_jobs(compose):
+    """Each (config, recipe) of FINETUNE composed and resolved as fairseq-hydra-train's job gets it."""
+    required = ["task.data=/data", "checkpoint.restore_file=/encoder/checkpoint_best.pt"]
+    return {
+        (config, recipe): job_config(compose(config, [*required, *FINETUNE_CONFIGS[config], f"recipe={recipe}"]))
+        for config, recipe in sorted({row[:2] for row in FINETUNE})
+    }
+
+
+def finetune_value(job, key):
+    if key == "warmup_fraction":
+        return job.optimizer.groups.default.lr_scheduler.warmup_updates / job.optimization.max_update
+    if key == "head":
+        return (job.task.head_hidden_layers, job.task.head_hidden_size, job.task.head_dropout)
+    return value(job, key)
+
+
+@pytest.mark.parametrize(
+    "config, recipe, key, expected, source", FINETUNE, ids=[f"{r[0]}:{r[1]}:{r[2]}" for r in FINETUNE]
+)
+def test_finetune_recipe_value_is_the_papers(finetune_jobs, config, recipe, key, expected, source):
+    got = finetune_value(finetune_jobs[config, recipe], key)
+    if isinstance(expected, float):
+        assert got == pytest.approx(expected), source
+    else:
+        assert got == expected, source
+
+
+def test_finetune_recipes_keep_the_schedule_consistent(finetune_jobs):
+    """Every recipe's scheduler runs over its own max_update, with the warm-up 10 % of it (PubMedBERT's)."""
+    for (config, recipe), job in finetune_jobs.items():
+        scheduler = job.optimizer.groups.default.lr_scheduler
+        assert scheduler.total_num_update == job.optimization.max_update, (config, recipe)
+        assert scheduler.warmup_updates == round(job.optimization.max_update / 10), (config, recipe)
+        assert job.optimization.lr == [job.optimizer.groups.default.lr_float], (config, recipe)
