@@ -352,3 +352,40 @@ def test_predictions_are_read_by_the_conll_reader(tmp_path):
     path.write_text("Mild\tO\tO\nanemia\tB-Disease\n", encoding="utf-8")
     with pytest.raises(TaggingDataError, match=rf"^{path}:2: 2 column\(s\); expected token<TAB>gold<TAB>prediction$"):
         read_conll_predictions(path)
+
+
+def test_batch_size_grid_plans_each_size_with_its_budget(tmp_path, capsys):
+    """--batch-sizes 16,32 with --lr-grid (PubMedBERT sec. 6.2's search) plans every (lr, batch, seed) run, each
+    batch size with its own budget (epochs x batches at that size, 10 % warm-up), in lr<lr>-bs<batch>; --dry-run
+    prints them and trains nothing; the report chooses the (lr, batch) with the best mean dev score."""
+    encoder = tmp_path / "encoder.pt"
+    encoder.write_bytes(b"")
+    out = tmp_path / "out"
+    argv = _args(encoder, SHARED_DATA, out, "--tasks", "ncbi-disease,gad", "--seeds", "2", "--lr-grid", "1e-5,3e-5",
+                 "--batch-sizes", "32,16")  # fmt: skip
+    args = build_parser().parse_args(argv)
+    assert args.batch_sizes == [16, 32]
+    args.overrides, args.checkpoint = [], encoder
+    plans, _ = plan_runs(args, BLURB, ["ncbi-disease", "gad"])
+    ncbi = next(p for p in plans if p.recipe.name == "ncbi-disease")
+    assert [(ncbi.budget_for(b).max_update, ncbi.budget_for(b).warmup) for b in (16, 32)] == [(20 * 339, 678),
+                                                                                              (20 * 170, 340)]
+    assert main([*argv, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "ncbi-disease: 8 runs" in printed and "batch 16 (6780 updates),32 (3400 updates)" in printed
+    commands = [shlex.split(line) for line in printed.splitlines() if "fairseq-hydra-train" in line]
+    assert len(commands) == 2 * 2 * 2 * 2  # datasets x lrs x batch sizes x seeds
+    first = dict(a.split("=", 1) for a in commands[0] if "=" in a)
+    assert first["dataset.batch_size"] == "16" and first["optimization.max_update"] == "6780"
+    assert first["optimizer.groups.default.lr_scheduler.warmup_updates"] == "678"
+    assert first["checkpoint.save_dir"].endswith("ncbi-disease/lr1e-05-bs16/seed1")
+    assert not out.exists() or not any(out.rglob("*.pt"))  # nothing trained
+    with pytest.raises(BlurbError, match="--batch-sizes or as overrides"):
+        args.overrides = ["dataset.batch_size=8"]
+        plan_runs(args, BLURB, ["gad"])
+    records = [{"dataset": "gad", "lr": lr, "batch_size": b, "seed": s, "dev_metric": dev, "test_metric": 70.0 + s}
+               for lr, b, dev in [(1e-5, 16, 60.0), (1e-5, 32, 65.0), (3e-5, 16, 62.0), (3e-5, 32, 61.0)]
+               for s in (1, 2)]  # fmt: skip
+    gad = aggregate(BLURB, records, {})["datasets"]["gad"]
+    assert (gad["lr"], gad["batch_size"], gad["values"]) == (1e-5, 32, [71.0, 72.0])
+    assert gad["dev_by_lr"]["1e-05,bs32"] == 65.0

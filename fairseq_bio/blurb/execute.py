@@ -156,6 +156,7 @@ def execute(run: Run) -> Dict[str, Any]:
         "metric": bench.metric,
         "metric_key": bench.key,
         "lr": run.lr,
+        **batch_field(run),
         "seed": run.seed,
         **fold_fields(run),
         "run_dir": str(run.dir),
@@ -180,6 +181,11 @@ def execute(run: Run) -> Dict[str, Any]:
     return {**record, "status": status}
 
 
+def batch_field(run: Run) -> Dict[str, Any]:
+    """A batch-size grid's run: its ``batch_size`` for its record (the grid point it is); nothing for other runs."""
+    return {"batch_size": run.batch_size} if run.batch_size else {}
+
+
 def fold_fields(run: Run) -> Dict[str, Any]:
     """A cross-validation run's ``fold`` (1..K) and ``folds`` (K) for its record; nothing for other runs."""
     return {"fold": run.fold.index, "folds": run.fold.k} if run.fold else {}
@@ -194,7 +200,8 @@ def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], miss
         try:
             record = execute(run)
         except RunFailed as e:
-            record = {"dataset": run.plan.recipe.name, "lr": run.lr, "seed": run.seed, **fold_fields(run),
+            record = {"dataset": run.plan.recipe.name, "lr": run.lr, **batch_field(run), "seed": run.seed,
+                      **fold_fields(run),
                       "run_dir": str(run.dir), "status": "failed", "error": str(e),
                       "wall_s": round(time.time() - start, 1)}  # fmt: skip
         records.append(record)

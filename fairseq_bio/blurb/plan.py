@@ -176,6 +176,20 @@ class Plan:
     lrs: List[float]
     seeds: List[int]
     folds: List[Fold] = field(default_factory=list)  # empty: the dataset's own splits
+    batch_sizes: List[int] = field(default_factory=list)  # --batch-sizes (a grid); empty: the config's batch only
+
+    def budget_for(self, batch: int) -> Budget:
+        """The update budget at ``batch`` (of a --batch-sizes grid): the dataset's epochs x its batches at that size,
+        warm-up 10 %; a budget given in updates (--max-update, optimization.max_update) stays as it is."""
+        b = self.budget
+        if b.train_examples is None:
+            return b
+        updates = b.max_epoch * math.ceil(b.train_examples / (batch * self.update_freq))
+        return Budget(updates, b.max_epoch, round(updates / 10), b.train_examples, batch * self.update_freq)
+
+    @property
+    def update_freq(self) -> int:
+        return int((self.cfg["optimization"].get("update_freq") or [1])[0])
 
 
 @dataclass
@@ -192,16 +206,19 @@ class Run:
     predictions: Path  # what fairseq-bio-predict writes: CoNLL (tagging) or JSON lines (sentence level)
     identity: Dict[str, Any] = field(default_factory=dict)  # what a result.json must have been made by to be reused
     fold: Optional[Fold] = None  # the cross-validation fold it trains and tests on
+    batch_size: Optional[int] = None  # a --batch-sizes grid's batch size; None: the config's (no grid)
 
     @property
     def label(self) -> str:
         return run_label(self.plan.recipe.name, self.lr, self.seed, self.fold.index if self.fold else None,
-                         self.fold.k if self.fold else None)  # fmt: skip
+                         self.fold.k if self.fold else None, self.batch_size)  # fmt: skip
 
 
-def run_label(dataset: str, lr: float, seed: int, fold: Optional[int] = None, folds: Optional[int] = None) -> str:
-    """How reports name a run: ``gad lr=3e-05 fold=2/10 seed=1``."""
-    return f"{dataset} lr={lr:g}" + (f" fold={fold}/{folds}" if fold else "") + f" seed={seed}"
+def run_label(dataset: str, lr: float, seed: int, fold: Optional[int] = None, folds: Optional[int] = None,
+              batch_size: Optional[int] = None) -> str:  # fmt: skip
+    """How reports name a run: ``gad lr=3e-05 fold=2/10 seed=1`` (``lr=3e-05 batch=16`` in a batch-size grid)."""
+    batch = f" batch={batch_size}" if batch_size else ""
+    return f"{dataset} lr={lr:g}{batch}" + (f" fold={fold}/{folds}" if fold else "") + f" seed={seed}"
 
 
 def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List[str], Dict[str, List[str]]]:
@@ -249,6 +266,8 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         user = extra + per_dataset.get(task.name, [])
         if args.lr_grid and any(_key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user):
             raise BlurbError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
+        if args.batch_sizes and any(_key(o) == "dataset.batch_size" for o in user):
+            raise BlurbError(f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both")
         given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
         cfg = compose(recipe, given)
         k = fold_count(args.folds, recipe)
@@ -298,7 +317,8 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         if args.cpu:
             fixed.append("common.cpu=true")
         overrides = merge_overrides(fixed, recipe.overrides, budget.overrides())
-        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds, folds))
+        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds, folds,
+                          list(args.batch_sizes or [])))  # fmt: skip
     return plans, missing
 
 
@@ -307,16 +327,19 @@ def make_runs(plan: Plan, args) -> List[Run]:
     out = Path(args.out).resolve()
     tagging = plan.recipe.config == TAGGING
     runs = []
-    for lr in plan.lrs:
+    for lr, batch in [(lr, batch) for lr in plan.lrs for batch in plan.batch_sizes or [None]]:
+        # a batch-size grid's runs sit beside each other in lr<lr>-bs<batch>; without one the directory is lr<lr>
+        grid = f"lr{lr:g}" + (f"-bs{batch}" if batch else "")
+        sized = ([f"dataset.batch_size={batch}", *plan.budget_for(batch).overrides()] if batch else [])
         for fold in plan.folds or [None]:
             # a fold's files win over every other task.data / *_file, the user's included (they named the source)
             task = {**plan.cfg["task"], **fold.task_values(tagging)} if fold else plan.cfg["task"]
             test, options = test_input(plan.recipe.config, task)
             for seed in plan.seeds:
-                run_dir = out / plan.recipe.name / f"lr{lr:g}" / (fold.name if fold else "") / f"seed{seed}"
+                run_dir = out / plan.recipe.name / grid / (fold.name if fold else "") / f"seed{seed}"
                 own = [f"checkpoint.save_dir={run_dir}", f"common.log_file={run_dir / 'train.log'}",
                        f"common.seed={seed}", f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]
-                overrides = merge_overrides(plan.overrides, own, plan.user_overrides,
+                overrides = merge_overrides(plan.overrides, sized, own, plan.user_overrides,
                                             fold.overrides(tagging) if fold else [])  # fmt: skip
                 command = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(config_dir()),
                            *plan.recipe.command_base(), *overrides]  # fmt: skip
@@ -327,7 +350,7 @@ def make_runs(plan: Plan, args) -> List[Run]:
                 identity = {"command": command, "encoder": encoder_fingerprint(args.checkpoint)}
                 if fold:
                     identity["fold_data"] = fold.digest
-                runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity, fold))
+                runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity, fold, batch))
     return runs
 
 

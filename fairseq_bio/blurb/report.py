@@ -6,7 +6,7 @@ atomically.
 
 import statistics
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..files import atomic_write, write_json, write_text
 from ..metrics.blurb import DOMAINS, Benchmark, summarize_runs
@@ -25,12 +25,13 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
             if task.name not in missing:
                 missing[task.name] = "every run failed"
             continue
-        by_lr: Dict[float, List[Dict[str, Any]]] = {}
-        for r in sorted(done, key=lambda r: (r["lr"], r.get("fold") or 0, r["seed"])):
-            by_lr.setdefault(r["lr"], []).append(r)
-        dev_by_lr = {lr: statistics.fmean(r["dev_metric"] for r in rs) for lr, rs in by_lr.items()}
-        lr = max(dev_by_lr, key=lambda k: (dev_by_lr[k], -k))
-        chosen = by_lr[lr]
+        # the grid point (lr, and batch size in a --batch-sizes grid; 0 without one) with the best mean dev score
+        by_lr: Dict[Tuple[float, int], List[Dict[str, Any]]] = {}
+        for r in sorted(done, key=lambda r: (r["lr"], r.get("batch_size") or 0, r.get("fold") or 0, r["seed"])):
+            by_lr.setdefault((r["lr"], r.get("batch_size") or 0), []).append(r)
+        dev_by_lr = {k: statistics.fmean(r["dev_metric"] for r in rs) for k, rs in by_lr.items()}
+        lr, batch = max(dev_by_lr, key=lambda k: (dev_by_lr[k], -k[0], -k[1]))
+        chosen = by_lr[lr, batch]
         per_fold = fold_values(chosen, benchmark.statistic)
         values = list(per_fold.values()) if per_fold else [r["test_metric"] for r in chosen]
         summary = summarize_runs(values, task.name)
@@ -51,9 +52,10 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
             "seeds": sorted({r["seed"] for r in chosen}) if per_fold else [r["seed"] for r in chosen],
             **folds,
             "lr": lr,
-            "dev_mean": dev_by_lr[lr],
+            **({"batch_size": batch} if batch else {}),
+            "dev_mean": dev_by_lr[lr, batch],
             "dev_selected_on": chosen[0].get("dev_selected_on"),
-            "dev_by_lr": {f"{k:g}": v for k, v in dev_by_lr.items()},
+            "dev_by_lr": {f"{k:g}" + (f",bs{b}" if b else ""): v for (k, b), v in dev_by_lr.items()},
             "wall_s": round(sum(r.get("wall_s", 0.0) for r in done), 1),
             "train_examples_per_s": _rate(done, "train_examples", "train_s"),
             **trivial_flag(summary.mean, baseline),
@@ -118,13 +120,19 @@ def _fmt(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
+def _batch(d: Dict[str, Any]) -> str:
+    """The batch size a --batch-sizes grid chose, beside the lr ("" without a grid)."""
+    return f", batch {d['batch_size']}" if d.get("batch_size") else ""
+
+
 def _dev(d: Dict[str, Any]) -> str:
     """The mean dev score and the metric checkpoints were selected on (BLUE's HoC: BLURB's F1, not its own)."""
     return _fmt(d.get("dev_mean")) + (f" ({d['dev_selected_on']})" if d.get("dev_selected_on") else "")
 
 
 def _label(record: Dict[str, Any]) -> str:
-    return run_label(record["dataset"], record["lr"], record["seed"], record.get("fold"), record.get("folds"))
+    return run_label(record["dataset"], record["lr"], record["seed"], record.get("fold"), record.get("folds"),
+                     record.get("batch_size"))  # fmt: skip
 
 
 def render_markdown(results: Dict[str, Any]) -> str:
@@ -152,8 +160,8 @@ def render_markdown(results: Dict[str, Any]) -> str:
     for name, d in results["datasets"].items():
         flag = {"at": " ⚠ at trivial", "below": " ⚠ below trivial"}.get(d.get("vs_trivial"), "")
         lines.append(f"| {d['title']} | {d['task_type']} | {d['metric']} | {d['n']} | {d['mean']:.2f} ± "
-                     f"{d['std']:.2f}{flag} | {_fmt(d.get('trivial_baseline'))} | {d['median']:.2f} | {d['lr']:g} | "
-                     f"{_dev(d)} | {d.get('wall_s', 0):.0f} | {_fmt(d.get('train_examples_per_s'))} |")  # fmt: skip
+                     f"{d['std']:.2f}{flag} | {_fmt(d.get('trivial_baseline'))} | {d['median']:.2f} | {d['lr']:g}"
+                     f"{_batch(d)} | {_dev(d)} | {d.get('wall_s', 0):.0f} | {_fmt(d.get('train_examples_per_s'))} |")  # fmt: skip
     notes = trivial_notes(results["datasets"])
     lines += ["", "Trivial baseline: the best score of one answer given to every test example (each class; every "
               "word one tag; every label row all 0, all 1 or the per-label majority; every score the mean), from the "

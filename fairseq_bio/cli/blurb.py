@@ -47,6 +47,13 @@ def _floats(value: str) -> List[float]:
     return sorted(set(values))
 
 
+def _batch_sizes(value: str) -> List[int]:
+    sizes = [v.strip() for v in value.split(",") if v.strip()]
+    if not sizes or not all(v.isdigit() and int(v) >= 1 for v in sizes):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of positive integers")
+    return sorted({int(v) for v in sizes})
+
+
 def _positive(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
@@ -85,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cross-validate every dataset run over K folds of its train file (K >= 3; 1: the "
                         "datasets' own splits; default: the preset's, biolm: 10 for GAD and EU-ADR)")  # fmt: skip
     parser.add_argument("--lr-grid", type=_floats, default=None, help="learning rates to try, e.g. 1e-5,3e-5,5e-5")
+    parser.add_argument("--batch-sizes", type=_batch_sizes, default=None,
+                        help="batch sizes to try with each learning rate, e.g. 16,32 (PubMedBERT sec. 6.2); the "
+                        "(lr, batch) with the best mean dev score is chosen; each size gets its own update budget")  # fmt: skip
     parser.add_argument("--max-epoch", type=_positive, default=None, help="epochs instead of each dataset's own")
     parser.add_argument("--max-update", type=_positive, default=None, help="updates per run (smoke runs)")
     parser.add_argument("--validate-batch-size", type=_positive, default=32, help="batch size of the test scoring")
@@ -136,11 +146,19 @@ def _print_plans(plans, tag: str) -> None:
     for plan in plans:
         b = plan.budget
         size = f"{b.train_examples} train examples, " if b.train_examples is not None else ""
-        n_runs = len(plan.lrs) * len(plan.seeds) * max(len(plan.folds), 1)
+        n_runs = len(plan.lrs) * max(len(plan.batch_sizes), 1) * len(plan.seeds) * max(len(plan.folds), 1)
         folds = f", {len(plan.folds)} folds of {plan.cfg['task']['train_file']}" if plan.folds else ""
         print(f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
-              f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}, seeds {_span(plan.seeds)}{folds})",
+              f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}{_batches(plan)}, seeds "
+              f"{_span(plan.seeds)}{folds})",
               flush=True)  # fmt: skip
+
+
+def _batches(plan) -> str:
+    """A batch-size grid in a plan's line: each size with its update budget."""
+    if not plan.batch_sizes:
+        return ""
+    return ", batch " + ",".join(f"{b} ({plan.budget_for(b).max_update} updates)" for b in plan.batch_sizes)
 
 
 def _terminated(signum, frame):
