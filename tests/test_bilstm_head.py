@@ -33,7 +33,8 @@ def test_bilstm_scores_equal_torch_lstm_on_each_unpadded_row(task):
     model = build(task)
     model.register_tagging_head("tags", 3, lstm_layers=2, lstm_hidden_size=8)
     head = model.classification_heads["tags"]
-    assert head.options() == {"num_classes": 3, "crf": False, "lstm_layers": 2, "lstm_hidden_size": 8}
+    assert head.options() == {"num_classes": 3, "crf": False, "lstm_layers": 2, "lstm_hidden_size": 8,
+                              "hidden_layers": 0, "hidden_size": 0}  # fmt: skip
     assert head.out_proj.in_features == 16 and head.lstm.bidirectional
     x = tokens(task)
     scores, _ = model(x, features_only=True, classification_head_name="tags")
@@ -158,7 +159,8 @@ def test_bilstm_crf_learns_on_real_ncbi_and_predicts_as_it_validated(bilstm_run,
 
     task, model = load_tagger(str(save_dir / "checkpoint_last.pt"), cpu=True)
     assert model.classification_heads["bio_tagging"].options() == {
-        "num_classes": 3, "crf": True, "lstm_layers": 1, "lstm_hidden_size": 64}  # fmt: skip
+        "num_classes": 3, "crf": True, "lstm_layers": 1, "lstm_hidden_size": 64, "hidden_layers": 0,
+        "hidden_size": 0}  # fmt: skip
     scores = predict_conll(task, model, str(ncbi_slice / "devel.tsv"), str(tmp_path / "dev.tsv"), progress=False)
     assert 100 * scores["f1"] == pytest.approx(float(valid[UPDATES]["f1"]), abs=0.01)
 

@@ -55,7 +55,8 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
     result = run_cli(["fairseq-bio-extract-encoder", narrow, out], cwd=tmp_path)
     assert "the discriminator as a bio_roberta encoder" in result.stdout
     assert (out.parent / "dict.txt").read_bytes() == (data / "dict.txt").read_bytes()
-    assert (out.parent / "bpe.json").exists() and not list(out.parent.glob(".*"))  # no temp files left
+    assert (out.parent / "bpe.json").exists()
+    assert [p.name for p in out.parent.glob(".*")] == [".fairseq_bio-made.json"]  # its record; no temp files left
     state = torch.load(out, weights_only=True)
     assert state["cfg"]["model"]["_name"] == "bio_roberta" and state["cfg"]["model"]["encoder_embed_dim"] == 64
 
@@ -76,7 +77,7 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
     assert not (tmp_path / "g.pt").exists()
     with pytest.raises(OutputError, match="exists; pass --overwrite to replace it"):
         extract_encoder(narrow, out)
-    with pytest.raises(ExtractError, match="not a bio_electra checkpoint"):
+    with pytest.raises(ExtractError, match="already a bio_roberta encoder checkpoint"):
         extract_encoder(out, tmp_path / "again.pt")
 
 

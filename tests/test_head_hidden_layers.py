@@ -10,6 +10,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from helpers import DictionaryTask, make_dictionary, model_args
 
 import fairseq_bio  # noqa: F401
+from fairseq_bio.compat import load_checkpoint
 from fairseq_bio.models.bio_roberta import BioRobertaModel
 from fairseq_bio.modules.sentence_head import SentenceClassificationHead
 from fairseq_bio.modules.tagging_head import TokenClassificationHead, head_options
@@ -90,7 +91,7 @@ def test_biomegatron_preset_fine_tunes_and_predicts(tiny_encoder, ncbi_slice, tm
     log = fine_tune(ncbi_slice, save, f"checkpoint.restore_file={tiny_encoder}", "recipe=finetune_biomegatron",
                     "task.head_hidden_size=16", "task.max_positions=64", updates=8)  # fmt: skip
     assert max(logged(log, "train")) == 8
-    state = torch.load(save / "checkpoint_best.pt", map_location="cpu", weights_only=False)
+    state = load_checkpoint(save / "checkpoint_best.pt")
     params = state["model"]
     assert params["classification_heads.bio_tagging.hidden.0.weight"].size(0) == 16
     assert state["cfg"]["task"]["head_dropout"] == 0.5 and state["cfg"]["task"]["head_hidden_layers"] == 1
@@ -112,5 +113,5 @@ def test_sentence_head_hidden_layers_fine_tune(tiny_encoder, tmp_path):
                              "task.valid_from_train=40", "task.head_hidden_layers=1", "task.head_hidden_size=8",
                              "task.head_dropout=0.5", updates=6)  # fmt: skip
     assert max(logged(log, "train")) == 6
-    params = torch.load(tmp_path / "run" / "checkpoint_best.pt", map_location="cpu", weights_only=False)["model"]
+    params = load_checkpoint(tmp_path / "run" / "checkpoint_best.pt")["model"]
     assert params["classification_heads.bio_sentence.hidden.0.weight"].size(0) == 8
