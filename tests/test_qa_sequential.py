@@ -81,7 +81,8 @@ def test_restore_head_true_needs_a_span_head_in_the_checkpoint(tiny_encoder, tmp
         model_at_update_0(tiny_encoder, tmp_path / "true", "task.restore_head=true")
     text = str(err.value)
     assert text == (f"task.restore_head=true: {tiny_encoder} has no span head bio_qa, this run's is "
-                    "{'num_classes': 2, 'crf': False, 'lstm_layers': 0, 'lstm_hidden_size': 0}")  # fmt: skip
+                    "{'num_classes': 2, 'crf': False, 'lstm_layers': 0, 'lstm_hidden_size': 0, 'hidden_layers': 0, "
+                    "'hidden_size': 0}")  # fmt: skip
     # by default an encoder checkpoint (no span head) starts a new one, and says so
     with caplog.at_level(logging.INFO, logger="fairseq_bio"):
         model_at_update_0(tiny_encoder, tmp_path / "null")

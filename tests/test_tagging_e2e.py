@@ -109,7 +109,7 @@ def test_unknown_test_label_is_a_one_line_error_and_nothing_is_written(ner_model
                       "--output", out], cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"fairseq-bio-predict: {bad}:4: tag 'B-Chemical'") and "unknown_tags=o" in last
+    assert last.startswith(f"fairseq-bio-predict: {bad}:4: tag 'B-Chemical'") and "make them O in the file" in last
     assert not out.exists() and list(tmp_path.iterdir()) == [bad]
 
 
