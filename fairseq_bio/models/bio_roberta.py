@@ -14,7 +14,7 @@ from fairseq.models.roberta.model import RobertaEncoder, RobertaLMHead, RobertaM
 from fairseq.models.transformer import DEFAULT_MIN_PARAMS_TO_WRAP
 from fairseq.modules import layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 from torch import Tensor, nn
 
 from ..data.word_boundaries import BPE_JSON, load_bpe_json
