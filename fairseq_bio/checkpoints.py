@@ -32,7 +32,7 @@ from typing import Optional, Tuple
 import torch
 
 from .errors import BioError
-from .files import no_space, publish
+from .files import discard_failed_write, no_space, publish
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +73,8 @@ def save_atomically(obj, path) -> None:
                 logger.warning("writing %s failed, retrying", tmp, exc_info=True)
                 time.sleep(2.5)
         _publish(tmp, path)
-    except BaseException as e:
-        full = no_space(e, path)
-        _remove_quietly(tmp)
-        if full is not None:  # one line naming the checkpoint (a BioError), not torch's "file write failed"
-            raise full from None
+    except BaseException as e:  # a full disk: one line naming the checkpoint, not torch's "unexpected pos"
+        discard_failed_write(tmp, path, e)
         raise
 
 
@@ -94,10 +91,7 @@ def copy_atomically(src, dst) -> None:
             os.close(fd)
         _publish(tmp, dst)
     except BaseException as e:
-        full = no_space(e, dst)
-        _remove_quietly(tmp)
-        if full is not None:
-            raise full from None
+        discard_failed_write(tmp, dst, e)
         raise
 
 

@@ -117,6 +117,17 @@ def remove_stale(path) -> None:
                     sibling.unlink()
 
 
+def discard_failed_write(tmp, path, error: BaseException) -> None:
+    """Remove the temp file ``tmp`` of a write of ``path`` that failed with ``error``; a full disk is then raised as
+    the one-line ``InputError`` naming ``path`` (asked before the removal frees the space); other errors are the
+    caller's to re-raise."""
+    full = no_space(error, path)
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if full is not None:
+        raise full from None
+
+
 def no_space(error: BaseException, path) -> Optional[InputError]:
     """A one-line ``InputError`` for a full disk (or quota) while writing ``path``; None for other errors. torch's
     writer raises a RuntimeError without errno ("file write failed", "unexpected pos"): that counts when the disk
@@ -171,11 +182,7 @@ def atomic_path(path, by: Optional[str] = None) -> Iterator[Path]:
         if by is not None:
             record_made(path, by)
     except BaseException as e:
-        full = no_space(e, path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if full is not None:
-            raise full from None
+        discard_failed_write(tmp, path, e)
         raise
 
 
@@ -214,13 +221,9 @@ def make_temp_dir(dest: Path) -> Path:
     return tmp
 
 
-def _by(markers: Sequence[str], by: Optional[str]) -> str:
-    return by or "+".join(markers)  # callers that name no command are told apart by the files they write
-
-
-def _ours(dest: Path, markers: Sequence[str], by: Optional[str]) -> bool:
+def _ours(dest: Path, markers: Sequence[str], by: str) -> bool:
     entry = _made_records(dest.parent).get(dest.name)
-    return (isinstance(entry, dict) and entry.get("by") == _by(markers, by)
+    return (isinstance(entry, dict) and entry.get("by") == by
             and any((dest / m).exists() for m in markers))  # fmt: skip
 
 
@@ -228,7 +231,7 @@ def _is_empty_dir(dest: Path) -> bool:
     return dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir())
 
 
-def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: Optional[str] = None) -> None:
+def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
     """Refuse an existing ``dest`` (an empty directory is fine) unless ``overwrite`` and this project's record in
     it says command ``by`` wrote one of ``markers`` there; so a mistyped destination never replaces a user's
     directory, nor one another command made."""
@@ -240,14 +243,13 @@ def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: O
     if not overwrite:
         raise InputError(f"{dest}: already exists (pass --overwrite to replace it)")
     if not _ours(dest, markers, by):
-        who = f"{by} " if by else ""
         raise InputError(
-            f"{dest}: has no record that {who}made it ({MADE}), so it was not made by this tool; not replacing it "
+            f"{dest}: has no record that {by} made it ({MADE}), so it was not made by this tool; not replacing it "
             "(move it away or choose another output)"
         )
 
 
-def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], by: Optional[str] = None) -> None:
+def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
     """Move the finished ``tmp`` directory onto ``dest`` (see ``check_destination``), recorded as made by ``by``
     (with the entries it holds) in the folder that holds ``dest``, so that ``dest`` holds only its own files.
 
@@ -255,14 +257,13 @@ def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], 
     command's files); one that the new output would replace is refused, and ``dest`` is left as it was."""
     dest, tmp = Path(dest), Path(tmp)
     check_destination(dest, overwrite, markers, by)
-    maker = _by(markers, by)
     new = sorted(entry.name for entry in tmp.iterdir())
     if dest.exists() and not _is_empty_dir(dest):
         made = set((_made_records(dest.parent).get(dest.name) or {}).get("entries") or [])
         keep = [e for e in dest.iterdir() if e.name not in made]
         clash = [e.name for e in keep if e.name in new]
         if clash:
-            raise InputError(f"{dest / clash[0]}: was not made by {maker}; the new output has this name; not "
+            raise InputError(f"{dest / clash[0]}: was not made by {by}; the new output has this name; not "
                              "replacing it")  # fmt: skip
         for entry in keep:  # moved into the new directory first: a crash in between leaves them in the temp directory
             os.replace(entry, tmp / entry.name)
@@ -275,7 +276,7 @@ def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], 
             dest.rmdir()
         os.replace(tmp, dest)
     records = _made_records(dest.parent)
-    records[dest.name] = {"by": maker, "entries": new}
+    records[dest.name] = {"by": by, "entries": new}
     _write_made_records(dest.parent, records)
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
 from fairseq_bio.data.conll import write_conll
-from fairseq_bio.files import atomic_write, made_by, not_made_reason
+from fairseq_bio.files import atomic_write
+from fairseq_bio.outputs import check_output
 
 from .common import PreprocessError
 
@@ -68,14 +69,12 @@ def decode(data: bytes, where: str, encoding: str, hint: str = "") -> str:
 
 def check_outputs(out_dir: Path, splits: Iterable[str], overwrite: bool) -> List[Path]:
     """The files a conversion writes; refuse to replace any of them without ``overwrite``, and with it any that an
-    earlier conversion did not write (``fairseq_bio.files.made_by``)."""
+    earlier conversion did not write (``fairseq_bio.outputs.check_output``)."""
     targets = [out_dir / f"{s}{ext}" for s in splits for ext in (".tsv", ".pmids")] + [out_dir / STATS_FILE]
     for target in targets:
         if target.exists() and not overwrite:
             raise PreprocessError(f"{target}: already exists (pass --overwrite to replace it)")
-        if target.exists() and not made_by(target, CONVERT):
-            raise PreprocessError(f"{target}: exists and {not_made_reason(target, CONVERT)}; not replacing it, "
-                                  "--overwrite or not (move it away or choose another output folder)")  # fmt: skip
+        check_output(target, [], overwrite=True, option="output folder", by=CONVERT)  # only what a conversion made
     return targets
 
 

@@ -300,9 +300,6 @@ def vocab_report(
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise PreprocessError(f"{out_dir}: exists and is not a directory; --out names the folder for the report")
-    for name in OUTPUT_NAMES[: 2 + plot]:
-        check_output(out_dir / name, [*(v[1] if isinstance(v, tuple) else v for v in vocabs), *data, terms],
-                     overwrite, option="--out", by=VOCAB_REPORT)  # fmt: skip
     if not vocabs:
         raise PreprocessError("give at least one --vocab")
     if not data:
@@ -313,6 +310,9 @@ def vocab_report(
     names = [n if names.count(n) == 1 or given else f"{Path(p).parent.name}/{n}" for n, (given, p) in zip(names, named)]
     if len(set(names)) != len(names):
         raise PreprocessError(f"two vocabularies are both called {_duplicate(names)!r}; name them NAME=PATH")
+    for output in OUTPUT_NAMES[: 2 + plot]:  # before the measuring: a refusal costs nothing
+        check_output(out_dir / output, [*(p for _, p in named), *data, terms], overwrite, option="--out",
+                     by=VOCAB_REPORT)
     loaded = [load_vocabulary(p, n) for n, (_, p) in zip(names, named)]
     datasets = [load_dataset(d, splits) for d in data]
     if len({d.name for d in datasets}) != len(datasets):
