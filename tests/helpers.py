@@ -29,3 +29,21 @@ def model_args(arch="bio_roberta_tiny", **overrides):
 
     ARCH_CONFIG_REGISTRY[arch](args)
     return args
+
+
+# The unit tests' small bio_roberta: 2 layers, 32 wide, over a 40-word synthetic vocabulary.
+SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
+
+
+def small_task() -> DictionaryTask:
+    return DictionaryTask(make_dictionary([f"w{i}" for i in range(40)])[0])
+
+
+def small_model(task, seed: int = 0, **overrides):
+    """The ``SMALL`` bio_roberta (``overrides`` on top) built with torch seeded ``seed``, in eval mode."""
+    import torch
+
+    from fairseq_bio.models.bio_roberta import BioRobertaModel
+
+    torch.manual_seed(seed)
+    return BioRobertaModel.build_model(model_args("bio_roberta_tiny", **{**SMALL, **overrides}), task).eval()

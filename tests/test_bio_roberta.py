@@ -4,25 +4,15 @@ import pytest
 import torch
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import build_model
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers import SMALL, model_args, small_model, small_task
 from omegaconf import OmegaConf, open_dict
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.models.bio_roberta import ARCHITECTURES, BioRobertaConfig, BioRobertaModel
 
-SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
-
-
 @pytest.fixture(scope="module")
 def task():
-    dictionary, _ = make_dictionary([f"w{i}" for i in range(40)])
-    return DictionaryTask(dictionary)
-
-
-def small_model(task, **overrides):
-    torch.manual_seed(0)
-    model = BioRobertaModel.build_model(model_args("bio_roberta_tiny", **{**SMALL, **overrides}), task)
-    return model.eval()
+    return small_task()
 
 
 def batch(task, lengths=(7, 5)):

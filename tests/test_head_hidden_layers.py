@@ -7,26 +7,20 @@ import pytest
 import torch
 from conftest import SHARED_DATA, fine_tune, fine_tune_sentence, logged, run_cli
 from fairseq.models.roberta.model import RobertaClassificationHead
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers import small_model, small_task
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.compat import load_checkpoint
-from fairseq_bio.models.bio_roberta import BioRobertaModel
 from fairseq_bio.modules.sentence_head import SentenceClassificationHead
 from fairseq_bio.modules.tagging_head import TokenClassificationHead, head_options
 
-SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
-
-
 @pytest.fixture(scope="module")
 def task():
-    dictionary, _ = make_dictionary([f"w{i}" for i in range(40)])
-    return DictionaryTask(dictionary)
+    return small_task()
 
 
 def build(task, **kwargs):
-    torch.manual_seed(0)
-    return BioRobertaModel.build_model(model_args("bio_roberta_tiny", **SMALL, **kwargs), task).eval()
+    return small_model(task, **kwargs)
 
 
 def tokens(task, rows=3, length=9):

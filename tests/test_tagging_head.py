@@ -3,29 +3,23 @@ saving and loading the fairseq way beside sentence heads, and layer-wise learnin
 
 import pytest
 import torch
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers import small_model, small_task
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.data.tagging_dataset import IGNORE
-from fairseq_bio.models.bio_roberta import BioRobertaModel
 from fairseq_bio.modules.tagging_head import TokenClassificationHead
 from fairseq_bio.tasks import fine_tuning
 
-SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
 LABELS = ["O", "B-Disease", "I-Disease"]
 
 
 @pytest.fixture(scope="module")
 def task():
-    dictionary, _ = make_dictionary([f"w{i}" for i in range(40)])
-    return DictionaryTask(dictionary)
+    return small_task()
 
 
 def build(task, load_checkpoint_heads=False, seed=0):
-    torch.manual_seed(seed)
-    return BioRobertaModel.build_model(
-        model_args("bio_roberta_tiny", load_checkpoint_heads=load_checkpoint_heads, **SMALL), task
-    ).eval()
+    return small_model(task, seed, load_checkpoint_heads=load_checkpoint_heads)
 
 
 def tokens(task, rows=3, length=9):
