@@ -10,15 +10,17 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=find_packages(include=["fairseq_bio", "fairseq_bio.*", "preprocess", "preprocess.*"])
-    + ["fairseq_bio.hydra_configs"],
+    # Every installed top-level name starts with fairseq_bio: the checkout's preprocess/ (the corpus commands) installs
+    # as fairseq_bio_preprocess, so that no other project's "preprocess" collides with it.
+    packages=find_packages(include=["fairseq_bio", "fairseq_bio.*"])
+    + ["fairseq_bio_preprocess", "fairseq_bio.hydra_configs"],
     # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout they stay the
     # top-level hydra_configs/ (fairseq_bio.configs finds either).
-    package_dir={"fairseq_bio.hydra_configs": "hydra_configs"},
+    package_dir={"fairseq_bio_preprocess": "preprocess", "fairseq_bio.hydra_configs": "hydra_configs"},
     package_data={
         "fairseq_bio.hydra_configs": ["*.yaml", "*/*.yaml"],
         # The vocabulary report's default term list and the published numbers it is compared with.
-        "preprocess": ["data/*.tsv"],
+        "fairseq_bio_preprocess": ["data/*.tsv"],
     },
     # fairseq itself is deliberately absent: every fairseq build that imports on Python 3.11 requires
     # torchaudio, whose PyPI wheel is a CUDA build that breaks HF's Trainer next to the CPU torch. The
@@ -48,18 +50,18 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "fairseq-bio-extract = preprocess.extract:cli_main",
-            "fairseq-bio-vocab = preprocess.vocab:cli_main",
-            "fairseq-bio-encode = preprocess.encode:cli_main",
-            "fairseq-bio-binarize = preprocess.binarize:cli_main",
-            "fairseq-bio-demo = preprocess.demo:cli_main",
+            "fairseq-bio-extract = fairseq_bio_preprocess.extract:cli_main",
+            "fairseq-bio-vocab = fairseq_bio_preprocess.vocab:cli_main",
+            "fairseq-bio-encode = fairseq_bio_preprocess.encode:cli_main",
+            "fairseq-bio-binarize = fairseq_bio_preprocess.binarize:cli_main",
+            "fairseq-bio-demo = fairseq_bio_preprocess.demo:cli_main",
             "fairseq-bio-predict = fairseq_bio.cli.predict:cli_main",
-            "fairseq-bio-convert-tagging = preprocess.convert_tagging:cli_main",
+            "fairseq-bio-convert-tagging = fairseq_bio_preprocess.convert_tagging:cli_main",
             "fairseq-bio-import-hf = fairseq_bio.cli.import_hf:cli_main",
             "fairseq-bio-export-hf = fairseq_bio.cli.export_hf:cli_main",
             "fairseq-bio-extract-encoder = fairseq_bio.cli.extract_encoder:cli_main",
             "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
-            "fairseq-bio-vocab-report = preprocess.vocab_report:cli_main",
+            "fairseq-bio-vocab-report = fairseq_bio_preprocess.vocab_report:cli_main",
             "fairseq-bio-blurb = fairseq_bio.cli.blurb:cli_main",
             "fairseq-bio-config-dir = fairseq_bio.configs:cli_main",
         ]

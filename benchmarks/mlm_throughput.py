@@ -41,7 +41,7 @@ BASELINE = "stock roberta + masked_lm"
 def preprocess(workdir: Path, workers: int, max_docs: int):
     """XML -> binarised data; returns (uncompressed XML MB, seconds, data dir)."""
     sys.path.insert(0, str(REPO))
-    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
+    from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
     prepared = build_data_bin(pubmed_sample_inputs(xml_only=True), workdir, max_docs_per_file=max_docs,
                               workers=workers, progress=False)  # fmt: skip

@@ -76,7 +76,7 @@ class Runner:
 
     def __call__(self, cmd: Sequence, name: str, cwd: Path) -> Tuple[float, str]:
         """(wall seconds, stdout) of ``cmd``; a failure is one line naming the file with its output."""
-        from preprocess.common import PreprocessError
+        from fairseq_bio_preprocess.common import PreprocessError
 
         cmd = [str(c) for c in cmd]
         self.commands.append(" ".join([*(f"{k}={v}" for k, v in self.env.items()), shlex.join(cmd)]))
@@ -108,7 +108,7 @@ def last_update(entries: List[Dict]) -> int:
 def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optional[int]) -> Path:
     """The demo's pipeline (fetch, extract, byte-level BPE, encode, binarise), reusing finished steps (and a demo
     workdir: --workdir runs/demo)."""
-    from preprocess.pipeline import build_data_bin, pubmed_sample_inputs
+    from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
     return build_data_bin(pubmed_sample_inputs(), workdir, vocab_size=vocab_size, max_docs_per_file=max_docs,
                           workers=workers).data_bin  # fmt: skip
@@ -116,9 +116,9 @@ def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optiona
 
 def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already made)."""
-    from preprocess.common import PreprocessError
-    from preprocess.demo import last_validation, train_command
-    from preprocess.pipeline import Steps
+    from fairseq_bio_preprocess.common import PreprocessError
+    from fairseq_bio_preprocess.demo import last_validation, train_command
+    from fairseq_bio_preprocess.pipeline import Steps
 
     steps = Steps(workdir)
     params = {
@@ -197,7 +197,7 @@ def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Pa
     """The dataset's directory (a folder of NER_DATA, or any path), read only; or, with cuts, a new directory under
     ``tmp`` with the first sentences of train/devel/test (a link to the files not cut). Nothing is ever written into
     the dataset."""
-    from preprocess.common import PreprocessError
+    from fairseq_bio_preprocess.common import PreprocessError
 
     source = (NER_DATA / dataset).resolve()  # an absolute ``dataset`` is taken as it is
     for name in ("train.tsv", "devel.tsv", "test.tsv"):
@@ -492,6 +492,6 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
-    from preprocess.common import run_cli
+    from fairseq_bio_preprocess.common import run_cli
 
     run_cli("benchmarks/tagging.py", main)

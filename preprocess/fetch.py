@@ -121,7 +121,7 @@ def pubmed_sample_dir(cache_dir: Optional[os.PathLike] = None) -> Path:
 
 
 def cli_main(argv=None) -> None:
-    """``python -m preprocess.fetch``: print the sample directory, downloading it first if needed."""
+    """``python -m fairseq_bio_preprocess.fetch``: print the sample directory, downloading it first if needed."""
 
     def main(argv):
         parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

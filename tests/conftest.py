@@ -61,7 +61,7 @@ def build_once(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def pubmed_sample():
-    from preprocess.fetch import pubmed_sample_dir
+    from fairseq_bio_preprocess.fetch import pubmed_sample_dir
 
     return pubmed_sample_dir()
 
@@ -69,7 +69,7 @@ def pubmed_sample():
 @pytest.fixture(scope="session")
 def pubmed_corpus(pubmed_sample, tmp_path_factory):
     """train.txt/valid.txt: real abstracts, one sentence per line, blank line between documents."""
-    from preprocess.extract import extract
+    from fairseq_bio_preprocess.extract import extract
 
     def build(out):
         extract(
@@ -91,7 +91,7 @@ _VOCAB_SIZES = {"bytebpe": 3000, "sentencepiece": 3000, "wordpiece": 3000, "fast
 @pytest.fixture(scope="session")
 def learned_vocab(pubmed_corpus, tmp_path_factory):
     """``learned_vocab(kind)``: a vocabulary of that kind learned on the slice (cached per session)."""
-    from preprocess.vocab import learn_vocab
+    from fairseq_bio_preprocess.vocab import learn_vocab
 
     cache = {}
 
@@ -107,8 +107,8 @@ def learned_vocab(pubmed_corpus, tmp_path_factory):
 @pytest.fixture(scope="session")
 def data_bin(pubmed_corpus, learned_vocab, tmp_path_factory):
     """``data_bin(kind)``: the slice encoded and binarised with fairseq-preprocess (cached per session)."""
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
+    from fairseq_bio_preprocess.binarize import binarize
+    from fairseq_bio_preprocess.encode import encode_files
 
     cache = {}
 

@@ -41,8 +41,8 @@ def test_blocks_keep_every_token(data_bin, mode):
 
 
 def test_shards_rotate_by_epoch(pubmed_corpus, learned_vocab, tmp_path):
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
+    from fairseq_bio_preprocess.binarize import binarize
+    from fairseq_bio_preprocess.encode import encode_files
 
     vocab = learned_vocab("bytebpe")
     outputs = [tmp_path / "train.bpe", tmp_path / "valid.bpe"]

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from test_convert_standoff import conll, read, write
 
-from preprocess.common import PreprocessError
-from preprocess.convert_tagging import cli_main
-from preprocess.i2b2 import convert_i2b2_2010, convert_i2b2_2012, convert_i2b2_2014
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.convert_tagging import cli_main
+from fairseq_bio_preprocess.i2b2 import convert_i2b2_2010, convert_i2b2_2012, convert_i2b2_2014
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from fairseq_bio.data.conll import read_conll
-from preprocess.common import PreprocessError
-from preprocess.convert_tagging import cli_main
-from preprocess.standoff import convert_brat, convert_chemdner, convert_linnaeus, convert_s800
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.convert_tagging import cli_main
+from fairseq_bio_preprocess.standoff import convert_brat, convert_chemdner, convert_linnaeus, convert_s800
 
 
 def write(path: Path, text: str) -> Path:

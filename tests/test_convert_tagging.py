@@ -11,10 +11,10 @@ from fairseq_bio.data.conll import read_conll
 from fairseq_bio.data.sentences import SentenceSplitter
 from fairseq_bio.data.tag_schemes import label_set
 from fairseq_bio.metrics.tagging import get_entities
-from preprocess.common import PreprocessError
-from preprocess.convert_tagging import cli_main
-from preprocess.ebm_nlp import convert_ebm_nlp
-from preprocess.pubtator import Document, Mention, PubtatorStats, convert_pubtator, tag_document
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.convert_tagging import cli_main
+from fairseq_bio_preprocess.ebm_nlp import convert_ebm_nlp
+from fairseq_bio_preprocess.pubtator import Document, Mention, PubtatorStats, convert_pubtator, tag_document
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SPANS = "annotations/aggregated/starting_spans"
@@ -280,7 +280,7 @@ def test_cli_ebm_nlp_and_console_script(release, tmp_path, capsys):
         cli_main(["ebm-nlp", str(release), "--out", str(out)])
     assert str(exit_.value).startswith("fairseq-bio-convert-tagging: ") and "already exists" in str(exit_.value)
     scripts = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts["fairseq-bio-convert-tagging"] == "preprocess.convert_tagging:cli_main"
+    assert scripts["fairseq-bio-convert-tagging"] == "fairseq_bio_preprocess.convert_tagging:cli_main"
 
 
 # ---------------------------------------------------------------------------------------------------

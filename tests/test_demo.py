@@ -7,7 +7,7 @@ import re
 
 from conftest import run_cli
 
-from preprocess.demo import comparison_markdown
+from fairseq_bio_preprocess.demo import comparison_markdown
 
 
 def test_demo_runs_end_to_end_and_reuses_finished_steps(pubmed_sample, tmp_path):

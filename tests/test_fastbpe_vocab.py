@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from preprocess.common import PreprocessError
-from preprocess.vocab import learn_vocab
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.vocab import learn_vocab
 
 FASTBPE_MISSING = "fastBPE is not installed (optional extra: `make fastbpe` builds it; CI's `make test` does)"
 
@@ -75,7 +75,7 @@ def test_encode_equals_fairseq_and_subword_nmt(vocab, pubmed_corpus, tmp_path):
     from fairseq.data import Dictionary
     from subword_nmt.apply_bpe import BPE
 
-    from preprocess.encode import encode_file
+    from fairseq_bio_preprocess.encode import encode_file
 
     source = pubmed_corpus / "valid.txt"
     stats = encode_file(vocab, source, tmp_path / "valid.enc", progress=False)
@@ -156,7 +156,7 @@ def test_whole_word_masking_with_continuation_markers(vocab, pubmed_corpus):
 
 def test_vocab_report_reads_fastbpe(vocab, tmp_path):
     """The report (and so the tagger's WordEncoder) splits words with fastBPE: pieces joined give the word back."""
-    from preprocess.vocab_report import load_vocabulary
+    from fairseq_bio_preprocess.vocab_report import load_vocabulary
 
     fast = load_vocabulary(vocab)
     assert fast.kind == "fairseq fastbpe" and fast.size == 3000
@@ -167,7 +167,7 @@ def test_vocab_report_reads_fastbpe(vocab, tmp_path):
 
 
 def test_cli_learns_fastbpe(fastbpe, pubmed_corpus, tmp_path, capsys):
-    from preprocess.vocab import cli_main
+    from fairseq_bio_preprocess.vocab import cli_main
 
     cli_main(["--train", str(pubmed_corpus / "valid.txt"), "--out", str(tmp_path / "v"), "--kind", "fastbpe",
               "--vocab-size", "300", "--min-frequency", "3"])  # fmt: skip

@@ -238,8 +238,8 @@ def test_continued_electra_pretraining_from_the_import(imported, pubmed_corpus, 
     """The import restored by fairseq-hydra-train (bio_electra_tiny recipe, the import's model options, reset
     optimizer) on a PubMed slice encoded with the import's vocabulary: it loads at update 0, its losses are finite
     and fall, and the weights move away from the import's only a little."""
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
+    from fairseq_bio_preprocess.binarize import binarize
+    from fairseq_bio_preprocess.encode import encode_files
 
     out, _ = imported["base"]
     info = json.loads((out / "import_info.json").read_text())

@@ -278,7 +278,7 @@ def test_command_line(wordpiece_checkpoint, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def sentencepiece_checkpoints(learned_vocab, pubmed_corpus, tmp_path_factory):
     """{spm type: (checkpoint, vocabulary dir)}: random-weight checkpoints over unigram and BPE vocabularies."""
-    from preprocess.vocab import learn_vocab
+    from fairseq_bio_preprocess.vocab import learn_vocab
 
     work = tmp_path_factory.mktemp("spm")
     bpe = learn_vocab(pubmed_corpus / "train.txt", work / "bpe-vocab", kind="sentencepiece", vocab_size=3000,
@@ -327,7 +327,7 @@ def fastbpe_checkpoint(learned_vocab, tmp_path_factory):
 
 
 def test_fastbpe_checkpoint_exports_with_its_ids(fastbpe_checkpoint, pubmed_corpus, tmp_path):
-    from preprocess.encode import Encoder
+    from fairseq_bio_preprocess.encode import Encoder
 
     checkpoint, vocab = fastbpe_checkpoint
     out = tmp_path / "hf"

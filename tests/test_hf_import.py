@@ -178,8 +178,8 @@ def test_layer_norm_eps_is_what_makes_bert_exact(minilm_pair, pubmed_corpus):
 def test_continued_mlm_pretraining_from_minilm_lowers_valid_loss(minilm, pubmed_corpus, tmp_path, monkeypatch):
     """The encoder-checkpoint contract: data encoded with the import's vocabulary, fairseq-hydra-train with the
     import's model options restores model.pt and trains; valid loss falls, and the encoder stays MiniLM's."""
-    from preprocess.binarize import binarize
-    from preprocess.encode import encode_files
+    from fairseq_bio_preprocess.binarize import binarize
+    from fairseq_bio_preprocess.encode import encode_files
 
     out, info, _ = minilm
     inputs = [pubmed_corpus / "train.txt", pubmed_corpus / "valid.txt"]

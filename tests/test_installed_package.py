@@ -23,7 +23,7 @@ SOURCES = ("setup.py", "README.md", "fairseq_bio", "preprocess", "hydra_configs"
 
 def _linkable(name: str) -> bool:
     """Third-party site-packages entries; not the editable fairseq_bio of this environment."""
-    return "fairseq_bio" not in name and not name.startswith(("__editable__", "preprocess", "_virtualenv"))
+    return "fairseq_bio" not in name and not name.startswith(("__editable__", "_virtualenv"))
 
 
 def _fresh_install(root: Path) -> None:
@@ -76,6 +76,18 @@ def test_configs_ship_with_the_package(installed, tmp_path):
                 tmp_path).stdout  # fmt: skip
     assert Path(where.strip()).is_relative_to(installed), "the installed copy, not the checkout"
     assert not (tmp_path / "hydra_configs").exists() and Path.cwd() != tmp_path
+
+
+def test_installed_top_level_names_are_namespaced(installed):
+    """What the distribution puts into site-packages: only names that start with ``fairseq_bio`` (the checkout's
+    ``preprocess/`` installs as ``fairseq_bio_preprocess``), so that no other project's module collides with it."""
+    site = Path(sysconfig.get_paths(vars={"base": str(installed), "platbase": str(installed)})["purelib"])
+    (record,) = site.glob("fairseq_bio-*.dist-info/RECORD")
+    top = {Path(line.split(",")[0]).parts[0] for line in record.read_text(encoding="utf-8").splitlines()}
+    top = {name for name in top if not name.endswith(".dist-info") and name != ".."}  # .. : console scripts in bin/
+    assert top == {"fairseq_bio", "fairseq_bio_preprocess"}, top
+    assert (site / "fairseq_bio_preprocess" / "data" / "pubmedbert_table1_terms.tsv").is_file()
+    assert not (site / "preprocess").exists()
 
 
 def test_pretrain_and_blurb_from_an_unrelated_directory(installed, tmp_path, data_bin, ncbi_slice):

@@ -12,8 +12,8 @@ from test_convert_tagging import EXPECTED_TRAIN_IO, dev_list, read, write_ebm_re
 from test_gpu_paths_on_cpu import CPU, TINY, composed
 
 from fairseq_bio.metrics.tagging import SpanCounts, element_types, token_counts, token_macro_f1
-from preprocess.common import PreprocessError
-from preprocess.ebm_nlp import convert_ebm_nlp
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.ebm_nlp import convert_ebm_nlp
 
 # The tiny release's train documents 101, 102, 104 with every element of their three overlap words kept (the
 # fourth, 103's "children", is in devel): 102's "patients" P+O, "insulin" P+I, "lowered" I+O (last: OUT, INT, OUT).

@@ -2,12 +2,12 @@
 
 import pytest
 
-from preprocess import fetch
-from preprocess.binarize import binarize
-from preprocess.common import PreprocessError
-from preprocess.encode import encode_file
-from preprocess.extract import extract
-from preprocess.vocab import learn_vocab
+from fairseq_bio_preprocess import fetch
+from fairseq_bio_preprocess.binarize import binarize
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.encode import encode_file
+from fairseq_bio_preprocess.extract import extract
+from fairseq_bio_preprocess.vocab import learn_vocab
 
 VOCAB_FILES = {"bpe.json", "encoder.json", "vocab.bpe", "dict.txt"}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from preprocess import fetch
-from preprocess.common import PreprocessError
-from preprocess.extract import extract
+from fairseq_bio_preprocess import fetch
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.extract import extract
 
 BASELINE = "pubmed20n0014.xml.gz"
 UPDATE = "pubmed21n1298.xml.gz"
@@ -278,7 +278,7 @@ def test_cli_truncated_gzip_one_line_no_traceback(tmp_path, truncated_gz):
         [
             sys.executable,
             "-m",
-            "preprocess.extract",
+            "fairseq_bio_preprocess.extract",
             str(truncated_gz),
             "--out",
             str(tmp_path / "out"),
@@ -299,7 +299,7 @@ def test_cli_truncated_gzip_one_line_no_traceback(tmp_path, truncated_gz):
 def test_cli_bad_utf8_message_uses_the_given_path(tmp_path):
     _bad_utf8(tmp_path / "notes" / "a.txt")
     proc = subprocess.run(
-        [sys.executable, "-m", "preprocess.extract", "notes", "--out", "out", "--no-progress"],
+        [sys.executable, "-m", "fairseq_bio_preprocess.extract", "notes", "--out", "out", "--no-progress"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

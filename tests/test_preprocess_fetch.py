@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from preprocess import fetch
-from preprocess.common import PreprocessError
+from fairseq_bio_preprocess import fetch
+from fairseq_bio_preprocess.common import PreprocessError
 
 PMC_FILES = {
     "1471-2180-11-174.nxml",

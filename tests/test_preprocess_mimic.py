@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from preprocess.common import PreprocessError
-from preprocess.extract import extract
-from preprocess.mimic import placeholder_type
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.extract import extract
+from fairseq_bio_preprocess.mimic import placeholder_type
 
 HEADER = (
     '"ROW_ID","SUBJECT_ID","HADM_ID","CHARTDATE","CHARTTIME","STORETIME","CATEGORY","DESCRIPTION","CGID","ISERROR",'

@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 
-from preprocess import fetch
-from preprocess.sources import Document, InputFile, iter_records
+from fairseq_bio_preprocess import fetch
+from fairseq_bio_preprocess.sources import Document, InputFile, iter_records
 from fairseq_bio.data.sentences import SentenceSplitter
 
 

@@ -6,12 +6,12 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from preprocess import fetch
-from preprocess.bpe import bpe_options
-from preprocess.common import PreprocessError
-from preprocess.encode import encode_file
-from preprocess.extract import extract
-from preprocess.vocab import learn_vocab
+from fairseq_bio_preprocess import fetch
+from fairseq_bio_preprocess.bpe import bpe_options
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.encode import encode_file
+from fairseq_bio_preprocess.extract import extract
+from fairseq_bio_preprocess.vocab import learn_vocab
 
 KINDS = ["bytebpe", "sentencepiece", "wordpiece"]
 EXPECTED_BPE_JSON = {

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_DATA
 
-from preprocess.common import PreprocessError
-from preprocess.vocab_report import (
+from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.vocab_report import (
     DEFAULT_TERMS,
     cli_main,
     load_dataset,
@@ -205,8 +205,8 @@ DIRECTION_MARGIN = 0.15  # the smallest measured gap is 0.26 (byte BPE on NCBI-d
 @pytest.fixture(scope="module")
 def domain_vocab(pubmed_sample, tmp_path_factory):
     """``domain_vocab(kind)``: DOMAIN_VOCAB entries learned from DOMAIN_DOCS real MEDLINE citations."""
-    from preprocess.extract import extract
-    from preprocess.vocab import learn_vocab
+    from fairseq_bio_preprocess.extract import extract
+    from fairseq_bio_preprocess.vocab import learn_vocab
 
     root = tmp_path_factory.mktemp("domain")
     extract([pubmed_sample / "pubmed20n0014.xml.gz"], root / "corpus", max_docs_per_file=DOMAIN_DOCS,
