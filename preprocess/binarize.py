@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Union
 
-from fairseq_bio.data.word_boundaries import bpe_file_options
+from fairseq_bio.data.tokenizer_files import bpe_file_options
 
 from fairseq_bio.errors import run_cli
 from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir, replace_dir

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Union
 
-from fairseq_bio.data.word_boundaries import BPE_JSON, WordBoundaryError, load_bpe_json, require_fastbpe
+from fairseq_bio.data.tokenizer_files import BPE_JSON, WordBoundaryError, load_bpe_json, require_fastbpe
 
 from .common import PreprocessError, normalize_space
 

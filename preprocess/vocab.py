@@ -34,7 +34,7 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from fairseq_bio.data.word_boundaries import require_fastbpe
+from fairseq_bio.data.tokenizer_files import require_fastbpe
 from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write, check_destination, make_temp_dir, remove_temp_dir, replace_dir
 

@@ -80,7 +80,7 @@ def load_vocabulary(path: Union[str, os.PathLike], name: Optional[str] = None) -
 def _fairseq_vocabulary(path: Path, name: str) -> Vocabulary:
     from fairseq_bio.data.dictionary import load_dictionary
     from fairseq_bio.data.tagging_dataset import WordEncoder
-    from fairseq_bio.data.word_boundaries import WordBoundaryError, load_bpe_json
+    from fairseq_bio.data.tokenizer_files import WordBoundaryError, load_bpe_json
 
     if not (path / "dict.txt").is_file():
         raise PreprocessError(f"{path / 'dict.txt'}: not found (a fairseq vocabulary has dict.txt beside bpe.json)")

@@ -280,7 +280,7 @@ def test_cli_ebm_nlp_and_console_script(release, tmp_path, capsys):
         cli_main(["ebm-nlp", str(release), "--out", str(out)])
     assert str(exit_.value).startswith("fairseq-bio-convert-tagging: ") and "already exists" in str(exit_.value)
     scripts = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts["fairseq-bio-convert-tagging"] == "fairseq_bio_preprocess.convert_tagging:cli_main"
+    assert scripts["fairseq-bio-convert-tagging"] == "fairseq_bio_preprocess.commands:convert_tagging"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def vocab(fastbpe, learned_vocab):
 def fairseq_bpe(vocab_dir):
     from fairseq.data import encoders
 
-    from fairseq_bio.data.word_boundaries import load_bpe_json
+    from fairseq_bio.data.tokenizer_files import load_bpe_json
 
     spec = load_bpe_json(str(vocab_dir / "bpe.json"))
     return encoders.build_bpe(argparse.Namespace(bpe=spec.pop("_name"), **spec))

@@ -8,7 +8,8 @@ import pytest
 import torch
 from fairseq.data import Dictionary, encoders
 
-from fairseq_bio.data.word_boundaries import WordBoundaries, load_bpe_json
+from fairseq_bio.data.tokenizer_files import load_bpe_json
+from fairseq_bio.data.word_boundaries import WordBoundaries
 from fairseq_bio.modules.masking import BatchMasker
 
 KINDS = ["bytebpe", "sentencepiece", "wordpiece"]

@@ -35,7 +35,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-from ..data.word_boundaries import require_fastbpe
+from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
@@ -150,7 +150,7 @@ def export_hf(
 def _read_bpe(vocab_dir: Path) -> Dict:
     """bpe.json of the vocabulary; fastBPE codes checked (fairseq's fastbpe BPE needs the optional fastBPE, which
     reads the codes unchecked)."""
-    from ..data.word_boundaries import load_bpe_json
+    from ..data.tokenizer_files import load_bpe_json
 
     bpe = load_bpe_json(str(vocab_dir / "bpe.json"))
     if bpe["_name"] == "fastbpe":

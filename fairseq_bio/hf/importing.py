@@ -26,7 +26,7 @@ from typing import Dict, Sequence
 
 import torch
 
-from ..data.word_boundaries import require_fastbpe
+from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from .checkpoints import (
     ELECTRA_STRUCTURAL_OPTIONS,

@@ -17,7 +17,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from ..data.word_boundaries import BPE_JSON, load_bpe_json
+from ..data.tokenizer_files import BPE_JSON, load_bpe_json
 from ..errors import BioConfigError
 from ..modules.tagging_head import TokenClassificationHead, head_options
 from ..modules.transformer_encoder import BioTransformerEncoder

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..data.dictionary import load_dictionary
 from ..data.tagging_dataset import WordEncoder
-from ..data.word_boundaries import BPE_JSON, bpe_file_options, load_bpe_json
+from ..data.tokenizer_files import BPE_JSON, bpe_file_options, load_bpe_json
 from ..errors import BioError
 from ..files import atomic_path
 
