@@ -5,12 +5,12 @@ checkout (and an editable install) they are the repository's top-level ``hydra_c
 ``--config-dir hydra_configs`` keeps working there.
 """
 
-import argparse
 from pathlib import Path
 from typing import Optional, Sequence
 
 NAME = "hydra_configs"
 PACKAGE_DIR = Path(__file__).resolve().parent
+PROG = "fairseq-bio-config-dir"
 
 
 def config_dir() -> Path:
@@ -23,19 +23,25 @@ def config_dir() -> Path:
     raise BioError(f"{PACKAGE_DIR}: no {NAME}/ beside or inside the package; reinstall fairseq_bio")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    argparse.ArgumentParser(
-        prog="fairseq-bio-config-dir",
+def build_parser():
+    from .cli.options import Parser
+
+    return Parser(
+        prog=PROG,
         description="Print the directory of fairseq_bio's hydra configs, e.g. "
         'fairseq-hydra-train --config-dir "$(fairseq-bio-config-dir)" --config-name bio_roberta_base ...',
-    ).parse_args(argv)
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    build_parser().parse_args(argv)
     print(config_dir())
 
 
-def cli_main(argv=None) -> None:
-    from .errors import run_cli
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    from .cli.options import run_cli
 
-    run_cli("fairseq-bio-config-dir", main, argv)
+    run_cli(PROG, main, argv)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ from typing import List, Optional, Sequence
 from ..blurb.datasets import BENCHMARKS, RECIPES
 from ..blurb.execute import run_all
 from ..blurb.plan import BlurbError, lock_out, make_runs, plan_runs, resolve_tasks
+from ..errors import BioError
+from .options import Parser, add_checkpoint, add_data, add_out, run_cli
+
+PROG = "fairseq-bio-blurb"
 
 
 def _floats(value: str) -> List[float]:
@@ -72,21 +76,22 @@ def _span(seeds: Sequence[int]) -> str:
     return f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="fairseq-bio-blurb",
+def build_parser() -> Parser:
+    parser = Parser(
+        prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="Hydra overrides after `--` go to every run (`<dataset>:key=value`: to that dataset's runs only).",
     )
-    parser.add_argument("--checkpoint", required=True, help="the encoder checkpoint (dict.txt + bpe.json beside it)")
+    add_checkpoint(parser, "the encoder checkpoint (dict.txt + bpe.json beside it)")
     parser.add_argument("--tasks", default="all", help="all, or dataset names separated by commas (ncbi,gad,hoc,...)")
     parser.add_argument(
         "--seeds", type=_positive, default=None, help="seeds per dataset (default: 5; 10 for BIOSSES, PubMedQA, BioASQ)"
     )
-    parser.add_argument("--data", required=True, help="root of the task data (ner/NCBI-disease, re/GAD, hoc, ...)")
+    add_data(parser, "root of the task data (ner/NCBI-disease, re/GAD, hoc, ...)", required=True)
     parser.add_argument("--dataset-dir", action="append", default=[], metavar="NAME=DIR",
                         help="one dataset's directory, instead of its place under --data (repeatable)")  # fmt: skip
-    parser.add_argument("--out", default="runs/blurb", help="where runs and results go (default: runs/blurb)")
+    add_out(parser, "where runs and results go; finished runs there are reused (default: runs/blurb)",
+            default="runs/blurb")  # fmt: skip
     parser.add_argument("--preset", choices=sorted(RECIPES), default="blurb", help="benchmark: blurb, blue or biolm")
     parser.add_argument("--folds", type=_folds, default=None, metavar="K",
                         help="cross-validate every dataset run over K folds of its train file (K >= 3; 1: the "
@@ -169,12 +174,9 @@ def _terminated(signum, frame):
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     signal.signal(signal.SIGTERM, _terminated)
-    try:
-        sys.exit(main(argv))
-    except BlurbError as e:
-        sys.exit(f"fairseq-bio-blurb: {e}")
-    except KeyboardInterrupt:
-        sys.exit("fairseq-bio-blurb: interrupted (finished runs are kept and reused next time)")
+    # BlurbError (fairseq_bio.blurb.plan) is named until it derives from BioError
+    run_cli(PROG, main, argv, interrupted="interrupted (finished runs are kept and reused next time)",
+            errors=(BioError, BlurbError))  # fmt: skip
 
 
 if __name__ == "__main__":

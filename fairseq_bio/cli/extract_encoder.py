@@ -9,8 +9,10 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from ..compat import load_checkpoint
+from ..errors import BioError
 from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab
+from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 PARTS = ("discriminator", "generator")
 # bio_roberta's MLM head: the discriminator has none, so a new one is initialised (continued MLM pretraining only;
@@ -18,11 +20,11 @@ PARTS = ("discriminator", "generator")
 LM_HEAD = ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")
 
 
-class ExtractError(ValueError):
+class ExtractError(BioError, ValueError):
     """An input that cannot be extracted; the message names the file and what is wrong."""
 
 
-EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # what the encoder checkpoint is recorded as made by
+EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # the script, and what the encoder checkpoint is recorded as made by
 
 
 def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: bool = False, seed: int = 1) -> Dict:
@@ -39,7 +41,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
         raise ExtractError(f"--part {part}: must be one of {', '.join(PARTS)}")
     if not checkpoint.is_file():
         raise ExtractError(f"{checkpoint}: no such checkpoint")
-    check_output(out, [checkpoint], overwrite, option="out", by=EXTRACT_ENCODER)
+    check_output(out, [checkpoint], overwrite, option="--out", by=EXTRACT_ENCODER)
     state = load_checkpoint(checkpoint)
     model_cfg = argparse.Namespace(**((state.get("cfg") or {}).get("model") or {}))
     name = getattr(model_cfg, "_name", None) or ""
@@ -90,23 +92,28 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head}
 
 
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="fairseq-bio-extract-encoder", description=__doc__)
-    parser.add_argument("checkpoint", help="a bio_electra checkpoint (e.g. checkpoint_last.pt)")
-    parser.add_argument("out", help="the encoder checkpoint to write; dict.txt and bpe.json go beside it")
+def build_parser() -> Parser:
+    parser = Parser(prog=EXTRACT_ENCODER, description=__doc__)
+    add_checkpoint(parser, "a bio_electra checkpoint (e.g. checkpoint_last.pt)", positional="checkpoint")
+    add_out(parser, "the encoder checkpoint to write; dict.txt and bpe.json go beside it", positional="out")
     parser.add_argument("--part", choices=PARTS, default="discriminator", help="which encoder to extract")
-    parser.add_argument("--overwrite", action="store_true", help="replace an encoder checkpoint an earlier extract-encoder wrote")
+    add_overwrite(parser, "an encoder checkpoint")
     parser.add_argument("--seed", type=int, default=1, help="seed of the discriminator's new MLM head")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = build_parser().parse_args(argv)
     import fairseq_bio  # noqa: F401  (registration)
 
-    try:
-        info = extract_encoder(args.checkpoint, args.out, args.part, args.overwrite, args.seed)
-    except (ExtractError, FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"fairseq-bio-extract-encoder: {e}") from None
+    info = extract_encoder(args.checkpoint, args.out, args.part, args.overwrite, args.seed)
     size = f"{info['options']['encoder_layers']} x {info['options']['encoder_embed_dim']}"
     print(f"wrote {info['out']}: the {args.part} as a bio_roberta encoder ({size}; MLM head {info['lm_head']}); "
           f"vocabulary from {info['vocab']}")  # fmt: skip
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    run_cli(EXTRACT_ENCODER, main, argv)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,16 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from ..errors import BioError
 from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab
+from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
 EVERY_OTHER = "every-other"
 
 
-class InitStudentError(ValueError):
+class InitStudentError(BioError, ValueError):
     """An initialisation that cannot be done; the message names the file or option and what is wrong."""
 
 
@@ -56,7 +58,7 @@ def student_weights(teacher: Dict[str, torch.Tensor], layers: List[int]) -> Dict
     return student
 
 
-INIT_STUDENT = "fairseq-bio-init-student"  # what the student checkpoint is recorded as made by
+INIT_STUDENT = "fairseq-bio-init-student"  # the script, and what the student checkpoint is recorded as made by
 
 
 def init_student(
@@ -116,39 +118,41 @@ def init_student(
     return {"out": str(out), "layers": chosen, "options": options, "vocab": vocab_dir}
 
 
-def cli_main(argv: Optional[Sequence[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="fairseq-bio-init-student", description=__doc__)
-    parser.add_argument("--teacher", required=True, help="a bio_roberta checkpoint")
+def build_parser() -> Parser:
+    parser = Parser(prog=INIT_STUDENT, description=__doc__)
+    add_checkpoint(parser, "the teacher: a bio_roberta checkpoint", old=("--teacher",))
     parser.add_argument(
         "--layers",
         default=EVERY_OTHER,
-        help=f"{EVERY_OTHER} (teacher layers 0, 2, 4, ...) or comma-separated teacher layers, 0-based, in student order",
+        help=f"{EVERY_OTHER} (teacher layers 0, 2, 4, ...) or comma-separated teacher layers, 0-based, in student "
+        "order",
     )
-    parser.add_argument("--out", required=True, help="the student checkpoint; dict.txt and bpe.json go beside it")
-    parser.add_argument("--overwrite", action="store_true", help="replace a student an earlier init-student wrote")
+    add_out(parser, "the student checkpoint to write; dict.txt and bpe.json go beside it")
+    add_overwrite(parser, "a student")
     parser.add_argument("--embed-dim", type=int, help="refused unless the teacher's (copied layers keep their width)")
     parser.add_argument("--ffn-dim", type=int, help="refused unless the teacher's")
     parser.add_argument("--heads", type=int, help="refused unless the teacher's")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = build_parser().parse_args(argv)
     import fairseq_bio  # noqa: F401  (registration)
 
     from ..hf.checkpoints import hydra_model_overrides
 
-    try:
-        info = init_student(
-            args.teacher, args.out, args.layers, args.overwrite, args.embed_dim, args.ffn_dim, args.heads
-        )
-    except (InitStudentError, FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"fairseq-bio-init-student: {e}") from None
-    options = info["options"]
-    print(f"wrote {info['out']}: a {options['encoder_layers']} x {options['encoder_embed_dim']} bio_roberta from "
-          f"teacher layers {','.join(map(str, info['layers']))} of {args.teacher}; vocabulary from {info['vocab']}")  # fmt: skip
-    print(
-        "distill it with checkpoint.finetune_from_model="
-        + info["out"]
-        + " and "
-        + " ".join(hydra_model_overrides(options))
+    info = init_student(
+        args.checkpoint, args.out, args.layers, args.overwrite, args.embed_dim, args.ffn_dim, args.heads
     )
+    options, layers = info["options"], ",".join(map(str, info["layers"]))
+    print(f"wrote {info['out']}: a {options['encoder_layers']} x {options['encoder_embed_dim']} bio_roberta from "
+          f"teacher layers {layers} of {args.checkpoint}; vocabulary from {info['vocab']}")  # fmt: skip
+    overrides = " ".join(hydra_model_overrides(options))
+    print(f"distill it with checkpoint.finetune_from_model={info['out']} and {overrides}")
+
+
+def cli_main(argv: Optional[Sequence[str]] = None) -> None:
+    run_cli(INIT_STUDENT, main, argv)
 
 
 if __name__ == "__main__":

@@ -26,36 +26,31 @@ prints the HasAns / NoAns breakdown and the best null score diff thresholds (``-
 The library behind this command is ``fairseq_bio.inference``.
 """
 
-import argparse
 import logging
 import os
 import time
 
-from ..errors import run_cli
 from ..inference.loading import PREDICT, QA, PredictError, load_fine_tuned
 from ..inference.qa import predict_qa_file
 from ..inference.sentences import predict_sentence_file
 from ..inference.tagging import predict_conll, predict_text
 from ..outputs import check_output
+from .options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite, run_cli
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="fairseq-bio-predict", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--checkpoint", required=True,
-        help="fine-tuned bio_tagging, bio_sentence_prediction or bio_extractive_qa checkpoint (.pt)",
-    )  # fmt: skip
+def build_parser() -> Parser:
+    parser = Parser(prog=PREDICT, description=__doc__.split("\n\n")[0])
+    add_checkpoint(parser, "fine-tuned bio_tagging, bio_sentence_prediction or bio_extractive_qa checkpoint (.pt)")
     parser.add_argument(
         "--input", required=True,
         help="tagging: CoNLL file (token[<TAB>tag]) or raw text (one per line); sentence level: a TSV / JSON lines "
         "file in the task's format, or PubMedQA's ori_pqal.json (or its directory); extractive QA: a SQuAD JSON file",
     )  # fmt: skip
-    parser.add_argument(
-        "--output", required=True,
-        help="CoNLL predictions, or JSON lines (spans for text input; one row per example); never the input, and "
-        "not an existing file unless --overwrite (and then only one predict wrote)",
+    add_out(
+        parser, "the predictions to write: CoNLL, or JSON lines (spans for text input; one row per example); never "
+        "the input, and not an existing file unless --overwrite", old=("--output",),
     )  # fmt: skip
-    parser.add_argument("--overwrite", action="store_true", help="replace an --output file an earlier predict wrote")
+    add_overwrite(parser, "a predictions file")
     parser.add_argument(
         "--format", choices=["auto", "conll", "text"], default="auto",
         help="tagging input format (auto: by content: token<TAB>tag lines are CoNLL, whatever the file's name)",
@@ -73,13 +68,19 @@ def main(argv=None) -> None:
         help="extractive QA, SQuAD v2.0: answer \"\" when the null score beats the best span by more than this "
         "(default: the checkpoint's task.null_score_diff_threshold; a file with answers prints the best ones)",
     )  # fmt: skip
-    parser.add_argument("--vocab", default=None, help="dir with dict.txt + bpe.json (default: beside the checkpoint)")
+    parser.add_argument(
+        "--vocab", metavar="DIR", help="vocabulary directory, dict.txt + bpe.json (default: beside the checkpoint)"
+    )
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch (padding included)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
     parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    add_no_progress(parser, old=("--quiet",))
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from ..data.conll import sniff_format
 
@@ -88,39 +89,39 @@ def main(argv=None) -> None:
     # Never onto what predict reads (the vocabulary beside the checkpoint included), nor onto a file it did not write.
     vocab = args.vocab or os.path.dirname(os.path.abspath(args.checkpoint))
     read = [args.input, args.checkpoint, *(os.path.join(vocab, name) for name in ("dict.txt", "bpe.json"))]
-    check_output(args.output, read, args.overwrite, by=PREDICT)
+    check_output(args.out, read, args.overwrite, option="--out", by=PREDICT)
     task, model = load_fine_tuned(args.checkpoint, args.vocab, args.cpu, args.fp16)
     _ = task.word_encoder  # the tokenizer is set up with the model (its import alone can take 2 s), not per input
-    options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.quiet)
+    options = dict(max_tokens=args.max_tokens, max_sentences=args.batch_size, progress=not args.no_progress)
     start = time.perf_counter()
 
     def wrote(what: str = "") -> None:  # the time of reading, encoding, the forward passes and writing
-        print(f"wrote {args.output}{what} in {time.perf_counter() - start:.2f} s")
+        print(f"wrote {args.out}{what} in {time.perf_counter() - start:.2f} s")
 
     try:
         if task.task_name == QA:
-            scores = predict_qa_file(task, model, args.input, args.output, args.group_snippets,
+            scores = predict_qa_file(task, model, args.input, args.out, args.group_snippets,
                                      args.null_score_diff_threshold, **options)  # fmt: skip
             wrote()
             if scores is not None:  # thresholds are logit differences: more digits
                 print(" ".join(f"{k} {v:.4f}" if k.endswith("_thresh") else f"{k} {v:.2f}" for k, v in scores.items()))
         elif hasattr(task, "kind"):  # bio_sentence_prediction
-            scores = predict_sentence_file(task, model, args.input, args.output, split=args.split, **options)
+            scores = predict_sentence_file(task, model, args.input, args.out, split=args.split, **options)
             wrote()
             if scores is not None:
                 print(" ".join(f"{name} {value:.2f}" for name, value in scores.items()))
         elif (args.format if args.format != "auto" else sniff_format(args.input)) == "conll":
-            scores = predict_conll(task, model, args.input, args.output, **options)
+            scores = predict_conll(task, model, args.input, args.out, **options)
             wrote()
             if scores is not None:
                 p, r, f1 = (100 * scores[k] for k in ("precision", "recall", "f1"))
                 print(f"entity precision {p:.2f} recall {r:.2f} F1 {f1:.2f}")
         else:
-            count = predict_text(task, model, args.input, args.output, documents=not args.sentences, **options)
+            count = predict_text(task, model, args.input, args.out, documents=not args.sentences, **options)
             wrote(f": {count} entity spans")
     except FileNotFoundError as e:
         raise PredictError(str(e)) from None
 
 
 def cli_main(argv=None) -> None:
-    run_cli("fairseq-bio-predict", main, argv)
+    run_cli(PREDICT, main, argv)
