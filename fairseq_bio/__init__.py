@@ -1,8 +1,10 @@
 """fairseq_bio: biomedical language models as a fairseq ``--user-dir`` plugin.
 
-Importing registers the plugin's components with fairseq (and fairseq's checkpoint classes with torch's
-``weights_only`` loader, see ``compat``) and makes an uncaught plugin error print as one line (``errors``); nothing
-else happens at import.
+Importing registers the plugin's components with fairseq and makes the changes to fairseq, torch and the interpreter
+listed, each with its reason and its test, in docs/stack.md ("What `import fairseq_bio` changes"; the fairscale
+warning filter below is one of them): fairseq has no other hook for a ``--user-dir`` plugin, which fairseq-train,
+fairseq-validate and fairseq-hydra-train import before they run fairseq's own code. ``compat.install()`` and
+``errors.install()`` make them; tests/test_import_side_effects.py checks the list against what the import changes.
 """
 
 import warnings

@@ -1,4 +1,4 @@
-"""Load fairseq checkpoints with ``torch.load(weights_only=True)``.
+"""Load fairseq checkpoints with ``torch.load(weights_only=True)``; ``install()`` makes the plugin's changes to fairseq.
 
 Under torch >= 2.6 ``torch.load`` refuses every pickled global it does not know, and fairseq 0.12 writes
 some: an ``argparse.Namespace`` (``cfg.model`` of argparse-built models) and, in a state that was loaded and
@@ -7,34 +7,10 @@ GPUs), the omegaconf containers of its config. Upstream fairseq "fixed" this wit
 which runs arbitrary code from the file. Here exactly the classes fairseq writes are allowlisted, and a file
 that pickles anything else is refused with a one-line error.
 
-``install()`` also repairs two breaks of fairseq 0.12 that are not ours, narrowly:
-
-- numpy 2 removed names fairseq still uses (``NUMPY1_NAMES``: ``np.compat.long`` in ``TokenBlockDataset``'s
-  ``break_mode="eos"`` and ``LanguagePairDataset``'s length buckets, ``np.int`` in ``compute_mask_indices``,
-  ``np.float`` in ``DynamicCRF``). numpy itself is left unchanged: each of those four fairseq modules gets, as its
-  ``np`` global, a view of numpy that adds exactly the names that module uses, with numpy 1's values (the builtins
-  ``int``/``float``, and a ``compat`` holding only ``long = int``); every other name is numpy's own.
-- fairseq's ``Dictionary.load`` passes ``add_special_symbols`` to ``cls()`` since upstream commit 728b9470 (MMS
-  release, May 2023, still on main) but the legacy ``MaskedLMDictionary``/``BertDictionary`` constructors do not
-  take it, so ``cross_lingual_lm``, ``legacy_masked_lm`` and ``translation_from_pretrained_xlm`` crash on load.
-  ``MaskedLMDictionary`` gets back fairseq 0.12.2's ``load`` (``cls()`` then ``add_from_file``).
-- fairseq's ``progress_bar()`` adds a ``FileHandler`` for ``common.log_file`` on every call, and fairseq-train calls
-  it once per epoch, so epoch k's log lines are written k times (quadratic growth on small fine-tuning sets).
-  It now adds the handler only when that file has none yet.
-- fairseq's ``broadcast_object``, which hands rank 0's checkpoint to the other ranks when a multi-GPU run resumes,
-  pickles a ``_TensorPlaceholder`` that torch's ``weights_only`` loader refuses, so every rank but 0 failed to
-  resume. That one class is allowlisted too (it holds an int).
-- a relative ``--user-dir`` fairseq finds beside its own package (``fairseq/../fairseq_bio``, a non-editable install)
-  was refused as "not globally unique" once the plugin was imported; it is now recognised as this plugin.
-- fairseq's ``DistributedFairseqModel`` gives torch's ``DistributedDataParallel`` ``device_ids=[device_id]`` even
-  for a model on the CPU, which torch refuses, so ``common.cpu=true`` training on several processes (gloo) cannot
-  start. A CPU model now gets ``device_ids=None`` (what torch asks for CPU modules); GPU models are unchanged.
-
-It also installs ``fairseq_bio.checkpoints``: every checkpoint file fairseq writes appears atomically, and a corrupt
-one is named in one line with the newest intact checkpoint beside it (see that module).
-``fairseq_bio.sharded`` runs ``distributed_training.ddp_backend=fully_sharded`` on PyTorch's FSDP2 (see that module).
-``fairseq_bio.preemption`` makes SIGUSR1/SIGUSR2/SIGTERM save a checkpoint at the next update boundary and end the run
-so that it resumes (requeued under SLURM/submitit; see that module).
+``install()``, run when the plugin is imported, makes the changes to fairseq and torch that docs/stack.md lists ("What
+`import fairseq_bio` changes": each with why it must happen at import and the test that shows it): this allowlist,
+narrow repairs of fairseq 0.12 breaks that are not ours (each ``_install_*`` function below says what it repairs), and
+the changes of ``checkpoints``, ``fp16_diagnosis``, ``preemption`` and ``sharded`` (see their module docstrings).
 """
 
 import argparse
@@ -107,10 +83,8 @@ def load_checkpoint(path, map_location="cpu"):
 
 
 def install() -> None:
-    """Allowlist fairseq's classes for ``torch.load`` and make fairseq's checkpoint loader report a refused
-    file in one line. Idempotent; called when the plugin is imported. Also gives fairseq the numpy-1 names it uses
-    and the legacy masked-LM dictionary its loader back, lets CPU models train on several processes, and installs
-    ``checkpoints``, ``fp16_diagnosis``, ``preemption`` and ``sharded`` (see their module docstrings)."""
+    """Make the changes to fairseq and torch listed in docs/stack.md ("What `import fairseq_bio` changes"), all but
+    ``errors``'s. Idempotent; run when the plugin is imported, and by ``load_checkpoint``."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
@@ -185,6 +159,10 @@ def _numpy_with(names):
 
 
 def _install_numpy1_names():
+    """numpy 2 removed names fairseq still uses (``NUMPY1_NAMES``). numpy itself is left unchanged: each of those
+    fairseq modules gets, as its ``np`` global, a view of numpy that adds exactly the names that module uses, with numpy
+    1's values (the builtins ``int``/``float``, and a ``compat`` holding only ``long = int``); every other name is
+    numpy's own. Two of the four code paths still fail further on, for other reasons (docs/stack.md)."""
     import importlib
 
     for module_name, names in NUMPY1_NAMES.items():
@@ -203,6 +181,10 @@ def _masked_lm_dictionary_load(cls, f, add_special_symbols=True):
 
 
 def _install_masked_lm_dictionary_load():
+    """fairseq's ``Dictionary.load`` passes ``add_special_symbols`` to ``cls()`` since upstream commit 728b9470 (MMS
+    release, May 2023, still on main), but the legacy ``MaskedLMDictionary``/``BertDictionary`` constructors do not
+    take it, so ``cross_lingual_lm``, ``legacy_masked_lm`` and ``translation_from_pretrained_xlm`` crash on load.
+    ``MaskedLMDictionary`` gets back fairseq 0.12.2's ``load`` (``cls()`` then ``add_from_file``)."""
     from fairseq.data.legacy.masked_lm_dictionary import MaskedLMDictionary
 
     # A fairseq that fixed it (its own load, or a constructor that takes the flag) is left alone.
@@ -212,6 +194,9 @@ def _install_masked_lm_dictionary_load():
 
 
 def _install_one_log_file_handler():
+    """fairseq's ``progress_bar()`` adds a ``FileHandler`` for ``common.log_file`` on every call, and fairseq-train
+    calls it once per epoch, so epoch k's log lines are written k times (quadratic growth on small fine-tuning sets).
+    It now adds the handler only when that file has none yet."""
     from fairseq.logging import progress_bar as module
 
     original = module.progress_bar
@@ -297,6 +282,9 @@ def _install_composite_weight_decay_scale():
 
 
 def _install_cpu_ddp():
+    """fairseq's ``DistributedFairseqModel`` gives torch's ``DistributedDataParallel`` ``device_ids=[device_id]`` even
+    for a model on the CPU, which torch refuses, so ``common.cpu=true`` training on several processes (gloo) cannot
+    start. A CPU model now gets ``device_ids=None`` (what torch asks for CPU modules); GPU models are unchanged."""
     from fairseq.models import distributed_fairseq_model as wrapper
 
     if getattr(wrapper.DistributedDataParallel, "fairseq_bio_cpu_ddp", False):

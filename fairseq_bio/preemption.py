@@ -3,8 +3,9 @@
 SLURM warns a job before its time limit with the signal of ``--signal`` (submitit asks for SIGUSR2, plain sbatch
 scripts usually SIGUSR1) and stops it with SIGTERM. fairseq 0.12 handles none of them: SIGTERM and SIGUSR1 kill
 the trainer, and submitit's own handler requeues the job without letting fairseq save, so each requeue loses up to
-``checkpoint.save_interval_updates`` of work. ``install()`` (called by ``compat.install()``) wraps
-``fairseq_cli.train``'s ``train()`` and ``validate_and_save()``, which fairseq-train and fairseq-hydra-train run:
+``checkpoint.save_interval_updates`` of work. ``install()`` (called by ``compat.install()`` at plugin import) wraps
+``fairseq_cli.train``'s ``train()`` and ``validate_and_save()``, which fairseq-train and fairseq-hydra-train run, and
+fairseq's ``checkpoint_utils.save_checkpoint``, to know which update was saved last:
 
 - the first ``train()`` of a process installs the handlers (main thread only), keeping the ones it replaces; a
   handler only records the signal (writing a checkpoint from inside an update is not safe), and a forked DataLoader

@@ -1,46 +1,28 @@
-"""What ``import fairseq_bio`` changes in fairseq, torch and the interpreter: exactly the listed attributes.
+"""What ``import fairseq_bio`` changes in fairseq, torch and the interpreter: exactly the rows of the table in
+docs/stack.md ("What `import fairseq_bio` changes"), the one list of them.
 
-``compat.install()`` (run at import) repairs fairseq 0.12 where it breaks and adds the plugin's reliability layer by
-replacing attributes of fairseq/torch modules. Each replacement is named here, with the module of ours that makes
-it, and in the docs (docs/stack.md); one more or one fewer fails this test until both are updated.
+The table is read here: a probe compares every attribute of every fairseq/torch module (and of their classes),
+``sys.excepthook``, the signal handlers, ``os.environ`` and ``warnings.filters`` before and after the import with its
+rows (one more or one fewer fails until the table is updated); each row must name the plugin module that makes the
+change, say what it fixes and why it must happen at import, and name tests that exist.
 """
 
+import ast
 import json
+import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-
-# attribute (module.name[.class attribute]) -> the fairseq_bio module that replaces it
-EXPECTED = {
-    "fairseq.checkpoint_utils.PathManager": "checkpoints",  # local copies appear atomically
-    "fairseq.checkpoint_utils.load_checkpoint": "checkpoints",  # clears *.pt.tmp, optional fallback to intact
-    "fairseq.checkpoint_utils.load_checkpoint_to_cpu": "checkpoints",  # names a corrupt/unsafe file in one line
-    "fairseq.checkpoint_utils.save_checkpoint": "preemption",  # records saves for the pre-emption exit
-    "fairseq.checkpoint_utils.torch_persistent_save": "checkpoints",  # fsync + rename
-    "fairseq.data.data_utils.np": "compat",  # numpy-1 names fairseq still uses
-    "fairseq.data.language_pair_dataset.np": "compat",
-    "fairseq.data.token_block_dataset.np": "compat",
-    "fairseq.modules.dynamic_crf_layer.np": "compat",
-    "fairseq.data.legacy.masked_lm_dictionary.MaskedLMDictionary.load": "compat",  # fairseq 0.12.2's load
-    "fairseq.logging.progress_bar.progress_bar": "compat",  # one log-file handler, not one per epoch
-    "fairseq.models.distributed_fairseq_model.DistributedDataParallel": "compat",  # CPU models: device_ids=None
-    "fairseq.optim.composite.FairseqCompositeOptimizer.__init__": "compat",  # per-group weight-decay scale
-    "fairseq.optim.composite._build_optimizer": "compat",
-    "fairseq.optim.dynamic_loss_scaler.DynamicLossScaler.check_overflow": "fp16_diagnosis",  # names the overflow
-    "fairseq.utils.import_user_module": "compat",  # the installed plugin as --user-dir, from anywhere
-    "fairseq_cli.train.Trainer": "sharded",  # ddp_backend=fully_sharded on PyTorch's FSDP2 (fairscale: CUDA only)
-    "fairseq_cli.train.fsdp_enable_wrap": "sharded",  # no fairscale wrapping: the Trainer shards the plain model
-    "fairseq_cli.train.train": "preemption",  # signal handlers during training
-    "fairseq_cli.train.validate_and_save": "preemption",  # save and leave on a signal
-    "sys.excepthook": "errors",  # a BioError prints as one line
-    "torch._weights_only_unpickler._marked_safe_globals_set": "compat",  # fairseq's checkpoint classes allowlisted
-}
+DOC = REPO / "docs" / "stack.md"
+HEADING = "## What `import fairseq_bio` changes"
+COLUMNS = ["attribute", "by", "what it fixes or adds", "why at plugin import", "test"]
 
 PROBE = textwrap.dedent("""
-    import importlib, inspect, json, os, signal, sys
+    import importlib, inspect, json, os, signal, sys, warnings
 
     ROOTS = ("fairseq", "fairseq_cli", "torch", "numpy", "omegaconf", "hydra")
 
@@ -63,9 +45,10 @@ PROBE = textwrap.dedent("""
                     for class_attr, class_value in list(vars(value).items()):
                         state[f"{name}.{attr}.{class_attr}"] = id(class_value)
         state["sys.excepthook"] = id(sys.excepthook)
+        state["warnings.filters"] = hash(repr(warnings.filters))
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
             state[f"signal.{sig.name}"] = id(signal.getsignal(sig))
-        state.update({f"os.environ[{k}]": hash(v) for k, v in os.environ.items()})
+        state.update({f'os.environ["{k}"]': hash(v) for k, v in os.environ.items()})
         return state
 
     if sys.argv[1] == "modules":
@@ -83,29 +66,57 @@ PROBE = textwrap.dedent("""
         print(json.dumps(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))))
     """)
 
+# FAIRSEQ_BIO_TRACEBACK=1 (and no HYDRA_FULL_ERROR of the caller's): the conditional row, HYDRA_FULL_ERROR, shows too.
+PROBE_ENV = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, "FAIRSEQ_BIO_TRACEBACK": "1"}
+
 
 def probe(*args) -> list:
-    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, check=True, cwd=REPO,
+                         env=PROBE_ENV)  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_import_replaces_exactly_the_listed_attributes():
+def table() -> dict:
+    """docs/stack.md's rows: {attribute: {column: cell}}."""
+    text = DOC.read_text(encoding="utf-8")
+    assert HEADING in text, f"{DOC.name}: no section {HEADING!r}"
+    section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+    lines = [line.strip() for line in section.splitlines() if line.startswith("|")]
+    assert lines, f"{DOC.name}: no table under {HEADING!r}"
+
+    def cells(line):
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
+    assert cells(lines[0]) == COLUMNS, cells(lines[0])
+    rows = {}
+    for line in lines[2:]:
+        row = dict(zip(COLUMNS, cells(line)))
+        attribute = re.fullmatch(r"`([^`]+)`", row["attribute"])
+        assert attribute and len(cells(line)) == len(COLUMNS), line
+        assert attribute.group(1) not in rows, f"listed twice: {attribute.group(1)}"
+        rows[attribute.group(1)] = row
+    return rows
+
+
+def test_import_changes_exactly_the_rows_of_the_table():
     # Every fairseq/torch module the plugin's import loads is imported first, so that a replacement in any of them
     # shows as a changed attribute (and a new attribute of an existing module or class as one too).
     modules = probe("modules")
-    changed = set(probe("diff", json.dumps(modules)))
-    assert changed - set(EXPECTED) == set(), "import fairseq_bio replaces attributes not listed in EXPECTED"
-    assert set(EXPECTED) - changed == set(), "listed in EXPECTED, but import fairseq_bio no longer replaces them"
+    changed, listed = set(probe("diff", json.dumps(modules))), set(table())
+    assert changed - listed == set(), f"import fairseq_bio changes these, not in {DOC.name}'s table"
+    assert listed - changed == set(), f"in {DOC.name}'s table, but import fairseq_bio no longer changes them"
 
 
-def test_every_replaced_attribute_is_documented():
-    docs = (REPO / "README.md").read_text(encoding="utf-8") + "".join(
-        p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))
-    )
-    missing = [name for name in EXPECTED if f"`{name}`" not in docs]
-    assert not missing, f"not in README.md or docs/*.md (as `name`): {missing}"
-
-
-def test_each_listed_module_exists():
-    for module in set(EXPECTED.values()):
-        assert (REPO / "fairseq_bio" / f"{module}.py").is_file(), module
+def test_each_row_names_its_module_says_why_and_names_existing_tests():
+    for attribute, row in table().items():
+        modules = re.findall(r"`(\w+)`", row["by"])
+        assert modules and all((REPO / "fairseq_bio" / f"{m}.py").is_file() for m in modules), (attribute, row["by"])
+        assert row["what it fixes or adds"] and row["why at plugin import"], attribute
+        tests = re.findall(r"`(test_\w+\.py)::(test_\w+)`", row["test"])
+        assert tests, f"{attribute}: no test named as `test_file.py::test_name`"
+        for file, name in tests:
+            path = REPO / "tests" / file
+            assert path.is_file(), f"{attribute}: {file}: no such test file"
+            defined = {n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if
+                       isinstance(n, ast.FunctionDef)}  # fmt: skip
+            assert name in defined, f"{attribute}: {file} has no {name}"
