@@ -8,7 +8,6 @@ complete data directory (the same valid set in each), for ``task.data=<dest>/sha
 Everything is built in a temp directory beside ``dest`` and renamed into place when complete.
 """
 
-import argparse
 import array
 import bisect
 import collections
@@ -21,15 +20,14 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Union
 
+from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
 from fairseq_bio.data.tokenizer_files import bpe_file_options
-
-from fairseq_bio.errors import run_cli
 from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
 
 from .common import PreprocessError, default_workers
 
 BINARIZED_MARKERS = ("bpe.json", "shard0/bpe.json")
-BINARIZE = "fairseq-bio-binarize"  # what a data directory is recorded as made by (fairseq_bio.files)
+BINARIZE = "fairseq-bio-binarize"  # the script, and what a data directory is recorded as made by (fairseq_bio.files)
 # Encoded text has (nearly) no <unk>: byte-level BPE none, WordPiece/SentencePiece a character now and then. Plain
 # text binarised with a subword dictionary is mostly <unk> (94.5 % on the demo's corpus).
 MAX_UNKNOWN = 0.10
@@ -93,10 +91,10 @@ def _check_unknown(replaced: Dict[str, tuple], names: Dict[str, Path], vocab_dir
         if rate > max_unknown:
             raise PreprocessError(
                 f"{what}: text that was never encoded? encode it first (fairseq-bio-encode --vocab {vocab_dir} "
-                f"--inputs {user} --outputs {user.with_suffix('.bpe')}); --max-unknown {rate:.2f} accepts it"
+                f"--inputs {user} --out {user.with_suffix('.bpe')}); --max-unknown {rate:.2f} accepts it"
             )
         if rate > WARN_UNKNOWN:
-            print(f"binarize: warning: {what}", file=sys.stderr)
+            print(f"{BINARIZE}: warning: {what}", file=sys.stderr)
 
 
 def _valid_name(i: int) -> str:
@@ -221,42 +219,44 @@ def binarize(
     return ":".join(str(dest / f"shard{i}") for i in range(shards))
 
 
+def build_parser() -> Parser:
+    parser = Parser(prog=BINARIZE, description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", required=True, help="vocabulary directory (dict.txt, bpe.json, ...)")
+    parser.add_argument("--train", required=True, help="encoded training text (fairseq-bio-encode output)")
+    parser.add_argument("--valid", required=True, help="encoded validation text")
+    add_out(parser, "the data directory to write (with --shards, its shard0, shard1, ...)", old=("--destdir",))
+    parser.add_argument("--shards", type=int, default=1, help="split train into this many shard directories")
+    parser.add_argument(
+        "--workers", type=int, default=1, help=f"fairseq-preprocess workers (this machine: {default_workers()})"
+    )
+    add_overwrite(parser, "a data directory")
+    parser.add_argument(
+        "--max-unknown", type=float, default=MAX_UNKNOWN,
+        help=f"refuse text with more than this fraction of tokens not in dict.txt (default {MAX_UNKNOWN}: "
+        "text that was never encoded); a share above 1 %% is warned about",
+    )  # fmt: skip
+    return parser
+
+
+def main(argv=None) -> None:
+    """Encoded train/valid -> fairseq data directory (or shards); prints task.data."""
+    args = build_parser().parse_args(argv)
+    print(
+        binarize(
+            args.vocab,
+            args.train,
+            args.valid,
+            args.out,
+            shards=args.shards,
+            workers=args.workers,
+            overwrite=args.overwrite,
+            max_unknown=args.max_unknown,
+        )
+    )
+
+
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-binarize``: encoded train/valid -> fairseq data directory (or shards); prints task.data."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(prog="fairseq-bio-binarize", description=__doc__.splitlines()[0])
-        parser.add_argument("--vocab", required=True, help="vocabulary directory (dict.txt, bpe.json, ...)")
-        parser.add_argument("--train", required=True, help="encoded training text (fairseq-bio-encode output)")
-        parser.add_argument("--valid", required=True, help="encoded validation text")
-        parser.add_argument("--destdir", required=True, help="output data directory")
-        parser.add_argument("--shards", type=int, default=1, help="split train into this many shard directories")
-        parser.add_argument(
-            "--workers", type=int, default=1, help=f"fairseq-preprocess workers (this machine: {default_workers()})"
-        )
-        parser.add_argument(
-            "--overwrite", action="store_true", help="replace a data directory an earlier binarize wrote"
-        )
-        parser.add_argument(
-            "--max-unknown", type=float, default=MAX_UNKNOWN,
-            help=f"refuse text with more than this fraction of tokens not in dict.txt (default {MAX_UNKNOWN}: "
-            "text that was never encoded); a share above 1 %% is warned about",
-        )  # fmt: skip
-        args = parser.parse_args(argv)
-        print(
-            binarize(
-                args.vocab,
-                args.train,
-                args.valid,
-                args.destdir,
-                shards=args.shards,
-                workers=args.workers,
-                overwrite=args.overwrite,
-                max_unknown=args.max_unknown,
-            )
-        )
-
-    run_cli("binarize", main, argv)
+    run_cli(BINARIZE, main, argv)
 
 
 if __name__ == "__main__":

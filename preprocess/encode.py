@@ -9,7 +9,6 @@ the Rust/C++ tokenizers in parallel worker processes. fastbpe lines have their w
 first (fastBPE splits words at " " only; fairseq's dictionary at any whitespace).
 """
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -17,15 +16,15 @@ import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
-from fairseq_bio.outputs import check_output
-
-from fairseq_bio.errors import run_cli
+from fairseq_bio.cli.options import Parser, add_no_progress, add_out, add_overwrite, run_cli
 from fairseq_bio.files import atomic_write
+from fairseq_bio.outputs import check_output
 
 from .bpe import UNK, Encoder, read_chunks
 from .common import PreprocessError, default_workers, ordered_map
+
 CHUNK_LINES = 4000
-ENCODE = "fairseq-bio-encode"  # what the encoded files are recorded as made by (fairseq_bio.files)
+ENCODE = "fairseq-bio-encode"  # the script, and what the encoded files are recorded as made by (fairseq_bio.files)
 
 
 _ENCODER: Optional[Encoder] = None
@@ -71,14 +70,14 @@ def encode_files(
     from tqdm import tqdm
 
     if len(inputs) != len(outputs):
-        raise PreprocessError("give as many outputs as inputs")
+        raise PreprocessError(f"--out: {len(outputs)} files for {len(inputs)} --inputs; give one per input")
     if workers < 1:
         raise PreprocessError("--workers must be >= 1")
     for path in inputs:
         if not Path(path).is_file():
             raise PreprocessError(f"{path}: no such file")
     for output_path in outputs:  # an encoded file written over a corpus (or the vocabulary) would destroy it
-        check_output(output_path, [*inputs, vocab_dir], overwrite=True, option="--outputs")
+        check_output(output_path, [*inputs, vocab_dir], overwrite=True, option="--out")
     vocab_dir = str(vocab_dir)
     pool = None
     if workers > 1:
@@ -120,34 +119,38 @@ def _tracked_chunks(f, chunk_lines: int, bar) -> Iterable[List[str]]:
         yield chunk
 
 
+def build_parser() -> Parser:
+    parser = Parser(prog=ENCODE, description=__doc__.splitlines()[0])
+    parser.add_argument("--vocab", required=True, help="vocabulary directory (bpe.json, dict.txt, ...)")
+    parser.add_argument("--inputs", nargs="+", required=True, help="text files (one sentence per line)")
+    add_out(parser, "the encoded files to write, one per input (never an input)", old=("--outputs",), nargs="+")
+    add_overwrite(parser, "encoded files")
+    parser.add_argument(
+        "--workers", type=int, default=1, help=f"worker processes (this machine: {default_workers()})"
+    )
+    parser.add_argument("--chunk-lines", type=int, default=CHUNK_LINES, help="lines per work item")
+    add_no_progress(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    """Text -> space-separated dict.txt symbols, one line per line."""
+    args = build_parser().parse_args(argv)
+    for path in args.out:
+        check_output(path, [*args.inputs, args.vocab], args.overwrite, option="--out", by=ENCODE)
+    for stats in encode_files(
+        args.vocab,
+        args.inputs,
+        args.out,
+        workers=args.workers,
+        chunk_lines=args.chunk_lines,
+        progress=not args.no_progress,
+    ):
+        print(json.dumps(stats))
+
+
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-encode``: text -> space-separated dict.txt symbols, one line per line."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(prog="fairseq-bio-encode", description=__doc__.splitlines()[0])
-        parser.add_argument("--vocab", required=True, help="vocabulary directory (bpe.json, dict.txt, ...)")
-        parser.add_argument("--inputs", nargs="+", required=True, help="text files (one sentence per line)")
-        parser.add_argument("--outputs", nargs="+", required=True, help="encoded files, one per input (never an input)")
-        parser.add_argument("--overwrite", action="store_true", help="replace output files an earlier encode wrote")
-        parser.add_argument(
-            "--workers", type=int, default=1, help=f"worker processes (this machine: {default_workers()})"
-        )
-        parser.add_argument("--chunk-lines", type=int, default=CHUNK_LINES, help="lines per work item")
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-        args = parser.parse_args(argv)
-        for path in args.outputs:
-            check_output(path, [*args.inputs, args.vocab], args.overwrite, option="--outputs", by=ENCODE)
-        for stats in encode_files(
-            args.vocab,
-            args.inputs,
-            args.outputs,
-            workers=args.workers,
-            chunk_lines=args.chunk_lines,
-            progress=not args.no_progress,
-        ):
-            print(json.dumps(stats))
-
-    run_cli("encode", main, argv)
+    run_cli(ENCODE, main, argv)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ files. Workers write per-file temp shards; a merge pass applies de-duplication a
 so memory holds per-record ids and flags, never the corpus text.
 """
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -44,8 +43,8 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
+from fairseq_bio.cli.options import Parser, add_no_progress, add_out, add_overwrite, run_cli
 from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
-from fairseq_bio.errors import run_cli
 from fairseq_bio.files import (
     atomic_write,
     check_destination,
@@ -66,7 +65,7 @@ _PMC_KEY_OFFSET = 1 << 40  # PMIDs and PMCIDs share one int64 key space
 _HASH_KEY_FLAG = 1 << 62
 _NO_DEDUPE = -1
 
-EXTRACT = "fairseq-bio-extract"  # what the output directory is recorded as made by (fairseq_bio.files)
+EXTRACT = "fairseq-bio-extract"  # the script, and what its output directory is recorded as made by (fairseq_bio.files)
 OUTPUT_NAMES = ("train.txt", "valid.txt", "extract_stats.json")
 
 
@@ -416,7 +415,7 @@ def extract(
     finally:
         remove_temp_dir(tmp)  # nothing left once replace_dir moved it
     for name in stats.files_without_abstracts:
-        print(f"extract: warning: {name}: no abstracts", file=sys.stderr)
+        print(f"{EXTRACT}: warning: {name}: no abstracts", file=sys.stderr)
     _warn_unmatched_categories(stats.notes)
     return stats
 
@@ -487,7 +486,7 @@ def _warn_unmatched_categories(notes: NoteStats) -> None:
     for name in notes.category_filter:
         if name.casefold() not in seen:
             known = ", ".join(sorted(notes.categories))
-            message = f"extract: warning: --note-categories: no note has category {name!r} (found: {known})"
+            message = f"{EXTRACT}: warning: --note-categories: no note has category {name!r} (found: {known})"
             print(message, file=sys.stderr)
 
 
@@ -499,91 +498,91 @@ def _collect(stream, results: List[List[_FileResult]], bar, skip_bad_files: bool
         bar.update(_size(result.task.source.path) / result.task.stripe.count)
 
 
+def build_parser() -> Parser:
+    parser = Parser(
+        prog=EXTRACT,
+        description="Extract one-sentence-per-line pretraining text from MEDLINE XML, PMC .nxml, .txt and "
+        "MIMIC-III NOTEEVENTS.csv.",
+    )
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
+    )
+    add_out(parser, "the corpus directory to write (train.txt, valid.txt, extract_stats.json); new or empty unless "
+            "--overwrite")  # fmt: skip
+    parser.add_argument(
+        "--min-words",
+        type=int,
+        default=0,
+        help="drop documents whose abstract/body has fewer words (PubMedBERT: 128)",
+    )
+    parser.add_argument(
+        "--valid-fraction",
+        type=float,
+        default=0.01,
+        help="fraction of documents for valid.txt, chosen by a hash of the document id",
+    )
+    parser.add_argument(
+        "--max-docs-per-file",
+        type=int,
+        default=None,
+        help="read at most this many documents from each file (quick runs, tests)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="parallel processes (a file each; large files are shared in stripes)"
+    )
+    parser.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        help="count and list unreadable/invalid files instead of stopping at the first",
+    )
+    parser.add_argument(
+        "--sentence-training-texts",
+        type=int,
+        default=DEFAULT_TRAINING_TEXTS,
+        help="paragraphs used to train the Punkt sentence splitter",
+    )
+    parser.add_argument(
+        "--note-categories",
+        default=None,
+        help="MIMIC-III notes: keep these CATEGORY values only, comma-separated, e.g. "
+        '"Discharge summary,Radiology" (matched ignoring case and surrounding spaces; default: all)',
+    )
+    parser.add_argument(
+        "--deid-placeholders",
+        choices=DEID_MODES,
+        default="normalise",
+        help="MIMIC-III notes: keep [**...**] placeholders as they are, normalise them to typed tokens "
+        "([NAME], [DATE], [HOSPITAL], ...), or drop them",
+    )
+    add_overwrite(parser, "the corpus")
+    add_no_progress(parser)
+    return parser
+
+
+def main(argv=None) -> None:
+    """MEDLINE/PMC/plain text -> train.txt/valid.txt, one sentence per line."""
+    args = build_parser().parse_args(argv)
+    stats = extract(
+        args.inputs,
+        args.out,
+        min_words=args.min_words,
+        valid_fraction=args.valid_fraction,
+        max_docs_per_file=args.max_docs_per_file,
+        workers=args.workers,
+        skip_bad_files=args.skip_bad_files,
+        sentence_training_texts=args.sentence_training_texts,
+        note_categories=args.note_categories,
+        deid_placeholders=args.deid_placeholders,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    print(stats.summary())
+
+
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-extract``: MEDLINE/PMC/plain text -> train.txt/valid.txt, one sentence per line."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(
-            prog="fairseq-bio-extract",
-            description="Extract one-sentence-per-line pretraining text from MEDLINE XML, PMC .nxml, .txt and "
-            "MIMIC-III NOTEEVENTS.csv.",
-        )
-        parser.add_argument(
-            "inputs",
-            nargs="+",
-            help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
-        )
-        parser.add_argument(
-            "--out", required=True,
-            help="output directory (train.txt, valid.txt, extract_stats.json); new or empty unless --overwrite",
-        )  # fmt: skip
-        parser.add_argument(
-            "--min-words",
-            type=int,
-            default=0,
-            help="drop documents whose abstract/body has fewer words (PubMedBERT: 128)",
-        )
-        parser.add_argument(
-            "--valid-fraction",
-            type=float,
-            default=0.01,
-            help="fraction of documents for valid.txt, chosen by a hash of the document id",
-        )
-        parser.add_argument(
-            "--max-docs-per-file",
-            type=int,
-            default=None,
-            help="read at most this many documents from each file (quick runs, tests)",
-        )
-        parser.add_argument(
-            "--workers", type=int, default=1, help="parallel processes (a file each; large files are shared in stripes)"
-        )
-        parser.add_argument(
-            "--skip-bad-files",
-            action="store_true",
-            help="count and list unreadable/invalid files instead of stopping at the first",
-        )
-        parser.add_argument(
-            "--sentence-training-texts",
-            type=int,
-            default=DEFAULT_TRAINING_TEXTS,
-            help="paragraphs used to train the Punkt sentence splitter",
-        )
-        parser.add_argument(
-            "--note-categories",
-            default=None,
-            help="MIMIC-III notes: keep these CATEGORY values only, comma-separated, e.g. "
-            '"Discharge summary,Radiology" (matched ignoring case and surrounding spaces; default: all)',
-        )
-        parser.add_argument(
-            "--deid-placeholders",
-            choices=DEID_MODES,
-            default="normalise",
-            help="MIMIC-III notes: keep [**...**] placeholders as they are, normalise them to typed tokens "
-            "([NAME], [DATE], [HOSPITAL], ...), or drop them",
-        )
-        parser.add_argument(
-            "--overwrite", action="store_true", help="replace the corpus an earlier extract wrote in --out"
-        )
-        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-        args = parser.parse_args(argv)
-        stats = extract(
-            args.inputs,
-            args.out,
-            min_words=args.min_words,
-            valid_fraction=args.valid_fraction,
-            max_docs_per_file=args.max_docs_per_file,
-            workers=args.workers,
-            skip_bad_files=args.skip_bad_files,
-            sentence_training_texts=args.sentence_training_texts,
-            note_categories=args.note_categories,
-            deid_placeholders=args.deid_placeholders,
-            progress=not args.no_progress,
-            overwrite=args.overwrite,
-        )
-        print(stats.summary())
-
-    run_cli("extract", main, argv)
+    run_cli(EXTRACT, main, argv)
 
 
 if __name__ == "__main__":

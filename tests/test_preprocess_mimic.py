@@ -266,7 +266,7 @@ def test_cli_bad_row_is_one_line_without_traceback(tmp_path):
     line, stop = line_of(content, "\n107,") + 1, line_of(content, "\n102,") + 1
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr == (
-        f"extract: NOTEEVENTS.csv: line {line}: TEXT: malformed CSV: ',' expected after '\"' "
+        f"fairseq-bio-extract: NOTEEVENTS.csv: line {line}: TEXT: malformed CSV: ',' expected after '\"' "
         f"(the parser stopped on line {stop})\n"
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["NOTEEVENTS.csv"]  # no out, no temp directory
@@ -277,7 +277,7 @@ def test_csv_that_is_not_notes_is_refused_when_named(tmp_path):
     result = cli(["ADMISSIONS.csv"], tmp_path / "out", check=False)
     assert result.returncode == 1
     message = "line 1: not a MIMIC-III NOTEEVENTS header (no CATEGORY, TEXT column)"
-    assert result.stderr == f"extract: ADMISSIONS.csv: {message}\n"
+    assert result.stderr == f"fairseq-bio-extract: ADMISSIONS.csv: {message}\n"
 
 
 def test_skip_bad_files_lists_a_file_with_a_bad_row(mimic_dir, tmp_path):

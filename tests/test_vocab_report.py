@@ -177,7 +177,7 @@ def test_bad_input_gives_one_line_errors(tiny, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["--vocab", str(hf_dir), "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")])
     message = str(exit_info.value.code)
-    assert message.startswith("vocab-report: ") and "nowhere: no such file or directory" in message
+    assert message.startswith("fairseq-bio-vocab-report: ") and "nowhere: no such file or directory" in message
     assert "\n" not in message
     assert not (tmp_path / "o").exists()
 

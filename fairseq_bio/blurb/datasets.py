@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..configs import config_dir
+from ..errors import BioError
 from ..metrics.blurb import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
 from .folds import MIN_FOLDS
 
@@ -27,7 +28,7 @@ SCHEDULE = ("epochs", "batch_size", "lr")
 TYPE_RECIPE_FIELDS = ("recipe", *SCHEDULE)  # what task_type_recipes gives every dataset of a type (bio-lm's)
 
 
-class DatasetTableError(ValueError):
+class DatasetTableError(BioError, ValueError):
     """A dataset table that does not read; the message names the file and the entry."""
 
 

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from ..errors import BioError
 from ..files import write_text
 
 MIN_FOLDS = 3  # one part to test on, one to validate on, the rest to train on
 FOLD_SEED = 1  # of the permutation that deals rows into parts
 
 
-class FoldError(ValueError):
+class FoldError(BioError, ValueError):
     """A train file that cannot be cross-validated; the message names the file."""
 
 

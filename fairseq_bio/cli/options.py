@@ -123,9 +123,12 @@ def add_data(parser: Parser, help: str, **kwargs):
     return parser.add_renamed("--data", help=help, **kwargs)
 
 
-def add_overwrite(parser: Parser, what: str):
-    """``--overwrite``: replace ``what`` where an earlier run of this command wrote it, and nothing else."""
-    return parser.add_renamed("--overwrite", action="store_true", help=f"replace {what} an earlier {parser.prog} wrote")
+def add_overwrite(parser: Parser, what: str, help: Optional[str] = None):
+    """``--overwrite``: replace ``what`` where an earlier run of this command wrote it, and nothing else (``help``: a
+    command's own words for that)."""
+    return parser.add_renamed(
+        "--overwrite", action="store_true", help=help or f"replace {what} an earlier {parser.prog} wrote"
+    )
 
 
 def add_no_progress(parser: Parser, *, old: Sequence[str] = ()):
