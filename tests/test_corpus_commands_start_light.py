@@ -60,7 +60,7 @@ def test_extract_vocab_encode_run_without_torch(tmp_path, pubmed_sample):
     assert heavy_imports("vocab", "--train", train, "--out", tmp_path / "vocab", "--vocab-size", 500) == []
     assert (tmp_path / "vocab" / "dict.txt").is_file()
     encoded = tmp_path / "train.bpe"
-    assert heavy_imports("encode", "--vocab", tmp_path / "vocab", "--inputs", train, "--outputs", encoded) == []
+    assert heavy_imports("encode", "--vocab", tmp_path / "vocab", "--inputs", train, "--out", encoded) == []
     lines, text = (path.read_text(encoding="utf-8").splitlines() for path in (encoded, train))
     assert len(lines) == len(text) and [bool(line) for line in lines] == [bool(line.strip()) for line in text]
     assert all(token.isdigit() for line in lines for token in line.split())  # byte-level BPE: GPT-2 token ids

@@ -209,7 +209,7 @@ def test_predict_reloads_the_marker_model_from_placeholders_or_offsets(markers_r
     save_dir, log, data, _ = markers_run
     out = tmp_path / "pred.jsonl"
     printed = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
-                       data / "dev.tsv", "--output", out, "--cpu", "--quiet"], cwd=tmp_path).stdout  # fmt: skip
+                       data / "dev.tsv", "--out", out, "--cpu", "--no-progress"], cwd=tmp_path).stdout  # fmt: skip
     last = printed.strip().splitlines()[-1].split()
     metrics = dict(zip(last[::2], map(float, last[1::2])))
     valid = logged(log, "valid")[30]

@@ -91,7 +91,7 @@ def test_biomegatron_preset_fine_tunes_and_predicts(tiny_encoder, ncbi_slice, tm
     assert state["cfg"]["task"]["head_dropout"] == 0.5 and state["cfg"]["task"]["head_hidden_layers"] == 1
     out = tmp_path / "pred.tsv"
     run_cli(["fairseq-bio-predict", "--checkpoint", save / "checkpoint_best.pt", "--input", ncbi_slice / "devel.tsv",
-             "--output", out, "--quiet"], cwd=tmp_path)  # fmt: skip
+             "--out", out, "--no-progress"], cwd=tmp_path)  # fmt: skip
     assert out.stat().st_size > 0
 
 

@@ -49,7 +49,7 @@ def tiny_distilbert(learned_vocab, tmp_path_factory):
 
 def import_with_the_command(hf_dir, out, capsys):
     """``fairseq-bio-import-hf hf_dir out`` (its own check against HF included); (import_info, printed lines)."""
-    cli_main([str(hf_dir), str(out)])
+    cli_main(["--checkpoint", str(hf_dir), "--out", str(out)])
     return json.loads((out / "import_info.json").read_text()), capsys.readouterr().out.strip().splitlines()
 
 
@@ -131,7 +131,7 @@ def test_distilbert_variants(variant, learned_vocab, pubmed_corpus, tmp_path, ca
 def _expect_refusal(hf, tmp_path, message):
     out = tmp_path / "out" / "imported"
     with pytest.raises(SystemExit) as exit_info:
-        cli_main([str(hf), str(out)])
+        cli_main(["--checkpoint", str(hf), "--out", str(out)])
     error = str(exit_info.value.code)
     assert error.startswith("fairseq-bio-import-hf: ") and "\n" not in error and message in error
     assert not (tmp_path / "out").exists()  # nothing written, not even a temp dir

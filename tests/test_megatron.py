@@ -50,7 +50,7 @@ def test_fine_tuned_tagger_keeps_the_megatron_layout_and_predicts(megatron, mega
                            encoder["encoder.sentence_encoder.layers.0.fc1.weight"])  # fmt: skip  (it trained)
     out = tmp_path / "pred.tsv"
     run_cli(["fairseq-bio-predict", "--checkpoint", megatron_tagger / "checkpoint_last.pt", "--input",
-             ncbi_slice / "test.tsv", "--output", out], cwd=tmp_path)  # fmt: skip
+             ncbi_slice / "test.tsv", "--out", out], cwd=tmp_path)  # fmt: skip
     gold = (ncbi_slice / "test.tsv").read_text(encoding="utf-8").splitlines()
     predicted = out.read_text(encoding="utf-8").splitlines()
     assert len(predicted) == len(gold)
@@ -76,7 +76,8 @@ def test_distillation_teacher_and_init_student(megatron, tmp_path):
 
 
 def test_extract_encoder_says_a_megatron_is_already_an_encoder(megatron, tmp_path):
-    result = run_cli(["fairseq-bio-extract-encoder", megatron, tmp_path / "enc.pt"], cwd=tmp_path, check=False)
+    result = run_cli(["fairseq-bio-extract-encoder", "--checkpoint", megatron, "--out", tmp_path / "enc.pt"],
+                     cwd=tmp_path, check=False)  # fmt: skip
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and "already a bio_roberta encoder checkpoint" in last
     assert last.startswith("fairseq-bio-extract-encoder: ") and not (tmp_path / "enc.pt").exists()

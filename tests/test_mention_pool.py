@@ -222,7 +222,7 @@ def test_mention_model_fits_its_train_rows_and_predict_reproduces_the_dev_metric
 
     out = tmp_path / "dev.jsonl"
     printed = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
-                       data / "dev.tsv", "--output", out, "--cpu", "--quiet"], cwd=tmp_path).stdout  # fmt: skip
+                       data / "dev.tsv", "--out", out, "--cpu", "--no-progress"], cwd=tmp_path).stdout  # fmt: skip
     last = printed.strip().splitlines()[-1].split()
     metrics = dict(zip(last[::2], map(float, last[1::2])))
     valid = logged(log, "valid")[UPDATES]

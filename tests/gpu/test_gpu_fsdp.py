@@ -68,5 +68,6 @@ def test_sharded_trains_as_plain_data_parallel_and_saves_a_consolidated_checkpoi
     log = train("bio_tagging_ner", tmp_path / "ner", f"task.data={ncbi}", f"checkpoint.restore_file={checkpoint}",
                 "dataset.batch_size=16", *FINE_TUNE)  # fmt: skip
     assert sorted(logged(log, "train_inner")) == list(range(1, UPDATES + 1))
-    printed = run_cli(["fairseq-bio-export-hf", checkpoint, tmp_path / "hf"], cwd=tmp_path).stdout
+    printed = run_cli(["fairseq-bio-export-hf", "--checkpoint", checkpoint, "--out", tmp_path / "hf"],
+                      cwd=tmp_path).stdout  # fmt: skip
     assert "RobertaForMaskedLM" in printed and "token ids equal fairseq's" in printed
