@@ -30,8 +30,8 @@ def one_line(result) -> str:
 
 
 def predict(checkpoint, source, output, *extra, cwd):
-    return run_cli(["fairseq-bio-predict", "--checkpoint", checkpoint, "--input", source, "--output", output,
-                    "--quiet", *extra], cwd=cwd, check=False)  # fmt: skip
+    return run_cli(["fairseq-bio-predict", "--checkpoint", checkpoint, "--input", source, "--out", output,
+                    "--no-progress", *extra], cwd=cwd, check=False)  # fmt: skip
 
 
 def ncbi_sentences(path: Path, n: int) -> Path:
@@ -52,8 +52,8 @@ def test_predict_never_writes_over_its_input(ner_model, tmp_path):
     os.link(conll, tmp_path / "hard.tsv")
     before = {p: digest(p) for p in (notes, conll)}
     cases = [
-        (notes, notes, f"{notes}: is the input {notes}; --output must name another file"),
-        (conll, conll, f"{conll}: is the input {conll}; --output must name another file"),
+        (notes, notes, f"{notes}: is the input {notes}; --out must name another file"),
+        (conll, conll, f"{conll}: is the input {conll}; --out must name another file"),
         (notes, tmp_path / "link.txt", f"{tmp_path / 'link.txt'}: is the input {notes} (through a link)"),
         (conll, tmp_path / "hard.tsv", f"{tmp_path / 'hard.tsv'}: is the input {conll} (through a link)"),
     ]
@@ -76,7 +76,7 @@ def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
     assert last == f"fairseq-bio-predict: {mine}: exists; pass --overwrite to replace it"
     last = one_line(predict(checkpoint, conll, mine, "--overwrite", cwd=tmp_path))
     assert last == (f"fairseq-bio-predict: {mine}: exists and was not made by fairseq-bio-predict; not replacing it, "
-                    "--overwrite or not (move it away or choose another --output)")  # fmt: skip
+                    "--overwrite or not (move it away or choose another --out)")  # fmt: skip
     assert mine.read_text(encoding="utf-8") == "my own results\n"
 
     ours = tmp_path / "pred.tsv"
@@ -114,7 +114,7 @@ def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder
     shutil.copy(tiny_encoder, checkpoint)
     (tmp_path / "alias.pt").symlink_to(checkpoint)
     before = digest(checkpoint)
-    with pytest.raises(OutputError, match=rf"^{checkpoint}: is the input {checkpoint}; out must name another file"):
+    with pytest.raises(OutputError, match=rf"^{checkpoint}: is the input {checkpoint}; --out must name another file"):
         extract_encoder(checkpoint, checkpoint, overwrite=True)
     with pytest.raises(OutputError, match=r"alias.pt: is the input .*model.pt \(through a link\); --out must"):
         init_student(checkpoint, tmp_path / "alias.pt", overwrite=True)
@@ -127,21 +127,22 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
     (tmp_path / "train.bpe").symlink_to(corpus)
     before = digest(corpus)
     for output, how in ((corpus, ""), (tmp_path / "train.bpe", " (through a link)")):
-        result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--outputs",
+        result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--out",
                           output, "--no-progress"], cwd=tmp_path, check=False)  # fmt: skip
-        assert one_line(result) == f"encode: {output}: is the input {corpus}{how}; --outputs must name another file"
+        assert one_line(result) == (f"fairseq-bio-encode: {output}: is the input {corpus}{how}; --out must name "
+                                    "another file")  # fmt: skip
     assert digest(corpus) == before
     mine = tmp_path / "mine.bpe"
     mine.write_text("my own encoding\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--outputs", mine,
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--out", mine,
                "--no-progress"]  # fmt: skip
     assert (
         one_line(run_cli(command, cwd=tmp_path, check=False))
-        == f"encode: {mine}: exists; pass --overwrite to replace it"
+        == f"fairseq-bio-encode: {mine}: exists; pass --overwrite to replace it"
     )
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
     last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
-    assert last.startswith(f"encode: {mine}: exists and was not made by fairseq-bio-encode; not replacing it")
+    assert last.startswith(f"fairseq-bio-encode: {mine}: exists and was not made by fairseq-bio-encode; not replacing")
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
 
 
@@ -334,10 +335,10 @@ def read_blocks(path: Path):
 
 
 def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
-    """A plugin error raised inside a preprocess/HF command (all run through fairseq_bio.errors.run_cli)
+    """A plugin error raised inside a preprocess/HF command (all run through fairseq_bio.cli.options.run_cli)
     ends it as ``<prog>: <message>``; other errors keep their tracebacks, and FAIRSEQ_BIO_TRACEBACK=1 shows it."""
     from fairseq_bio.data.conll import TaggingDataError
-    from fairseq_bio.errors import run_cli as preprocess_run_cli
+    from fairseq_bio.cli.options import run_cli as script_run_cli
 
     def bad(argv):
         raise TaggingDataError("data/train.tsv:5: 3 column(s); expected token<TAB>tag")
@@ -345,13 +346,13 @@ def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
     monkeypatch.delenv("FAIRSEQ_BIO_TRACEBACK", raising=False)
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     with pytest.raises(SystemExit) as ended:
-        preprocess_run_cli("fairseq-bio-export-hf", bad)
+        script_run_cli("fairseq-bio-export-hf", bad)
     assert ended.value.code == "fairseq-bio-export-hf: data/train.tsv:5: 3 column(s); expected token<TAB>tag"
     with pytest.raises(ZeroDivisionError):
-        preprocess_run_cli("fairseq-bio-export-hf", lambda argv: 1 / 0)
+        script_run_cli("fairseq-bio-export-hf", lambda argv: 1 / 0)
     monkeypatch.setenv("FAIRSEQ_BIO_TRACEBACK", "1")
     with pytest.raises(TaggingDataError):
-        preprocess_run_cli("fairseq-bio-export-hf", bad)
+        script_run_cli("fairseq-bio-export-hf", bad)
 
 
 # ------------------------------------------------------------------ outputs: only what the command made is replaced
@@ -375,7 +376,7 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     before = {p.name: digest(p) for p in corpus.iterdir()}
     assert {"train.txt", "valid.txt", "extract_stats.json"} <= set(before)
     last = one_line(_extract(pubmed_sample, corpus, cwd=tmp_path))
-    assert last == f"extract: {corpus}: already exists (pass --overwrite to replace it)"
+    assert last == f"fairseq-bio-extract: {corpus}: already exists (pass --overwrite to replace it)"
     assert {p.name: digest(p) for p in corpus.iterdir()} == before
 
     # a folder holding a corpus extract did not make: refused, --overwrite or not, left byte-identical
@@ -383,15 +384,16 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     theirs.mkdir()
     (theirs / "train.txt").write_text("my corpus\n", encoding="utf-8")
     last = one_line(_extract(pubmed_sample, theirs, cwd=tmp_path))
-    assert last == f"extract: {theirs}: already exists (pass --overwrite to replace it)"
+    assert last == f"fairseq-bio-extract: {theirs}: already exists (pass --overwrite to replace it)"
     last = one_line(_extract(pubmed_sample, theirs, "--overwrite", cwd=tmp_path))
-    assert last.startswith(f"extract: {theirs}: has no record that fairseq-bio-extract made it"), last
+    assert last.startswith(f"fairseq-bio-extract: {theirs}: has no record that fairseq-bio-extract made it"), last
     assert "not made by this tool; not replacing it" in last
     assert [p.name for p in theirs.iterdir()] == ["train.txt"]
     assert (theirs / "train.txt").read_text(encoding="utf-8") == "my corpus\n"
     # an existing file as --out: one line
     last = one_line(_extract(pubmed_sample, theirs / "train.txt", cwd=tmp_path))
-    assert last == f"extract: {theirs / 'train.txt'}: exists and is not a directory; name a directory to create"
+    assert last == (f"fairseq-bio-extract: {theirs / 'train.txt'}: exists and is not a directory; name a directory "
+                    "to create")  # fmt: skip
 
     # --overwrite replaces extract's own corpus, keeps the user's notes, and removes what a killed run left
     (corpus / "notes.md").write_text("my notes\n", encoding="utf-8")
@@ -411,7 +413,7 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     empty = tmp_path / "no-xml"
     empty.mkdir()
     last = one_line(run_cli(["fairseq-bio-extract", empty, "--out", tmp_path / "new"], cwd=tmp_path, check=False))
-    assert last.startswith("extract: no input files found") and not (tmp_path / "new").exists()
+    assert last.startswith("fairseq-bio-extract: no input files found") and not (tmp_path / "new").exists()
 
 
 def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder, tmp_path):
@@ -419,7 +421,7 @@ def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder
     foreign.mkdir()
     (foreign / "config.json").write_text('{"model_type": "bert"}\n', encoding="utf-8")
     (foreign / "notes.md").write_text("my notes\n", encoding="utf-8")
-    export = ["fairseq-bio-export-hf", tiny_encoder]
+    export = ["fairseq-bio-export-hf", "--checkpoint", tiny_encoder, "--out"]
     last = one_line(run_cli([*export, foreign, "--overwrite"], cwd=tmp_path, check=False))
     assert last.startswith(f"fairseq-bio-export-hf: {foreign}: has no record") and "not replacing it" in last
     assert sorted(p.name for p in foreign.iterdir()) == ["config.json", "notes.md"]
@@ -445,14 +447,15 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     before = {p.name: digest(p) for p in theirs.iterdir()}
     corpus = pubmed_corpus / "valid.txt"
     cases = [
-        (["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--outputs", user_file, "--no-progress"],
-         f"encode: {user_file}: exists and was not made by fairseq-bio-encode"),
+        (["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--out", user_file, "--no-progress"],
+         f"fairseq-bio-encode: {user_file}: exists and was not made by fairseq-bio-encode"),
         (["fairseq-bio-vocab", "--train", corpus, "--out", theirs, "--vocab-size", "300"],
-         f"vocab: {theirs}: has no record that fairseq-bio-vocab made it"),
-        (["fairseq-bio-binarize", "--vocab", vocab, "--train", corpus, "--valid", corpus, "--destdir", theirs],
-         f"binarize: {theirs}: has no record that fairseq-bio-binarize made it"),
+         f"fairseq-bio-vocab: {theirs}: has no record that fairseq-bio-vocab made it"),
+        (["fairseq-bio-binarize", "--vocab", vocab, "--train", corpus, "--valid", corpus, "--out", theirs],
+         f"fairseq-bio-binarize: {theirs}: has no record that fairseq-bio-binarize made it"),
         (["fairseq-bio-vocab-report", "--vocab", vocab, "--data", NCBI, "--out", theirs, "--no-plot"],
-         f"vocab-report: {theirs / 'vocab_report.md'}: exists and was not made by fairseq-bio-vocab-report"),
+         f"fairseq-bio-vocab-report: {theirs / 'vocab_report.md'}: exists and was not made by "
+         "fairseq-bio-vocab-report"),
     ]  # fmt: skip
     for command, message in cases:
         last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
@@ -460,13 +463,13 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     assert {p.name: digest(p) for p in theirs.iterdir()} == before
     # their own earlier output is replaced
     encoded = tmp_path / "valid.bpe"
-    command = ["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--outputs", encoded, "--no-progress"]
+    command = ["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--out", encoded, "--no-progress"]
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0
     # the vocabulary it reads is never an output
     last = one_line(run_cli([*command[:6], vocab / "dict.txt", "--no-progress", "--overwrite"], cwd=tmp_path,
                             check=False))  # fmt: skip
-    assert last.startswith(f"encode: {vocab / 'dict.txt'}: is the input {vocab / 'dict.txt'}")
+    assert last.startswith(f"fairseq-bio-encode: {vocab / 'dict.txt'}: is the input {vocab / 'dict.txt'}")
 
 
 def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_corpus, tmp_path):
@@ -477,7 +480,7 @@ def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_
     stale = tmp_path / f".valid.bpe.{socket.gethostname()}-{_dead_pid()}.abc.tmp.bpe"
     stale.write_text("half an encoding\n", encoding="utf-8")
     command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", pubmed_corpus / "valid.txt",
-               "--outputs", out, "--no-progress"]  # fmt: skip
+               "--out", out, "--no-progress"]  # fmt: skip
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert not stale.exists() and out.is_file()
 
@@ -503,17 +506,17 @@ def test_pretraining_from_a_named_checkpoint_that_does_not_exist_is_refused(data
 def test_binarising_text_that_was_never_encoded_is_refused(learned_vocab, pubmed_corpus, tmp_path):
     vocab = learned_vocab("bytebpe")
     raw = pubmed_corpus / "valid.txt"
-    result = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--destdir",
+    result = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--out",
                       tmp_path / "bin"], cwd=tmp_path, check=False)  # fmt: skip
     last = one_line(result)
-    assert last.startswith(f"binarize: {raw}: ") and "% of its " in last and "never encoded?" in last, last
+    assert last.startswith(f"fairseq-bio-binarize: {raw}: ") and "% of its " in last and "never encoded?" in last, last
     assert f"fairseq-bio-encode --vocab {vocab} --inputs {raw}" in last
     rate = float(last.split(": ")[2].split("%")[0])
     assert rate > 50  # plain text read against a byte-level BPE dictionary
     assert not (tmp_path / "bin").exists()
-    accepted = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--destdir",
+    accepted = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--out",
                         tmp_path / "bin", "--max-unknown", "1"], cwd=tmp_path, check=False)  # fmt: skip
-    assert accepted.returncode == 0 and "binarize: warning:" in accepted.stderr
+    assert accepted.returncode == 0 and "fairseq-bio-binarize: warning:" in accepted.stderr
 
 
 def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pubmed_corpus, tmp_path):
@@ -521,14 +524,14 @@ def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pub
     for kind, size, least in (("bytebpe", "0", 256), ("bytebpe", "-5", 256), ("wordpiece", "3", 6)):
         last = one_line(run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--kind", kind,
                                  "--vocab-size", size], cwd=tmp_path, check=False))  # fmt: skip
-        assert last.startswith(f"vocab: --vocab-size {size}: impossible for {kind} (at least {least}"), last
+        assert last.startswith(f"fairseq-bio-vocab: --vocab-size {size}: impossible for {kind} (at least {least}"), last
         assert not (tmp_path / "v").exists()
     done = run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
                    cwd=tmp_path)  # fmt: skip
     info = json.loads((tmp_path / "v" / "vocab_info.json").read_text())
     assert info["vocab_size_reached"] < 500000
-    assert (f"vocab: warning: --vocab-size 500000: {train} supports only {info['vocab_size_reached']} bytebpe "
-            "entries") in done.stderr  # fmt: skip
+    assert (f"fairseq-bio-vocab: warning: --vocab-size 500000: {train} supports only "
+            f"{info['vocab_size_reached']} bytebpe entries") in done.stderr  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- byte-order marks and columns
@@ -550,7 +553,7 @@ def test_byte_order_marks_are_not_read_as_text(learned_vocab, tmp_path):
     text.write_text(f"{bom}Familial adenomatous polyposis .\n", encoding="utf-8")
     plain = tmp_path / "plain.txt"
     plain.write_text("Familial adenomatous polyposis .\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", text, plain, "--outputs",
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", text, plain, "--out",
                tmp_path / "a.bpe", tmp_path / "b.bpe", "--no-progress"]  # fmt: skip
     run_cli(command, cwd=tmp_path)
     assert (tmp_path / "a.bpe").read_bytes() == (tmp_path / "b.bpe").read_bytes()
@@ -587,7 +590,8 @@ def test_a_full_disk_is_one_line_naming_the_output(pubmed_sample, data_bin, tmp_
     result = _on_small_disk(tmp_path, "64k", f"{BIN / 'fairseq-bio-extract'} "
                             f"{pubmed_sample / 'pubmed20n0014.xml.gz'} --out {out} --max-docs-per-file 400 "
                             f"--no-progress; rc=$?; ls -A {tmp_path / 'disk'}; exit $rc")  # fmt: skip
-    assert one_line(result) == f"extract: {out}: no space left on the device (nothing was written under that name)"
+    assert one_line(result) == (f"fairseq-bio-extract: {out}: no space left on the device (nothing was written "
+                                "under that name)")  # fmt: skip
     assert result.stdout.strip() == ""  # no half-written corpus, no temp directory
 
     save = tmp_path / "disk" / "run"

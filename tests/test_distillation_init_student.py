@@ -81,7 +81,7 @@ def test_shapes_that_cannot_be_copied_are_refused(teacher, tmp_path):
 
 
 def test_console_script_refuses_in_one_line(teacher, tmp_path):
-    result = run_cli(["fairseq-bio-init-student", "--teacher", teacher, "--out", tmp_path / "s.pt", "--embed-dim",
+    result = run_cli(["fairseq-bio-init-student", "--checkpoint", teacher, "--out", tmp_path / "s.pt", "--embed-dim",
                       "16"], cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("fairseq-bio-init-student: --embed-dim 16")

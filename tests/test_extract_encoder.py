@@ -52,7 +52,7 @@ SENTENCE = "Aspirin reduces the risk of myocardial infarction in patients with d
 def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_ckpts, tmp_path):
     data, narrow, _ = electra_ckpts
     out = tmp_path / "disc" / "discriminator.pt"
-    result = run_cli(["fairseq-bio-extract-encoder", narrow, out], cwd=tmp_path)
+    result = run_cli(["fairseq-bio-extract-encoder", "--checkpoint", narrow, "--out", out], cwd=tmp_path)
     assert "the discriminator as a bio_roberta encoder" in result.stdout
     assert (out.parent / "dict.txt").read_bytes() == (data / "dict.txt").read_bytes()
     assert (out.parent / "bpe.json").exists()
@@ -69,8 +69,8 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
     assert torch.equal(features, expected)
 
     # The generator behind a projection does not fit bio_roberta: refused in one line, nothing written.
-    refused = run_cli(["fairseq-bio-extract-encoder", narrow, tmp_path / "g.pt", "--part", "generator"],
-                      cwd=tmp_path, check=False)  # fmt: skip
+    refused = run_cli(["fairseq-bio-extract-encoder", "--checkpoint", narrow, "--out", tmp_path / "g.pt", "--part",
+                       "generator"], cwd=tmp_path, check=False)  # fmt: skip
     last = refused.stderr.strip().splitlines()[-1]  # (fairseq's own import chatter comes before it)
     assert refused.returncode == 1 and last.startswith("fairseq-bio-extract-encoder: ") and "cannot hold" in last
     assert "Traceback" not in refused.stderr

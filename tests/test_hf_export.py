@@ -195,7 +195,7 @@ def test_pre_ln_exports_to_roberta_prelayernorm_or_megatron_bert(data_bin, pubme
 
     post_ln = make_checkpoint(data, tmp_path / "c" / "model.pt", layernorm_embedding=False)
     with pytest.raises(SystemExit) as exit_info:
-        cli_main([str(post_ln), str(tmp_path / "refused"), "--data", str(data)])
+        cli_main(["--checkpoint", str(post_ln), "--out", str(tmp_path / "refused"), "--vocab", str(data)])
     error = str(exit_info.value.code)
     assert error.startswith("fairseq-bio-export-hf: post-LN model without an embedding LayerNorm") and "\n" not in error
     assert not (tmp_path / "refused").exists()
@@ -233,17 +233,18 @@ def test_refusals_leave_nothing(wordpiece_checkpoint, learned_vocab, tmp_path):
     (spm / "spm.model").write_bytes(proto.SerializeToString())
     no_prefix = make_checkpoint(spm, tmp_path / "no-prefix" / "model.pt")
     cases = [
-        ([str(tmp_path / "none.pt"), str(tmp_path / "o1")], "none.pt: no such checkpoint"),
-        ([str(moved), str(tmp_path / "o2")], "no dict.txt + bpe.json in"),
-        ([str(electra), str(tmp_path / "o3"), "--data", str(data)],
+        (["--checkpoint", str(tmp_path / "none.pt"), "--out", str(tmp_path / "o1")], "none.pt: no such checkpoint"),
+        (["--checkpoint", str(moved), "--out", str(tmp_path / "o2")], "no dict.txt + bpe.json in"),
+        (["--checkpoint", str(electra), "--out", str(tmp_path / "o3"), "--vocab", str(data)],
          "model 'bio_electra' but no discriminator parameters; not a bio_electra checkpoint"),
-        ([str(sentence), str(tmp_path / "o4"), "--data", str(data)],
+        (["--checkpoint", str(sentence), "--out", str(tmp_path / "o4"), "--vocab", str(data)],
          "classification head 'bio_sentence': the checkpoint's task (BioMaskedLMTask) saved no labels for it; "
          "sentence-level heads are exported from bio_sentence_prediction checkpoints"),
-        ([str(two), str(tmp_path / "o5"), "--data", str(data)],
+        (["--checkpoint", str(two), "--out", str(tmp_path / "o5"), "--vocab", str(data)],
          "has 2 classification heads (bio_sentence, other); an HF model has one: pick it with --head NAME"),
-        ([str(no_prefix), str(tmp_path / "o6"), "--data", str(spm)], "normalizer_spec.add_dummy_prefix is False"),
-        ([str(checkpoint), str(tmp_path / "o7"), "--data", str(data), "--tolerance", "-1"],
+        (["--checkpoint", str(no_prefix), "--out", str(tmp_path / "o6"), "--vocab", str(spm)],
+         "normalizer_spec.add_dummy_prefix is False"),
+        (["--checkpoint", str(checkpoint), "--out", str(tmp_path / "o7"), "--vocab", str(data), "--tolerance", "-1"],
          "HF's outputs differ from fairseq's"),  # a failed check: nothing that looks complete is left
     ]  # fmt: skip
     for argv, message in cases:
@@ -251,21 +252,22 @@ def test_refusals_leave_nothing(wordpiece_checkpoint, learned_vocab, tmp_path):
             cli_main(argv)
         error = str(exit_info.value.code)
         assert error.startswith("fairseq-bio-export-hf: ") and "\n" not in error and message in error, error
-        assert not Path(argv[1]).exists()
+        assert not Path(argv[3]).exists()
     left = ["electra", "moved", "no-prefix", "sentence", "spm-vocab", "two"]
     assert sorted(p.name for p in tmp_path.iterdir()) == left  # no temp directories left either
 
 
 def test_command_line(wordpiece_checkpoint, tmp_path, capsys):
     checkpoint, data = wordpiece_checkpoint
-    cli_main([str(checkpoint), str(tmp_path / "hf"), "--data", str(data)])
+    cli_main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf"), "--vocab", str(data)])
     out = capsys.readouterr().out
     assert out.startswith(f"wrote {tmp_path / 'hf'} (RobertaForMaskedLM, PreTrainedTokenizerFast); checked on 5 real "
                           "sentences: token ids equal fairseq's")  # fmt: skip
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["vocab_size"] == len(open(data / "dict.txt").readlines()) + 5 and config["pad_token_id"] == 1
     # The installed console script: a refusal is one line on stderr and exit status 1.
-    result = run_cli(["fairseq-bio-export-hf", checkpoint, tmp_path / "hf"], cwd=tmp_path, check=False)
+    result = run_cli(["fairseq-bio-export-hf", "--checkpoint", checkpoint, "--out", tmp_path / "hf"], cwd=tmp_path,
+                     check=False)  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         f"fairseq-bio-export-hf: {tmp_path / 'hf'}: already exists (pass --overwrite to replace it)"
@@ -388,7 +390,8 @@ def test_fastbpe_round_trip_and_refusals(fastbpe_checkpoint, pubmed_corpus, tmp_
         shutil.copytree(vocab, tmp_path / name)
         (tmp_path / name / "codes").write_text(text, encoding="utf-8")
         with pytest.raises(SystemExit) as exit_info:
-            cli_main([str(checkpoint), str(tmp_path / f"{name}-hf"), "--data", str(tmp_path / name)])
+            cli_main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / f"{name}-hf"), "--vocab",
+                      str(tmp_path / name)])  # fmt: skip
         error = str(exit_info.value.code)
         assert error.startswith("fairseq-bio-export-hf: ") and error.endswith(message) and "\n" not in error, error
         assert not (tmp_path / f"{name}-hf").exists()
@@ -743,7 +746,7 @@ def test_regression_on_sentence_pairs(biosses_model, tmp_path, capsys):
     import torch.nn.functional as F
 
     checkpoint = biosses_model / "checkpoint_best.pt"
-    cli_main([str(checkpoint), str(tmp_path / "hf")])
+    cli_main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf")])
     assert "checked on 7 real sentences (2 pairs): token ids equal fairseq's" in capsys.readouterr().out
     tokenizer, model = load_hf_classifier(tmp_path / "hf")
     assert model.num_labels == 1 and model.config.problem_type == "regression"
@@ -815,7 +818,7 @@ def test_two_heads_need_head_to_pick_one(gad_model, tmp_path):
             state["model"][f"classification_heads.other.{part}.bias"] = torch.randn(shape[:1], generator=g)
 
     checkpoint = save_with(save_dir / "checkpoint_best.pt", tmp_path / "two" / "checkpoint_best.pt", second_head)
-    vocab = ["--data", str(save_dir)]
+    vocab = ["--vocab", str(save_dir)]
     cases = [
         ([], "has 2 classification heads (bio_sentence, other); an HF model has one: pick it with --head NAME"),
         (["--head", "nope"],
@@ -825,11 +828,11 @@ def test_two_heads_need_head_to_pick_one(gad_model, tmp_path):
     ]  # fmt: skip
     for extra, message in cases:
         with pytest.raises(SystemExit) as exit_info:
-            cli_main([str(checkpoint), str(tmp_path / "refused"), *vocab, *extra])
+            cli_main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / "refused"), *vocab, *extra])
         error = str(exit_info.value.code)
         assert error.startswith("fairseq-bio-export-hf: ") and error.endswith(message) and "\n" not in error, error
         assert not (tmp_path / "refused").exists()
-    cli_main([str(checkpoint), str(tmp_path / "hf"), *vocab, "--head", "bio_sentence"])
+    cli_main(["--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf"), *vocab, "--head", "bio_sentence"])
     from safetensors.torch import load_file
 
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))

@@ -411,7 +411,7 @@ def test_malformed_hf_directory_one_line_error_nothing_written(case, tiny_bert, 
     breaker(hf)
     out = tmp_path / "out" / "imported"
     with pytest.raises(SystemExit) as exit_info:
-        cli_main([str(hf), str(out)])
+        cli_main(["--checkpoint", str(hf), "--out", str(out)])
     error = str(exit_info.value.code)
     assert error.startswith("fairseq-bio-import-hf: ") and "\n" not in error
     assert message in error and str(hf) in error
@@ -426,19 +426,20 @@ def test_existing_directory_is_refused(tiny_bert, tmp_path):
     for extra, message in [([], f"{out}: already exists (pass --overwrite to replace it)"),
                            (["--overwrite"], "was not made by this tool; not replacing it")]:  # fmt: skip
         with pytest.raises(SystemExit) as exit_info:
-            cli_main([str(tiny_bert), str(out), "--no-verify", *extra])
+            cli_main(["--checkpoint", str(tiny_bert), "--out", str(out), "--no-verify", *extra])
         assert message in str(exit_info.value.code)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 def test_command_line(tiny_bert, tmp_path, capsys):
     out = tmp_path / "imported"
-    cli_main([str(tiny_bert), str(out)])
+    cli_main(["--checkpoint", str(tiny_bert), "--out", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("checked on 5 real sentences: token ids equal HF's; hidden states max |diff| ")
     assert lines[1] == f"wrote {out}/model.pt (bert, wordpiece vocabulary of 3000, MLM head imported)"
     assert f"checkpoint.restore_file={out}/model.pt" in lines[2] and "++model.layer_norm_eps=1e-12" in lines[2]
     # The installed console script: bad input is one line on stderr and exit status 1.
-    result = run_cli(["fairseq-bio-import-hf", tmp_path / "nothing", tmp_path / "out"], cwd=tmp_path, check=False)
+    result = run_cli(["fairseq-bio-import-hf", "--checkpoint", tmp_path / "nothing", "--out", tmp_path / "out"],
+                     cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == f"fairseq-bio-import-hf: {tmp_path / 'nothing'}: not a directory"

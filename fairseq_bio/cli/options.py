@@ -30,7 +30,7 @@ from ..errors import BioError, traceback_requested
 class _Renamed(NamedTuple):
     action: argparse.Action  # the option under its one name; its default is SUPPRESS, so that given means present
     default: object  # set after parsing when no spelling gave it
-    required: bool  # checked after the old spellings are folded in (argparse would refuse a positional one)
+    required: bool  # checked after the old spellings are folded in (argparse's own check would miss them)
     old: List[Tuple[str, str]]  # (what the user wrote, the hidden dest it lands in)
 
 
@@ -149,8 +149,9 @@ def run_cli(
     errors: Tuple[type, ...] = (BioError,),
 ) -> None:
     """Every console script's ``cli_main``: run ``main(argv)``; a non-zero int it returns is the exit status. A user
-    error (``errors``) becomes ``<prog>: <message>`` on stderr and exit status 1 (the traceback with
-    ``FAIRSEQ_BIO_TRACEBACK=1``), and so does a full disk (naming the file); Ctrl-C is ``<prog>: <interrupted>``."""
+    error (a ``BioError``; ``errors``: and those classes) becomes ``<prog>: <message>`` on stderr and exit status 1
+    (the traceback with ``FAIRSEQ_BIO_TRACEBACK=1``), and so does a full disk (naming the file); Ctrl-C is
+    ``<prog>: <interrupted>``."""
     try:
         status = main(argv)
     except errors as e:
