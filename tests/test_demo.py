@@ -11,7 +11,7 @@ from fairseq_bio_preprocess.demo import comparison_markdown
 
 
 def test_demo_runs_end_to_end_and_reuses_finished_steps(pubmed_sample, tmp_path):
-    args = ["fairseq-bio-demo", "--workdir", tmp_path / "demo", "--max-docs-per-file", "300", "--vocab-size", "4000",
+    args = ["fairseq-bio-demo", "--out", tmp_path / "demo", "--max-docs-per-file", "300", "--vocab-size", "4000",
             "--max-update", "20", "--blurb-tasks", "biosses", "--blurb-updates", "5", "--minilm-tasks", "biosses",
             "--minilm-updates", "2", "--minilm-batch", "4", "dataset.validate_interval_updates=10",
             "model.encoder_layers=2"]  # fmt: skip
