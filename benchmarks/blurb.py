@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm-fairseq" / "model.pt"
     if not args.checkpoint and not checkpoint.exists():
-        subprocess.run([str(BIN / "fairseq-bio-import-hf"), str(minilm_dir()), str(checkpoint.parent)], check=True)
+        subprocess.run([str(BIN / "fairseq-bio-import-hf"), "--checkpoint", str(minilm_dir()), "--out",
+                        str(checkpoint.parent)], check=True)  # fmt: skip
     command = [str(BIN / "fairseq-bio-blurb"), "--checkpoint", str(checkpoint), "--data", args.data,
                "--tasks", args.tasks, "--out", str(out)]  # fmt: skip
     seeds = args.seeds or (1 if args.budget == "cpu" else None)

@@ -77,7 +77,7 @@ def imported(out: Path) -> Dict:
     """MiniLM imported once into ``out/minilm``; its import_info.json."""
     target = out / "minilm"
     if not (target / "model.pt").exists():
-        run([BIN / "fairseq-bio-import-hf", minilm_dir(), target])
+        run([BIN / "fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target])
     return json.loads((target / "import_info.json").read_text(encoding="utf-8"))
 
 

@@ -168,7 +168,8 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
-        subprocess.run([str(BIN / "fairseq-bio-import-hf"), str(minilm_dir()), str(checkpoint.parent)], check=True)
+        subprocess.run([str(BIN / "fairseq-bio-import-hf"), "--checkpoint", str(minilm_dir()), "--out",
+                        str(checkpoint.parent)], check=True)  # fmt: skip
     rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
     paired(rows)
     text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(rows, args.seeds)

@@ -352,7 +352,7 @@ def main(argv=None) -> None:
     run = Runner(work, args.threads)
     imported = work / "minilm-fairseq" / "model.pt"
     if not imported.exists():
-        run([BIN / "fairseq-bio-import-hf", minilm_dir(), imported.parent], "import", cwd=work)
+        run([BIN / "fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent], "import", cwd=work)
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
     results: List[Dict] = []

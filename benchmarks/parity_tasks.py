@@ -121,7 +121,7 @@ def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
     test, extra = test_input(config, task_config(spec["dataset"], spec["data"]))
     out = save_dir / ("test.pred.tsv" if config == TAGGING else "test.pred.jsonl")
     _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
-                      "--output", out, "--overwrite", "--quiet", "--cpu", *extra],
+                      "--out", out, "--overwrite", "--no-progress", "--cpu", *extra],
                      f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
     return out, float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
 

@@ -248,9 +248,9 @@ def predict(run: Runner, name: str, checkpoint: Path, test: Path, tmp: Path) -> 
     blocks = conll_blocks(test)
     one = tmp / "one.tsv"
     one.write_text(blocks[0] + "\n\n", encoding="utf-8")
-    base = [BIN / "fairseq-bio-predict", "--checkpoint", checkpoint, "--quiet", "--overwrite"]  # our own outputs
-    wall_one, _ = run([*base, "--input", one, "--output", tmp / "one.pred.tsv"], f"{name}-predict-one", tmp)
-    wall, printed = run([*base, "--input", test, "--output", tmp / "test.pred.tsv"], f"{name}-predict", tmp)
+    base = [BIN / "fairseq-bio-predict", "--checkpoint", checkpoint, "--no-progress", "--overwrite"]  # our own outputs
+    wall_one, _ = run([*base, "--input", one, "--out", tmp / "one.pred.tsv"], f"{name}-predict-one", tmp)
+    wall, printed = run([*base, "--input", test, "--out", tmp / "test.pred.tsv"], f"{name}-predict", tmp)
     line = next(x for x in printed.splitlines() if x.startswith("entity precision"))
     p, r, f1 = (float(line.split()[i]) for i in (2, 4, 6))  # "entity precision P recall R F1 F"
     net = wall - wall_one  # below zero when machine load swamps the difference (short test files)
