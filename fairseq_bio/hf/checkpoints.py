@@ -130,7 +130,7 @@ def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
         if (directory / "dict.txt").is_file() and (directory / "bpe.json").is_file():
             return directory
     raise HFConvertError(
-        f"{checkpoint}: no dict.txt + bpe.json in {' or '.join(map(str, candidates))} (pass --data <vocabulary dir>)"
+        f"{checkpoint}: no dict.txt + bpe.json in {' or '.join(map(str, candidates))} (pass --vocab <vocabulary dir>)"
     )
 
 

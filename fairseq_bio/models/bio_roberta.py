@@ -174,7 +174,7 @@ def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
     if "discriminator.embed_tokens.weight" in weights:
         raise error(
             f"{label}: an ELECTRA checkpoint; extract its discriminator first: "
-            f"fairseq-bio-extract-encoder {path} <dir>/discriminator.pt"
+            f"fairseq-bio-extract-encoder --checkpoint {path} --out <dir>/discriminator.pt"
         )
     recorded = (state.get("cfg") or {}).get("model") or {}
     name = recorded.get("_name") or ""

@@ -148,7 +148,8 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
     if embed is None and "discriminator.embed_tokens.weight" in weights:
         raise FineTuningError(
             f"{encoder}: an ELECTRA checkpoint; extract its discriminator first: "
-            f"fairseq-bio-extract-encoder {encoder} <dir>/discriminator.pt, then fine-tune from <dir>/discriminator.pt"
+            f"fairseq-bio-extract-encoder --checkpoint {encoder} --out <dir>/discriminator.pt, then fine-tune from "
+            "<dir>/discriminator.pt"
         )
     if embed is None:
         raise FineTuningError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
