@@ -19,6 +19,9 @@ TABLE = [
     ("bio_roberta_base", "task.mask_prob", 0.15, "000 sec. 5.1: 15 % masked"),
     ("bio_roberta_base", "task.mask_whole_words", False, "000 sec. 5.1: RoBERTa's token masking"),
     ("bio_roberta_base", "task.mask_prob_schedule", "", "000 sec. 5.1: a constant rate"),
+    ("bio_roberta_base", "task.mask_budget", "words", "000 sec. 5.1: fairseq's masking (MaskTokensDataset)"),
+    ("bio_roberta_base", "task.exempt_from_weight_decay", False, "000: fairseq's adam decays every weight"),
+    ("bio_roberta_base", "optimizer._name", "adam", "000 sec. 5.1: fairseq's AdamW"),
     ("bio_roberta_base", "sequences", 8192, "000 sec. 5.1: batches of 8,192 sequences"),
     ("bio_roberta_base", "optimizer.adam_betas", "(0.9,0.98)", "000 sec. 5.1: AdamW beta1 0.9, beta2 0.98"),
     ("bio_roberta_base", "optimizer.adam_eps", 1e-6, "000 sec. 5.1: eps 1e-6"),
@@ -35,6 +38,12 @@ TABLE = [
     ("bio_electra_base", "task.mask_prob", 0.15, "003 Table 5: mask percent 15"),
     ("bio_electra_base", "task.mask_whole_words", False, "003 App. A: the original ELECTRA code (token masking)"),
     ("bio_electra_base", "task.tokens_per_sample", 128, "003 App. A: phase 1 on 128 tokens"),
+    ("bio_electra_base", "task.mask_budget", "tokens", "ELECTRA's mask(): round(0.15 x tokens) positions"),
+    ("bio_electra_base", "task.leave_unmasked_prob", 0.15, "ELECTRA's mask(): [MASK] at 85 %, the token kept at 15 %"),
+    ("bio_electra_base", "task.random_token_prob", 0.0, "ELECTRA's mask(): no random replacement"),
+    ("bio_electra_base", "task.exempt_from_weight_decay", True, "ELECTRA's optimizer: LayerNorm, biases not decayed"),
+    ("bio_electra_base", "optimizer._name", "bio_adamw", "the exemption needs an optimizer that reads it"),
+    ("bio_electra_base", "common.fp16_no_flatten_grads", True, "the exemption needs per-parameter master weights"),
     ("bio_electra_base", "optimization.max_update", 900000, "003 App. A: 90 % of the 1M steps"),
     ("bio_electra_base", "lr_scheduler.total_num_update", 1000000, "003 Table 5: 1M train steps"),
     ("bio_electra_base", "lr_scheduler.warmup_updates", 10000, "003 Table 5: warm-up 10,000"),
@@ -51,6 +60,11 @@ TABLE = [
     ("bio_pubmedbert", "task.mask_whole_words", True, "001 sec. 6.1: whole-word masking"),
     ("bio_pubmedbert", "task.mask_prob", 0.15, "001 sec. 6.1: masking rate of 15 %"),
     ("bio_pubmedbert", "task.mask_prob_schedule", "", "001 sec. 6.1: a constant rate (sec. 2.3's rise is [36]'s)"),
+    ("bio_pubmedbert", "task.mask_budget", "tokens", "BERT's create_pretraining_data.py: 15 % of the tokens"),
+    ("bio_pubmedbert", "task.mask_decision", "token", "BERT's create_pretraining_data.py: 80/10/10 per token"),
+    ("bio_pubmedbert", "task.exempt_from_weight_decay", True, "BERT's optimizer: LayerNorm and biases not decayed"),
+    ("bio_pubmedbert", "optimizer._name", "bio_adamw", "the exemption needs an optimizer that reads it"),
+    ("bio_pubmedbert", "common.fp16_no_flatten_grads", True, "the exemption needs per-parameter master weights"),
     ("bio_pubmedbert", "optimization.lr", [6e-4], "001 sec. 6.1: peak rate 6e-4"),
     ("bio_pubmedbert", "lr_scheduler.warmup_updates", 6250, "001 sec. 6.1: warm-up in the first 10 % of steps"),
     ("bio_pubmedbert", "lr_scheduler.total_num_update", 62500, "001 sec. 6.1: 62,500 steps"),
@@ -64,6 +78,7 @@ TABLE = [
     ("bio_pubmedbert_512", "optimization.max_update", 62500, "001 sec. 6.1: 62,500 steps in all"),
     ("bio_pubmedbert_512", "sequences", 8192, "001 sec. 6.1"),
     ("bio_pubmedbert_512", "task.mask_whole_words", True, "001 sec. 6.1"),
+    ("bio_pubmedbert_512", "task.mask_budget", "tokens", "BERT's create_pretraining_data.py"),
     # BioMegatron, Shin et al. 2020 (seed 002); optimisation from Megatron-LM, the code sec. 3 names
     *[(f"bio_megatron_{size}", "model._name", f"bio_megatron_{size}", "002 sec. 3: 345m, 800m and 1.2b")
       for size in ("345m", "800m", "1_2b")],
@@ -75,7 +90,11 @@ TABLE = [
     ("bio_megatron_345m", "lr_scheduler.warmup_updates", 10000, "Megatron-LM BERT: warm-up 10,000 iterations"),
     ("bio_megatron_345m", "optimization.max_update", 2000000, "Megatron-LM BERT: 2M iterations"),
     ("bio_megatron_1_2b", "sequences", 1024, "Megatron-LM BERT"),
-    ("bio_megatron_800m", "task.mask_whole_words", False, "Megatron-LM BERT masks tokens"),
+    ("bio_megatron_800m", "task.mask_whole_words", True, "Megatron-LM BERT data: whole words (do_whole_word_mask)"),
+    ("bio_megatron_800m", "task.mask_budget", "tokens", "Megatron-LM create_masked_lm_predictions: 15 % of tokens"),
+    ("bio_megatron_800m", "task.mask_decision", "token", "Megatron-LM create_masked_lm_predictions: per token"),
+    ("bio_megatron_345m", "task.exempt_from_weight_decay", True, "Megatron-LM: LayerNorm and biases not decayed"),
+    ("bio_megatron_345m", "optimizer._name", "bio_adamw", "the exemption needs an optimizer that reads it"),
 ]  # fmt: skip
 
 # Sizes (layers, width, FFN, heads) and, for the vocabulary the paper used, the parameter count it is named by.
@@ -249,3 +268,81 @@ def test_finetune_recipes_keep_the_schedule_consistent(finetune_jobs):
         assert scheduler.total_num_update == job.optimization.max_update, (config, recipe)
         assert scheduler.warmup_updates == round(job.optimization.max_update / 10), (config, recipe)
         assert job.optimization.lr == [job.optimizer.groups.default.lr_float], (config, recipe)
+
+
+# Pretraining recipes on a tiny model, CPU: the BERT/ELECTRA/Megatron-LM ones leave biases and LayerNorm weights out
+# of weight decay (their code's exclusion lists), bio-lm decays every parameter (fairseq's RoBERTa).
+TINY = {
+    "bio_pubmedbert": ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
+                       "model.encoder_attention_heads=2"],
+    "bio_megatron_345m": ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
+                          "model.encoder_attention_heads=2"],
+    "bio_electra_base": ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
+                         "model.encoder_attention_heads=2", "model.generator_embed_dim=16",
+                         "model.generator_ffn_embed_dim=32", "model.generator_attention_heads=2"],
+}  # fmt: skip
+
+
+def tiny_trainer(compose, data, config, *overrides):
+    from fairseq import tasks
+    from fairseq.trainer import Trainer
+
+    cfg = job_config(compose(config, [f"task.data={data}", "common.cpu=true", "optimization.lr=[1.0]",
+                                      "lr_scheduler.warmup_updates=0", *TINY.get(config, TINY["bio_pubmedbert"]),
+                                      *overrides]))  # fmt: skip
+    task = tasks.setup_task(cfg.task)
+    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
+    return task, model, Trainer(cfg, task, model, criterion)
+
+
+def is_exempt(model, name):
+    norms = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, torch.nn.LayerNorm)}
+    return name.rpartition(".")[2].startswith("bias") or name in norms
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("config", sorted(TINY))
+def test_bert_recipes_do_not_decay_biases_and_layer_norms(compose, data_bin, config, precision):
+    """One AdamW step with zero gradients is weight decay alone: every weight is scaled by 1 - lr x 0.01, biases and
+    LayerNorm weights stay (in fp16 too, where the optimizer holds one fp32 master copy per parameter), and the
+    optimizer's state, two groups, loads back into a new one (a resumed run)."""
+    from fairseq_bio.tasks.bio_masked_lm import check_weight_decay_exemption
+
+    task, model, trainer = tiny_trainer(compose, data_bin("wordpiece"), config, f"precision={precision}")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.fill_(1.0)  # before the optimizer copies them: biases start at 0, where decay shows nothing
+    optimizer = trainer.optimizer
+    assert type(getattr(optimizer, "fp32_optimizer", optimizer)).__name__ == "BioAdamW"
+    assert sorted(g["weight_decay"] for g in optimizer.param_groups) == [0.0, 0.01]
+    check_weight_decay_exemption(optimizer)  # what train_step checks at the first update
+    optimizer.backward(sum(param.sum() for param in trainer.model.parameters()) * 0.0)  # zero gradients
+    optimizer.step()
+    exempt = 0
+    for name, param in trainer.model.named_parameters():
+        expected = 1.0 if is_exempt(model, name) else 1.0 - 0.01
+        exempt += expected == 1.0
+        assert param.float().sub(expected).abs().max() < 1e-3, name
+    assert exempt >= 8  # the embedding LayerNorm, each layer's two LayerNorms, their biases and the heads'
+    trainer2 = tiny_trainer(compose, data_bin("wordpiece"), config, f"precision={precision}")[2]
+    trainer2.optimizer.load_state_dict(optimizer.state_dict())
+
+
+def test_biolm_recipe_decays_every_weight_and_refuses_the_exemption_with_fairseqs_adam(compose, data_bin):
+    """bio-lm keeps fairseq's adam, which decays every parameter; asking it for the exemption stops at the first
+    update with the option to change, as does an optimizer over fairseq's flat fp16 master copy (no parameter
+    carries the mark)."""
+    from fairseq_bio.errors import BioConfigError
+    from fairseq_bio.optim.bio_adamw import BioAdamW, BioAdamWConfig
+    from fairseq_bio.tasks.bio_masked_lm import check_weight_decay_exemption
+
+    data = data_bin("wordpiece")
+    _, _, trainer = tiny_trainer(compose, data, "bio_roberta_base", "precision=fp32")
+    assert [g["weight_decay"] for g in trainer.optimizer.param_groups] == [0.01]
+    exempt = ("precision=fp32", "task.exempt_from_weight_decay=true")
+    _, _, trainer = tiny_trainer(compose, data, "bio_roberta_base", *exempt)
+    with pytest.raises(BioConfigError, match=r"^task.exempt_from_weight_decay=true: .* optimizer._name=bio_adamw"):
+        check_weight_decay_exemption(trainer.optimizer)
+    flat = BioAdamW(BioAdamWConfig(weight_decay=0.01, lr=[1e-3]), [torch.nn.Parameter(torch.zeros(10))])
+    with pytest.raises(BioConfigError, match="fp16_no_flatten_grads=true"):
+        check_weight_decay_exemption(flat)

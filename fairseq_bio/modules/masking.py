@@ -6,15 +6,29 @@ import torch
 
 from ..data.word_boundaries import WordBoundaries, special_symbols
 
+BUDGETS = ("words", "tokens")
+DECISIONS = ("word", "token")
+
 
 class BatchMasker:
-    """Chooses ``mask_prob`` of the words (or tokens) of each row and corrupts them 80/10/10.
+    """Chooses ``mask_prob`` of each row to predict and corrupts the chosen tokens 80/10/10.
 
     Works on a whole ``B x T`` batch with tensor operations on the batch's device, so the rate can follow
     the update number (PubMedBERT's 5 % -> 25 % schedule) and the result depends only on the generator's
     seed. Control symbols (``<s>``, ``</s>``, ``<pad>``, ``<mask>``) are never chosen. With word
-    boundaries, a chosen word is corrupted as a unit: every one of its tokens is predicted, and the
-    mask/keep/random decision is taken once per word (as in fairseq's ``MaskTokensDataset``).
+    boundaries, a chosen word is predicted as a unit: every one of its tokens.
+
+    Two rules for how much is chosen (``budget``):
+
+    - ``"words"``, fairseq's ``MaskTokensDataset``: ``mask_prob`` of the row's words (tokens, without word
+      boundaries), rounded probabilistically; with whole words, ``mask_prob`` of the tokens on average, but a row
+      predicts as many tokens as the words it drew have.
+    - ``"tokens"``, BERT's ``create_pretraining_data.py`` (and Megatron-LM's and ELECTRA's masking): a budget of
+      ``max(1, round(mask_prob x non-pad tokens))`` tokens, specials counted as BERT counts ``[CLS]``/``[SEP]``;
+      whole words in a random order are taken while they fit, a word that would overrun the budget is skipped.
+
+    The mask/keep/random decision is taken once per chosen word (``decision="word"``, fairseq's) or once per token
+    (``"token"``, BERT's); without word boundaries the two are the same.
     """
 
     def __init__(
@@ -25,14 +39,20 @@ class BatchMasker:
         random_token_prob: float = 0.1,
         freq_weighted_replacement: bool = False,
         word_boundaries: Optional[WordBoundaries] = None,
+        budget: str = "words",
+        decision: str = "word",
     ):
         if not 0.0 <= leave_unmasked_prob + random_token_prob <= 1.0:
             raise ValueError("leave_unmasked_prob + random_token_prob must lie in [0, 1]")
+        if budget not in BUDGETS or decision not in DECISIONS:
+            raise ValueError(f"budget must be one of {BUDGETS} and decision one of {DECISIONS}")
         self.pad_idx = dictionary.pad()
         self.mask_idx = mask_idx
         self.leave_unmasked_prob = leave_unmasked_prob
         self.random_token_prob = random_token_prob
         self.word_boundaries = word_boundaries
+        self.budget = budget
+        self.decision = decision
         special = special_symbols(dictionary)
         special[mask_idx] = True
         self.maskable = ~special
@@ -69,23 +89,28 @@ class BatchMasker:
         # Each maskable token belongs to the word that starts at the latest start at or before it.
         word_start = torch.where(starts, positions, torch.zeros_like(positions)).cummax(dim=1).values
 
-        # Choose round(mask_prob * words) words per row, rounding probabilistically (as fairseq does).
         rand = torch.rand(tokens.shape, device=device, generator=generator)
-        num_words = starts.sum(dim=1)
-        num_chosen = (mask_prob * num_words + torch.rand(num_words.shape, device=device, generator=generator)).long()
-        scores = torch.where(starts, rand, torch.full_like(rand, 2.0))
-        rank = scores.argsort(dim=1).argsort(dim=1)
-        chosen = starts & (rank < num_chosen.unsqueeze(1))
+        if self.budget == "words":
+            # Choose round(mask_prob * words) words per row, rounding probabilistically (as fairseq does).
+            num_words = starts.sum(dim=1)
+            fraction = torch.rand(num_words.shape, device=device, generator=generator)
+            num_chosen = (mask_prob * num_words + fraction).long()
+            scores = torch.where(starts, rand, torch.full_like(rand, 2.0))
+            rank = scores.argsort(dim=1).argsort(dim=1)
+            chosen = starts & (rank < num_chosen.unsqueeze(1))
+        else:
+            budget = (mask_prob * tokens.ne(self.pad_idx).sum(dim=1)).round().clamp_min(1).long()
+            lengths = torch.zeros_like(tokens).scatter_add_(1, word_start, maskable.long())
+            chosen = _fill_token_budget(starts, lengths, rand, budget)
 
-        # One keep/random/mask decision per chosen word, drawn at its first token.
+        # One keep/random/mask decision per chosen word (drawn at its first token), or one per token.
         decision = torch.rand(tokens.shape, device=device, generator=generator)
+        if self.decision == "word":
+            decision = decision.gather(1, word_start)
+        chosen = chosen.gather(1, word_start) & maskable
         keep = chosen & (decision < self.leave_unmasked_prob)
         randomize = chosen & ~keep & (decision < self.leave_unmasked_prob + self.random_token_prob)
 
-        def spread(flags: torch.Tensor) -> torch.Tensor:
-            return flags.gather(1, word_start) & maskable
-
-        chosen, keep, randomize = spread(chosen), spread(keep), spread(randomize)
         targets = torch.where(chosen, tokens, torch.full_like(tokens, self.pad_idx))
         corrupted = torch.where(chosen & ~keep & ~randomize, torch.full_like(tokens, self.mask_idx), tokens)
         num_random = int(randomize.sum())
@@ -93,3 +118,32 @@ class BatchMasker:
             draws = torch.multinomial(replacement_weights, num_random, replacement=True, generator=generator)
             corrupted = corrupted.masked_scatter(randomize, draws)
         return corrupted, targets
+
+
+def _fill_token_budget(
+    starts: torch.Tensor, lengths: torch.Tensor, rand: torch.Tensor, budget: torch.Tensor
+) -> torch.Tensor:
+    """BERT's whole-word choice for ``B x T`` word-start flags, ``B x T`` word lengths in tokens (at the starts),
+    ``B x T`` uniform scores giving the words' random order, and ``B`` token budgets -> ``B x T`` chosen starts.
+
+    In that order, a word is taken when it fits in what is left of the budget and skipped otherwise. Up to the
+    first word that does not fit this is a running sum; after it, what is left is shorter than that word, and each
+    further pass takes the next word that fits in every row at once, so the passes are fewer than the longest
+    word's tokens."""
+    order = torch.where(starts, rand, torch.full_like(rand, 2.0)).argsort(dim=1)  # the words first, shuffled
+    too_long = lengths.new_tensor(lengths.size(1) + 1)
+    length = torch.where(starts, lengths, too_long).gather(1, order)  # non-words never fit
+    taken = length.cumsum(dim=1) <= budget.unsqueeze(1)  # a prefix of each row
+    left = budget - (length * taken).sum(dim=1)
+    last = taken.sum(dim=1)  # the first word that did not fit (skipped)
+    index = torch.arange(length.size(1), device=length.device).expand_as(length)
+    while True:
+        fits = (index > last.unsqueeze(1)) & (length <= left.unsqueeze(1))
+        found = fits.any(dim=1)
+        if not bool(found.any()):
+            break
+        nxt = fits.int().argmax(dim=1)  # the first that fits
+        taken |= (index == nxt.unsqueeze(1)) & found.unsqueeze(1)
+        left = left - torch.where(found, length.gather(1, nxt.unsqueeze(1)).squeeze(1), torch.zeros_like(left))
+        last = torch.where(found, nxt, last)
+    return torch.zeros_like(starts).scatter(1, order, taken)

@@ -6,6 +6,9 @@ every parameter (measured on this CPU for bio_roberta_base: 811 ms per step agai
 AdamW). The one difference in the update: fairseq adds ``adam_eps`` to ``sqrt(v)`` before the bias correction of
 ``v``, torch after it, so in the first few hundred updates fairseq's effective epsilon is ``adam_eps /
 sqrt(1 - beta2^t)`` of torch's; afterwards the two are the same update.
+
+Unlike fairseq's ``adam`` it reads a parameter's weight-decay scale (``weight_decay_groups``), which is how the
+pretraining tasks' ``task.exempt_from_weight_decay`` leaves biases and LayerNorm weights undecayed.
 """
 
 import ast
@@ -41,7 +44,8 @@ class BioAdamW(FairseqOptimizer):
     def __init__(self, cfg: BioAdamWConfig, params):
         super().__init__(cfg)
         kernel = {"fused": True} if cfg.fused else {"foreach": True}
-        self._optimizer = torch.optim.AdamW(params, **self.optimizer_config, **kernel)
+        self._optimizer = torch.optim.AdamW(weight_decay_groups(params, cfg.weight_decay), **self.optimizer_config,
+                                            **kernel)  # fmt: skip
 
     @property
     def optimizer_config(self):
@@ -56,6 +60,24 @@ class BioAdamW(FairseqOptimizer):
     @property
     def supports_flat_params(self):
         return True  # an elementwise update: one flat fp32 master tensor works as well as many
+
+
+def weight_decay_groups(params, weight_decay: float) -> list:
+    """Parameters -> torch param groups: one of them all, or, when some carry a weight-decay scale
+    (``optim_overrides["optimizer"]["weight_decay_scale"]``, set by ``task.exempt_from_weight_decay``, and copied by
+    fairseq onto the fp32 master copies it makes one per parameter), one group per scale in order of first
+    appearance, each with ``weight_decay`` x its scale. fairseq's one flat fp32 master tensor carries no scale: one
+    group (the task refuses that optimizer)."""
+    params = list(params)
+    if any(isinstance(p, dict) for p in params):
+        return params  # groups already
+    groups = {}
+    for param in params:
+        scale = ((getattr(param, "optim_overrides", None) or {}).get("optimizer") or {}).get("weight_decay_scale")
+        groups.setdefault(1.0 if scale is None else float(scale), []).append(param)
+    if list(groups) in ([], [1.0]):
+        return params
+    return [{"params": group, "weight_decay": weight_decay * scale} for scale, group in groups.items()]
 
 
 def parse_betas(betas) -> Tuple[float, float]:

@@ -2,8 +2,11 @@
 ``[MASK]`` at every chosen position of the generator's input and the original tokens carried along.
 
 ELECTRA's paper writes the generator input as REPLACE(x, m, [MASK]) for every chosen position, which is the
-default here (``leave_unmasked_prob=0``, ``random_token_prob=0``); the public ELECTRA code leaves 15 % of the
-chosen tokens unchanged instead: ``task.leave_unmasked_prob=0.15`` reproduces that.
+default here (``leave_unmasked_prob=0``, ``random_token_prob=0``); the public ELECTRA code
+(google-research/electra, ``pretrain_helpers.mask``) puts [MASK] at 85 % of the chosen positions and leaves the
+original token at the other 15 %, never a random one: ``task.leave_unmasked_prob=0.15``, which
+``recipe/bioelectra.yaml`` sets (BioELECTRA trained with that code), with its budget of round(15 % of the tokens)
+positions (``task.mask_budget=tokens``).
 """
 
 from dataclasses import dataclass, field

@@ -21,7 +21,7 @@ from fairseq.data import (
     TokenBlockDataset,
     data_utils,
 )
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import SAMPLE_BREAK_MODE_CHOICES
 from fairseq.tasks.masked_lm import MaskedLMTask
@@ -32,7 +32,8 @@ from ..data.chunked_dataset import ChunkedSentenceDataset
 from ..data.dictionary import load_dictionary
 from ..data.word_boundaries import WordBoundaries
 from ..errors import BioConfigError, BioFileNotFoundError
-from ..modules.masking import BatchMasker
+from ..modules.masking import BUDGETS, DECISIONS, BatchMasker
+from .fine_tuning import exempt_from_weight_decay
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,22 @@ class BioMaskedLMConfig(FairseqDataclass):
     mask_whole_words: bool = field(
         default=False, metadata={"help": "mask every token of a chosen word (word boundaries from bpe_json)"}
     )
+    mask_budget: ChoiceEnum(BUDGETS) = field(
+        default="words",
+        metadata={
+            "help": "words: mask_prob of each row's words (tokens without mask_whole_words), fairseq's "
+            "MaskTokensDataset: with whole words a row predicts as many tokens as its drawn words have; tokens: "
+            "max(1, round(mask_prob x the row's tokens)) predicted tokens, whole words taken in random order while "
+            "they fit (BERT's create_pretraining_data.py, Megatron-LM's and ELECTRA's masking)"
+        },
+    )
+    mask_decision: ChoiceEnum(DECISIONS) = field(
+        default="word",
+        metadata={
+            "help": "with mask_whole_words, the mask/keep/random draw is taken once per chosen word (word: fairseq's) "
+            "or for each of its tokens (token: BERT's and Megatron-LM's)"
+        },
+    )
     bpe_json: Optional[str] = field(
         default=None,
         metadata={
@@ -93,6 +110,14 @@ class BioMaskedLMConfig(FairseqDataclass):
             "help": "continued pretraining that keeps the token embeddings (and the MLM head's output weight tied to "
             "them) at their starting values for the whole run (no gradient, no optimizer state, no weight decay): "
             "every other weight learns"
+        },
+    )
+    exempt_from_weight_decay: bool = field(
+        default=False,
+        metadata={
+            "help": "no weight decay on biases and LayerNorm weights, as BERT's, ELECTRA's and Megatron-LM's "
+            "pretraining code (fairseq's RoBERTa decays every weight); needs optimizer=bio_adamw with one fp32 "
+            "master tensor per parameter (common.fp16_no_flatten_grads=true under fp16)"
         },
     )
     max_update: int = II("optimization.max_update")
@@ -118,6 +143,7 @@ class BioMaskedLMTask(MaskedLMTask):
     def __init__(self, cfg: BioMaskedLMConfig, dictionary=None):
         super().__init__(cfg, dictionary)
         self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
+        self._decay_checked = False  # task.exempt_from_weight_decay: the optimizer is checked at the first update
         if cfg.head_warmup_updates < 0 or (cfg.head_warmup_updates and not self.head_warmup_supported):
             raise BioConfigError(
                 f"task.head_warmup_updates={cfg.head_warmup_updates}: must be >= 0, and 0 for {cfg._name}"
@@ -141,6 +167,8 @@ class BioMaskedLMTask(MaskedLMTask):
             random_token_prob=cfg.random_token_prob,
             freq_weighted_replacement=cfg.freq_weighted_replacement,
             word_boundaries=boundaries,
+            budget=str(cfg.mask_budget),
+            decision=str(cfg.mask_decision),
         )
 
     @classmethod
@@ -158,6 +186,10 @@ class BioMaskedLMTask(MaskedLMTask):
         if self.cfg.freeze_embeddings:
             frozen = freeze_token_embeddings(model)
             logger.info("token embeddings frozen (task.freeze_embeddings): %s", ", ".join(frozen))
+        if self.cfg.exempt_from_weight_decay:
+            exempt = exempt_from_weight_decay(model)
+            logger.info("no weight decay on %d biases and LayerNorm weights (task.exempt_from_weight_decay)",
+                        len(exempt))  # fmt: skip
         return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -221,6 +253,9 @@ class BioMaskedLMTask(MaskedLMTask):
         return {**sample, "net_input": {**sample["net_input"], "src_tokens": corrupted}, "target": target}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.exempt_from_weight_decay and not self._decay_checked:
+            check_weight_decay_exemption(optimizer)
+            self._decay_checked = True
         mask_prob = self.mask_prob_at(update_num)
         if self.mask_prob_schedule:
             metrics.log_scalar("mask_prob", mask_prob, weight=0, round=3)
@@ -233,6 +268,39 @@ class BioMaskedLMTask(MaskedLMTask):
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
         return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+
+
+def check_weight_decay_exemption(optimizer) -> None:
+    """Refuse, in one line, an optimizer that would decay the parameters ``task.exempt_from_weight_decay`` marked:
+    every parameter it holds that carries a weight-decay scale of 0 must sit in a group without weight decay, and
+    there must be such parameters (fairseq's flat fp32 master copy under fp16 carries no marks)."""
+    groups = _param_groups(optimizer)
+    if not any(group.get("weight_decay", 0.0) for group in groups):
+        return  # nothing is decayed at all
+    marked = honoured = 0
+    for group in groups:
+        for param in group["params"]:
+            overrides = (getattr(param, "optim_overrides", None) or {}).get("optimizer") or {}
+            if overrides.get("weight_decay_scale") == 0.0:
+                marked += 1
+                honoured += group.get("weight_decay", 0.0) == 0.0
+    if not marked or honoured < marked:
+        raise BioConfigError(
+            "task.exempt_from_weight_decay=true: the optimizer would still decay biases and LayerNorm weights; use "
+            "optimizer._name=bio_adamw, and under fp16 common.fp16_no_flatten_grads=true (one fp32 master tensor per "
+            f"parameter), not {type(getattr(optimizer, 'fp32_optimizer', optimizer)).__name__} "
+            f"with {sum(len(g['params']) for g in groups)} parameter tensor(s)"
+        )
+
+
+def _param_groups(optimizer) -> list:
+    """The torch param groups behind a fairseq optimizer, its fp16 wrapper, or fairseq's composite optimizer (whose
+    own torch optimizer has none: they are its per-group optimizers')."""
+    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
+    parts = getattr(inner, "optimizers", None)
+    if isinstance(parts, dict):
+        return [group for part in parts.values() for group in part.param_groups]
+    return list(optimizer.param_groups)
 
 
 def check_start_checkpoint(cfg) -> None:
