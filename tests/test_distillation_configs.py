@@ -32,9 +32,10 @@ def composed(name, *overrides):
     ("distill_biolm", (5.0, 2.0, 2.0, 1.0, 0.0, 0.0, 0.0), {}, (12, 768, 3072, 12)),
     # seed 004 eq. 4: alpha_1 = 2.0 (MLM), alpha_2 = 5.0 (KL), alpha_3 = 1.0 (cosine)
     ("distill_distilbiobert", (2.0, 5.0, 2.0, 1.0, 0.0, 0.0, 0.0), {}, (6, 768, 3072, 12)),
-    # eq. 9, every lambda 1: embedding MSE + per-layer hidden and attention MSE + output term
-    ("distill_tinybiobert", (0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0), {"hidden_loss": "mse", "attn_loss": "mse"},
-     (4, 312, 1200, 12)),
+    # eq. 9, every lambda 1: embedding MSE + per-layer hidden and attention MSE + output term; eq. 7's W_e apart from
+    # eq. 6's W_h, eq. 8's output term averaged over all N input tokens
+    ("distill_tinybiobert", (0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0),
+     {"hidden_loss": "mse", "attn_loss": "mse", "kl_positions": "all", "embed_projection": "own"}, (4, 312, 1200, 12)),
     # eq. 11: alpha_1 = 1.0 (MLM), alpha_2 = 5.0 (KL), alpha_3 = 3.0 x (hidden cosine + attention KL) per layer
     ("distill_compactbiobert", (1.0, 5.0, 1.0, 0.0, 0.0, 3.0, 3.0), {"hidden_loss": "cosine", "attn_loss": "kl"},
      (6, 768, 3072, 12)),
@@ -42,9 +43,10 @@ def composed(name, *overrides):
 def test_presets_carry_the_papers_losses_and_students(name, weights, extra, student):
     cfg = composed(name)
     crit = cfg.criterion
-    assert crit._name == "bio_distillation" and crit.teacher == "/teacher.pt" and crit.kl_positions == "masked"
+    assert crit._name == "bio_distillation" and crit.teacher == "/teacher.pt"
     assert tuple(crit[w] for w in WEIGHTS) == weights
-    assert all(crit[k] == v for k, v in extra.items())
+    extra = {"kl_positions": "masked", "embed_projection": "shared", **extra}  # DistilBERT's KL; one W_h
+    assert {k: crit[k] for k in extra} == extra
     assert cfg.task._name == "bio_masked_lm" and not cfg.task.mask_whole_words
     from fairseq_bio.criterions.bio_distillation import student_sizes
 
@@ -77,8 +79,10 @@ def test_every_criterion_option_is_overridable():
     listed = yaml.safe_load((CONFIG_DIR / "recipe" / "distill.yaml").read_text())["criterion"]
     own = {f for f in BioDistillationConfig.__dataclass_fields__ if not f.startswith("student_")}  # and _name
     assert set(listed) == own
-    cfg = composed("distill_tinybiobert", "criterion.layer_map='3,6,9,12'", "criterion.kl_positions=all")
-    assert cfg.criterion.layer_map == "3,6,9,12" and cfg.criterion.kl_positions == "all"
+    cfg = composed("distill_tinybiobert", "criterion.layer_map='3,6,9,12'", "criterion.kl_positions=masked",
+                   "criterion.embed_projection=shared")  # fmt: skip  (the authors' script's choices)
+    assert cfg.criterion.layer_map == "3,6,9,12" and cfg.criterion.kl_positions == "masked"
+    assert cfg.criterion.embed_projection == "shared"
 
 
 def _keys(node, prefix=""):

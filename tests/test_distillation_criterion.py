@@ -248,3 +248,44 @@ def test_projections_survive_a_checkpoint_round_trip_and_start_fresh_without_one
     assert torch.equal(crit.last_projection.bias, state["last_projection.bias"])
     crit.load_state_dict(None)  # an encoder checkpoint (criterion: None) leaves them as they are
     assert torch.equal(crit.last_projection.bias, state["last_projection.bias"])
+
+
+def test_embedding_term_has_its_own_projection_when_asked(task, teacher_path):
+    """criterion.embed_projection=own (TinyBioBERT eq. 7's W_e, recipe/tinybiobert): the embedding term goes through
+    a projection of its own, the layer terms through W_h; shared (the default, TinyBERT's code) uses W_h for both."""
+    shared = criterion_for(task, teacher_path, **OFF, embed_weight=1.0, hidden_weight=1.0, layer_map="2")
+    assert shared.embed_projection is None and shared.layer_projection is not None
+    own = criterion_for(task, teacher_path, **OFF, embed_weight=1.0, hidden_weight=1.0, layer_map="2",
+                        embed_projection="own")  # fmt: skip
+    assert {n.split(".")[0] for n, _ in own.named_parameters()} == {"embed_projection", "layer_projection"}
+    student = build_model(task, STUDENT, seed=1).eval()
+    sample = hand_batch(task)
+    tokens, pad = sample["net_input"]["src_tokens"], task.source_dictionary.pad()
+    _, log = own(student, sample)[1:]
+    _, s_extra = student(tokens, return_all_hiddens=True)
+    with torch.no_grad():
+        _, t_extra = own.teacher(tokens, return_all_hiddens=True)
+    s0, t0 = (x["inner_states"][0].transpose(0, 1) for x in (s_extra, t_extra))
+    expected = losses.hidden_mse(s0, t0, tokens.ne(pad), own.embed_projection)
+    assert log["embed_loss"].item() == pytest.approx(expected.item(), abs=1e-6)
+    other = losses.hidden_mse(s0, t0, tokens.ne(pad), own.layer_projection)
+    assert abs(log["embed_loss"].item() - other.item()) > 1e-4  # not W_h's
+    # own embed_loss, and a hidden_loss with no embedding term: only W_h
+    alone = criterion_for(task, teacher_path, **OFF, hidden_weight=1.0, layer_map="2", embed_projection="own")
+    assert alone.embed_projection is None and alone.layer_projection is not None
+
+
+def test_a_shared_projection_checkpoint_resumes_with_its_own_embedding_projection(task, teacher_path):
+    """A run saved with one W_h (embed_projection=shared, the recipe before seed 004's W_e) loads into a criterion
+    with its own W_e: W_e starts as the saved W_h, W_h is the saved one."""
+    shared = criterion_for(task, teacher_path, **OFF, embed_weight=1.0, hidden_weight=1.0, layer_map="2")
+    saved = {k: v + 1 for k, v in shared.state_dict().items()}
+    assert set(saved) == {"layer_projection.weight", "layer_projection.bias"}
+    own = criterion_for(task, teacher_path, **OFF, embed_weight=1.0, hidden_weight=1.0, layer_map="2",
+                        embed_projection="own")  # fmt: skip
+    own.load_state_dict(saved)
+    for name in ("weight", "bias"):
+        assert torch.equal(getattr(own.embed_projection, name), saved[f"layer_projection.{name}"])
+        assert torch.equal(getattr(own.layer_projection, name), saved[f"layer_projection.{name}"])
+    own.embed_projection.weight.data.add_(1.0)  # two parameters, not one
+    assert not torch.equal(own.embed_projection.weight, own.layer_projection.weight)

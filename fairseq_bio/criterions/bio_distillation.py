@@ -55,6 +55,13 @@ class BioDistillationConfig(FairseqDataclass):
     embed_weight: float = field(
         default=0.0, metadata={"help": "weight of the embedding-layer MSE (TinyBERT eq. 7, lambda_0)"}
     )
+    embed_projection: ChoiceEnum(["shared", "own"]) = field(
+        default="shared",
+        metadata={
+            "help": "when the widths differ, the embedding term's projection: shared: the layer terms' W_h (TinyBERT's "
+            "and TinyBioBERT's code, one fit_dense); own: a W_e of its own (seed 004 eq. 7)"
+        },
+    )
     hidden_weight: float = field(
         default=0.0,
         metadata={"help": "weight of the per-layer hidden-state term, summed over student layers (eq. 6 / 10)"},
@@ -134,14 +141,17 @@ class BioDistillationCriterion(FairseqCriterion):
                 self.layer_map = losses.parse_layer_map(cfg.layer_map, self.student_layers, self.teacher_layers)
             except ValueError as e:
                 raise DistillationError(f"criterion.layer_map: {e}") from None
-        # Learned projections student width -> teacher width (bio-lm sec. 7; TinyBERT's W_h, shared by the
-        # embedding and layer terms as in TinyBERT's and TinyBioBERT's code).
+        # Learned projections student width -> teacher width: bio-lm sec. 7's for the last hidden states; TinyBERT's
+        # W_h for the layer terms, which the embedding term shares (TinyBERT's and TinyBioBERT's code) or has its
+        # own W_e (seed 004 eq. 7: criterion.embed_projection=own).
         project = self.student_dim != self.teacher_dim
         self.last_projection = (
             nn.Linear(self.student_dim, self.teacher_dim) if project and "cos_loss" in self.on else None
         )
-        layers = project and bool(self.on & {"embed_loss", "hidden_loss"})
+        own_embed = cfg.embed_projection == "own" and "embed_loss" in self.on
+        layers = project and bool(self.on & ({"hidden_loss"} if own_embed else {"embed_loss", "hidden_loss"}))
         self.layer_projection = nn.Linear(self.student_dim, self.teacher_dim) if layers else None
+        self.embed_projection = nn.Linear(self.student_dim, self.teacher_dim) if project and own_embed else None
         logger.info(
             "distilling from %s (%d x %d) into a %d x %d student: %s%s",
             cfg.teacher,
@@ -164,6 +174,13 @@ class BioDistillationCriterion(FairseqCriterion):
         if not state_dict:
             logger.info("no distillation projections in the checkpoint: they start from their initialisation")
             return
+        if self.embed_projection is not None and not any(k.startswith("embed_projection.") for k in state_dict):
+            # A run that shared W_h for the embedding term, resumed with a W_e of its own: W_e starts as W_h was.
+            state_dict = dict(state_dict)
+            for name in ("weight", "bias"):
+                if f"layer_projection.{name}" in state_dict:
+                    state_dict[f"embed_projection.{name}"] = state_dict[f"layer_projection.{name}"].clone()
+            logger.info("the checkpoint shares W_h with the embedding term: embed_projection starts as a copy of it")
         return super().load_state_dict(state_dict, strict)
 
     def _teacher_like(self, model):
@@ -220,7 +237,8 @@ class BioDistillationCriterion(FairseqCriterion):
                 s_states = [s.transpose(0, 1) for s in extra["inner_states"]]  # T x B x C -> B x T x C
                 t_states = [s.transpose(0, 1) for s in t_extra["inner_states"]]
                 if "embed_loss" in self.on:
-                    terms["embed_loss"] = losses.hidden_mse(s_states[0], t_states[0], nonpad, self.layer_projection)
+                    projection = self.embed_projection if self.embed_projection is not None else self.layer_projection
+                    terms["embed_loss"] = losses.hidden_mse(s_states[0], t_states[0], nonpad, projection)
                 if "hidden_loss" in self.on:
                     per_layer = losses.hidden_mse if self.cfg.hidden_loss == "mse" else losses.cosine_loss
                     terms["hidden_loss"] = sum(
