@@ -330,11 +330,13 @@ def test_memory_efficient_precisions_refuse_bio_adamw(precision, vocab_dir):
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_distillation_projection_trains_in_mixed_precision(precision, vocab_dir, teacher):
-    """TinyBioBERT's distillation (fairseq's adam): the student's parameters and the criterion's learned projection
-    are the optimizer's, and their updates in ``precision`` are fp32's."""
+    """TinyBioBERT's distillation (fairseq's adam): the student's parameters and the criterion's learned projections
+    (the hidden states' and, as the paper's eq. 7 has it, the embeddings' own) are the optimizer's, and their updates
+    in ``precision`` are fp32's."""
     trainer, initial, final = check_against_fp32(lambda p: distillation_setup(vocab_dir, teacher, p), precision)
     projection = [n for n, _ in trainer.criterion.named_parameters()]
-    assert projection == ["layer_projection.weight", "layer_projection.bias"]
+    assert projection == ["layer_projection.weight", "layer_projection.bias", "embed_projection.weight",
+                          "embed_projection.bias"]  # fmt: skip
     assert all(n in final and not torch.equal(final[n], initial[n]) for n in projection)
 
 
