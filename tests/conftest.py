@@ -5,14 +5,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from filelock import FileLock
 
+from fairseq_bio import runs
+from fairseq_bio.runs import BIN, logged  # noqa: F401  (the tests' log reader: fairseq_bio.runs's)
+
 REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 SLICE_DOCS = 1500  # abstracts read from one real MEDLINE baseline file
 # `make test` runs the suite in two pytest-xdist workers (2 cores, one thread per fairseq process): the session's
 # expensive fixtures are built once, by the first worker that needs them, and reused by the other (build_once).
@@ -128,27 +129,13 @@ def data_bin(pubmed_corpus, learned_vocab, tmp_path_factory):
 
 
 def run_cli(args, cwd, timeout=600, check=True):
-    """Run one of the installed console scripts (fairseq-train, fairseq-hydra-train, ...) for real."""
+    """Run one of the installed console scripts for real: ``args`` a ``fairseq_bio.runs`` command line, or a
+    script's name (fairseq-train, fairseq-bio-predict, ...) and its arguments; its output captured."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", THREADS)}
-    result = subprocess.run(
-        [str(BIN / args[0]), *map(str, args[1:])], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    result = subprocess.run(runs.command(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{args[0]} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
-
-
-def logged(log_file, kind):
-    """{num_updates: entry} of fairseq's json progress entries of ``kind`` ("train_inner", "train" or "valid")."""
-    prefix = "" if kind == "train_inner" else f"{kind}_"
-    entries = {}
-    for line in open(log_file, encoding="utf-8"):
-        if not line.startswith("{") or '"epoch"' not in line:
-            continue
-        entry = json.loads(line)
-        if f"{prefix}num_updates" in entry and (kind != "train_inner" or "update" in entry):
-            entries[int(entry[f"{prefix}num_updates"])] = {k[len(prefix) :]: v for k, v in entry.items()}
-    return entries
 
 
 SHARED_DATA = REPO.parent / "shared" / "data"  # the real task data (never copied into the repository)
@@ -175,11 +162,10 @@ def _pretrain_tiny(data_bin, save_dir, size=ENCODER_SIZE, updates=ENCODER_UPDATE
     """fairseq-hydra-train of the bio_roberta_tiny config at ``size`` (model overrides, ``model._name`` included when
     another architecture is meant) for ``updates`` updates; returns checkpoint_last.pt."""
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
-         f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         *size, f"optimization.max_update={updates}", "optimization.lr=[0.001]",
-         "lr_scheduler.warmup_updates=30", "dataset.validate_interval_updates=100000",
-         "checkpoint.save_interval_updates=100000", "common.log_interval=100"],
+        runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *size,
+                         f"optimization.max_update={updates}", "optimization.lr=[0.001]",
+                         "lr_scheduler.warmup_updates=30", "dataset.validate_interval_updates=100000",
+                         "checkpoint.save_interval_updates=100000", "common.log_interval=100", save_dir=save_dir),
         cwd=save_dir, timeout=1200,
     )  # fmt: skip
     return save_dir / "checkpoint_last.pt"
@@ -217,9 +203,8 @@ def fine_tune(data, save_dir, *overrides, updates=150, cwd=None):
     """fairseq-hydra-train --config-name bio_tagging_ner on ``data``; returns the json log's path."""
     log = Path(save_dir) / "train.log"
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         f"common.log_file={log}", f"optimization.max_update={updates}", *FINE_TUNE, *overrides],
+        runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"optimization.max_update={updates}", *FINE_TUNE,
+                         *overrides, save_dir=save_dir, log=log),
         cwd=cwd or save_dir, timeout=1200,
     )  # fmt: skip
     return log
@@ -238,10 +223,8 @@ def fine_tune_sentence(sentence_task, data, save_dir, *overrides, updates=100):
     Path(save_dir).mkdir(parents=True, exist_ok=True)
     log = Path(save_dir) / "train.log"
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_sentence_prediction",
-         f"sentence_task={sentence_task}", f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}",
-         f"checkpoint.save_dir={save_dir}", f"common.log_file={log}", f"optimization.max_update={updates}",
-         *FINE_TUNE, *overrides],
+        runs.hydra_train("bio_sentence_prediction", f"sentence_task={sentence_task}", f"task.data={data}",
+                         f"optimization.max_update={updates}", *FINE_TUNE, *overrides, save_dir=save_dir, log=log),
         cwd=save_dir, timeout=1200,
     )  # fmt: skip
     return log

@@ -3,7 +3,6 @@ checkpoint_last.pt included, leaves the old file in place and a run that resumes
 named in one line with the newest intact checkpoint, and FAIRSEQ_BIO_RESUME_FALLBACK=1 resumes from it. Also: raw
 text as task.data is refused in one line, and the pre-LN encoder pretrains and fine-tunes end to end."""
 
-import json
 import os
 import re
 import shutil
@@ -13,9 +12,10 @@ import sys
 
 import pytest
 import torch
-from conftest import BIN, ENCODER_SIZE, REPO, fine_tune, logged
+from conftest import ENCODER_SIZE, fine_tune, logged
+from training_processes import first_update_after_restart
 
-from fairseq_bio import checkpoints, compat
+from fairseq_bio import checkpoints, compat, runs
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -46,28 +46,22 @@ cli_main()
 # 10 updates between checkpoints, every one kept.
 TRAIN = [*ENCODER_SIZE, "checkpoint.save_interval_updates=10", "checkpoint.keep_interval_updates=-1",
          "dataset.disable_validation=true", "lr_scheduler.warmup_updates=5", "optimization.lr=[0.001]",
-         "common.log_format=json", "common.log_interval=5", "common.tensorboard_logdir=null"]  # fmt: skip
+         "common.log_interval=5", "common.tensorboard_logdir=null"]  # fmt: skip
 
 
-def hydra_args(data, save_dir, *overrides):
-    return ["--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny", f"task.data={data}",
-            f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-            f"common.log_file={save_dir}.log", *TRAIN, *overrides]  # fmt: skip
+def hydra_command(data, save_dir, *overrides):
+    """bio_roberta_tiny's training command line: TRAIN, a json log in ``<save_dir>.log``."""
+    return runs.hydra_train("bio_roberta_tiny", f"task.data={data}", *TRAIN, *overrides, save_dir=save_dir,
+                            log=f"{save_dir}.log")  # fmt: skip
 
 
 def train(data, save_dir, *overrides, env=None, check=True):
-    """The fairseq-hydra-train console script."""
-    result = subprocess.run([str(BIN / "fairseq-hydra-train"), *map(str, hydra_args(data, save_dir, *overrides))],
-                            env={**ENV, **(env or {})}, cwd=save_dir.parent, capture_output=True, text=True,
-                            timeout=600)  # fmt: skip
+    """The hydra training console script."""
+    result = subprocess.run(hydra_command(data, save_dir, *overrides), env={**ENV, **(env or {})},
+                            cwd=save_dir.parent, capture_output=True, text=True, timeout=600)  # fmt: skip
     if check and result.returncode != 0:
         raise AssertionError(f"fairseq-hydra-train failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
-
-
-def first_update_after_restart(log_file):
-    after = open(log_file, encoding="utf-8").read().split("Start iterating over samples")[-1]
-    return int(json.loads(next(l for l in after.splitlines() if l.startswith('{"epoch"')))["num_updates"])
 
 
 def updates_of(path):
@@ -81,7 +75,7 @@ def killed_and_resumed(data_bin, tmp_path_factory):
     save = tmp_path_factory.mktemp("kill-mid-copy") / "run"
     save.mkdir()
     killed = subprocess.run([sys.executable, "-c", _TRAIN_KILLED_MID_COPY,
-                             *map(str, hydra_args(data_bin("bytebpe"), save, "optimization.max_update=30"))],
+                             *hydra_command(data_bin("bytebpe"), save, "optimization.max_update=30")[1:]],
                             env={**ENV, "KILL_COPY_OF": "20"}, cwd=save.parent, capture_output=True, text=True,
                             timeout=600)  # fmt: skip
     assert killed.returncode == -signal.SIGXFSZ, killed.stderr[-3000:]
@@ -256,9 +250,8 @@ def test_raw_text_as_task_data_is_one_line_saying_what_to_run(pubmed_corpus, tmp
         ):
             task.setup_task(config(data=f"{tmp_path}/nothing"))
 
-    result = subprocess.run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"),
-                             "--config-name", "bio_roberta_tiny", f"task.data={text_dir / 'train.txt'}",
-                             f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path}/ckpt"],
+    result = subprocess.run(runs.hydra_train("bio_roberta_tiny", f"task.data={text_dir / 'train.txt'}",
+                                             save_dir=f"{tmp_path}/ckpt"),
                             env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode != 0
     error = result.stderr.strip().splitlines()[-1:]

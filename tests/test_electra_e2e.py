@@ -18,19 +18,15 @@ by update ~200: from then on a replacement is only detectable from context the d
 the generator (recall ~0.01 through 1,500 updates). At temperature 2 (flatter, rarer samples) the same run reaches
 recall 0.047."""
 
-import json
 import math
-import os
-import signal
-import subprocess
-import time
 
 import pytest
 import torch
-from conftest import BIN, REPO, logged, run_cli
+from conftest import logged, run_cli
 from test_compat import global_name, unsafe_globals
+from training_processes import first_update_after_restart, killed_at
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 
 SIZES = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
          "model.encoder_attention_heads=1", "model.generator_embed_dim=32", "model.generator_ffn_embed_dim=128",
@@ -39,11 +35,9 @@ SHORT = ["model.max_positions=64", "task.tokens_per_sample=64"]
 UPDATES = 450
 
 
-def electra_train(data, save_dir, *overrides):
-    """``fairseq-hydra-train --config-name bio_electra_tiny`` with absolute paths."""
-    return ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_electra_tiny",
-            f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-            *overrides]  # fmt: skip
+def electra_train(data, save_dir, *overrides, config="bio_electra_tiny"):
+    """The training command line of ``config`` with absolute paths."""
+    return runs.hydra_train(config, f"task.data={data}", *overrides, save_dir=save_dir)
 
 
 @pytest.fixture(scope="module")
@@ -141,25 +135,11 @@ def test_kill_9_and_restart_resumes_to_the_uninterrupted_losses(data_bin, tmp_pa
     assert sorted(reference) == list(range(5, 61, 5))
 
     save, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
-    argv = [str(BIN / "fairseq-hydra-train"), *map(str, command(save, log)[1:])]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
-    deadline = time.time() + 300
-    while True:
-        assert proc.poll() is None, "training ended before it could be killed"
-        assert time.time() < deadline, "training made no progress"
-        if (save / "checkpoint_last.pt").exists() and log.exists() and max(logged(log, "train_inner"), default=0) >= 30:
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert max(logged(log, "train_inner")) < 60
+    assert killed_at(command(save, log), log, 30, cwd=tmp_path) < 60
 
     run_cli(command(save, log), cwd=tmp_path)  # the same command again
-    after_restart = log.read_text().split("Start iterating over samples")[-1]
-    first_update = json.loads(next(l for l in after_restart.splitlines() if l.startswith('{"epoch"')))["num_updates"]
-    assert int(first_update) in (25, 45)  # resumed from checkpoint_last.pt (saved at 20 or 40), not from scratch
+    # resumed from checkpoint_last.pt (saved at 20 or 40), not from scratch
+    assert first_update_after_restart(log) in (25, 45)
     resumed = logged(log, "train_inner")
     assert sorted(resumed) == sorted(reference)
     for update in reference:
@@ -182,11 +162,10 @@ def test_phase_1_with_128_positions_restores_into_the_512_token_phase_2_config(d
     assert first["model"]["discriminator.embed_positions.weight"].shape == (128 + 2, 64)
 
     phase2, log = tmp_path / "phase2", tmp_path / "phase2.log"
-    run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_electra_base_512",
-             f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={phase2}",
-             f"checkpoint.restore_file={phase1 / 'checkpoint_last.pt'}", "common.cpu=true", "common.fp16=false",
-             "dataset.num_workers=0", "optimization.update_freq=[1]", "optimization.max_update=14", *SIZES, *quiet,
-             f"common.log_file={log}"],
+    run_cli(electra_train(data, phase2, f"checkpoint.restore_file={phase1 / 'checkpoint_last.pt'}", "common.cpu=true",
+                          "common.fp16=false", "dataset.num_workers=0", "optimization.update_freq=[1]",
+                          "optimization.max_update=14", *SIZES, *quiet, f"common.log_file={log}",
+                          config="bio_electra_base_512"),
             cwd=tmp_path)  # fmt: skip
     inner = logged(log, "train_inner")
     assert sorted(inner) == [11, 12, 13, 14]  # the update count carries on

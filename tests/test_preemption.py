@@ -7,8 +7,8 @@ import signal
 
 import pytest
 import torch
-from conftest import BIN, logged
-from training_processes import MLM, MLM_UPDATES, Run, hydra_args, losses, mlm_reference, updates_in
+from conftest import logged
+from training_processes import MLM, MLM_UPDATES, Run, hydra_command, losses, mlm_reference, updates_in
 
 from fairseq_bio import compat, preemption
 
@@ -74,10 +74,10 @@ def test_submitit_requeues_after_the_checkpoint_and_the_job_resumes(reference, d
     hands over to submitit's handler, which pickles the job and requeues it; the local executor starts it again and
     it resumes from the checkpoint to the end, as SLURM would after `scontrol requeue`."""
     save_dir, sweep = tmp_path / "run", tmp_path / "sweep"
-    argv = [BIN / "fairseq-hydra-train", "-m",
-            *hydra_args("bio_roberta_tiny", save_dir, f"task.data={data_bin('bytebpe')}", *MLM,
-                        "optimization.update_freq=[2]"),
-            "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30", f"hydra.sweep.dir={sweep}"]  # fmt: skip
+    command = hydra_command("bio_roberta_tiny", save_dir, f"task.data={data_bin('bytebpe')}", *MLM,
+                            "optimization.update_freq=[2]")  # fmt: skip
+    argv = [command[0], "-m", *command[1:], "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30",
+            f"hydra.sweep.dir={sweep}"]  # fmt: skip
     job = Run(argv, tmp_path / "multirun.out", f"{save_dir}.log")
     job.wait_for_update(3)
     os.kill(submitit_task_pid(sweep), signal.SIGUSR2)

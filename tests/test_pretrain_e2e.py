@@ -2,16 +2,13 @@
 (fixtures) -> fairseq-hydra-train / fairseq-train -> checkpoints, tensorboard, hub loading; and a kill -9
 in the middle of training that resumes to exactly the losses of an uninterrupted run."""
 
-import json
 import math
-import os
-import signal
-import subprocess
-import time
 
-import pytest
 import torch
-from conftest import BIN, REPO, logged, run_cli
+from conftest import logged, run_cli
+from training_processes import first_update_after_restart, killed_at
+
+from fairseq_bio import runs
 
 SMALL_MODEL = [
     "model.encoder_layers=2",
@@ -24,19 +21,8 @@ SMALL_MODEL = [
 
 
 def hydra_train(data, save_dir, *overrides):
-    """``fairseq-hydra-train --config-name bio_roberta_tiny`` with absolute paths (any working directory)."""
-    return [
-        "fairseq-hydra-train",
-        "--config-dir",
-        REPO / "hydra_configs",
-        "--config-name",
-        "bio_roberta_tiny",
-        f"task.data={data}",
-        f"common.user_dir={REPO / 'fairseq_bio'}",
-        f"checkpoint.save_dir={save_dir}",
-        *SMALL_MODEL,
-        *overrides,
-    ]
+    """The bio_roberta_tiny config's training command line, small, with absolute paths (any working directory)."""
+    return runs.hydra_train("bio_roberta_tiny", f"task.data={data}", *SMALL_MODEL, *overrides, save_dir=save_dir)
 
 
 def test_hydra_pretraining_on_pubmed_lowers_valid_loss(data_bin, tmp_path):
@@ -85,51 +71,14 @@ def test_fairseq_train_argparse_workflow(data_bin, tmp_path):
     """Existing argparse workflows: fairseq-train --user-dir ... --task bio_masked_lm --arch bio_roberta_*."""
     data = data_bin("sentencepiece")
     run_cli(
-        [
-            "fairseq-train",
-            data,
-            "--user-dir",
-            REPO / "fairseq_bio",
-            "--task",
-            "bio_masked_lm",
-            "--arch",
-            "bio_roberta_base",
-            "--encoder-layers",
-            "2",
-            "--encoder-embed-dim",
-            "64",
-            "--encoder-ffn-embed-dim",
-            "128",
-            "--encoder-attention-heads",
-            "4",
-            "--criterion",
-            "masked_lm",
-            "--mask-whole-words",
-            "--mask-prob-schedule",
-            "0.05,0.25",
-            "--tokens-per-sample",
-            "64",
-            "--batch-size",
-            "8",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-4",
-            "--max-update",
-            "6",
-            "--log-interval",
-            "1",
-            "--log-format",
-            "json",
-            "--cpu",
-            "--save-dir",
-            tmp_path / "ckpt",
-            "--no-epoch-checkpoints",
-            "--log-file",
-            tmp_path / "train.log",
-        ],
+        runs.train(data, "--task", "bio_masked_lm", "--arch", "bio_roberta_base", "--encoder-layers", "2",
+                   "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4",
+                   "--criterion", "masked_lm", "--mask-whole-words", "--mask-prob-schedule", "0.05,0.25",
+                   "--tokens-per-sample", "64", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4",
+                   "--max-update", "6", "--log-interval", "1", "--log-format", "json", "--cpu",
+                   "--save-dir", tmp_path / "ckpt", "--no-epoch-checkpoints", "--log-file", tmp_path / "train.log"),
         cwd=tmp_path,
-    )
+    )  # fmt: skip
     inner = logged(tmp_path / "train.log", "train_inner")
     assert [float(inner[u]["mask_prob"]) for u in sorted(inner)] == [0.05, 0.05, 0.05, 0.25, 0.25, 0.25]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
@@ -155,26 +104,11 @@ def test_kill_9_and_restart_resumes_to_the_uninterrupted_losses(data_bin, tmp_pa
 
     save, log = tmp_path / "interrupted", tmp_path / "interrupted.log"
     command = hydra_train(data, save, *settings, f"common.log_file={log}")
-    argv = [str(BIN / command[0]), *map(str, command[1:])]
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    deadline = time.time() + 300
-    while True:
-        assert proc.poll() is None, "training ended before it could be killed"
-        assert time.time() < deadline, "training made no progress"
-        if (save / "checkpoint_last.pt").exists() and log.exists() and max(logged(log, "train_inner"), default=0) >= 30:
-            break
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = max(logged(log, "train_inner"))
-    assert killed_at < 60
+    assert killed_at(command, log, 30, cwd=tmp_path) < 60  # checkpoint_last.pt saved at 20 by then
 
     run_cli(command, cwd=tmp_path)  # the same command again
-    after_restart = log.read_text().split("Start iterating over samples")[-1]
-    first_update = json.loads(next(l for l in after_restart.splitlines() if l.startswith('{"epoch"')))["num_updates"]
-    assert int(first_update) in (25, 45)  # resumed from checkpoint_last.pt (saved at 20 or 40), not from scratch
+    # resumed from checkpoint_last.pt (saved at 20 or 40), not from scratch
+    assert first_update_after_restart(log) in (25, 45)
     resumed = logged(log, "train_inner")  # later (post-resume) entries replace the killed run's
     assert sorted(resumed) == sorted(reference)
     for update in reference:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from conftest import logged, run_cli
 from test_distributed import assert_same_parameters, parameters, slurm, slurm_job, two_tasks  # noqa: F401 (fixture)
-from training_processes import MLM, MLM_UPDATES, hydra_args, losses, updates_in
+from training_processes import MLM, MLM_UPDATES, hydra_command, losses, updates_in
 
 from fairseq_bio import compat
 
@@ -120,6 +120,5 @@ def test_a_killed_sharded_run_resumes_exactly(runs, data_bin, slurm, tmp_path): 
 def test_fairscale_options_and_half_precision_are_refused_in_one_line(override, error, data_bin, tmp_path):
     """fairscale's own options would be ignored by FSDP2, and fp16 is not supported yet: one line, status 1."""
     config, *overrides = mlm(data_bin, SHARDED, override)
-    result = run_cli(["fairseq-hydra-train", *hydra_args(config, tmp_path / "run", *overrides)], cwd=tmp_path,
-                     check=False)  # fmt: skip
+    result = run_cli(hydra_command(config, tmp_path / "run", *overrides), cwd=tmp_path, check=False)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith(error), result.stderr[-2000:]

@@ -1,72 +1,55 @@
-"""Real fairseq-hydra-train processes for the launch tests: started, watched through their json log, signalled."""
+"""Real training processes for the launch tests (fairseq_bio.runs.Run): started, watched through their json log,
+signalled."""
 
 import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
-from conftest import BIN, ENCODER_SIZE, REPO, build_once, logged
+from conftest import ENCODER_SIZE, THREADS, build_once, logged
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+from fairseq_bio import runs
 
-
-def hydra_args(config, save_dir, *overrides, log=None):
-    """fairseq-hydra-train arguments: ``config`` from hydra_configs, a json log line per update in ``log``
-    (default ``<save_dir>.log``)."""
-    return ["--config-dir", str(REPO / "hydra_configs"), "--config-name", config,
-            f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-            f"common.log_file={log or f'{save_dir}.log'}", "common.log_format=json", "common.log_interval=1",
-            "common.tensorboard_logdir=null", *map(str, overrides)]  # fmt: skip
+ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # one thread per process: several run side by side
 
 
-class Run:
-    """One process, its output in ``<out>``; ``log`` is the json log it writes."""
+def hydra_command(config, save_dir, *overrides, log=None):
+    """The hydra training command line of ``config``: checkpoints in ``save_dir``, a json log line per update in
+    ``log`` (default ``<save_dir>.log``), no tensorboard."""
+    return runs.hydra_train(config, "common.log_interval=1", "common.tensorboard_logdir=null", *overrides,
+                            save_dir=save_dir, log=log or f"{save_dir}.log")  # fmt: skip
+
+
+class Run(runs.Run):
+    """``runs.Run`` with the tests' one thread per process, run beside its output file ``out``; ``log`` is the json
+    log it writes."""
 
     def __init__(self, argv, out: Path, log: Path, env=None, cwd=None, session=False):
-        """``session``: in a process group of its own (``os.killpg(run.proc.pid, sig)`` signals it and its
-        DataLoader workers, as SLURM signals every process of a job step)."""
-        self.out, self.log = Path(out), Path(log)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.out, "ab") as f:
-            self.proc = subprocess.Popen([str(a) for a in argv], stdout=f, stderr=subprocess.STDOUT,
-                                         env={**ENV, **(env or {})}, cwd=cwd or self.out.parent,
-                                         start_new_session=session)  # fmt: skip
+        super().__init__(argv, out, log=log, env={**ENV, **(env or {})}, cwd=cwd or Path(out).parent,
+                         session=session)  # fmt: skip
 
     @classmethod
     def train(cls, config, save_dir, *overrides, env=None, out=None, log=None, session=False):
-        save_dir = Path(save_dir)
-        args = hydra_args(config, save_dir, *overrides, log=log)
-        return cls([BIN / "fairseq-hydra-train", *args], out or f"{save_dir}.out", log or f"{save_dir}.log", env=env,
+        """``hydra_command``'s run, its output in ``out`` (default ``<save_dir>.out``)."""
+        log = log or f"{save_dir}.log"
+        return cls(hydra_command(config, save_dir, *overrides, log=log), out or f"{save_dir}.out", log, env=env,
                    session=session)  # fmt: skip
 
-    def output(self, whole=False) -> str:
-        text = self.out.read_text(errors="replace")
-        return text if whole else text[-4000:]
 
-    def wait_for_update(self, update: int, timeout: float = 300, log=None) -> int:
-        """Block until the json log shows ``update`` (or later); the update it shows."""
-        log = Path(log or self.log)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if log.exists():
-                done = [u for u in logged(log, "train_inner") if u >= update]
-                if done:
-                    return min(done)
-            if self.proc.poll() is not None:
-                raise AssertionError(f"exited ({self.proc.returncode}) before update {update}:\n{self.output()}")
-            time.sleep(0.05)
-        raise AssertionError(f"no update {update} within {timeout} s:\n{self.output()}")
+def killed_at(command, log, update: int, cwd) -> int:
+    """``command`` started in a process group of its own (its output in ``<log>.out``) and killed with SIGKILL,
+    whole, once its json log ``log`` shows ``update``; the last update it logged. Threads as ``conftest.run_cli``
+    gives them, so that the killed run computes what an uninterrupted one does."""
+    run = runs.Run(command, f"{log}.out", log=log, cwd=cwd, session=True,
+                   env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", THREADS)})  # fmt: skip
+    run.wait_for_update(update)
+    assert run.poll() is None, "training ended before it could be killed"
+    run.kill()
+    return max(logged(log, "train_inner"))
 
-    def signal(self, signum=signal.SIGUSR1):
-        self.proc.send_signal(signum)
 
-    def finish(self, timeout: float = 300) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"still running after {timeout} s:\n{self.output()}")
+def first_update_after_restart(log_file) -> int:
+    """The first training update a resumed run logged (after the last "Start iterating over samples")."""
+    after = Path(log_file).read_text(encoding="utf-8").split("Start iterating over samples")[-1]
+    return min(runs.entries(after.splitlines(), "train_inner"))
 
 
 def losses(log_file):

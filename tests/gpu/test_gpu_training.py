@@ -31,7 +31,7 @@ import statistics
 import pytest
 import torch
 from conftest import SHARED_DATA, build_once, conll_slice, logged, run_cli
-from training_processes import Run, hydra_args, updates_in
+from training_processes import Run, hydra_command, updates_in
 
 from fairseq_bio import compat, preemption
 
@@ -75,10 +75,9 @@ def precision_overrides(precision):
 
 
 def train(config, save_dir, *overrides):
-    """fairseq-hydra-train --config-name ``config`` for real, a json log line per update; returns the log's path."""
+    """``config`` trained for real, a json log line per update; returns the log's path."""
     save_dir.mkdir(parents=True, exist_ok=True)
-    run_cli(["fairseq-hydra-train", *hydra_args(config, save_dir, *DEVICE, *ONE_PROCESS, *overrides)], cwd=save_dir,
-            timeout=900)  # fmt: skip
+    run_cli(hydra_command(config, save_dir, *DEVICE, *ONE_PROCESS, *overrides), cwd=save_dir, timeout=900)
     return save_dir.parent / f"{save_dir.name}.log"
 
 

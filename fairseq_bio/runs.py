@@ -1,0 +1,266 @@
+"""Running fairseq and reading its logs, in one place.
+
+- Command lines: ``hydra_train`` (fairseq's hydra entry point, ``fairseq-hydra-train``, on a shipped config with
+  the plugin as its user dir), ``train`` / ``validate`` (fairseq's argparse entry points) and ``command`` (any
+  console script of this environment: fairseq's, or the plugin's own ``fairseq-bio-*``).
+- Processes: ``Run`` starts one (its output in a file, optionally in a process group of its own), watches its JSON
+  log for an update, signals, waits for or kills it; ``run`` runs one to its end. A failure is a ``RunError`` whose
+  message ends with the tail of the output.
+- Logs: ``logged`` reads fairseq's JSON progress log into ``{num_updates: entry}`` per kind (``train_inner``,
+  ``train``, ``valid``); ``last_validation`` is the last validation of a log in the JSON or the simple format.
+
+Only the standard library (and ``configs``, which imports nothing else) is imported, so that the BLURB runner, the
+demo, the benchmarks and the tests build and read runs without loading torch or fairseq.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Sequence, Union
+
+from . import configs
+
+BIN = Path(sys.executable).parent  # the console scripts of this environment: fairseq's and the plugin's
+PLUGIN_DIR = Path(__file__).resolve().parent  # the user dir (common.user_dir, --user-dir) fairseq loads
+HYDRA_TRAIN = "fairseq-hydra-train"
+TAIL_CHARS = 4000  # of a run's output, in its errors
+PathLike = Union[str, os.PathLike]
+
+
+# --- command lines -----------------------------------------------------------------------------------------------
+
+
+def executable(name: str) -> str:
+    """The console script ``name`` of this environment (beside ``sys.executable``)."""
+    return str(BIN / name)
+
+
+def command(name: str, *args: Any) -> list:
+    """``name`` (a console script of this environment: fairseq's or the plugin's) with ``args``, as strings."""
+    return [executable(name), *map(str, args)]
+
+
+def hydra_train(config: str, *overrides: Any, save_dir: Optional[PathLike] = None, log: Optional[PathLike] = None,
+                log_format: Optional[str] = "json", config_dir: Optional[PathLike] = None,
+                user_dir: Optional[PathLike] = PLUGIN_DIR) -> list:  # fmt: skip
+    """fairseq's hydra entry point on ``config`` (of ``config_dir``, default the plugin's shipped configs) with the
+    plugin as its user dir, checkpoints in ``save_dir`` and a ``log_format`` progress log in ``log`` (None: fairseq's
+    default format) when given, then ``overrides`` (hydra applies them in order: a later value wins).
+
+    ``user_dir=None`` leaves ``common.user_dir`` to the overrides (the BLURB runner's, whose command lines are the
+    identity of its stored results and keep their order)."""
+    fixed = [f"common.user_dir={user_dir}"] if user_dir is not None else []
+    if save_dir is not None:
+        fixed.append(f"checkpoint.save_dir={save_dir}")
+    if log is not None:
+        fixed += [f"common.log_file={log}"] + ([f"common.log_format={log_format}"] if log_format else [])
+    config_dir = configs.config_dir() if config_dir is None else config_dir
+    return command(HYDRA_TRAIN, "--config-dir", config_dir, "--config-name", config, *fixed, *overrides)
+
+
+def train(data: PathLike, *args: Any, plugin: bool = True) -> list:
+    """fairseq's argparse training entry point (``fairseq-train``) on ``data``, the plugin as ``--user-dir`` unless
+    ``plugin`` is false (stock fairseq), then ``args``."""
+    return command("fairseq-train", data, *(["--user-dir", PLUGIN_DIR] if plugin else []), *args)
+
+
+def validate(data: PathLike, *args: Any, plugin: bool = True) -> list:
+    """fairseq's validation entry point (``fairseq-validate``) on ``data``, the plugin as ``--user-dir`` unless
+    ``plugin`` is false, then ``args``."""
+    return command("fairseq-validate", data, *(["--user-dir", PLUGIN_DIR] if plugin else []), *args)
+
+
+# --- processes ---------------------------------------------------------------------------------------------------
+
+
+class RunError(RuntimeError):
+    """A run that exited non-zero, ended before what was waited for, or ran past its time (then it was killed); the
+    message says which and ends with the tail of its output. ``code``: its exit status (None: still running then)."""
+
+    def __init__(self, run: "Run", what: str):
+        self.run, self.code = run, run.proc.returncode
+        where = f"the end of its output ({run.out})" if run.out else "its output went to ours"
+        tail = run.output()
+        super().__init__(f"{run.name} {what}; {where}" + (f":\n{tail}" if tail else ""))
+
+
+class RunTimeout(RunError):
+    """A run still going at its time limit (and killed)."""
+
+
+class Run:
+    """One process, started at once: its output (stdout and stderr) appended to ``out`` (None: ours), its progress
+    read from the JSON log ``log`` it writes (``wait_for_update``).
+
+    ``env``: variables set over ours (PYTHONUNBUFFERED=1 is, so that the output file is up to date); ``session``: a
+    process group of its own, which ``kill`` ends whole (DataLoader workers, pytest-xdist workers and their runs
+    with it), as SLURM signals every process of a job step (``os.killpg(run.proc.pid, sig)``)."""
+
+    def __init__(self, argv: Sequence[Any], out: Optional[PathLike] = None, *, log: Optional[PathLike] = None,
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[PathLike] = None,
+                 session: bool = False):  # fmt: skip
+        self.argv = [str(a) for a in argv]
+        self.out = Path(out) if out is not None else None
+        self.log = Path(log) if log is not None else None
+        self.session = session
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        if self.out is not None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+        stream = open(self.out, "ab") if self.out is not None else None
+        try:
+            self.proc = subprocess.Popen(self.argv, stdout=stream, stderr=subprocess.STDOUT if stream else None,
+                                         env=environment, cwd=cwd, start_new_session=session)  # fmt: skip
+        finally:
+            if stream is not None:
+                stream.close()
+
+    @property
+    def name(self) -> str:
+        return Path(self.argv[0]).name
+
+    def output(self, whole: bool = False) -> str:
+        """What it printed (the last TAIL_CHARS characters unless ``whole``); "" when it prints to ours."""
+        if self.out is None or not self.out.exists():
+            return ""
+        text = self.out.read_text(encoding="utf-8", errors="replace")
+        return text if whole else text[-TAIL_CHARS:]
+
+    def poll(self) -> Optional[int]:
+        """Its exit status, None while it runs."""
+        return self.proc.poll()
+
+    def signal(self, signum: int = signal.SIGUSR1) -> None:
+        """``signum`` to the process itself (not its group)."""
+        self.proc.send_signal(signum)
+
+    def kill(self) -> int:
+        """SIGKILL to it (to its whole group with ``session``); its exit status."""
+        if self.proc.poll() is None:
+            if self.session:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def finish(self, timeout: Optional[float] = None) -> int:
+        """Wait for its end; its exit status. Still running after ``timeout`` seconds (``RunTimeout``), or when the
+        wait is interrupted (Ctrl-C, a SIGTERM handler raising), it is killed first, never left running."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RunTimeout(self, f"still running after {timeout:g} s, killed") from None
+        except BaseException:
+            self.kill()
+            raise
+
+    def check(self, timeout: Optional[float] = None) -> "Run":
+        """``finish``, and a ``RunError`` unless it exited 0."""
+        code = self.finish(timeout)
+        if code != 0:
+            raise RunError(self, f"exited {code}")
+        return self
+
+    def wait_for_update(self, update: int, timeout: float = 300, log: Optional[PathLike] = None) -> int:
+        """Block until its JSON log (``log``, default the run's) shows a training update ``update`` or later; the
+        first such update. A ``RunError`` when it exits before, or ``timeout`` seconds pass (it is left running)."""
+        log = Path(log or self.log)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if log.exists():
+                done = [u for u in logged(log, "train_inner") if u >= update]
+                if done:
+                    return min(done)
+            if self.proc.poll() is not None:
+                raise RunError(self, f"exited {self.proc.returncode} before update {update}")
+            time.sleep(0.05)
+        raise RunError(self, f"logged no update {update} within {timeout:g} s")
+
+
+def run(argv: Sequence[Any], out: Optional[PathLike] = None, *, env: Optional[Dict[str, str]] = None,
+        cwd: Optional[PathLike] = None, timeout: Optional[float] = None, session: bool = False) -> Run:  # fmt: skip
+    """Run ``argv`` to its end (see ``Run``); a ``RunError`` with the tail of ``out`` unless it exits 0."""
+    return Run(argv, out, env=env, cwd=cwd, session=session).check(timeout)
+
+
+# --- logs --------------------------------------------------------------------------------------------------------
+
+KINDS = {"train_inner": "", "train": "train_", "valid": "valid_"}  # kind -> the prefix of its keys
+SIMPLE_VALIDATION = "valid on 'valid' subset"  # fairseq's simple / tqdm format's validation line
+
+
+def _number(value: Any) -> Any:
+    """A value of fairseq's JSON log (numbers are written as strings, "0.37", "12") as a number; others unchanged."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value) if value.lstrip("-").isdigit() else float(value)
+    return value
+
+
+def _simple_validation(line: str) -> Optional[Dict[str, Any]]:
+    """The stats of a validation line in fairseq's simple format (``epoch 001 | valid on 'valid' subset | loss 9.1 |
+    ppl 548.2 | ... | num_updates 600``; fairseq-validate's has no epoch and no num_updates), else None."""
+    if SIMPLE_VALIDATION not in line:
+        return None
+    fields = dict(part.strip().split(" ", 1) for part in line.split("|") if part.strip().count(" ") == 1)
+    return {k: _number(v) for k, v in fields.items()}
+
+
+def _entry(line: str, kind: str) -> Optional[Dict[str, Any]]:
+    """The progress entry of ``kind`` on one line of fairseq's output, its keys without the kind's prefix (``train``,
+    ``valid``: only the prefixed keys) and its values numbers; else None. A JSON entry starts the line in a log file
+    and follows the logger's ``time | level | name |`` on the console; validations in the simple format count too."""
+    prefix = KINDS[kind]
+    if kind == "valid" and SIMPLE_VALIDATION in line:
+        return _simple_validation(line)
+    start = line.find("{")
+    if start < 0 or f'"{prefix}num_updates"' not in line:
+        return None
+    try:
+        entry = json.loads(line[start:])
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or f"{prefix}num_updates" not in entry:
+        return None
+    if kind == "train_inner" and "update" not in entry:
+        return None  # not an interval's (those carry the fractional epoch ``update``)
+    return {k[len(prefix) :]: _number(v) for k, v in entry.items() if k.startswith(prefix)}
+
+
+def entries(lines: Iterable[str], kind: str) -> Dict[int, Dict[str, Any]]:
+    """``{num_updates: entry}`` of the progress entries of ``kind`` in ``lines`` of fairseq's output: ``train_inner``
+    (every ``log_interval`` updates), ``train`` (end of epoch) or ``valid`` (see ``_entry``). A later line for the
+    same update wins (a resumed run's)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: one of {', '.join(KINDS)}")
+    found: Dict[int, Dict[str, Any]] = {}
+    for line in lines:
+        entry = _entry(line, kind)
+        if entry is not None and "num_updates" in entry:
+            found[int(float(entry["num_updates"]))] = entry
+    return found
+
+
+def logged(log: PathLike, kind: str) -> Dict[int, Dict[str, Any]]:
+    """``entries`` of the log file ``log`` (``common.log_file``, or a run's output); {} when there is none."""
+    if not os.path.exists(log):
+        return {}
+    with open(log, encoding="utf-8", errors="replace") as f:
+        return entries(f, kind)
+
+
+def last_validation(log: PathLike) -> Optional[Dict[str, Any]]:
+    """The last validation written to ``log`` (``loss``, ``ppl``, ``num_updates``, ...; JSON or simple format, the
+    output of fairseq-validate too), or None when it has none."""
+    last = None
+    if os.path.exists(log):
+        with open(log, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                last = _entry(line, "valid") or last
+    return last
