@@ -14,6 +14,7 @@ import torch
 from conftest import FINE_TUNE, REPO, run_cli
 from helpers import make_dictionary
 
+from fairseq_bio import runs
 from fairseq_bio.data.qa_dataset import (
     EncodedQA,
     ExtractiveQADataset,
@@ -357,14 +358,13 @@ def test_criterion_masks_question_and_padding_and_scores_per_question():
 
 
 def fine_tune_qa(encoder, save_dir, *overrides, updates=20, data=QA_DATA):
-    """fairseq-hydra-train --config-name bio_extractive_qa on ``data``; returns the json log's path."""
+    """bio_extractive_qa trained on ``data``; returns the json log's path."""
     save_dir.mkdir(parents=True, exist_ok=True)
     log = save_dir / "train.log"
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_extractive_qa",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         f"checkpoint.restore_file={encoder}", f"common.log_file={log}", f"optimization.max_update={updates}",
-         *FINE_TUNE, "dataset.batch_size=8", "task.doc_stride=32", *overrides],
+        runs.hydra_train("bio_extractive_qa", f"task.data={data}", f"checkpoint.restore_file={encoder}",
+                         f"optimization.max_update={updates}", *FINE_TUNE, "dataset.batch_size=8", "task.doc_stride=32",
+                         *overrides, save_dir=save_dir, log=log),
         cwd=save_dir, timeout=900,
     )  # fmt: skip
     return log
@@ -397,12 +397,10 @@ def qa_model(tiny_encoder, tmp_path_factory):
 def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(qa_model, bytebpe_vocab):
     from conftest import logged
 
-    from fairseq_bio.blurb.execute import valid_entries
-
     save_dir, log = qa_model
     dataset = qa_dataset(bytebpe_vocab, QA_DATA / "dev.json")  # the tiny encoder's vocabulary and positions
     windows = sum(dataset.windows(i) for i in range(len(dataset)))
-    dev = valid_entries(log)
+    dev = runs.logged(log, "valid")
     assert max(dev) == 20 and len(dev) >= 4  # every epoch of 4 updates, and the last update
     for entry in dev.values():
         assert all(0 <= entry[m] <= 100 for m in METRICS)
@@ -420,9 +418,7 @@ def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(
 
 def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     save_dir, log = qa_model
-    from fairseq_bio.blurb.execute import valid_entries
-
-    last = valid_entries(log)[20]
+    last = runs.logged(log, "valid")[20]
     rows, printed = predict_round_trip(save_dir, tmp_path, capsys)
     assert printed == {m: pytest.approx(last[m], abs=0.006) for m in METRICS}
     dev = read_squad(str(QA_DATA / "dev.json"))
@@ -520,9 +516,7 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
     save_dir = tmp_path / "run"
     log = fine_tune_qa(imported / "model.pt", save_dir, "task.max_positions=128", "dataset.batch_size=4",
                        "optimizer.groups.default.lr_float=0.0001", updates=2)  # fmt: skip
-    from fairseq_bio.blurb.execute import valid_entries
-
-    last = valid_entries(log)[2]
+    last = runs.logged(log, "valid")[2]
     rows, printed = predict_round_trip(save_dir, tmp_path, capsys)
     assert printed == {m: pytest.approx(last[m], abs=0.006) for m in METRICS}
     dev = read_squad(str(QA_DATA / "dev.json"))

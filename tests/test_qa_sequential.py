@@ -13,6 +13,8 @@ from conftest import REPO
 from hydra_compose import composer, job_config
 from test_extractive_qa import QA_DATA, fine_tune_qa
 
+from fairseq_bio import runs
+
 HEAD = "classification_heads.bio_qa."
 
 
@@ -93,8 +95,6 @@ def test_restore_head_true_needs_a_span_head_in_the_checkpoint(tiny_encoder, tmp
 def test_a_second_qa_run_from_a_qa_checkpoint_trains_from_its_head(first_run, tmp_path):
     """The real command: fairseq-hydra-train from the first run's checkpoint logs the restore, and its dev loss at
     the first validation starts where the first run left off rather than from a new head."""
-    from fairseq_bio.blurb.execute import valid_entries
-
     second = tmp_path / "second"
     log = fine_tune_qa(first_run, second, "optimizer.groups.default.lr_float=0.0", updates=1)
     assert f"span head bio_qa: restored from {first_run} (task.restore_head=null)" in hydra_log(second)
@@ -106,6 +106,6 @@ def test_a_second_qa_run_from_a_qa_checkpoint_trains_from_its_head(first_run, tm
                              updates=1)  # fmt: skip
     assert f"span head bio_qa: initialised, not restored from {first_run} (task.restore_head=false: not asked for)" \
         in hydra_log(fresh)
-    first_dev = valid_entries(first_run.parent / "train.log")
-    assert valid_entries(log)[1]["loss"] == pytest.approx(first_dev[4]["loss"], abs=0.002)
-    assert valid_entries(fresh_log)[1]["loss"] != pytest.approx(first_dev[4]["loss"], abs=0.002)
+    first_dev = runs.logged(first_run.parent / "train.log", "valid")
+    assert runs.logged(log, "valid")[1]["loss"] == pytest.approx(first_dev[4]["loss"], abs=0.002)
+    assert runs.logged(fresh_log, "valid")[1]["loss"] != pytest.approx(first_dev[4]["loss"], abs=0.002)

@@ -8,9 +8,9 @@ to the official definitions applied to the written predictions."""
 import json
 
 import pytest
-from conftest import REPO
 from test_extractive_qa import QA_DATA, fine_tune_qa, hand_batch, set_logits
 
+from fairseq_bio import runs
 from fairseq_bio.data.qa_dataset import (
     NO_ANSWER,
     EncodedQA,
@@ -215,14 +215,12 @@ def predict_v2(save_dir, data, out, capsys, *options):
 def test_v2_trains_and_predicts_end_to_end(v2_run, tmp_path, capsys):
     from conftest import logged
 
-    from fairseq_bio.blurb.execute import valid_entries
-
     data, save_dir, log = v2_run
     from test_qa_sequential import hydra_log
 
     text = hydra_log(save_dir)
     assert "41 questions (12 unanswerable)" in text and "15 questions (4 unanswerable)" in text
-    dev = valid_entries(log)
+    dev = runs.logged(log, "valid")
     last = dev[max(dev)]
     for entry in dev.values():
         assert all(0 <= entry[m] <= 100 for m in V2_METRICS)
@@ -273,9 +271,8 @@ def test_a_v1_checkpoint_refuses_a_v2_file_in_one_line(v2_run, tiny_encoder, tmp
     save_dir = tmp_path / "v1"
     save_dir.mkdir()
     result = run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_extractive_qa",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         f"checkpoint.restore_file={tiny_encoder}", "optimization.max_update=1"],
+        runs.hydra_train("bio_extractive_qa", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}",
+                         "optimization.max_update=1", save_dir=save_dir),
         cwd=save_dir, check=False,
     )  # fmt: skip
     assert result.returncode == 1

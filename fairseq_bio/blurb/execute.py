@@ -1,9 +1,9 @@
-"""Running fairseq-bio-blurb's runs: one fairseq-hydra-train and one fairseq-bio-predict of the test split each, the
-dev scores scraped from fairseq's json log, the test score computed from the predictions file, and result.json;
-a finished run made by the same command from the same encoder file is reused.
+"""Running fairseq-bio-blurb's runs: one training process (``runs.hydra_train``'s command line) and one
+fairseq-bio-predict of the test split each, the dev scores read from fairseq's json log (``runs.logged``), the test
+score computed from the predictions file, and result.json; a finished run made by the same command from the same
+encoder file is reused.
 """
 
-import contextlib
 import json
 import shlex
 import subprocess
@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Tuple
 from ..files import atomic_write, write_json
 from ..inference.predictions import read_predictions
 from ..metrics.blurb import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
+from ..runs import Run as Process
+from ..runs import logged
 from .datasets import TAGGING
 from .plan import Plan, Run, comma_names
 from .report import aggregate, write_results
@@ -37,49 +39,14 @@ class RunFailed(Exception):
     """One run did not finish; the message is one line and names the file to read."""
 
 
-def _number(value: Any) -> Any:
-    """fairseq's json logs write numbers as strings ("0.37"): numbers again."""
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return int(value) if value.lstrip("-").isdigit() else float(value)
-    return value
-
-
-def json_entries(text: str, prefix: str) -> List[Dict[str, Any]]:
-    """fairseq's json progress entries whose keys start with ``prefix`` (e.g. ``valid_``), in order."""
-    entries = []
-    for line in text.splitlines():
-        start = line.find("{")
-        if start < 0 or f'"{prefix}' not in line:
-            continue
-        try:
-            entry = json.loads(line[start:])
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and any(k.startswith(prefix) for k in entry):
-            entries.append({k[len(prefix) :]: _number(v) for k, v in entry.items() if k.startswith(prefix)})
-    return entries
-
-
-def valid_entries(log: Path) -> Dict[int, Dict[str, Any]]:
-    """{num_updates: entry} of a training run's dev validations (fairseq may write an entry more than once)."""
-    if not log.exists():
-        return {}
-    return {int(e["num_updates"]): e for e in json_entries(log.read_text(encoding="utf-8"), "valid_")
-            if "num_updates" in e}  # fmt: skip
-
-
 def examples_trained(log: Path) -> int:
     """Training examples a run went through: per epoch, its updates times fairseq's average batch size (``bsz``),
     from the epoch-end ``train_`` entries of its log."""
-    if not log.exists():
-        return 0
-    epochs = [e for e in json_entries(log.read_text(encoding="utf-8"), "train_") if "num_updates" in e and "bsz" in e]
     total, before = 0.0, 0
-    for entry in epochs:
-        updates = int(entry["num_updates"])
-        total += (updates - before) * float(entry["bsz"])
-        before = updates
+    for updates, entry in sorted(logged(log, "train").items()):
+        if "bsz" in entry:
+            total += (updates - before) * float(entry["bsz"])
+            before = updates
     return round(total)
 
 
@@ -129,15 +96,15 @@ def execute(run: Run) -> Dict[str, Any]:
     with atomic_write(run.dir / "cmd.txt") as f:
         f.write(shlex.join(run.command) + "\n")
     start = time.time()
-    with open(run.dir / "train.out", "w", encoding="utf-8") as out:
-        code = subprocess.run(run.command, cwd=run.dir, stdout=out, stderr=subprocess.STDOUT).returncode
+    # finish(): a SIGTERM to the runner (fairseq-bio-blurb raises KeyboardInterrupt) kills the training with it
+    training = Process(run.command, run.dir / "train.out", cwd=run.dir)
+    code = training.finish()
     train_s = time.time() - start
     remove_interval_checkpoints(run.dir)
     if code:
-        tail = _last_line((run.dir / "train.out").read_text(encoding="utf-8", errors="replace"))
-        raise RunFailed(f"fairseq-hydra-train exited {code}: {tail} (see {run.dir / 'train.out'})")
+        raise RunFailed(f"{training.name} exited {code}: {_last_line(training.output())} (see {training.out})")
     selection = str(run.plan.cfg["checkpoint"]["best_checkpoint_metric"])
-    dev = valid_entries(run.dir / "train.log")
+    dev = logged(run.dir / "train.log", "valid")
     if not dev or not (run.dir / "checkpoint_best.pt").exists():
         raise RunFailed(f"no dev validation or no checkpoint_best.pt (see {run.dir / 'train.out'})")
     maximize = bool(run.plan.cfg["checkpoint"].get("maximize_best_checkpoint_metric", True))

@@ -6,7 +6,6 @@ runners off one ``--out``.
 import logging
 import math
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,11 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..configs import config_dir
 from ..metrics.blurb import Benchmark, BenchmarkTask
+from ..runs import PLUGIN_DIR, command, hydra_train
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
 from .folds import Fold, write_folds
-
-PLUGIN_DIR = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 
 class BlurbError(Exception):
@@ -62,7 +59,7 @@ def comma_names(value: Any) -> List[str]:
 
 
 def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
-    """The job config fairseq-hydra-train composes for ``recipe``'s config, preset and overrides, then
+    """The job config fairseq's hydra entry point composes for ``recipe``'s config, preset and overrides, then
     ``overrides`` (fairseq's schema included)."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose as hydra_compose
@@ -194,8 +191,8 @@ class Plan:
 
 @dataclass
 class Run:
-    """One fairseq-hydra-train process and the fairseq-bio-predict of its test split: (dataset, lr, seed), its
-    directory and command lines."""
+    """One training process (fairseq's hydra entry point) and the fairseq-bio-predict of its test split: (dataset,
+    lr, seed), its directory and command lines."""
 
     plan: Plan
     lr: float
@@ -341,16 +338,17 @@ def make_runs(plan: Plan, args) -> List[Run]:
                        f"common.seed={seed}", f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]
                 overrides = merge_overrides(plan.overrides, sized, own, plan.user_overrides,
                                             fold.overrides(tagging) if fold else [])  # fmt: skip
-                command = [str(BIN / "fairseq-hydra-train"), "--config-dir", str(config_dir()),
-                           *plan.recipe.command_base(), *overrides]  # fmt: skip
+                # common.user_dir where it always stood (in plan.overrides): the command is a stored result's identity
+                _, config, *groups = plan.recipe.command_base()
+                training = hydra_train(config, *groups, *overrides, user_dir=None)
                 predictions = run_dir / ("predictions.tsv" if tagging else "predictions.jsonl")
-                predict = [str(BIN / "fairseq-bio-predict"), "--checkpoint", str(run_dir / "checkpoint_best.pt"),
-                           "--input", test, "--output", str(predictions), "--overwrite", "--quiet", "--batch-size",
-                           str(args.validate_batch_size), *options] + (["--cpu"] if args.cpu else [])  # fmt: skip
-                identity = {"command": command, "encoder": encoder_fingerprint(args.checkpoint)}
+                predict = command("fairseq-bio-predict", "--checkpoint", run_dir / "checkpoint_best.pt", "--input",
+                                  test, "--output", predictions, "--overwrite", "--quiet", "--batch-size",
+                                  args.validate_batch_size, *options, *(["--cpu"] if args.cpu else []))  # fmt: skip
+                identity = {"command": training, "encoder": encoder_fingerprint(args.checkpoint)}
                 if fold:
                     identity["fold_data"] = fold.digest
-                runs.append(Run(plan, lr, seed, run_dir, command, predict, predictions, identity, fold, batch))
+                runs.append(Run(plan, lr, seed, run_dir, training, predict, predictions, identity, fold, batch))
     return runs
 
 
