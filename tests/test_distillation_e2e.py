@@ -47,7 +47,7 @@ def sha256(path):
 @pytest.fixture(scope="module")
 def student_init(tiny_encoder, tmp_path_factory):
     out = tmp_path_factory.mktemp("student-init") / "student.pt"
-    run_cli(["fairseq-bio-init-student", "--teacher", tiny_encoder, "--layers", "every-other", "--out", out],
+    run_cli(["fairseq-bio-init-student", "--checkpoint", tiny_encoder, "--layers", "every-other", "--out", out],
             cwd=out.parent)  # fmt: skip
     return out
 

@@ -377,7 +377,7 @@ def predict_round_trip(save_dir, tmp_path, capsys):
     out = tmp_path / f"{save_dir.name}.jsonl"
     capsys.readouterr()
     predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(QA_DATA / "dev.json"),
-             "--output", str(out), "--quiet", "--cpu"])  # fmt: skip
+             "--out", str(out), "--no-progress", "--cpu"])  # fmt: skip
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     return [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()], dict(
         zip(line[0::2], map(float, line[1::2]))
@@ -438,8 +438,8 @@ def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     path.write_text(json.dumps(unlabelled), encoding="utf-8")
     from fairseq_bio.cli.predict import main as predict
 
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--output",
-             str(tmp_path / "questions.jsonl"), "--quiet", "--cpu"])  # fmt: skip
+    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--out",
+             str(tmp_path / "questions.jsonl"), "--no-progress", "--cpu"])  # fmt: skip
     last = capsys.readouterr().out.strip().splitlines()[-1]  # no scores without answers; the time it took
     assert re.fullmatch(rf"wrote {re.escape(str(tmp_path / 'questions.jsonl'))} in \d+\.\d\d s", last), last
     again = [json.loads(x) for x in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -469,8 +469,8 @@ def test_predict_groups_bioasq_snippets_into_one_question(qa_model, tmp_path, ca
     path, out = tmp_path / "snippets.json", tmp_path / "grouped.jsonl"
     path.write_text(json.dumps({"version": "BioASQ", "data": [{"title": "t", "paragraphs": snippets}]}), "utf-8")
     capsys.readouterr()
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--output", str(out),
-             "--group-snippets", "--quiet", "--cpu"])  # fmt: skip
+    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--out", str(out),
+             "--group-snippets", "--no-progress", "--cpu"])  # fmt: skip
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     printed = dict(zip(line[0::2], map(float, line[1::2])))
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
@@ -496,8 +496,8 @@ def test_predict_refuses_bad_input_in_one_line(qa_model, tmp_path):
     save_dir, _ = qa_model
     bad = _mutated(tmp_path, BAD["answer_start off by one"][0], "bad.json")
     with pytest.raises(SystemExit) as err:
-        cli_main(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(bad), "--output",
-                  str(tmp_path / "out.jsonl"), "--quiet", "--cpu"])  # fmt: skip
+        cli_main(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(bad), "--out",
+                  str(tmp_path / "out.jsonl"), "--no-progress", "--cpu"])  # fmt: skip
     assert str(err.value).startswith(f"fairseq-bio-predict: {bad}:") and "\n" not in str(err.value)
     assert not (tmp_path / "out.jsonl").exists()
 

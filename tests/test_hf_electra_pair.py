@@ -69,7 +69,8 @@ def imported(pairs, tmp_path_factory):
     through the library call."""
     root = tmp_path_factory.mktemp("imported")
     disc, gen = pairs["base"]
-    result = run_cli(["fairseq-bio-import-hf", disc, root / "base", "--generator", gen], cwd=root)
+    result = run_cli(["fairseq-bio-import-hf", "--checkpoint", disc, "--out", root / "base", "--generator", gen],
+                     cwd=root)  # fmt: skip
     lines = []
     import_electra_pair(*pairs["small"], root / "small", log=lines.append)
     return {"base": (root / "base", result.stdout), "small": (root / "small", "\n".join(lines))}

@@ -158,6 +158,6 @@ def test_tiny_run_trains_scores_and_predicts_merged_types(data, tmp_path):
     assert valid and all("f1" in entry for entry in valid.values())
     out = tmp_path / "pred.tsv"
     run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", data_dir / "devel.tsv",
-             "--output", out], cwd=tmp_path)  # fmt: skip
+             "--out", out], cwd=tmp_path)  # fmt: skip
     gold = [line.split("\t")[1] for line in out.read_text(encoding="utf-8").splitlines() if line]
     assert gold == ["B-entity", "I-entity", "O", "B-entity", "I-entity", "I-entity", "O"]

@@ -121,7 +121,7 @@ def test_tagger_trains_validates_and_predicts_joint_types(joint, tmp_path):
     assert valid and all("word_macro_f1" in entry for entry in valid.values())
     predicted = tmp_path / "pred.tsv"
     run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", out / "devel.tsv",
-             "--output", predicted], cwd=tmp_path)  # fmt: skip
+             "--out", predicted], cwd=tmp_path)  # fmt: skip
     rows = [line.split("\t") for line in read(predicted).splitlines() if line]
     assert [row[1] for row in rows] == ["I-INT", "O", "I-OUT", "O", "I-PAR", "I-PAR", "O", "I-OUT", "O", "O"]
     assert {row[2].partition("-")[2] for row in rows if row[2] != "O"} <= set(task.types)  # B-/I- of its types

@@ -92,7 +92,7 @@ def test_fairseq_validate_and_predict_score_every_test_sentence_as_the_criterion
     # are fairseq-validate's
     test_file = SHARED_DATA / "re" / "GAD" / "test.tsv"
     predicted = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", test_file,
-                         "--output", tmp_path / "pred.jsonl", "--cpu", "--quiet"], cwd=tmp_path).stdout  # fmt: skip
+                         "--out", tmp_path / "pred.jsonl", "--cpu", "--no-progress"], cwd=tmp_path).stdout  # fmt: skip
     rows = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert [r["line"] for r in rows] == list(range(2, 536))  # line 1 is the header
     gold = test_file.read_text(encoding="utf-8").splitlines()[1:]
@@ -105,14 +105,15 @@ def test_fairseq_validate_and_predict_score_every_test_sentence_as_the_criterion
     unlabelled = tmp_path / "unlabelled.tsv"
     unlabelled.write_text("".join(line.rsplit("\t", 1)[0] + "\n" for line in ["index\tsentence\tlabel", *gold]))
     run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", unlabelled,
-             "--output", tmp_path / "pred2.jsonl", "--cpu", "--quiet"], cwd=tmp_path)  # fmt: skip
+             "--out", tmp_path / "pred2.jsonl", "--cpu", "--no-progress"], cwd=tmp_path)  # fmt: skip
     again = [json.loads(line) for line in (tmp_path / "pred2.jsonl").read_text().splitlines()]
     assert [r["pred"] for r in again] == [r["pred"] for r in rows] and all("gold" not in r for r in again)
     # a label the model does not know: one line naming the file and line, nothing written
     bad = tmp_path / "bad.tsv"
     bad.write_text("index\tsentence\tlabel\n" + gold[0] + "\n" + gold[1].rsplit("\t", 1)[0] + "\tmaybe\n")
     failed = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", bad,
-                      "--output", tmp_path / "bad.jsonl", "--cpu", "--quiet"], cwd=tmp_path, check=False)  # fmt: skip
+                      "--out", tmp_path / "bad.jsonl", "--cpu", "--no-progress"], cwd=tmp_path,
+                     check=False)  # fmt: skip
     last = failed.stderr.strip().splitlines()[-1]
     assert failed.returncode != 0 and last.startswith(f"fairseq-bio-predict: {bad}:3: label 'maybe'")
     assert not (tmp_path / "bad.jsonl").exists()

@@ -85,7 +85,8 @@ def test_the_consolidated_checkpoint_fine_tunes_and_exports(runs, ncbi_slice, tm
     name = "encoder.sentence_encoder.embed_positions.weight"  # restored, then trained 3 updates: close, not equal
     assert tagger[name].shape == encoder[name].shape and not torch.equal(tagger[name], encoder[name])
     assert (tagger[name] - encoder[name]).abs().max() < 0.05
-    printed = run_cli(["fairseq-bio-export-hf", checkpoint, tmp_path / "hf"], cwd=tmp_path).stdout
+    printed = run_cli(["fairseq-bio-export-hf", "--checkpoint", checkpoint, "--out", tmp_path / "hf"],
+                      cwd=tmp_path).stdout  # fmt: skip
     assert "RobertaForMaskedLM" in printed and "token ids equal fairseq's" in printed
 
 

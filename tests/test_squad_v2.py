@@ -205,8 +205,8 @@ def predict_v2(save_dir, data, out, capsys, *options):
     from fairseq_bio.cli.predict import main as predict
 
     capsys.readouterr()
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(data / "dev.json"), "--output",
-             str(out), "--quiet", "--cpu", *options])  # fmt: skip
+    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(data / "dev.json"), "--out",
+             str(out), "--no-progress", "--cpu", *options])  # fmt: skip
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     return rows, dict(zip(line[0::2], map(float, line[1::2])))

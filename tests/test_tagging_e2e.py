@@ -56,7 +56,7 @@ def test_predict_conll_round_trip_and_f1_equals_the_criterion(ner_model, ncbi_sl
     ckpt = save_dir / "checkpoint_best.pt"
     out = tmp_path / "pred.tsv"
     printed = run_cli(["fairseq-bio-predict", "--checkpoint", ckpt, "--input", ncbi_slice / "test.tsv",
-                       "--output", out], cwd=tmp_path).stdout  # fmt: skip
+                       "--out", out], cwd=tmp_path).stdout  # fmt: skip
     gold_lines = (ncbi_slice / "test.tsv").read_text(encoding="utf-8").splitlines()
     pred_lines = out.read_text(encoding="utf-8").splitlines()
     assert len(pred_lines) == len(gold_lines)
@@ -90,7 +90,7 @@ def test_predict_raw_text_gives_character_spans(ner_model, ncbi_slice, tmp_path)
     notes.write_text("\n".join(documents) + "\n", encoding="utf-8")
     out = tmp_path / "spans.jsonl"
     printed = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", notes,
-                       "--output", out], cwd=tmp_path).stdout  # fmt: skip
+                       "--out", out], cwd=tmp_path).stdout  # fmt: skip
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["line"] for r in records] == list(range(1, len(documents) + 1))
     spans = [s for r in records for s in r["spans"]]
@@ -106,7 +106,7 @@ def test_unknown_test_label_is_a_one_line_error_and_nothing_is_written(ner_model
     bad.write_text("Mild\tO\nanemia\tB-Disease\n\ncisplatin\tB-Chemical\n", encoding="utf-8")
     out = tmp_path / "pred.tsv"
     result = run_cli(["fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_best.pt", "--input", bad,
-                      "--output", out], cwd=tmp_path, check=False)  # fmt: skip
+                      "--out", out], cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"fairseq-bio-predict: {bad}:4: tag 'B-Chemical'") and "make them O in the file" in last
@@ -147,7 +147,7 @@ def test_crf_and_layer_wise_lr_decay(tiny_encoder, ncbi_slice, tmp_path):
     assert "classification_heads.bio_tagging.crf.transitions" in state["model"]
     out = tmp_path / "pred.tsv"
     run_cli(["fairseq-bio-predict", "--checkpoint", tmp_path / "checkpoint_last.pt", "--input", ncbi_slice / "test.tsv",
-             "--output", out], cwd=tmp_path)  # fmt: skip
+             "--out", out], cwd=tmp_path)  # fmt: skip
     previous = "O"
     for line in out.read_text(encoding="utf-8").splitlines():
         tag = line.split("\t")[-1] if line else "O"

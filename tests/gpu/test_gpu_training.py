@@ -290,7 +290,7 @@ def test_hf_export_of_an_fp16_checkpoint_gives_fairseqs_logits(pretrained, pubme
 
     _, checkpoint, _ = pretrained
     out = tmp_path / "hf"
-    printed = run_cli(["fairseq-bio-export-hf", checkpoint, out], cwd=tmp_path).stdout
+    printed = run_cli(["fairseq-bio-export-hf", "--checkpoint", checkpoint, "--out", out], cwd=tmp_path).stdout
     assert "RobertaForMaskedLM" in printed and "token ids equal fairseq's" in printed
     data = compat.load_checkpoint(checkpoint)["cfg"]["task"]["data"]
     diff, _, model = check_against_hf(out, checkpoint, data, real_sentences(pubmed_corpus, 16))
