@@ -35,7 +35,7 @@ def _protected(inputs: Iterable[Optional[str]]) -> List[str]:
 
 
 def check_output(
-    path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--output", by: Optional[str] = None
+    path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--out", by: Optional[str] = None
 ) -> None:
     """Refuse to write ``path`` when it is one of ``inputs`` (or a file in an input directory), whatever
     ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and

@@ -258,8 +258,8 @@ def test_raw_text_as_task_data_is_one_line_saying_what_to_run(pubmed_corpus, tmp
     assert "Traceback" not in result.stderr and error == [
         f"task.data={text_dir / 'train.txt'}: a file, not a binarised data directory (dict.txt, "
         "train.bin/.idx); if it is text, encode and binarise it first: fairseq-bio-encode --vocab VOCAB --inputs "
-        "train.txt valid.txt --outputs train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe "
-        "--valid valid.bpe --destdir data-bin (VOCAB from fairseq-bio-vocab; `make demo` runs every step), and give "
+        "train.txt valid.txt --out train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe "
+        "--valid valid.bpe --out data-bin (VOCAB from fairseq-bio-vocab; `make demo` runs every step), and give "
         "task.data=data-bin"
     ]
     assert "dict.txt'" not in result.stderr  # no FileNotFoundError about <file>/dict.txt
