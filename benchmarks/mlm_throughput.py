@@ -15,25 +15,24 @@ Writes ``benchmarks/results/mlm_throughput.md`` and ``.png`` and prints the rati
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from fairseq_bio import runs
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-BIN = Path(sys.executable).parent
 MODEL = ["--encoder-layers", "4", "--encoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
          "--encoder-attention-heads", "4", "--tokens-per-sample", "128", "--batch-size", "16",
          "--sample-break-mode", "none", "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0",
          "--no-save", "--disable-validation", "--log-format", "json", "--seed", "1"]  # fmt: skip
-VARIANTS = {
+VARIANTS = {  # the stock one without the plugin (no --user-dir)
     "stock roberta + masked_lm": ["--task", "masked_lm", "--arch", "roberta_base", "--criterion", "masked_lm"],
-    "bio_roberta + bio_masked_lm": ["--user-dir", str(REPO / "fairseq_bio"), "--task", "bio_masked_lm",
-                                    "--arch", "bio_roberta_base", "--criterion", "masked_lm"],
-    "bio_roberta + bio_masked_lm, whole words": ["--user-dir", str(REPO / "fairseq_bio"), "--task", "bio_masked_lm",
-                                                 "--arch", "bio_roberta_base", "--criterion", "masked_lm",
-                                                 "--mask-whole-words"],
+    "bio_roberta + bio_masked_lm": ["--task", "bio_masked_lm", "--arch", "bio_roberta_base", "--criterion",
+                                    "masked_lm"],
+    "bio_roberta + bio_masked_lm, whole words": ["--task", "bio_masked_lm", "--arch", "bio_roberta_base",
+                                                 "--criterion", "masked_lm", "--mask-whole-words"],
 }  # fmt: skip
 BASELINE = "stock roberta + masked_lm"
 
@@ -55,10 +54,10 @@ def train_wps(data: Path, variant: str, updates: int, log_interval: int) -> floa
     """Tokens/s of one fairseq-train run, excluding the first logging interval (start-up, allocator warm-up)."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "train.log"
-        cmd = [str(BIN / "fairseq-train"), str(data), *VARIANTS[variant], *MODEL, "--max-update", str(updates),
-               "--log-interval", str(log_interval), "--save-dir", tmp, "--log-file", str(log)]  # fmt: skip
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        inner = [json.loads(l) for l in open(log) if l.startswith('{"epoch"') and '"update"' in l]
+        cmd = runs.train(data, *VARIANTS[variant], *MODEL, "--max-update", updates, "--log-interval", log_interval,
+                         "--save-dir", tmp, "--log-file", log, plugin=variant != BASELINE)  # fmt: skip
+        runs.run(cmd, Path(tmp) / "train.out")
+        inner = [e for _, e in sorted(runs.logged(log, "train_inner").items())]
     later = inner[1:]
     total_updates = sum(log_interval for _ in later)
     seconds = sum(log_interval / float(e["ups"]) for e in later)

@@ -1,6 +1,7 @@
-"""The two sides of ``hf_parity.py`` for each task type: ours (``fairseq-hydra-train`` from the imported MiniLM, then
-``fairseq-bio-predict`` on the test file) and HF transformers' (``AutoModelFor{Token,Sequence}Classification`` +
-``Trainer``, as HF's example scripts do it), run by ``hf_parity.py`` as a worker process (``--hf-worker``).
+"""The two sides of ``hf_parity.py`` for each task type: ours (fairseq's hydra entry point from the imported MiniLM,
+through ``fairseq_bio.runs``, then ``fairseq-bio-predict`` on the test file) and HF transformers'
+(``AutoModelFor{Token,Sequence}Classification`` + ``Trainer``, as HF's example scripts do it), run by
+``hf_parity.py`` as a worker process (``--hf-worker``).
 
 Both sides read the same examples: NER from the same CoNLL files (``fairseq_bio.data.conll``), the sentence-level
 tasks through our task's own reader (``read_split``: the same rows, labels, dev rows held out of GAD's train file and
@@ -15,8 +16,10 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from fairseq_bio import runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tagging import BIN, CONFIG_DIR, PLUGIN_DIR, Runner, json_entries  # noqa: E402
+from tagging import Runner  # noqa: E402
 
 TAGGING = "bio_tagging_ner"
 
@@ -40,13 +43,12 @@ def schedule(spec: Dict) -> Dict[str, int]:
     return {"updates": updates, "warmup": math.ceil(spec["warmup"] * updates)}
 
 
-def ours_overrides(spec: Dict, save_dir: Path) -> List[str]:
+def ours_overrides(spec: Dict) -> List[str]:
     """The hydra overrides that give our run the parity recipe (the dataset's config or preset underneath)."""
     steps = schedule(spec)
     return [
-        f"task.data={spec['data']}", f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={save_dir}",
-        f"checkpoint.restore_file={spec['imported']}", f"common.log_file={save_dir / 'train.log'}",
-        f"common.seed={spec['seed']}", f"optimization.max_update={steps['updates']}", "optimization.max_epoch=0",
+        f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}", f"common.seed={spec['seed']}",
+        f"optimization.max_update={steps['updates']}", "optimization.max_epoch=0",
         f"dataset.batch_size={spec['batch_size']}", f"optimizer.groups.default.lr_float={spec['lr']}",
         f"optimization.lr=[{spec['lr']}]", f"optimizer.groups.default.lr_scheduler.warmup_updates={steps['warmup']}",
         "optimizer.groups.default.optimizer.weight_decay=0.0", "dataset.disable_validation=true",
@@ -93,8 +95,8 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     recipe = blurb_recipe(spec["dataset"])
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
     save_dir.mkdir(parents=True, exist_ok=True)
-    command = [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, *recipe.command_base()]
-    command = [str(c) for c in command + ours_overrides(spec, save_dir)]
+    _, config, *groups = recipe.command_base()
+    command = runs.hydra_train(config, *groups, *ours_overrides(spec), save_dir=save_dir, log=save_dir / "train.log")
     request = {"command": [c.replace(spec["data"], spec["data_id"]) for c in command]}  # the cut data's temp dir
 
     def train() -> Dict:
@@ -102,10 +104,10 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
         return {"process_s": run(command, f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)[0]}
 
     wall = train_once(save_dir / RECORD, request, save_dir / "checkpoint_last.pt", train)["process_s"]
-    entries = json_entries(save_dir / "train.log")
+    epochs = runs.logged(save_dir / "train.log", "train")
     # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
-    loop = sum(float(e["train_train_wall"]) for e in entries if "train_train_wall" in e)
-    updates = max(int(e["train_num_updates"]) for e in entries if "train_num_updates" in e)
+    loop = sum(float(e["train_wall"]) for e in epochs.values() if "train_wall" in e)
+    updates = max(epochs)
     out, predict_s = predict_ours(run, work, spec)
     gold, pred, ids = read_predictions(out, recipe.config == TAGGING)
     return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
@@ -120,8 +122,8 @@ def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
     test, extra = test_input(config, task_config(spec["dataset"], spec["data"]))
     out = save_dir / ("test.pred.tsv" if config == TAGGING else "test.pred.jsonl")
-    _, printed = run([BIN / "fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input", test,
-                      "--out", out, "--overwrite", "--no-progress", "--cpu", *extra],
+    _, printed = run(runs.command("fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
+                                  test, "--out", out, "--overwrite", "--no-progress", "--cpu", *extra),
                      f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
     return out, float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
 

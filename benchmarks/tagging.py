@@ -3,11 +3,11 @@ within a wall-clock budget against the same architecture from random initialisat
 prediction throughput.
 
 Everything runs through the user-facing tools: the demo's data pipeline (real PubMed sample -> byte-level BPE ->
-binarised, reused from ``--workdir``), ``fairseq-hydra-train --config-name bio_roberta_tiny`` for pretraining
-(a short probe measures updates/s, then the main run gets as many updates as fit the budget, with fairseq's
-``optimization.stop_time_hours`` as the hard stop), ``fairseq-hydra-train --config-name bio_tagging_ner`` for
-fine-tuning (same updates, lr and seed for both starting points; the best dev entity F1 checkpoint is kept) and
-``fairseq-bio-predict`` for test P/R/F1.
+binarised, reused from ``--workdir``), fairseq's hydra entry point (``fairseq_bio.runs``) with ``--config-name
+bio_roberta_tiny`` for pretraining (a short probe measures updates/s, then the main run gets as many updates as fit
+the budget, with fairseq's ``optimization.stop_time_hours`` as the hard stop) and with ``--config-name
+bio_tagging_ner`` for fine-tuning (same updates, lr and seed for both starting points; the best dev entity F1
+checkpoint is kept), and ``fairseq-bio-predict`` for test P/R/F1.
 
 Train sentences/s: examples (``bsz``) over seconds (1 / ``ups``) of fairseq's per-update log entries, leaving out
 the first update (start-up) and each update that follows a validation (its interval holds validation and
@@ -22,7 +22,6 @@ Writes ``benchmarks/results/tagging.md`` and ``tagging.png`` and prints the tabl
 """
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -34,11 +33,10 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from fairseq_bio import runs
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
-BIN = Path(sys.executable).parent
-CONFIG_DIR = REPO / "hydra_configs"
-PLUGIN_DIR = REPO / "fairseq_bio"
 NER_DATA = REPO.parent / "shared" / "data" / "ner"
 DATASETS = ("NCBI-disease", "BC5CDR-disease")
 INITS = ("pretrained", "random")
@@ -50,7 +48,7 @@ SIZES = {
     "mini": dict(encoder_layers=2, encoder_embed_dim=128, encoder_ffn_embed_dim=512, encoder_attention_heads=2),
 }
 PRETRAIN_LR = {"tiny": 5e-4, "mini": 1e-3}
-STARTUP_ALLOWANCE = 20.0  # seconds fairseq-hydra-train takes to start and stop, when no probe measured it
+STARTUP_ALLOWANCE = 20.0  # seconds a training process takes to start and stop, when no probe measured it
 MAX_POSITIONS = 128  # the CPU pretraining recipe's (recipe/cpu_demo.yaml); random init gets the same
 
 FULL = dict(workdir="runs/bench_tagging", pretrain_minutes=30.0, size="tiny", max_docs_per_file=None,
@@ -93,16 +91,14 @@ class Runner:
         return wall, result.stdout
 
 
-def json_entries(log_file: Path) -> List[Dict]:
-    """fairseq's json progress entries, in order, each once (the fine-tuning log file repeats them after epoch 1)."""
-    lines = [line for line in open(log_file, encoding="utf-8") if line.startswith('{"epoch"')]
-    return [json.loads(line) for line in dict.fromkeys(lines)]
+def last_update(log: Path) -> int:
+    """The number of updates a run reached (its last train, train_inner or valid entry in its json log)."""
+    return max(max(runs.logged(log, kind), default=0) for kind in runs.KINDS)
 
 
-def last_update(entries: List[Dict]) -> int:
-    """The number of updates a run reached (its last train, train_inner or valid entry)."""
-    keys = ("num_updates", "train_num_updates", "valid_num_updates")
-    return max(int(e[k]) for e in entries for k in keys if k in e)
+def intervals(log: Path) -> List[Dict]:
+    """The per-interval (train_inner) entries of a json log with fairseq's updates/s, in update order."""
+    return [e for _, e in sorted(runs.logged(log, "train_inner").items()) if "ups" in e]
 
 
 def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optional[int]) -> Path:
@@ -117,7 +113,7 @@ def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optiona
 def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already made)."""
     from fairseq_bio_preprocess.common import PreprocessError
-    from fairseq_bio_preprocess.demo import last_validation, train_command
+    from fairseq_bio_preprocess.demo import train_command
     from fairseq_bio_preprocess.pipeline import Steps
 
     steps = Steps(workdir)
@@ -149,7 +145,7 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
                 *common, f"optimization.max_update={args.probe_updates}", "dataset.disable_validation=true",
                 "checkpoint.no_save=true", f"common.log_interval={interval}"])  # fmt: skip
             wall, _ = run(cmd, "pretrain-probe", Path(tmp))
-            inner = [e for e in json_entries(log) if "ups" in e and "update" in e][1:]  # the first holds start-up
+            inner = intervals(log)[1:]  # the first holds start-up
         if not inner:
             raise PreprocessError("the pretraining probe logged too few updates; raise --probe-updates")
         ups = len(inner) * interval / sum(interval / float(e["ups"]) for e in inner)
@@ -176,8 +172,8 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
         f"checkpoint.save_interval_updates={every}"])  # fmt: skip
     run(cmd, "pretrain", save_dir)
     minutes = (time.perf_counter() - start) / 60
-    done = last_update(json_entries(log))
-    valid = last_validation(log) or {}
+    done = last_update(log)
+    valid = runs.last_validation(log) or {}
     checkpoint = save_dir / "checkpoint_best.pt"
     record = {"params": params, "checkpoint": str(checkpoint), "updates": done, "planned_updates": updates,
               "minutes": round(minutes, 2), "valid_loss": valid.get("loss"),
@@ -214,32 +210,29 @@ def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Pa
     return out
 
 
-def train_throughput(entries: List[Dict]) -> float:
-    """Examples/s of training from per-update entries, leaving out start-up and the updates after validations."""
-    validated = {int(e["valid_num_updates"]) for e in entries if "valid_num_updates" in e}
-    steps = [e for e in entries if "ups" in e and "update" in e]
-    clean = [e for e in steps[1:] if int(e["num_updates"]) - 1 not in validated]
+def train_throughput(log: Path) -> float:
+    """Examples/s of training from a json log's per-update entries, leaving out start-up and the updates after
+    validations."""
+    validated = set(runs.logged(log, "valid"))
+    clean = [e for e in intervals(log)[1:] if int(e["num_updates"]) - 1 not in validated]
     return sum(float(e["bsz"]) for e in clean) / sum(1 / float(e["ups"]) for e in clean)
 
 
 def fine_tune(run: Runner, name: str, data: Path, save_dir: Path, init_overrides: List[str], args, updates: int,
               seed: int, vocab: Path) -> Dict:  # fmt: skip
-    """One fairseq-hydra-train run of bio_tagging_ner; its updates, wall, train throughput and best dev F1."""
+    """One training run of bio_tagging_ner; its updates, wall, train throughput and best dev F1."""
     log = save_dir / "train.log"
-    cmd = [BIN / "fairseq-hydra-train", "--config-dir", CONFIG_DIR, "--config-name", "bio_tagging_ner",
-           f"task.data={data}", f"task.vocab={vocab}", f"common.user_dir={PLUGIN_DIR}",
-           f"checkpoint.save_dir={save_dir}", f"common.log_file={log}", f"common.seed={seed}",
-           f"optimization.max_update={updates}", "optimization.max_epoch=0", f"dataset.batch_size={args.batch_size}",
-           f"optimizer.groups.default.lr_float={args.lr}",
-           f"optimizer.groups.default.lr_scheduler.warmup_updates={max(1, updates // 10)}",
-           "common.log_interval=1", *init_overrides]  # fmt: skip
+    cmd = runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"task.vocab={vocab}", f"common.seed={seed}",
+                           f"optimization.max_update={updates}", "optimization.max_epoch=0",
+                           f"dataset.batch_size={args.batch_size}", f"optimizer.groups.default.lr_float={args.lr}",
+                           f"optimizer.groups.default.lr_scheduler.warmup_updates={max(1, updates // 10)}",
+                           "common.log_interval=1", *init_overrides, save_dir=save_dir, log=log)  # fmt: skip
     wall, _ = run(cmd, name, save_dir)
-    entries = json_entries(log)
     return {
-        "updates": last_update(entries),
+        "updates": last_update(log),
         "wall": wall,
-        "train_sps": train_throughput(entries),
-        "dev_f1": max(float(e["valid_f1"]) for e in entries if "valid_f1" in e),
+        "train_sps": train_throughput(log),
+        "dev_f1": max(float(e["f1"]) for e in runs.logged(log, "valid").values() if "f1" in e),
     }
 
 
@@ -248,7 +241,8 @@ def predict(run: Runner, name: str, checkpoint: Path, test: Path, tmp: Path) -> 
     blocks = conll_blocks(test)
     one = tmp / "one.tsv"
     one.write_text(blocks[0] + "\n\n", encoding="utf-8")
-    base = [BIN / "fairseq-bio-predict", "--checkpoint", checkpoint, "--no-progress", "--overwrite"]  # our own outputs
+    base = runs.command("fairseq-bio-predict", "--checkpoint", checkpoint, "--no-progress",
+                        "--overwrite")  # our outputs
     wall_one, _ = run([*base, "--input", one, "--out", tmp / "one.pred.tsv"], f"{name}-predict-one", tmp)
     wall, printed = run([*base, "--input", test, "--out", tmp / "test.pred.tsv"], f"{name}-predict", tmp)
     line = next(x for x in printed.splitlines() if x.startswith("entity precision"))
@@ -300,7 +294,7 @@ def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:
     """The markdown table (and notes) of ``rows``."""
     enc = meta["encoder"]
     lines = [
-        "# NER fine-tuning: pretrained here vs random initialisation (fairseq-hydra-train, fairseq-bio-predict)",
+        f"# NER fine-tuning: pretrained here vs random initialisation ({runs.HYDRA_TRAIN}, fairseq-bio-predict)",
         "",
         f"{meta['mode']} run, {meta['date']}, {meta['device']}. Encoder: bio_roberta {meta['size']} "
         f"({' x '.join(str(SIZES[meta['size']][k]) for k in ('encoder_layers', 'encoder_embed_dim'))}, "
@@ -331,7 +325,7 @@ def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:
         "per-update log, start-up and the updates after validations left out. Predict sent/s: test sentences per "
         "second of the whole fairseq-bio-predict process; net: without its start-up (wall on the test file minus "
         "wall on its first sentence; nan when machine load swamps the difference). Fine-tune wall: the whole "
-        "fairseq-hydra-train process, validations included.",
+        f"{runs.HYDRA_TRAIN} process, validations included.",
         "",
         "Commands run (in this order):",
         "",
