@@ -247,7 +247,6 @@ def test_every_user_error_class_is_a_bio_error():
 
     internal = {
         "fairseq_bio.blurb.execute.RunFailed": "one run's failure, caught and recorded by the runner",
-        "fairseq_bio.blurb.plan.BlurbError": "not yet a BioError (plan.py's owner); fairseq-bio-blurb names it",
         "fairseq_bio.runs.RunError": "a fairseq run's failure, reported by the command that started it",
     }
     wrong = []

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..configs import config_dir
+from ..errors import BioError
 from ..metrics.blurb import Benchmark, BenchmarkTask
 from ..runs import PLUGIN_DIR, command, hydra_train
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
 from .folds import Fold, write_folds
 
 
-class BlurbError(Exception):
+class BlurbError(BioError, ValueError):
     """Bad arguments or data; printed as one line."""
 
 
@@ -343,7 +344,7 @@ def make_runs(plan: Plan, args) -> List[Run]:
                 training = hydra_train(config, *groups, *overrides, user_dir=None)
                 predictions = run_dir / ("predictions.tsv" if tagging else "predictions.jsonl")
                 predict = command("fairseq-bio-predict", "--checkpoint", run_dir / "checkpoint_best.pt", "--input",
-                                  test, "--output", predictions, "--overwrite", "--quiet", "--batch-size",
+                                  test, "--out", predictions, "--overwrite", "--no-progress", "--batch-size",
                                   args.validate_batch_size, *options, *(["--cpu"] if args.cpu else []))  # fmt: skip
                 identity = {"command": training, "encoder": encoder_fingerprint(args.checkpoint)}
                 if fold:

@@ -35,7 +35,6 @@ from typing import List, Optional, Sequence
 from ..blurb.datasets import BENCHMARKS, RECIPES
 from ..blurb.execute import run_all
 from ..blurb.plan import BlurbError, lock_out, make_runs, plan_runs, resolve_tasks
-from ..errors import BioError
 from .options import Parser, add_checkpoint, add_data, add_out, run_cli
 
 PROG = "fairseq-bio-blurb"
@@ -174,9 +173,7 @@ def _terminated(signum, frame):
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     signal.signal(signal.SIGTERM, _terminated)
-    # BlurbError (fairseq_bio.blurb.plan) is named until it derives from BioError
-    run_cli(PROG, main, argv, interrupted="interrupted (finished runs are kept and reused next time)",
-            errors=(BioError, BlurbError))  # fmt: skip
+    run_cli(PROG, main, argv, interrupted="interrupted (finished runs are kept and reused next time)")
 
 
 if __name__ == "__main__":
