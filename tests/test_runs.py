@@ -85,28 +85,40 @@ def test_later_lines_win_and_a_restart_is_read_after_its_marker(tiny_run):
         runs.entries(lines, "validation")
 
 
-def test_the_simple_format_validation_line_is_read(tmp_path):
-    """fairseq's own simple progress bar (what the default tqdm format writes to common.log_file without a tty)."""
+def simple_format(log, *validations, epoch=1, formatter=None):
+    """``validations`` ({stat: value}) written to ``log`` by fairseq's own simple progress bar, as the default (tqdm)
+    format writes them without a tty: to common.log_file bare, to the console after the logger's ``formatter``."""
     from fairseq.logging.progress_bar import SimpleProgressBar
 
-    log = tmp_path / "simple.log"
     handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter(formatter))
     logger = logging.getLogger("fairseq.logging.progress_bar")
     logger.addHandler(handler)
     old_level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        for updates, loss in ((10, 9.5), (20, 8.25)):
-            bar = SimpleProgressBar([], epoch=1, prefix="valid on 'valid' subset")
-            bar.print({"loss": loss, "ppl": 2**loss, "wps": 1000.0, "num_updates": updates}, tag="valid")
+        for stats in validations:
+            SimpleProgressBar([], epoch=epoch, prefix="valid on 'valid' subset").print(stats, tag="valid")
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
         handler.close()
+
+
+def test_the_simple_format_validation_line_is_read(tmp_path):
+    log = tmp_path / "simple.log"
+    simple_format(log, *({"loss": loss, "ppl": 2**loss, "wps": 1000.0, "num_updates": updates}
+                         for updates, loss in ((10, 9.5), (20, 8.25))))  # fmt: skip
     assert "epoch 001 | valid on 'valid' subset | loss 9.5 | ppl " in log.read_text()
     valid = runs.logged(log, "valid")
     assert sorted(valid) == [10, 20] and valid[20]["loss"] == 8.25 and valid[20]["ppl"] == pytest.approx(2**8.25, 1e-3)
     assert runs.last_validation(log) == valid[20] and runs.logged(log, "train_inner") == {}
+    # fairseq-validate's output: no epoch, no num_updates (not a training run's), after the console's logger prefix
+    output = tmp_path / "validate.out"
+    simple_format(output, {"loss": 7.5, "ppl": 2**7.5}, epoch=None, formatter="%(asctime)s | %(levelname)s | "
+                  "%(name)s | %(message)s")  # fmt: skip
+    assert " | INFO | valid | valid on 'valid' subset | loss 7.5 | ppl " in output.read_text()
+    assert runs.last_validation(output)["loss"] == 7.5 and runs.logged(output, "valid") == {}
 
 
 def test_a_failed_run_shows_the_tail_of_its_output(tmp_path):
