@@ -96,7 +96,10 @@ def test_configs_compose_to_bioelectra_table_5():
     assert base["task"]["_name"] == "bio_electra" and base["task"]["tokens_per_sample"] == 128
     assert base["task"]["mask_prob"] == 0.15 and base["model"]["dropout"] == 0.1
     assert base["criterion"] == {"_name": "bio_electra", "discriminator_weight": 50.0, "temperature": 1.0}
-    assert base["optimizer"] == {"_name": "adam", "adam_betas": "(0.9,0.999)", "adam_eps": 1e-06, "weight_decay": 0.01}
+    # AdamW with biases and LayerNorm weights exempt from weight decay, as ELECTRA's optimizer
+    assert base["optimizer"] == {"_name": "bio_adamw", "adam_betas": "(0.9,0.999)", "adam_eps": 1e-06,
+                                 "weight_decay": 0.01}  # fmt: skip
+    assert base["task"]["exempt_from_weight_decay"] is True
     assert base["optimization"]["lr"] == [0.0002]
     assert base["dataset"]["batch_size"] * base["optimization"]["update_freq"][0] == 512
     sched = base["lr_scheduler"]
@@ -155,8 +158,11 @@ def test_phase_1_with_128_positions_restores_into_the_512_token_phase_2_config(d
     quiet = ["dataset.disable_validation=true", "common.log_format=json", "common.log_interval=1",
              "common.tensorboard_logdir=null", "dataset.batch_size=4"]  # fmt: skip
     phase1 = tmp_path / "phase1"
+    # phase 1 with phase 2's optimizer (the recipe's bio_adamw with the weight-decay exemption), as the recipe's
+    # bio_electra_base is: the Adam moments then load into phase 2's parameter groups
     run_cli(electra_train(data, phase1, *SIZES, *quiet, "optimization.max_update=10", "model.max_positions=128",
-                          "task.tokens_per_sample=128", f"common.log_file={tmp_path / 'phase1.log'}"),
+                          "task.tokens_per_sample=128", "optimizer._name=bio_adamw",
+                          "task.exempt_from_weight_decay=true", f"common.log_file={tmp_path / 'phase1.log'}"),
             cwd=tmp_path)  # fmt: skip
     first = torch.load(phase1 / "checkpoint_last.pt", weights_only=True)
     assert first["model"]["discriminator.embed_positions.weight"].shape == (128 + 2, 64)
