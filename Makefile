@@ -61,7 +61,7 @@ bench-hf-parity: install
 # BLURB from the real MiniLM on every shared dataset: scores, wall time and examples/s per task (CPU: one seed, short
 # budgets chosen on dev to leave the trivial answers, about 80-100 min on 2 cores; a GPU: the recipes).
 bench-blurb: install
-	$(BIN)/python benchmarks/blurb.py
+	$(BIN)/python benchmarks/blurb_scores.py
 
 # Domain-adaptive pretraining: MiniLM continued on the PubMed sample (1,000 masked-LM updates, about an hour on 2
 # cores), then fine-tuned at 0, half and all of them on NCBI-disease, BC5-disease, GAD and BIOSSES (3 seeds each):

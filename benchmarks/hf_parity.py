@@ -12,7 +12,7 @@ decay to 0, batch, epochs (so the same number of updates), Adam(W) betas (0.9, 0
 the same threads, and one input length: HF truncates at ``max_length`` pieces (the table counts the test examples
 that cuts), ours windows at the same length, so nothing is cut. CPU budgets are shorter than the papers' recipes.
 
-Scores of both come from one metric code (``fairseq_bio.metrics.blurb``), each cross-checked against scikit-learn,
+Scores of both come from one metric code (``fairseq_bio.metrics.benchmark_scores``), each cross-checked against scikit-learn,
 scipy or seqeval on the same predictions (a mismatch stops the run). Times: the training loop (fairseq's
 ``train_wall``, HF's ``train_runtime``), and prediction: encoding the test file, the forward passes and the
 predictions (``fairseq-bio-predict``'s own timing line, model loading excluded; HF: tokenizing, ``Trainer.predict``,
@@ -65,7 +65,7 @@ SHARED = REPO.parent / "shared" / "data"
 class Parity:
     """One dataset's recipe, the same on both sides (a CPU budget: shorter than the paper's)."""
 
-    dataset: str  # its name in fairseq_bio.blurb.datasets.BLURB_RECIPES
+    dataset: str  # its name in fairseq_bio.runner.datasets.BLURB_RECIPES
     lr: float
     batch_size: int
     epochs: float
@@ -168,7 +168,7 @@ def reference_score(bench, gold: List, pred: List, ids: List[str]) -> float:
 
 def score(dataset: str, side: Dict) -> Dict:
     """The side's test score (percent) by our metric code, checked against the reference; its trivial baseline."""
-    from fairseq_bio.blurb.datasets import BENCHMARKS
+    from fairseq_bio.runner.datasets import BENCHMARKS
 
     bench = BENCHMARKS["blurb"].task(dataset)
     options = {"ids": side["ids"]} if bench.metric.startswith("hoc") else {}

@@ -31,7 +31,7 @@ def minilm_dir() -> Path:
 
 
 def blurb_recipe(dataset: str):
-    from fairseq_bio.blurb.datasets import BLURB_RECIPES
+    from fairseq_bio.runner.datasets import BLURB_RECIPES
 
     return BLURB_RECIPES[dataset]
 
@@ -116,7 +116,7 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
 
 def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
     """``fairseq-bio-predict`` of our fine-tuned run on the test file: (predictions file, seconds it says it took)."""
-    from fairseq_bio.blurb.plan import test_input
+    from fairseq_bio.runner.plan import test_input
 
     config = blurb_recipe(spec["dataset"]).config
     save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
@@ -157,7 +157,7 @@ def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
 
 def task_config(dataset: str, data) -> Dict:
     """The ``task`` section of the dataset's composed config, reading ``data``."""
-    from fairseq_bio.blurb.plan import compose
+    from fairseq_bio.runner.plan import compose
 
     return compose(blurb_recipe(dataset), [f"task.data={data}"])["task"]
 
@@ -168,7 +168,7 @@ def sentence_task(spec: Dict):
     from omegaconf import OmegaConf
 
     import fairseq_bio  # noqa: F401  (registers the task)
-    from fairseq_bio.blurb.plan import compose
+    from fairseq_bio.runner.plan import compose
 
     overrides = [f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}"]
     cfg = OmegaConf.create(compose(blurb_recipe(spec["dataset"]), overrides))

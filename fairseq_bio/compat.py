@@ -72,7 +72,7 @@ def load_checkpoint(path, map_location="cpu"):
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
-        from .checkpoints import corrupt_error
+        from .checkpoint_safety import corrupt_error
 
         corrupt = corrupt_error(path, e)  # an empty or truncated file is not an unsafe one
         if corrupt is not None:
@@ -91,9 +91,9 @@ def install() -> None:
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
     _install_installed_user_dir()
-    from . import checkpoints, fp16_diagnosis, preemption, sharded
+    from . import checkpoint_safety, fp16_diagnosis, preemption, sharded
 
-    checkpoints.install()
+    checkpoint_safety.install()
     fp16_diagnosis.install()
     preemption.install()
     sharded.install()

@@ -8,7 +8,7 @@ directory's record lists its entries, so the directory itself holds only the com
 ``--overwrite`` replaces an existing output only when that record says the same command made it (and, for a file,
 that it has not changed size since), so a mistyped output never replaces a user's file or folder. A replaced
 directory keeps the entries the command did not make (``replace_dir``). Everything that writes a user-visible result
-uses these: the plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``checkpoints.py``) adds fsync
+uses these: the plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``checkpoint_safety.py``) adds fsync
 and fairseq's ``.tmp`` naming on top of ``publish``.
 """
 

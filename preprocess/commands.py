@@ -2,7 +2,7 @@
 ``-convert-tagging`` and ``-vocab-report`` start without importing torch or fairseq.
 
 They use the plugin's file, error and text modules (``fairseq_bio.files``, ``errors``, ``outputs``,
-``data.sentences``, ``data.conll``, ``data.tokenizer_files``, ...), none of which needs torch or fairseq. But Python
+``data.sentence_splitter``, ``data.conll``, ``data.tokenizer_files``, ...), none of which needs torch or fairseq. But Python
 runs a package's ``__init__`` before any of its modules, and ``fairseq_bio/__init__.py`` registers the plugin with
 fairseq (which imports torch and fairseq: seconds, and the whole plugin, before a ``--help`` could print). A
 ``--user-dir`` plugin has no other place to register (fairseq imports the package and nothing else), so the package

@@ -14,7 +14,7 @@ BC4CHEMD) and ``i2b2`` (2010 concepts, 2012 temporal, 2014 de-identification); t
 import argparse
 
 from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
-from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS
+from fairseq_bio.data.sentence_splitter import DEFAULT_TRAINING_TEXTS
 
 from .ebm_nlp import OVERLAP_CHOICES, convert_ebm_nlp
 from .i2b2 import convert_i2b2_2010, convert_i2b2_2012, convert_i2b2_2014

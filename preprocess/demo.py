@@ -181,8 +181,8 @@ FLAGS = {"at": " (at trivial)", "below": " (below trivial)"}  # fairseq-bio-blur
 def comparison_markdown(columns: Dict[str, Dict]) -> str:
     """One table of several encoders' BLURB results (fairseq-bio-blurb's results.json, keyed by column title): per
     dataset its metric, its trivial baseline and each encoder's test score, marked where it is at that baseline."""
-    from fairseq_bio.blurb.datasets import BENCHMARKS
-    from fairseq_bio.blurb.report import TRIVIAL_MARGIN
+    from fairseq_bio.runner.datasets import BENCHMARKS
+    from fairseq_bio.runner.report import TRIVIAL_MARGIN
 
     results = list(columns.values())
     bench = BENCHMARKS[results[0]["benchmark"].lower()]

@@ -44,7 +44,7 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from fairseq_bio.cli.options import Parser, add_no_progress, add_out, add_overwrite, run_cli
-from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
+from fairseq_bio.data.sentence_splitter import DEFAULT_TRAINING_TEXTS, SentenceSplitter
 from fairseq_bio.files import (
     atomic_write,
     check_destination,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_bio.data.conll import words_with_offsets
-from fairseq_bio.data.sentences import DEFAULT_TRAINING_TEXTS, SentenceSplitter
+from fairseq_bio.data.sentence_splitter import DEFAULT_TRAINING_TEXTS, SentenceSplitter
 from fairseq_bio.errors import json_error
 
 from .common import PreprocessError

@@ -539,7 +539,7 @@ def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pub
 
 def test_byte_order_marks_are_not_read_as_text(learned_vocab, tmp_path):
     from fairseq_bio.data.conll import read_conll, sniff_format
-    from fairseq_bio.data.sentence_data import read_tsv
+    from fairseq_bio.data.sentence_files import read_tsv
 
     bom = "\ufeff"
     conll = tmp_path / "train.txt"
@@ -614,7 +614,7 @@ def test_a_full_disk_is_one_line_naming_the_output(pubmed_sample, data_bin, tmp_
 
 
 def test_hints_fit_the_command(ner_model, tmp_path):
-    from fairseq_bio.data.sentence_data import read_jsonl
+    from fairseq_bio.data.sentence_files import read_jsonl
     from fairseq_bio.errors import BioError
 
     checkpoint = ner_model[0] / "checkpoint_best.pt"
@@ -647,7 +647,7 @@ def test_a_damaged_vocabulary_beside_a_checkpoint_is_one_line(ner_model, tmp_pat
 def test_a_split_left_empty_is_one_line(tmp_path):
     """Files our readers accept but that leave nothing to train on or score: one line, before fairseq batches
     nothing."""
-    from fairseq_bio.data.sentence_data import SentenceDataError, read_tsv
+    from fairseq_bio.data.sentence_files import SentenceDataError, read_tsv
 
     header_only = tmp_path / "train.tsv"
     header_only.write_text("index\tsentence\tlabel\n", encoding="utf-8")

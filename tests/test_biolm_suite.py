@@ -13,11 +13,11 @@ import pytest
 import yaml
 from conftest import REPO, SHARED_DATA, run_cli
 
-from fairseq_bio.blurb.datasets import BIOLM, BIOLM_RECIPES, BLUE_RECIPES, BLURB_RECIPES, benchmark
-from fairseq_bio.blurb.plan import compose, plan_runs
-from fairseq_bio.blurb.report import aggregate, render_markdown
+from fairseq_bio.runner.datasets import BIOLM, BIOLM_RECIPES, BLUE_RECIPES, BLURB_RECIPES, benchmark
+from fairseq_bio.runner.plan import compose, plan_runs
+from fairseq_bio.runner.report import aggregate, render_markdown
 from fairseq_bio.cli.blurb import build_parser
-from fairseq_bio.metrics.blurb import SEQUENCE_LABELLING, TEXT_CLASSIFICATION
+from fairseq_bio.metrics.benchmark_scores import SEQUENCE_LABELLING, TEXT_CLASSIFICATION
 
 PAPER = next((REPO.parent / "shared" / "seeds").glob("000_*.txt")).read_text(encoding="utf-8")
 MODELS = ["RoBERTa-base", "SciBERT", "BioBERT", "ClinicalBERT", "BioMed-RoBERTa", "Ours-base", "RoBERTa-large",

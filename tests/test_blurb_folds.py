@@ -11,9 +11,9 @@ import json
 import pytest
 from conftest import SHARED_DATA, conll_slice, logged
 
-from fairseq_bio.blurb.folds import FoldError, fold_parts, fold_rows, read_rows, write_folds
+from fairseq_bio.runner.folds import FoldError, fold_parts, fold_rows, read_rows, write_folds
 from fairseq_bio.cli.blurb import build_parser, main
-from fairseq_bio.data import sentence_data as sd
+from fairseq_bio.data import sentence_files as sd
 from fairseq_bio.data.conll import read_conll
 
 GAD_TASK = {"format": "auto", "text_fields": "sentence", "label_field": "label", "id_field": "id"}

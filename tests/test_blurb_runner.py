@@ -20,9 +20,9 @@ import pytest
 from conftest import BIN, SHARED_DATA, conll_slice, logged
 from test_blurb_score import TABLE_6
 
-from fairseq_bio.blurb.datasets import BLUE, BLUE_RECIPES, BLURB, BLURB_RECIPES
-from fairseq_bio.blurb.plan import LOCK_FILE, BlurbError, compose, plan_runs
-from fairseq_bio.blurb.report import aggregate, render_markdown
+from fairseq_bio.runner.datasets import BLUE, BLUE_RECIPES, BLURB, BLURB_RECIPES
+from fairseq_bio.runner.plan import LOCK_FILE, BlurbError, compose, plan_runs
+from fairseq_bio.runner.report import aggregate, render_markdown
 from fairseq_bio.cli.blurb import build_parser, main
 from fairseq_bio.data.conll import read_conll_predictions
 from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
@@ -334,7 +334,7 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data, capsys):
 def test_finished_runs_of_earlier_runners_are_reused():
     """A result.json written while the test split was scored by fairseq-validate also names that command: the same
     training command from the same encoder file still makes it this run's; another command does not."""
-    from fairseq_bio.blurb.execute import made_by
+    from fairseq_bio.runner.execute import made_by
 
     identity = {"command": ["fairseq-hydra-train", "common.seed=1"], "encoder": {"path": "/e.pt", "size": 1}}
     assert made_by({**identity, "validate": ["fairseq-validate", "--batch-size", "32"]}, identity)

@@ -8,8 +8,8 @@ import statistics
 
 import pytest
 
-from fairseq_bio.blurb.datasets import BLUE, BLURB, benchmark_score, blue_score, blurb_score
-from fairseq_bio.metrics.blurb import (
+from fairseq_bio.runner.datasets import BLUE, BLURB, benchmark_score, blue_score, blurb_score
+from fairseq_bio.metrics.benchmark_scores import (
     DOCUMENT_CLASSIFICATION,
     INFERENCE,
     NER,
@@ -224,10 +224,10 @@ def test_registered_metrics_are_the_benchmarks_own():
 def test_the_dataset_table_is_checked_in_one_line(tmp_path):
     """The shipped table is the benchmarks' own (every dataset has its recipe); a table with a bad entry is refused
     in one line naming the file and the entry."""
-    from fairseq_bio.blurb.datasets import RECIPES, DatasetTableError, load_table
+    from fairseq_bio.runner.datasets import RECIPES, DatasetTableError, load_table
     from fairseq_bio.configs import config_dir
 
-    shipped = config_dir() / "blurb" / "datasets.yaml"
+    shipped = config_dir() / "runner" / "datasets.yaml"
     benchmarks, recipes = load_table(shipped)
     assert benchmarks["blurb"] == BLURB and benchmarks["blue"] == BLUE and recipes == RECIPES
     assert list(recipes["blurb"]) == list(BLURB.names()) and list(recipes["blue"]) == list(BLUE.names())

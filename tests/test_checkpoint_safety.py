@@ -1,4 +1,4 @@
-"""Kill-safe checkpoints (fairseq_bio.checkpoints): a kill in the middle of any checkpoint write, the copy to
+"""Kill-safe checkpoints (fairseq_bio.checkpoint_safety): a kill in the middle of any checkpoint write, the copy to
 checkpoint_last.pt included, leaves the old file in place and a run that resumes; a corrupt checkpoint_last.pt is
 named in one line with the newest intact checkpoint, and FAIRSEQ_BIO_RESUME_FALLBACK=1 resumes from it. Also: raw
 text as task.data is refused in one line, and the pre-LN encoder pretrains and fine-tunes end to end."""
@@ -15,7 +15,7 @@ import torch
 from conftest import ENCODER_SIZE, fine_tune, logged
 from training_processes import first_update_after_restart
 
-from fairseq_bio import checkpoints, compat, runs
+from fairseq_bio import checkpoint_safety, compat, runs
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -154,17 +154,17 @@ else:
     for dst in ours.values():
         assert dst.read_bytes() == old.read_bytes(), dst  # untouched
         assert (dst.parent / "checkpoint_last.pt.tmp").stat().st_size == half  # the kill came mid-write
-        checkpoints.remove_interrupted_writes(dst.parent)
+        checkpoint_safety.remove_interrupted_writes(dst.parent)
         assert sorted(dst.parent.iterdir()) == [dst]
 
 
 def test_atomic_copy_and_save_write_whole_files(killed_and_resumed, tmp_path):
     save, _ = killed_and_resumed
     src = save / "checkpoint_1_30.pt"
-    checkpoints.copy_atomically(src, tmp_path / "copy.pt")
+    checkpoint_safety.copy_atomically(src, tmp_path / "copy.pt")
     assert (tmp_path / "copy.pt").read_bytes() == src.read_bytes()
     state = compat.load_checkpoint(src)
-    checkpoints.save_atomically(state, tmp_path / "saved.pt")
+    checkpoint_safety.save_atomically(state, tmp_path / "saved.pt")
     assert updates_of(tmp_path / "saved.pt") == 30
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.pt", "saved.pt"]
 
@@ -214,25 +214,25 @@ def test_corruption_is_diagnosed_by_kind(killed_and_resumed, tmp_path, monkeypat
     flipped[len(good) // 2] ^= 0xFF  # inside a tensor: torch itself loads this without noticing
     for name, (data, problem) in cases.items():
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(checkpoints.CorruptCheckpointError) as error:
+        with pytest.raises(checkpoint_safety.CorruptCheckpointError) as error:
             compat.load_checkpoint(tmp_path / name)  # not an UnsafeCheckpointError
         # read by a command (not a resuming run): the file is the problem, no resume advice
         assert str(error.value) == f"{tmp_path / name}: corrupt checkpoint, {problem}; copy it again from where it " \
             "came from, or name another one"
-        resuming = checkpoints.corrupt_error(tmp_path / name, error.value, resuming=True)
+        resuming = checkpoint_safety.corrupt_error(tmp_path / name, error.value, resuming=True)
         assert str(resuming).startswith(f"{tmp_path / name}: corrupt checkpoint, {problem}; no intact checkpoint")
     (tmp_path / "flipped.pt").write_bytes(flipped)
-    assert checkpoints.checkpoint_problem(tmp_path / "flipped.pt").endswith("fails its CRC check")
-    assert checkpoints.newest_intact_checkpoint(tmp_path) is None
+    assert checkpoint_safety.checkpoint_problem(tmp_path / "flipped.pt").endswith("fails its CRC check")
+    assert checkpoint_safety.newest_intact_checkpoint(tmp_path) is None
     # checkpoint_last.pt and checkpoint_1_30.pt both hold update 30; the tie goes to the newer file.
-    assert checkpoints.newest_intact_checkpoint(save) == (str(save / "checkpoint_last.pt"), 30)
-    assert checkpoints.newest_intact_checkpoint(save, exclude=save / "checkpoint_last.pt") == (
+    assert checkpoint_safety.newest_intact_checkpoint(save) == (str(save / "checkpoint_last.pt"), 30)
+    assert checkpoint_safety.newest_intact_checkpoint(save, exclude=save / "checkpoint_last.pt") == (
         str(save / "checkpoint_1_30.pt"),
         30,
     )
     monkeypatch.setenv("FAIRSEQ_BIO_RESUME_FALLBACK", "sometimes")
     with pytest.raises(ValueError, match="FAIRSEQ_BIO_RESUME_FALLBACK=sometimes: must be 1"):
-        checkpoints.fallback_enabled()
+        checkpoint_safety.fallback_enabled()
 
 
 def test_raw_text_as_task_data_is_one_line_saying_what_to_run(pubmed_corpus, tmp_path):

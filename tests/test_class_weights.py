@@ -101,7 +101,7 @@ def test_oversampled_positions_batch_as_the_repeated_examples_would(learned_voca
     instead of repeating the examples: the same sizes, seeded length-sorted order in each epoch, batches, items and
     collated tensors as a dataset of the examples repeated in file order, on real DDI rows (64 positions, so long
     sentences become several windows)."""
-    from fairseq_bio.data.sentence_dataset import RepeatedExamples, SentencePredictionDataset
+    from fairseq_bio.data.sentence_windows import RepeatedExamples, SentencePredictionDataset
     from fairseq_bio.data.tagging_dataset import EncodedWords, WordEncoder
     from fairseq_bio.tasks.fine_tuning import load_vocab
 
@@ -253,7 +253,7 @@ def train_fit(save_dir, data, tmp_path):
     """(macro F1, per-class recall) of a run's last checkpoint on its own train rows, predicted as
     fairseq-bio-predict predicts."""
     from fairseq_bio.inference.loading import load_fine_tuned
-    from fairseq_bio.inference.sentences import predict_sentence_file
+    from fairseq_bio.inference.sentence_level import predict_sentence_file
 
     task, model = load_fine_tuned(str(save_dir / "checkpoint_last.pt"), cpu=True)
     out = tmp_path / f"{save_dir.name}.jsonl"

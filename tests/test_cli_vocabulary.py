@@ -246,7 +246,7 @@ def test_every_user_error_class_is_a_bio_error():
     from fairseq_bio.errors import BioError
 
     internal = {
-        "fairseq_bio.blurb.execute.RunFailed": "one run's failure, caught and recorded by the runner",
+        "fairseq_bio.runner.execute.RunFailed": "one run's failure, caught and recorded by the runner",
         "fairseq_bio.runs.RunError": "a fairseq run's failure, reported by the command that started it",
     }
     wrong = []

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_bio.data.conll import read_conll
-from fairseq_bio.data.sentences import SentenceSplitter
+from fairseq_bio.data.sentence_splitter import SentenceSplitter
 from fairseq_bio.data.tag_schemes import label_set
 from fairseq_bio.metrics.tagging import get_entities
 from fairseq_bio_preprocess.common import PreprocessError

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import REPO, SHARED_DATA, fine_tune_sentence, logged, run_cli
 
-from fairseq_bio.data.sentence_data import (
+from fairseq_bio.data.sentence_files import (
     ENTITY_MARKERS,
     Entity,
     SentenceDataError,
@@ -23,7 +23,7 @@ from fairseq_bio.data.sentence_data import (
     read_tsv,
     write_jsonl,
 )
-from fairseq_bio.data.sentence_dataset import MarkerWordEncoder, SentencePredictionDataset, WindowError
+from fairseq_bio.data.sentence_windows import MarkerWordEncoder, SentencePredictionDataset, WindowError
 from fairseq_bio.data.tagging_dataset import EncodedWords, WordEncoder
 from fairseq_bio.modules.entity_head import entity_start_positions
 
@@ -204,7 +204,7 @@ def test_restoring_the_encoder_adds_mean_rows_and_the_head_reads_the_start_marke
 def test_predict_reloads_the_marker_model_from_placeholders_or_offsets(markers_run, loaded, tmp_path):
     """fairseq-bio-predict on the dev TSV prints the dev metrics the training run logged for the same checkpoint;
     the same rows as JSON lines with entity offsets (the converter's output) get the same predictions."""
-    from fairseq_bio.inference.sentences import predict_sentence_file
+    from fairseq_bio.inference.sentence_level import predict_sentence_file
 
     save_dir, log, data, _ = markers_run
     out = tmp_path / "pred.jsonl"
@@ -250,7 +250,7 @@ BAD = {  # entities field -> the one-line error
 
 @pytest.mark.parametrize("entities", sorted(BAD))
 def test_bad_entities_fail_in_one_line_naming_file_and_line(loaded, entities, tmp_path):
-    from fairseq_bio.inference.sentences import read_examples
+    from fairseq_bio.inference.sentence_level import read_examples
 
     task, _ = loaded
     bad = tmp_path / "bad.jsonl"
@@ -266,7 +266,7 @@ def test_bad_entities_fail_in_one_line_naming_file_and_line(loaded, entities, tm
 def test_missing_entities_marker_words_and_windows_fail_in_one_line(loaded, tmp_path):
     """A row with neither offsets nor placeholders, a row whose text has the word [E1], and a relation whose
     markers need more than one window (predicted: nothing written)."""
-    from fairseq_bio.inference.sentences import predict_sentence_file, read_examples
+    from fairseq_bio.inference.sentence_level import predict_sentence_file, read_examples
 
     task, _ = loaded
     plain = tmp_path / "plain.tsv"

@@ -79,7 +79,7 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
 
 
 def test_reference_scores_agree_with_ours_and_catch_a_difference():
-    from fairseq_bio.blurb.datasets import BENCHMARKS
+    from fairseq_bio.runner.datasets import BENCHMARKS
 
     blurb = BENCHMARKS["blurb"]
     cases = {

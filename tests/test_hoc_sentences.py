@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import SHARED_DATA, fine_tune_sentence, logged
 
-from fairseq_bio.data.sentence_data import SentenceDataError, check_examples, parse_label_set, read_tsv
+from fairseq_bio.data.sentence_files import SentenceDataError, check_examples, parse_label_set, read_tsv
 from fairseq_bio.metrics.classification import blue_hoc_prf, hoc_prf
 
 # BLUE's eval_hoc.py LABELS (the hoc_blue preset's task.labels, in this order)
@@ -92,7 +92,7 @@ def test_sentences_are_scored_per_document_as_computed_by_hand(loaded, blue_hoc)
     whole): A predicts its gold on one sentence only; B one wrong hallmark on its first sentence and its gold on
     its last; C nothing. ORed per abstract: A exact, B gold + 1, C empty, so BLUE's P = (1 + g/(g+1) + 0) / 3,
     R = (1 + 1 + 0) / 3 and F1 = 2PR / (P + R); BLURB's micro F1 pools the cells."""
-    from fairseq_bio.inference.sentences import sentence_metrics
+    from fairseq_bio.inference.sentence_level import sentence_metrics
     from fairseq_bio.criterions.bio_sentence_prediction import BioSentencePredictionCriterion
 
     task, _ = loaded
@@ -138,7 +138,7 @@ def test_hoc_blue_validates_whole_documents_and_predict_agrees(hoc_blue_run, loa
     """The run's dev validation scores each of the 15 abstracts once (a document split over two batches would count
     twice) from all its sentences' windows; its logged example_f1 / f1 are BLUE's and BLURB's formulas on
     fairseq-bio-predict's sentence rows grouped by their ids; the test file in the names form predicts too."""
-    from fairseq_bio.inference.sentences import predict_sentence_file
+    from fairseq_bio.inference.sentence_level import predict_sentence_file
 
     _, log = hoc_blue_run
     docs, out = blue_hoc
@@ -163,9 +163,9 @@ def test_hoc_blue_validates_whole_documents_and_predict_agrees(hoc_blue_run, loa
 def test_blue_preset_runs_hoc_blue_on_blues_sentence_files(blue_hoc, tmp_path):
     """fairseq-bio-blurb --preset blue: a HoC directory with BLUE's TSVs runs sentence_task=hoc_blue, its budget
     counted in sentences; one with abstract-level JSON lines runs sentence_task=hoc as before."""
-    from fairseq_bio.blurb.plan import plan_runs
+    from fairseq_bio.runner.plan import plan_runs
     from fairseq_bio.cli.blurb import build_parser
-    from fairseq_bio.blurb.datasets import BLUE
+    from fairseq_bio.runner.datasets import BLUE
 
     encoder = tmp_path / "encoder.pt"
     encoder.write_bytes(b"")

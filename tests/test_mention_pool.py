@@ -12,8 +12,8 @@ import torch
 from conftest import SHARED_DATA, fine_tune_sentence, logged, run_cli
 from helpers import DictionaryTask, make_dictionary, model_args
 
-from fairseq_bio.data.sentence_data import ENTITY_MARKERS, attach_entities, entity_words, read_jsonl, read_tsv
-from fairseq_bio.data.sentence_dataset import SentencePredictionDataset, WindowError
+from fairseq_bio.data.sentence_files import ENTITY_MARKERS, attach_entities, entity_words, read_jsonl, read_tsv
+from fairseq_bio.data.sentence_windows import SentencePredictionDataset, WindowError
 from fairseq_bio.data.tagging_dataset import EncodedWords, WordEncoder
 from fairseq_bio.modules.entity_head import MentionPoolClassificationHead, mention_max_pool
 
@@ -209,7 +209,7 @@ def test_mention_model_fits_its_train_rows_and_predict_reproduces_the_dev_metric
     """The run learns: train loss falls and the model, scored on its 160 train rows, is far above the majority class
     (the head's gradient reaches the encoder through the pooled mentions). fairseq-bio-predict on the dev file prints
     the dev metrics the run logged for the same checkpoint."""
-    from fairseq_bio.inference.sentences import predict_sentence_file
+    from fairseq_bio.inference.sentence_level import predict_sentence_file
 
     save_dir, log, data = mention_run
     train = logged(log, "train_inner")

@@ -7,7 +7,7 @@ import pytest
 
 from fairseq_bio_preprocess import fetch
 from fairseq_bio_preprocess.sources import Document, InputFile, iter_records
-from fairseq_bio.data.sentences import SentenceSplitter
+from fairseq_bio.data.sentence_splitter import SentenceSplitter
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ import pytest
 import torch
 from conftest import SHARED_DATA
 
-from fairseq_bio.data.sentence_data import (
+from fairseq_bio.data.sentence_files import (
     SentenceDataError,
     check_examples,
     read_jsonl,
     read_pubmedqa,
     read_tsv,
 )
-from fairseq_bio.data.sentence_dataset import collate_rows, plan_rows, pool_windows
+from fairseq_bio.data.sentence_windows import collate_rows, plan_rows, pool_windows
 from fairseq_bio.data.tagging_dataset import EncodedWords
 
 GAD = SHARED_DATA / "re" / "GAD"

@@ -5,9 +5,9 @@ puts beside a score at that baseline."""
 import pytest
 from sklearn.metrics import accuracy_score, f1_score
 
-from fairseq_bio.blurb.datasets import BLUE, BLURB
-from fairseq_bio.blurb.report import aggregate, render_markdown, trivial_flag
-from fairseq_bio.metrics.blurb import constant_answers
+from fairseq_bio.runner.datasets import BLUE, BLURB
+from fairseq_bio.runner.report import aggregate, render_markdown, trivial_flag
+from fairseq_bio.metrics.benchmark_scores import constant_answers
 
 
 def test_binary_relation_extraction_is_the_all_positive_f1():

@@ -6,22 +6,22 @@ config or preset, PubMedBERT sec. 6.2's 10 % warm-up and linear decay, its epoch
 counted from the train file found), in its own run directory under ``--out``: ``cmd.txt`` (the command line),
 ``train.log`` (fairseq's json log), ``checkpoint_best.pt`` (the best dev checkpoint), the test predictions of
 ``fairseq-bio-predict`` on that checkpoint, whose test score is computed from them (``prediction_scores`` of
-``fairseq_bio.metrics.blurb``, the metrics fairseq-bio-predict prints), and ``result.json``, written atomically when
+``fairseq_bio.metrics.benchmark_scores``, the metrics fairseq-bio-predict prints), and ``result.json``, written atomically when
 everything else is there. A run with a ``result.json`` made by the same command from the same encoder file is reused;
 a run without one (interrupted, failed) is done again from the start.
 
 With ``--folds K`` (and for bio-lm's GAD and EU-ADR by default) a dataset is cross-validated instead: K folds cut from
-its train file (``fairseq_bio.blurb.folds``), each fold's runs in ``<dataset>/lr<lr>/fold<k>-of-<K>/seed<n>``, reused
+its train file (``fairseq_bio.runner.folds``), each fold's runs in ``<dataset>/lr<lr>/fold<k>-of-<K>/seed<n>``, reused
 like any run, and the dataset's result is the median and mean over folds.
 
 With ``--lr-grid`` each dataset's learning rate is the one with the best mean dev score over seeds, and its test
 scores are reported (PubMedBERT sec. 6.2: hyperparameters are chosen on dev). ``results.md`` / ``.json`` / ``.png``
 give per dataset the mean, standard deviation and median of the test scores over seeds, per task type the average,
-and the benchmark score of ``fairseq_bio.metrics.blurb``: **partial**, with the types it covers, whenever a dataset
+and the benchmark score of ``fairseq_bio.metrics.benchmark_scores``: **partial**, with the types it covers, whenever a dataset
 is missing (no data, not asked for, or every run failed).
 
-The datasets, their metrics and recipes are the table ``hydra_configs/blurb/datasets.yaml``; the library behind this
-command is ``fairseq_bio.blurb``.
+The datasets, their metrics and recipes are the table ``hydra_configs/runner/datasets.yaml``; the library behind this
+command is ``fairseq_bio.runner``.
 """
 
 import argparse
@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from ..blurb.datasets import BENCHMARKS, RECIPES
-from ..blurb.execute import run_all
-from ..blurb.plan import BlurbError, lock_out, make_runs, plan_runs, resolve_tasks
+from ..runner.datasets import BENCHMARKS, RECIPES
+from ..runner.execute import run_all
+from ..runner.plan import BlurbError, lock_out, make_runs, plan_runs, resolve_tasks
 from .options import Parser, add_checkpoint, add_data, add_out, run_cli
 
 PROG = "fairseq-bio-blurb"

@@ -32,7 +32,7 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     encoder checkpoint and copy its vocabulary beside it; returns {"out", "vocab", "options", "lm_head"}."""
     from fairseq.models.roberta.model import base_architecture  # noqa: F401  (fairseq registered before building)
 
-    from ..hf.checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
+    from ..encoder_checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
     from ..models.bio_electra import SHARED, apply_architecture, encoder_options
     from ..models.bio_roberta import is_bio_roberta
 

@@ -72,7 +72,7 @@ def init_student(
 ) -> Dict:
     """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
     returns {"out", "layers", "options", "vocab"}."""
-    from ..hf.checkpoints import (
+    from ..encoder_checkpoints import (
         STRUCTURAL_OPTIONS,
         build_model,
         encoder_checkpoint,
@@ -139,7 +139,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     import fairseq_bio  # noqa: F401  (registration)
 
-    from ..hf.checkpoints import hydra_model_overrides
+    from ..encoder_checkpoints import hydra_model_overrides
 
     info = init_student(
         args.checkpoint, args.out, args.layers, args.overwrite, args.embed_dim, args.ffn_dim, args.heads

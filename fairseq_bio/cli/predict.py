@@ -12,7 +12,7 @@ per input row in input order: ``id``, ``line``, ``pred`` (the label, the 0/1 row
 (softmax over the labels, or a sigmoid per label) and ``gold`` when the input carries labels, whose metrics are then
 printed. Long texts are windowed and their windows mean-pooled as in training.
 
-Tagging and sentence-level metrics are ``fairseq_bio.metrics.blurb.prediction_scores`` of the predictions written (the
+Tagging and sentence-level metrics are ``fairseq_bio.metrics.benchmark_scores.prediction_scores`` of the predictions written (the
 function fairseq-bio-blurb scores its test splits with, from the same files; equal to what the criterion logs).
 
 Extractive QA (``bio_extractive_qa``): a SQuAD v1.1 JSON file in, JSON lines out, one object per question in file
@@ -32,7 +32,7 @@ import time
 
 from ..inference.loading import PREDICT, QA, PredictError, load_fine_tuned
 from ..inference.qa import predict_qa_file
-from ..inference.sentences import predict_sentence_file
+from ..inference.sentence_level import predict_sentence_file
 from ..inference.tagging import predict_conll, predict_text
 from ..outputs import check_output
 from .options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite, run_cli

@@ -40,7 +40,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
 from ..data.class_balance import BALANCED, balanced_class_weights, parse_class_values
-from ..data.sentence_dataset import pool_windows
+from ..data.sentence_windows import pool_windows
 from ..errors import BioConfigError
 from ..metrics.classification import (
     ExampleSums,

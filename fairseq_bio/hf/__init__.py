@@ -10,7 +10,7 @@ maps), ``heads`` (what a checkpoint's head becomes), ``checkpoints`` (checkpoint
 exactness checks), ``model_card``, ``export`` and ``importing``. transformers is imported only where it is used.
 """
 
-from .checkpoints import (
+from ..encoder_checkpoints import (
     STRUCTURAL_OPTIONS,
     build_model,
     encoder_checkpoint,

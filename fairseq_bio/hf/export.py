@@ -37,7 +37,7 @@ import torch
 
 from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
-from .checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
+from ..encoder_checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
 from .config import position_offset, write_config
 from .electra import PARTS, electra_pair_from_fairseq

@@ -28,7 +28,7 @@ import torch
 
 from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
-from .checkpoints import (
+from ..encoder_checkpoints import (
     ELECTRA_STRUCTURAL_OPTIONS,
     build_model,
     electra_checkpoint_cfg,

@@ -223,7 +223,7 @@ def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
     """``text or (a, b) -> T`` ids of the row bio_sentence_prediction makes of it (its word encoding, its dataset
     and collater: ``<s> text </s>`` / ``<s> a </s></s> b </s>``); a text that needs more than one window is refused,
     since HF sees one (``fits=True``: None instead)."""
-    from ..data.sentence_dataset import SentencePredictionDataset
+    from ..data.sentence_windows import SentencePredictionDataset
     from ..data.tagging_dataset import EncodedWords
 
     task = hub.task

@@ -1,5 +1,5 @@
 """Reading back what fairseq-bio-predict wrote: (gold, predicted, ids) of a predictions file, the form
-``fairseq_bio.metrics.blurb.prediction_scores`` scores."""
+``fairseq_bio.metrics.benchmark_scores.prediction_scores`` scores."""
 
 import json
 from pathlib import Path

@@ -45,7 +45,7 @@ def predict_conll(task, model, input_path: str, output_path: str, **kwargs) -> O
     """Tag a CoNLL file; returns its ``prediction_scores`` (fractions: entity precision, recall, F1, word macro F1)
     when it carries gold tags."""
     from ..data.conll import write_conll
-    from ..metrics.blurb import TAGS, prediction_scores
+    from ..metrics.benchmark_scores import TAGS, prediction_scores
 
     sentences = task.read_split(input_path, require_tags=False, predicting=True)
     predictions = predict_tags(task, model, sentences, **kwargs)
@@ -65,7 +65,7 @@ def split_text(lines: Sequence[str], documents: bool):
 
     splitter = None
     if documents:
-        from ..data.sentences import SentenceSplitter
+        from ..data.sentence_splitter import SentenceSplitter
 
         splitter = SentenceSplitter.train(line for line in lines if line.strip())
     out = []

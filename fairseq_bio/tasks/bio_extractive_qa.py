@@ -134,7 +134,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
-        start = fine_tuning.encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
+        start = fine_tuning.start_checkpoint_path(self.cfg.restore_file, self.cfg.finetune_from_model)
         resuming = self.cfg.finetune_from_model and os.path.exists(os.path.join(self.cfg.save_dir, LAST_CHECKPOINT))
         if not from_checkpoint and start and not resuming:  # the first load is the checkpoint the run starts from
             self.choose_head(model, start)

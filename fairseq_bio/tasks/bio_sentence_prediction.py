@@ -24,7 +24,7 @@ from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..data.class_balance import BALANCED, balanced_oversampling, parse_oversampling
-from ..data.sentence_data import (
+from ..data.sentence_files import (
     ENTITY_MARKERS,
     FORMATS,
     KINDS,
@@ -39,7 +39,7 @@ from ..data.sentence_data import (
     read_pubmedqa,
     read_tsv,
 )
-from ..data.sentence_dataset import MarkerWordEncoder, RepeatedExamples, SentencePredictionDataset, WindowError
+from ..data.sentence_windows import MarkerWordEncoder, RepeatedExamples, SentencePredictionDataset, WindowError
 from ..data.tagging_dataset import EncodedWords, fingerprint
 from ..errors import BioFileNotFoundError
 from ..metrics.classification import NEGATIVE_LABELS, document_id

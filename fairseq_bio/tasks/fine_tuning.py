@@ -38,7 +38,7 @@ class FineTuningError(BioError, ValueError):
     """A fine-tuning set-up that cannot work; the message says what to change."""
 
 
-def encoder_checkpoint(restore_file: Optional[str], finetune_from_model: Optional[str]) -> Optional[str]:
+def start_checkpoint_path(restore_file: Optional[str], finetune_from_model: Optional[str]) -> Optional[str]:
     """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own run)."""
     for path in (finetune_from_model, restore_file):
         if path and path != DEFAULT_RESTORE_FILE:
@@ -376,7 +376,7 @@ class FineTuningTask(FairseqTask):
     @staticmethod
     def encoder_vocab(cfg: FineTuningConfig, from_checkpoint: bool):
         """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the fine-tuned run)."""
-        encoder = encoder_checkpoint(cfg.restore_file, cfg.finetune_from_model)
+        encoder = start_checkpoint_path(cfg.restore_file, cfg.finetune_from_model)
         vocab = cfg.vocab
         if not vocab and from_checkpoint and has_vocab(cfg.save_dir):
             vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
@@ -412,7 +412,7 @@ class FineTuningTask(FairseqTask):
     def build_model(self, cfg, from_checkpoint=False):
         if not self.labels:
             raise FineTuningError(f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)")
-        encoder = encoder_checkpoint(self.cfg.restore_file, self.cfg.finetune_from_model)
+        encoder = start_checkpoint_path(self.cfg.restore_file, self.cfg.finetune_from_model)
         if not from_checkpoint and encoder:
             check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
             adopt_encoder_architecture(cfg, encoder)

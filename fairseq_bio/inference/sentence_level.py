@@ -1,6 +1,6 @@
 """Sentence-level prediction (``bio_sentence_prediction``: relation extraction, HoC, BIOSSES, PubMedQA, NLI) with a
 fine-tuned checkpoint: a file read as the task reads its splits, one JSON row per example, and its metrics when it
-has labels (``fairseq_bio.metrics.blurb.prediction_scores`` of the rows, as fairseq-bio-blurb scores them)."""
+has labels (``fairseq_bio.metrics.benchmark_scores.prediction_scores`` of the rows, as fairseq-bio-blurb scores them)."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from ..files import atomic_write
-from ..metrics.blurb import percentages, prediction_scores
+from ..metrics.benchmark_scores import percentages, prediction_scores
 from .loading import PREDICT, batches, criterion_metrics
 from .predictions import row_columns
 
@@ -73,7 +73,7 @@ def sentence_metrics(logging_output) -> dict:
 
 def read_examples(task, input_path: str, split: str = "test"):
     """The examples of ``input_path`` read as the task reads its splits, with their labels when the file has them."""
-    from ..data.sentence_data import SentenceDataError
+    from ..data.sentence_files import SentenceDataError
 
     cfg = task.cfg
     if str(cfg.format) == "pubmedqa" or os.path.isdir(input_path):

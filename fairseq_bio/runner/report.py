@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..files import atomic_write, write_json, write_text
-from ..metrics.blurb import DOMAINS, Benchmark, summarize_runs
+from ..metrics.benchmark_scores import DOMAINS, Benchmark, summarize_runs
 from .datasets import benchmark as benchmark_named
 from .plan import run_label
 

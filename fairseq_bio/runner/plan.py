@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..configs import config_dir
 from ..errors import BioError
-from ..metrics.blurb import Benchmark, BenchmarkTask
+from ..metrics.benchmark_scores import Benchmark, BenchmarkTask
 from ..runs import PLUGIN_DIR, command, hydra_train
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
 from .folds import Fold, write_folds
@@ -109,7 +109,7 @@ def fold_count(given: Optional[int], recipe: Recipe) -> Optional[int]:
 
 def train_examples(config: str, task: Dict[str, Any]) -> int:
     """Training examples the task will read (rows it skips and rows held out for dev not counted)."""
-    from ..data import sentence_data as sd
+    from ..data import sentence_files as sd
 
     path = os.path.join(str(task["data"]), task["train_file"])
     if config == TAGGING:

@@ -8,9 +8,9 @@ student). On a CPU the recipes' budgets (PubMedBERT sec. 6.2: up to 40 epochs) t
 (the default without a GPU) runs one seed of each dataset with the shorter budgets of ``CPU_BUDGETS``; ``--budget
 recipe`` runs the recipes as they are (5 seeds by default on a GPU).
 
-    python benchmarks/blurb.py                         # MiniLM, CPU budgets, one seed (about 90 min on 2 cores)
-    python benchmarks/blurb.py --budget recipe --seeds 5    # the full run (a GPU)
-    python benchmarks/blurb.py --checkpoint runs/demo/checkpoints/checkpoint_best.pt --out runs/bench_blurb_demo
+    python benchmarks/blurb_scores.py                         # MiniLM, CPU budgets, one seed (about 90 min on 2 cores)
+    python benchmarks/blurb_scores.py --budget recipe --seeds 5    # the full run (a GPU)
+    python benchmarks/blurb_scores.py --checkpoint runs/demo/checkpoints/checkpoint_best.pt --out runs/bench_blurb_demo
 
 Writes ``<out>/results.md``, ``results.json`` and ``results.png`` (the runner's), copies them to
 ``benchmarks/results/blurb.md`` and ``blurb.png``, and prints the table. Re-running reuses finished runs.

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Tuple
 
 from ..files import atomic_write, write_json
 from ..inference.predictions import read_predictions
-from ..metrics.blurb import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
+from ..metrics.benchmark_scores import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
 from ..runs import Run as Process
 from ..runs import logged
 from .datasets import TAGGING

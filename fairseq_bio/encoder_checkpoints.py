@@ -9,8 +9,8 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..files import atomic_path
-from .common import HFConvertError
+from .files import atomic_path
+from .hf.common import HFConvertError
 
 # Model options that decide the parameter shapes or the computation: a training run restoring an imported
 # checkpoint must set them (on top of any primary config).

@@ -93,7 +93,7 @@ def _row_starts(path: str, tagging: bool, task: Mapping[str, Any]) -> List[int]:
         from ..data.conll import read_conll
 
         return [sentence.lines[0] for sentence in read_conll(path)]
-    from ..data import sentence_data as sd
+    from ..data import sentence_files as sd
 
     fmt = sd.file_format(path, str(task.get("format") or "auto"))
     if fmt == "pubmedqa":

@@ -1,7 +1,7 @@
 """The BLURB and BLUE benchmark metrics: a benchmark's datasets (``Benchmark`` / ``BenchmarkTask``: task type and
 metric), every metric of a prediction file's predictions (``prediction_scores``), trivial baselines and the aggregate.
-Which datasets each benchmark has, and their metrics, is the dataset table ``hydra_configs/blurb/datasets.yaml``
-(``fairseq_bio.blurb.datasets`` builds ``BLURB`` and ``BLUE`` from it).
+Which datasets each benchmark has, and their metrics, is the dataset table ``hydra_configs/runner/datasets.yaml``
+(``fairseq_bio.runner.datasets`` builds ``BLURB`` and ``BLUE`` from it).
 
 **BLURB** (Gu et al. 2020, §4 and Table 3): 13 datasets in six task types. "We group the datasets by their task
 types, compute the average score for each task type, and report the macro average among the task types":

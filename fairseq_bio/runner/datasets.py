@@ -1,5 +1,5 @@
-"""The dataset table of BLURB, BLUE and bio-lm (``hydra_configs/blurb/datasets.yaml``), read and checked once: per
-benchmark its ``Benchmark`` of ``fairseq_bio.metrics.blurb`` (datasets in table order, task types, metrics, the
+"""The dataset table of BLURB, BLUE and bio-lm (``hydra_configs/runner/datasets.yaml``), read and checked once: per
+benchmark its ``Benchmark`` of ``fairseq_bio.metrics.benchmark_scores`` (datasets in table order, task types, metrics, the
 aggregate), and per dataset the ``Recipe`` fairseq-bio-blurb fine-tunes it with (config, fine-tuning recipe or preset,
 overrides, seeds, cross-validation folds, where its data is, its format and where users get it). The file's header
 describes every field.
@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..configs import config_dir
 from ..errors import BioError
-from ..metrics.blurb import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
+from ..metrics.benchmark_scores import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
 from .folds import MIN_FOLDS
 
 TAGGING = "bio_tagging_ner"  # the configs a recipe runs (fairseq-hydra-train --config-name)
@@ -147,7 +147,7 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
     one); a table that does not read is a one-line ``DatasetTableError`` naming the file and entry."""
     import yaml
 
-    path = Path(path) if path is not None else config_dir() / "blurb" / "datasets.yaml"
+    path = Path(path) if path is not None else config_dir() / "runner" / "datasets.yaml"
     try:
         table = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
