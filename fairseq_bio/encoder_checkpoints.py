@@ -32,8 +32,8 @@ def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:
 
 def encoder_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
     """A complete fairseq config (plain containers) of a ``bio_roberta`` + ``bio_masked_lm`` checkpoint."""
-    from ..models.bio_roberta import BioRobertaConfig
-    from ..tasks.bio_masked_lm import BioMaskedLMConfig
+    from .models.bio_roberta import BioRobertaConfig
+    from .tasks.bio_masked_lm import BioMaskedLMConfig
 
     task = BioMaskedLMConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
     return _checkpoint_cfg(("bio_masked_lm", task), ("bio_roberta", BioRobertaConfig(**options)),
@@ -42,9 +42,9 @@ def encoder_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int)
 
 def electra_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
     """A complete fairseq config (plain containers) of a ``bio_electra`` model + task + criterion checkpoint."""
-    from ..criterions.bio_electra import BioElectraCriterionConfig
-    from ..models.bio_electra import BioElectraConfig
-    from ..tasks.bio_electra import BioElectraTaskConfig
+    from .criterions.bio_electra import BioElectraCriterionConfig
+    from .models.bio_electra import BioElectraConfig
+    from .tasks.bio_electra import BioElectraTaskConfig
 
     task = BioElectraTaskConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
     return _checkpoint_cfg(("bio_electra", task), ("bio_electra", BioElectraConfig(**options)),
@@ -89,7 +89,7 @@ def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueE
     directory raises ``error``."""
     import filecmp
 
-    from ..tasks.fine_tuning import DICT_TXT, copy_vocab
+    from .tasks.fine_tuning import DICT_TXT, copy_vocab
 
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / DICT_TXT
@@ -146,7 +146,7 @@ def checkpoint_section(state: Dict, name: str) -> Dict:
 
 def load_fairseq_model(checkpoint: Path, vocab_dir: Path):
     """The checkpoint as fairseq's hub interface (BPE from the vocabulary's bpe.json), in eval mode."""
-    from ..models.bio_roberta import BioRobertaModel
+    from .models.bio_roberta import BioRobertaModel
 
     # ``vocab`` points a fine-tuning task at the vocabulary (other tasks have no such option and ignore it).
     hub = BioRobertaModel.from_pretrained(
