@@ -10,7 +10,6 @@ from typing import Dict, List, Optional
 import torch
 
 from .files import atomic_path
-from .hf.common import HFConvertError
 
 # Model options that decide the parameter shapes or the computation: a training run restoring an imported
 # checkpoint must set them (on top of any primary config).
@@ -120,6 +119,8 @@ def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
     """Where dict.txt and bpe.json of the checkpoint's vocabulary are: ``data`` when given, else beside the
     checkpoint (an encoder checkpoint, or a fine-tuned run's save_dir), else its ``task.vocab`` or the first
     directory of its ``task.data``."""
+    from .hf.common import HFConvertError  # here: the hf package imports this module
+
     if data is not None:
         candidates = [Path(data)]
     else:
