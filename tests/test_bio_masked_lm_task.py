@@ -88,17 +88,18 @@ def test_head_warmup_trains_only_the_mlm_head_first(data_bin, tiny_encoder, tmp_
     """task.head_warmup_updates=3 in a real continued pretraining (fairseq-hydra-train from the tiny encoder, 6
     updates): after update 3 every encoder weight and the token embeddings (tied to the head's output) are still the
     starting checkpoint's while the head's dense / layer norm / bias moved; after update 6 the encoder moved too."""
-    from conftest import ENCODER_SIZE, REPO, run_cli
+    from conftest import ENCODER_SIZE, run_cli
 
+    from fairseq_bio import runs
     from fairseq_bio.compat import load_checkpoint
     from fairseq_bio.tasks.bio_masked_lm import HEAD_PREFIX
 
-    run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
-             f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path}",
-             f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE, "task.head_warmup_updates=3",
-             "optimization.max_update=6", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1",
-             "checkpoint.save_interval_updates=3", "checkpoint.keep_interval_updates=-1",
-             "dataset.validate_interval_updates=100000", "common.log_interval=1"], cwd=tmp_path)  # fmt: skip
+    run_cli(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}",
+                             f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE,
+                             "task.head_warmup_updates=3", "optimization.max_update=6", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1",
+                             "checkpoint.save_interval_updates=3", "checkpoint.keep_interval_updates=-1",
+                             "dataset.validate_interval_updates=100000", "common.log_interval=1", save_dir=tmp_path),
+            cwd=tmp_path)  # fmt: skip
     start = load_checkpoint(tiny_encoder)["model"]
     at3, at6 = (load_checkpoint(tmp_path / name)["model"] for name in ("checkpoint_1_3.pt", "checkpoint_last.pt"))
     head = [k for k in start if k.startswith(HEAD_PREFIX) and k != HEAD_PREFIX + "weight"]
@@ -116,15 +117,17 @@ def test_freeze_embeddings_keeps_the_token_embeddings_for_the_whole_run(data_bin
     """task.freeze_embeddings=true in a real continued pretraining (3 updates from the tiny encoder, a high rate):
     the token embeddings and the head's output weight tied to them are the start's at the end, and fairseq's
     optimizer holds no state for them; the encoder layers and the head's dense / bias moved."""
-    from conftest import ENCODER_SIZE, REPO, run_cli
+    from conftest import ENCODER_SIZE, run_cli
 
+    from fairseq_bio import runs
     from fairseq_bio.compat import load_checkpoint
 
-    done = run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
-                   f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path}",
-                   f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE, "task.freeze_embeddings=true",
-                   "optimization.max_update=3", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1",
-                   "dataset.validate_interval_updates=100000", "common.log_interval=1"], cwd=tmp_path)  # fmt: skip
+    done = run_cli(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}",
+                                    f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE,
+                                    "task.freeze_embeddings=true", "optimization.max_update=3",
+                                    "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=1", "dataset.validate_interval_updates=100000",
+                                    "common.log_interval=1", save_dir=tmp_path),
+                   cwd=tmp_path)  # fmt: skip
     start = load_checkpoint(tiny_encoder)["model"]
     end = load_checkpoint(tmp_path / "checkpoint_last.pt")
     embeddings = "encoder.sentence_encoder.embed_tokens.weight"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 
 ARGPARSE_TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
                  "--encoder-attention-heads", "4", "--tokens-per-sample", "64", "--batch-size", "8",
@@ -21,8 +21,7 @@ ARGPARSE_TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encode
 
 def fairseq_train(data, save_dir, cwd, *args, max_update=3, check=True):
     return run_cli(
-        ["fairseq-train", data, "--user-dir", REPO / "fairseq_bio", "--save-dir", save_dir,
-         "--max-update", str(max_update), *ARGPARSE_TINY, *args],
+        runs.train(data, "--save-dir", save_dir, "--max-update", max_update, *ARGPARSE_TINY, *args),
         cwd=cwd, check=check,
     )  # fmt: skip
 

@@ -3,8 +3,9 @@ checkpoint with identical features, its vocabulary beside it, one-line refusals,
 
 import pytest
 import torch
-from conftest import REPO, fine_tune, logged, run_cli
+from conftest import fine_tune, logged, run_cli
 
+from fairseq_bio import runs
 from fairseq_bio.cli.extract_encoder import ExtractError, extract_encoder
 from fairseq_bio.outputs import OutputError
 
@@ -16,9 +17,8 @@ SMALL = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_
 
 def electra_checkpoint(data, save_dir, generator_dim):
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_electra_tiny",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         f"model.generator_embed_dim={generator_dim}", *SMALL],
+        runs.hydra_train("bio_electra_tiny", f"task.data={data}", f"model.generator_embed_dim={generator_dim}", *SMALL,
+                         save_dir=save_dir),
         cwd=save_dir.parent,
     )  # fmt: skip
     return save_dir / "checkpoint_last.pt"
@@ -101,9 +101,8 @@ def test_tagging_fine_tunes_from_the_extracted_discriminator(electra_ckpts, ncbi
     _, narrow, _ = electra_ckpts
     # Pointed at the ELECTRA checkpoint itself, fine-tuning stops with what to run.
     refused = run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-         f"task.data={ncbi_slice}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={tmp_path / 'x'}",
-         f"checkpoint.restore_file={narrow}"],
+        runs.hydra_train("bio_tagging_ner", f"task.data={ncbi_slice}", f"checkpoint.restore_file={narrow}",
+                         save_dir=tmp_path / "x"),
         cwd=tmp_path, check=False,
     )  # fmt: skip
     assert refused.returncode != 0 and "fairseq-bio-extract-encoder" in refused.stderr

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_cli
+from conftest import run_cli
 from test_fastbpe_vocab import FASTBPE_MISSING
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 from fairseq_bio.cli.export_hf import cli_main
 from fairseq_bio.hf import (
     CRF_FILE,
@@ -93,12 +93,11 @@ def trained_bytebpe(data_bin, tmp_path_factory):
     data = data_bin("bytebpe")
     work = tmp_path_factory.mktemp("trained")
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={work / 'ckpt'}",
-         "model.encoder_layers=2", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
-         "model.encoder_attention_heads=4", "model.max_positions=128", "task.tokens_per_sample=128",
-         "optimization.max_update=3", "dataset.disable_validation=true", "checkpoint.save_interval_updates=3",
-         "common.tensorboard_logdir=null", "lr_scheduler.warmup_updates=1"],
+        runs.hydra_train("bio_roberta_tiny", f"task.data={data}", "model.encoder_layers=2", "model.encoder_embed_dim=32",
+                         "model.encoder_ffn_embed_dim=64", "model.encoder_attention_heads=4", "model.max_positions=128",
+                         "task.tokens_per_sample=128", "optimization.max_update=3", "dataset.disable_validation=true",
+                         "checkpoint.save_interval_updates=3", "common.tensorboard_logdir=null",
+                         "lr_scheduler.warmup_updates=1", save_dir=work / "ckpt"),
         cwd=work,
     )  # fmt: skip
     path = work / "ckpt" / "checkpoint_last.pt"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, logged, run_cli
+from conftest import logged, run_cli
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 from fairseq_bio.cli.import_hf import cli_main
 from fairseq_bio.hf import import_hf
 from fairseq_bio.models.bio_roberta import BioRobertaModel
@@ -192,13 +192,9 @@ def test_continued_mlm_pretraining_from_minilm_lowers_valid_loss(minilm, pubmed_
     # thread mainly oversubscribes the two shared cores.
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     result = run_cli(
-        [
-            "fairseq-hydra-train",
-            "--config-dir", REPO / "hydra_configs",
-            "--config-name", "bio_roberta_tiny",
+        runs.hydra_train(
+            "bio_roberta_tiny",
             f"task.data={data}",
-            f"common.user_dir={REPO / 'fairseq_bio'}",
-            f"checkpoint.save_dir={save}",
             f"checkpoint.restore_file={out / 'model.pt'}",
             "checkpoint.reset_optimizer=true",
             "checkpoint.reset_dataloader=true",
@@ -215,11 +211,11 @@ def test_continued_mlm_pretraining_from_minilm_lowers_valid_loss(minilm, pubmed_
             "dataset.max_valid_steps=2",
             "checkpoint.save_interval_updates=20",
             "checkpoint.no_save_optimizer_state=true",
-            "common.log_format=json",
             "common.log_interval=10",
-            f"common.log_file={log}",
             "common.tensorboard_logdir=null",
-        ],
+            save_dir=save,
+            log=log,
+        ),
         cwd=tmp_path,
     )  # fmt: skip
     assert f"Loaded checkpoint {out / 'model.pt'} (epoch 1 @ 0 updates)" in result.stdout + result.stderr

@@ -5,10 +5,11 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, logged, run_cli
+from conftest import logged, run_cli
 from test_convert_standoff import write
 from test_gpu_paths_on_cpu import CPU, TINY, composed
 
+from fairseq_bio import runs
 from fairseq_bio.compat import load_checkpoint
 from fairseq_bio.data.conll import TaggingDataError, merge_types, parse_type_merge, read_conll
 from fairseq_bio.metrics.tagging import get_entities
@@ -147,10 +148,10 @@ def test_tiny_run_trains_scores_and_predicts_merged_types(data, tmp_path):
     data_dir, vocab_dir = data
     save_dir, log = tmp_path / "run", tmp_path / "run" / "train.log"
     save_dir.mkdir()
-    run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-             *tagging_overrides(data_dir, vocab_dir, save_dir, "task.merge_types=entity"), f"common.user_dir={REPO / 'fairseq_bio'}",
-             f"common.log_file={log}", "optimization.max_update=4", "optimization.max_epoch=0", "dataset.batch_size=2",
-             "optimizer.groups.default.lr_scheduler.warmup_updates=1", "common.log_interval=1"], cwd=save_dir)  # fmt: skip
+    overrides = tagging_overrides(data_dir, vocab_dir, save_dir, "task.merge_types=entity")
+    run_cli(runs.hydra_train("bio_tagging_ner", *overrides, "optimization.max_update=4", "optimization.max_epoch=0",
+                             "dataset.batch_size=2", "optimizer.groups.default.lr_scheduler.warmup_updates=1",
+                             "common.log_interval=1", log=log), cwd=save_dir)  # fmt: skip
     state = load_checkpoint(save_dir / "checkpoint_last.pt")
     assert state["task_state"]["labels"] == ["O", "B-entity", "I-entity"]
     assert state["cfg"]["task"]["merge_types"] == "entity"

@@ -6,11 +6,12 @@ as the reference), and bio_tagging trains, validates and predicts with the joint
 import random
 
 import pytest
-from conftest import REPO, logged, run_cli
+from conftest import logged, run_cli
 from test_convert_standoff import write
 from test_convert_tagging import EXPECTED_TRAIN_IO, dev_list, read, write_ebm_release
 from test_gpu_paths_on_cpu import CPU, TINY, composed
 
+from fairseq_bio import runs
 from fairseq_bio.metrics.tagging import SpanCounts, element_types, token_counts, token_macro_f1
 from fairseq_bio_preprocess.common import PreprocessError
 from fairseq_bio_preprocess.ebm_nlp import convert_ebm_nlp
@@ -113,10 +114,9 @@ def test_tagger_trains_validates_and_predicts_joint_types(joint, tmp_path):
     assert not any("+" in key for key in log)
 
     train_log = save_dir / "train.log"
-    run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-             *overrides, f"common.user_dir={REPO / 'fairseq_bio'}", f"common.log_file={train_log}",
-             "optimization.max_update=4", "optimization.max_epoch=0", "dataset.batch_size=2",
-             "optimizer.groups.default.lr_scheduler.warmup_updates=1", "common.log_interval=1"], cwd=save_dir)  # fmt: skip
+    run_cli(runs.hydra_train("bio_tagging_ner", *overrides, "optimization.max_update=4", "optimization.max_epoch=0",
+                             "dataset.batch_size=2", "optimizer.groups.default.lr_scheduler.warmup_updates=1",
+                             "common.log_interval=1", log=train_log), cwd=save_dir)  # fmt: skip
     valid = logged(train_log, "valid")
     assert valid and all("word_macro_f1" in entry for entry in valid.values())
     predicted = tmp_path / "pred.tsv"

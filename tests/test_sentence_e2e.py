@@ -9,8 +9,9 @@ import re
 
 import pytest
 import torch
-from conftest import REPO, SHARED_DATA, fine_tune_sentence, logged, run_cli
+from conftest import SHARED_DATA, fine_tune_sentence, logged, run_cli
 
+from fairseq_bio import runs
 from fairseq_bio.compat import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
 from fairseq_bio.criterions.bio_sentence_prediction import (
     BioSentencePredictionCriterion,
@@ -25,11 +26,6 @@ def job_log(save_dir):
     return "".join(p.read_text(encoding="utf-8") for p in sorted((save_dir / "hydra").glob("*/hydra_train.log")))
 
 
-def last_valid(log):
-    valid = logged(log, "valid")
-    return valid[max(valid)]
-
-
 def test_gad_learns_above_the_majority_class(gad_model):
     """Dev accuracy and macro F1 of the final model clearly above predicting the majority class for all 535 dev
     sentences (BLURB's 4,261 / 535 split sizes, the last 535 train rows held out).
@@ -38,7 +34,7 @@ def test_gad_learns_above_the_majority_class(gad_model):
     70.77 on it (P 54.8, R 100), and the 2 x 128 encoder pretrained for 400 updates does not beat that in 300
     updates (66-72 here), so it is not asserted."""
     _, log = gad_model
-    last = last_valid(log)
+    last = runs.last_validation(log)
     gold = [int(last[f"cls_gold_{i}"]) for i in range(2)]
     assert sum(gold) == 535
     majority = max(gold) / sum(gold)
@@ -73,9 +69,9 @@ def test_fairseq_validate_and_predict_score_every_test_sentence_as_the_criterion
     fairseq's batching), and on the dev split it reproduces the training run's dev metrics for that checkpoint;
     fairseq-bio-predict writes a prediction per test sentence and prints the same test metrics."""
     save_dir, log = gad_model
-    result = run_cli(["fairseq-validate", SHARED_DATA / "re" / "GAD", "--task", "bio_sentence_prediction",
-                      "--user-dir", REPO / "fairseq_bio", "--path", save_dir / "checkpoint_best.pt",
-                      "--valid-subset", "test,valid", "--batch-size", "16", "--cpu"], cwd=tmp_path)  # fmt: skip
+    result = run_cli(runs.validate(SHARED_DATA / "re" / "GAD", "--task", "bio_sentence_prediction", "--path",
+                                   save_dir / "checkpoint_best.pt", "--valid-subset", "test,valid", "--batch-size",
+                                   "16", "--cpu"), cwd=tmp_path)  # fmt: skip
     printed = {}
     for line in (result.stdout + result.stderr).splitlines():
         found = re.search(r"valid on '(\w+)' subset \| (.*)", line)
@@ -166,7 +162,7 @@ def test_hoc_logs_blurb_f1_and_learns_the_label_prior(hoc_model, hoc_slice):
     counts. Within this test's budget (60 updates) the tiny encoder learns the hallmark prior only: the train loss
     falls to near the prior's entropy; beating a constant predictor on dev takes ~150+ updates (see the note)."""
     save_dir, log = hoc_model
-    last = last_valid(log)
+    last = runs.last_validation(log)
     counts = {kind: [int(last[f"ml_{kind}_{j}"]) for j in range(10)] for kind in ("gold", "pred", "correct")}
     gold, pred, correct = (sum(counts[k]) for k in ("gold", "pred", "correct"))
     assert gold == sum(sum(json.loads(line)["label"]) for line in open(hoc_slice / "dev.json"))
@@ -197,7 +193,7 @@ def test_ddi_five_classes_micro_f1_over_the_four_types(tiny_encoder, tmp_path):
     assert "1 rows with labels outside 0,DDI-advise,DDI-effect,DDI-int,DDI-mechanism skipped" in job_log(
         tmp_path / "run"
     )
-    last = last_valid(log)
+    last = runs.last_validation(log)
     gold = [int(last[f"cls_gold_{i}"]) for i in range(5)]
     assert sum(gold) == 200 and int(last["pos_gold"]) == sum(gold[1:])  # class 0 ("0") is the negative one
     assert {"accuracy", "macro_f1", "precision", "recall", "f1"} <= set(last)
@@ -211,7 +207,7 @@ def test_biosses_pearson_with_layer_wise_lr_decay(tiny_encoder, tmp_path):
 
     log = fine_tune_sentence("biosses", SHARED_DATA / "biosses", tmp_path, f"checkpoint.restore_file={tiny_encoder}",
                              "task.layer_lr_decay=0.8", "common.log_interval=1", updates=12)  # fmt: skip
-    last = last_valid(log)
+    last = runs.last_validation(log)
     assert int(last["ps_n"]) == 16
     gold = [float(line.rstrip("\n").split("\t")[-1]) for line in list(open(SHARED_DATA / "biosses" / "dev.tsv"))[1:]]
     assert float(last["ps_sy"]) == pytest.approx(sum(gold), abs=1e-3)
@@ -240,7 +236,7 @@ def test_pubmedqa_question_in_every_window_of_its_contexts(tiny_encoder, tmp_pat
     split = json.loads((SHARED_DATA / "pubmedqa" / "blurb_split.json").read_text(encoding="utf-8"))
     (data / "blurb_split.json").write_text(json.dumps({"train": split["train"][:80], "dev": split["dev"]}))
     log = fine_tune_sentence("pubmedqa", data, tmp_path / "run", f"checkpoint.restore_file={tiny_encoder}", updates=5)
-    last = last_valid(log)
+    last = runs.last_validation(log)
     assert sum(int(last[f"cls_gold_{i}"]) for i in range(3)) == 50 and int(last["windows"]) > 2 * 50
     assert {"accuracy", "macro_f1"} <= set(last)
     assert re.search(r"\(valid\): 50 examples, (\d+) windows of <= 128 tokens", job_log(tmp_path / "run"))
@@ -258,7 +254,7 @@ def test_nli_pairs_from_json_lines(tiny_encoder, tmp_path):
     for name, part in (("mli_train_v1.jsonl", rows[:120]), ("mli_dev_v1.jsonl", rows[120:160])):
         (data / name).write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
     log = fine_tune_sentence("mednli", data, tmp_path / "run", f"checkpoint.restore_file={tiny_encoder}", updates=8)
-    last = last_valid(log)
+    last = runs.last_validation(log)
     gold = [int(last[f"cls_gold_{i}"]) for i in range(3)]
     assert sum(gold) == 40 and 0 <= float(last["accuracy"]) <= 100
     assert load_checkpoint(tmp_path / "run" / "checkpoint_last.pt")["task_state"]["labels"] == [
@@ -269,10 +265,9 @@ def test_nli_pairs_from_json_lines(tiny_encoder, tmp_path):
 
 
 def _train(tmp_path, tiny_encoder, sentence_task, data):
-    args = ["--config-dir", REPO / "hydra_configs", "--config-name", "bio_sentence_prediction",
-            f"sentence_task={sentence_task}", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}",
-            f"checkpoint.save_dir={tmp_path}/run", f"common.user_dir={REPO / 'fairseq_bio'}"]  # fmt: skip
-    return run_cli(["fairseq-hydra-train", *args], cwd=tmp_path, check=False)
+    command = runs.hydra_train("bio_sentence_prediction", f"sentence_task={sentence_task}", f"task.data={data}",
+                               f"checkpoint.restore_file={tiny_encoder}", save_dir=tmp_path / "run")  # fmt: skip
+    return run_cli(command, cwd=tmp_path, check=False)
 
 
 def test_missing_mednli_names_where_to_get_it(tiny_encoder, tmp_path):

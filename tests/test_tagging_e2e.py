@@ -7,8 +7,9 @@ import re
 
 import pytest
 import torch
-from conftest import REPO, fine_tune, logged, run_cli
+from conftest import fine_tune, logged, run_cli
 
+from fairseq_bio import runs
 from fairseq_bio.compat import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
 
 
@@ -71,8 +72,8 @@ def test_predict_conll_round_trip_and_f1_equals_the_criterion(ner_model, ncbi_sl
 
     # The criterion's corpus-level test F1 as fairseq-validate prints it (its default required_batch_size_multiple
     # of 8 made fairseq drop the last, longest sentences before the task kept every example).
-    validated = run_cli(["fairseq-validate", ncbi_slice, "--task", "bio_tagging", "--user-dir", REPO / "fairseq_bio",
-                         "--path", ckpt, "--valid-subset", "test", "--batch-size", "16", "--cpu"], cwd=tmp_path)  # fmt: skip
+    validated = run_cli(runs.validate(ncbi_slice, "--task", "bio_tagging", "--path", ckpt, "--valid-subset", "test",
+                                      "--batch-size", "16", "--cpu"), cwd=tmp_path)  # fmt: skip
     summary = [line for line in (validated.stdout + validated.stderr).splitlines() if "valid on 'test' subset" in line][
         -1
     ]
@@ -117,14 +118,13 @@ def test_missing_split_and_foreign_vocabulary_are_refused(tiny_encoder, ncbi_sli
     data = tmp_path / "data"
     data.mkdir()
     (data / "train.tsv").write_text((ncbi_slice / "train.tsv").read_text(encoding="utf-8"), encoding="utf-8")
-    result = run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-                      f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}", f"checkpoint.save_dir={tmp_path}/a",
-                      f"common.user_dir={REPO / 'fairseq_bio'}"], cwd=tmp_path, check=False)  # fmt: skip
+    result = run_cli(runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}",
+                                      save_dir=tmp_path / "a"), cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode != 0 and f"{data}/devel.tsv: not found" in result.stderr
-    result = run_cli(["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_tagging_ner",
-                      f"task.data={ncbi_slice}", f"checkpoint.restore_file={tiny_encoder}",
-                      f"task.vocab={learned_vocab('wordpiece')}", f"checkpoint.save_dir={tmp_path}/b",
-                      f"common.user_dir={REPO / 'fairseq_bio'}"], cwd=tmp_path, check=False)  # fmt: skip
+    result = run_cli(runs.hydra_train("bio_tagging_ner", f"task.data={ncbi_slice}",
+                                      f"checkpoint.restore_file={tiny_encoder}",
+                                      f"task.vocab={learned_vocab('wordpiece')}", save_dir=tmp_path / "b"),
+                     cwd=tmp_path, check=False)  # fmt: skip
     assert result.returncode != 0
     assert re.search(rf"{re.escape(str(tiny_encoder))}: (its embeddings have|was pretrained with)", result.stderr)
 
