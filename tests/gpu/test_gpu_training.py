@@ -162,9 +162,9 @@ def test_electra_phase_1_then_phase_2_grown_to_512_positions(precision, data_bin
 
 
 def test_distillation_from_a_teacher(pretrained, data_bin, tmp_path):
-    """distill_tinybiobert (embedding, hidden-state and attention-map MSE through the learned projection, and the KL
+    """distill_tinybiobert (embedding, hidden-state and attention-map MSE through the learned projections, and the KL
     of the outputs) from the pretrained encoder as teacher, a random student: every term finite, the loss falls, the
-    teacher's file untouched, the projection saved with the criterion."""
+    teacher's file untouched, both projections saved with the criterion."""
     precision, teacher, _ = pretrained
     before = teacher.read_bytes()
     log = train("distill_tinybiobert", tmp_path / "run", f"task.data={data_bin('bytebpe')}",
@@ -178,7 +178,9 @@ def test_distillation_from_a_teacher(pretrained, data_bin, tmp_path):
     trained = losses(inner)
     assert statistics.mean(trained[-3:]) < trained[0], trained
     assert teacher.read_bytes() == before
-    assert sorted(state["criterion"]) == ["layer_projection.bias", "layer_projection.weight"]
+    # the recipe's two projections (seed 004 eq. 6's W_h and eq. 7's own W_e), saved with the criterion
+    projections = ["embed_projection.bias", "embed_projection.weight", "layer_projection.bias", "layer_projection.weight"]
+    assert sorted(state["criterion"]) == projections
 
 
 @pytest.fixture(scope="module")
