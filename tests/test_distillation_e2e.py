@@ -12,9 +12,10 @@ import shutil
 
 import pytest
 import torch
-from conftest import REPO, logged, run_cli
+from conftest import logged, run_cli
 from test_distillation_configs import composed
 
+from fairseq_bio import runs
 from fairseq_bio.compat import load_checkpoint
 
 CPU = ["common.cpu=true", "common.fp16=false", "task.tokens_per_sample=128", "model.max_positions=128",
@@ -29,12 +30,11 @@ NARROW = ["model.encoder_layers=1", "model.encoder_embed_dim=64", "model.encoder
 
 
 def distill(config, data, teacher, save_dir, *overrides, updates):
-    """fairseq-hydra-train --config-name <config> on ``data``; returns the json log's path."""
+    """``config`` trained on ``data``; returns the json log's path."""
     log = save_dir / "train.log"
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", config, f"task.data={data}",
-         f"criterion.teacher={teacher}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         f"common.log_file={log}", f"optimization.max_update={updates}", *CPU, *overrides],
+        runs.hydra_train(config, f"task.data={data}", f"criterion.teacher={teacher}",
+                         f"optimization.max_update={updates}", *CPU, *overrides, save_dir=save_dir, log=log),
         cwd=save_dir, timeout=600,
     )  # fmt: skip
     return log

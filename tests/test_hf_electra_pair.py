@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, logged, run_cli
+from conftest import logged, run_cli
 from omegaconf import OmegaConf
 from test_hf_import import BERT_SPECIALS, _randomise, fairseq_ids_of_hf_tokens, real_sentences
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 from fairseq_bio.cli.export_hf import cli_main as export_main
 from fairseq_bio.cli.import_hf import cli_main as import_main
 from fairseq_bio.hf import import_electra_pair, import_hf
@@ -255,15 +255,15 @@ def test_continued_electra_pretraining_from_the_import(imported, pubmed_corpus, 
     save, log = tmp_path / "ckpt", tmp_path / "train.log"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     result = run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_electra_tiny",
-         f"task.data={data}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save}",
-         f"checkpoint.restore_file={out / 'model.pt'}", "checkpoint.reset_optimizer=true",
-         "checkpoint.reset_dataloader=true", "checkpoint.reset_meters=true", "checkpoint.reset_lr_scheduler=true",
-         *info["hydra_overrides"], "task.tokens_per_sample=64", "dataset.batch_size=8",
-         "optimization.max_update=40", "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=5",
-         "dataset.disable_validation=true", "checkpoint.save_interval_updates=40",
-         "checkpoint.no_save_optimizer_state=true", "common.log_format=json", "common.log_interval=10",
-         f"common.log_file={log}", "common.tensorboard_logdir=null"],
+        runs.hydra_train(
+            "bio_electra_tiny", f"task.data={data}", f"checkpoint.restore_file={out / 'model.pt'}",
+            "checkpoint.reset_optimizer=true", "checkpoint.reset_dataloader=true", "checkpoint.reset_meters=true",
+            "checkpoint.reset_lr_scheduler=true", *info["hydra_overrides"], "task.tokens_per_sample=64",
+            "dataset.batch_size=8", "optimization.max_update=40", "optimization.lr=[0.001]",
+            "lr_scheduler.warmup_updates=5", "dataset.disable_validation=true", "checkpoint.save_interval_updates=40",
+            "checkpoint.no_save_optimizer_state=true", "common.log_interval=10", "common.tensorboard_logdir=null",
+            save_dir=save, log=log,
+        ),
         cwd=tmp_path,
     )  # fmt: skip
     assert f"Loaded checkpoint {out / 'model.pt'} (epoch 1 @ 0 updates)" in result.stdout + result.stderr

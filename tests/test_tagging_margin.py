@@ -17,7 +17,9 @@ barely depend on the input yet.) The encoder here is its own fixture, built only
 on 2 quiet cores)."""
 
 import pytest
-from conftest import ENCODER_SIZE, REPO, SHARED_DATA, conll_slice, fine_tune, logged, run_cli
+from conftest import ENCODER_SIZE, SHARED_DATA, conll_slice, fine_tune, logged, run_cli
+
+from fairseq_bio import runs
 
 MARGIN = 2.5  # dev entity F1 points; measured +5.35 / +4.02 (seeds 1 / 2)
 PRETRAIN_UPDATES = 3000
@@ -28,12 +30,12 @@ def longer_pretrained_encoder(data_bin, tmp_path_factory):
     """checkpoint_last.pt of the tiny encoder pretrained for PRETRAIN_UPDATES updates without dropout."""
     save_dir = tmp_path_factory.mktemp("margin-encoder")
     run_cli(
-        ["fairseq-hydra-train", "--config-dir", REPO / "hydra_configs", "--config-name", "bio_roberta_tiny",
-         f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}", f"checkpoint.save_dir={save_dir}",
-         *ENCODER_SIZE, "model.dropout=0", "model.attention_dropout=0", f"optimization.max_update={PRETRAIN_UPDATES}",
-         "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=100", "dataset.validate_interval_updates=100000",
-         "dataset.validate_interval=100000", "checkpoint.save_interval_updates=100000", "checkpoint.save_interval=100000",
-         "common.log_interval=500"],
+        runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *ENCODER_SIZE, "model.dropout=0",
+                         "model.attention_dropout=0", f"optimization.max_update={PRETRAIN_UPDATES}",
+                         "optimization.lr=[0.001]", "lr_scheduler.warmup_updates=100",
+                         "dataset.validate_interval_updates=100000", "dataset.validate_interval=100000",
+                         "checkpoint.save_interval_updates=100000", "checkpoint.save_interval=100000",
+                         "common.log_interval=500", save_dir=save_dir),
         cwd=save_dir, timeout=1800,
     )  # fmt: skip
     return save_dir / "checkpoint_last.pt"
