@@ -418,6 +418,7 @@ def ner_benchmark(args) -> None:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     args.size, args.new_encoder, args.lr = NER_TEACHER, args.new_teacher, args.ner_lr
+    args.pretrain_dropout = 0.0  # tagging.py's default: a teacher pretrained briefly learns more without dropout
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     run = tools.Runner(workdir, args.threads)

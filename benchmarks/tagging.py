@@ -485,7 +485,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
-    from fairseq_bio_preprocess.common import run_cli
+    from fairseq_bio.cli.options import run_cli
 
     run_cli("benchmarks/tagging.py", main)
