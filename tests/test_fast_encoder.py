@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.roberta import RobertaModel
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers import DictionaryTask, make_dictionary
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.models.bio_roberta import BioRobertaLMHead, BioRobertaModel, padded_linear
@@ -295,6 +295,51 @@ def test_bio_adamw_is_fairseqs_adam_update():
         assert moved.abs().mean() > 1e-2  # Adam's steps are ~lr each, a wrong rule is off by more than 1e-5 * |p|
         close(fu, ref)
         close(fe, fu)
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e6])
+def test_bio_adamw_gradient_norm_is_fairseqs_in_one_kernel_per_group(max_norm):
+    """bio_adamw's clip_grad_norm (what the fp16/bf16 wrappers call on the master copies) gives fairseq's norm and
+    clipped gradients (clip 0: measured only; 0.5: clipped; 1e6: left) over fp32 and bf16 gradients, an aggregate
+    function applied first, through one ``_foreach_norm`` per dtype where fairseq runs a norm per parameter; an inf
+    gradient gives an inf norm (the fp16 overflow check reads it)."""
+    from fairseq import utils
+    from torch.profiler import profile
+
+    from fairseq_bio.optim.bio_adamw import foreach_grad_norm
+
+    def params():
+        g = torch.Generator().manual_seed(0)
+        shapes = [(50, 48), (48,), (3, 96, 48), (7,)]
+        dtypes = [torch.float32] * 3 + [torch.bfloat16]  # a second dtype group
+        made = [torch.nn.Parameter(torch.randn(s, generator=g).to(d)) for s, d in zip(shapes, dtypes)]
+        for i, p in enumerate(made):
+            p.grad = (torch.randn(p.shape, generator=g) * (i + 1)).to(p.dtype)
+        return made
+
+    def calls(function, ps):
+        with profile() as prof:
+            norm = function(ps, max_norm, lambda n: n * 2)
+        names = [e.name for e in prof.events()]
+        return norm, names.count("aten::_foreach_norm"), sum(n in ("aten::norm", "aten::linalg_vector_norm")
+                                                             for n in names)  # fmt: skip
+
+    ours, theirs = params(), params()
+    norm, foreach, _ = calls(foreach_grad_norm, ours)
+    expected, foreach_f, single_f = calls(utils.clip_grad_norm_, theirs)
+    torch.testing.assert_close(norm, expected, rtol=1e-6, atol=0)
+    assert norm.dtype == torch.float32 and float(norm) > 100
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=0)
+    clipped = max_norm == 0.5
+    assert torch.equal(ours[0].grad, params()[0].grad) != clipped  # clipped only below the norm
+    # one multi-tensor norm per dtype where fairseq calls one per parameter, then one of the norms (torch's CPU
+    # _foreach_norm is itself a loop of norms: the kernels are saved on CUDA)
+    assert (foreach, foreach_f, single_f) == (2, 0, len(ours) + 1)
+
+    broken = params()
+    broken[1].grad[3] = float("inf")
+    assert torch.isinf(foreach_grad_norm(broken, 0.0))
 
 
 def test_bio_adamw_refuses_bad_betas():

@@ -8,15 +8,19 @@ AdamW). The one difference in the update: fairseq adds ``adam_eps`` to ``sqrt(v)
 sqrt(1 - beta2^t)`` of torch's; afterwards the two are the same update.
 
 Unlike fairseq's ``adam`` it reads a parameter's weight-decay scale (``weight_decay_groups``), which is how the
-pretraining tasks' ``task.exempt_from_weight_decay`` leaves biases and LayerNorm weights undecayed.
+pretraining tasks' ``task.exempt_from_weight_decay`` leaves biases and LayerNorm weights undecayed, and it takes the
+gradient norm with torch's multi-tensor kernel (``foreach_grad_norm``) where fairseq, without apex's ``amp_C``, runs
+one norm kernel per parameter (about 10 ms of a 161 ms bio_roberta_base step on an H100, issue 36).
 """
 
 import ast
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, List, Tuple
 
 import torch
+from fairseq import utils
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim import FairseqOptimizer, register_optimizer
 from omegaconf import II, OmegaConf
@@ -60,6 +64,37 @@ class BioAdamW(FairseqOptimizer):
     @property
     def supports_flat_params(self):
         return True  # an elementwise update: one flat fp32 master tensor works as well as many
+
+    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        """fairseq's ``clip_grad_norm`` (the fp16/bf16 wrappers call it on the fp32 master copies) with one
+        multi-tensor norm per device and dtype instead of one per parameter."""
+        return foreach_grad_norm(self.params, max_norm, aggregate_norm_fn)
+
+
+def foreach_grad_norm(params, max_norm: float, aggregate_norm_fn=None) -> torch.Tensor:
+    """What ``fairseq.utils.clip_grad_norm_`` computes (the fp32 2-norm of all gradients, then every gradient scaled
+    by ``max_norm / (norm + 1e-6)`` when that is below 1 and ``max_norm > 0``; ``aggregate_norm_fn`` applied to the
+    norm first), by ``torch._foreach_norm``: on CUDA one kernel per (device, dtype) group of gradients. Sparse or
+    expert (MoE) gradients, which fairseq treats apart, go to fairseq's function."""
+    params = [p for p in params if p is not None and getattr(p, "grad", None) is not None]
+    if not params:
+        return torch.tensor(0.0)
+    if any(p.grad.is_sparse or hasattr(p, "expert") for p in params):
+        return utils.clip_grad_norm_(params, max_norm, aggregate_norm_fn)
+    grads = [p.grad.detach() for p in params]
+    groups = defaultdict(list)
+    for g in grads:
+        groups[(g.device, g.dtype)].append(g)
+    device = grads[0].device
+    norms = [n.to(device) for group in groups.values() for n in torch._foreach_norm(group, 2, dtype=torch.float32)]
+    total_norm = torch.linalg.vector_norm(torch.stack(norms))
+    if aggregate_norm_fn is not None:
+        total_norm = aggregate_norm_fn(total_norm)
+    if max_norm > 0:
+        clip_coef = (float(max_norm) / (total_norm + 1e-6)).clamp_(max=1)
+        for group in groups.values():
+            torch._foreach_mul_(group, clip_coef.to(group[0].device))
+    return total_norm
 
 
 def weight_decay_groups(params, weight_decay: float) -> list:
