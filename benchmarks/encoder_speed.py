@@ -80,6 +80,8 @@ VARIANTS = {
     "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
     "bio+adamw": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False),
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
+    "bio+adamw+comp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
+                                 criterion="bio_masked_lm"),
     "reference": dict(kind="reference", compile=False),
     "reference+comp": dict(kind="reference", compile=True),
     "hf": dict(kind="hf"),
@@ -102,6 +104,7 @@ def label(variant: str, arch: str) -> str:
         "bio": f"{arch} + fairseq adam",
         "bio+adamw": f"{arch} + bio_adamw (fused)",
         "bio+adamw+comp": f"{arch} + bio_adamw, compiled layers",
+        "bio+adamw+comp+fused": f"{arch} + bio_adamw, compiled layers, fused LM head + loss (bio_masked_lm)",
         "reference": "plain PyTorch reference (fused QKV, SDPA, fused AdamW)",
         "reference+comp": "plain PyTorch reference, torch.compile",
         "hf": "HF RobertaForMaskedLM (sdpa, fused AdamW)",
@@ -120,7 +123,7 @@ def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, t
     from fairseq_bio import runs
 
     spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
-    args = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch",
+    args = ["--task", "masked_lm", "--criterion", spec.get("criterion", "masked_lm"), "--arch",
             arch if spec["plugin"] else STOCK_ARCH[arch],
             "--sample-break-mode", "none", "--tokens-per-sample", str(SEQ), "--batch-size", str(batch),
             "--optimizer", spec["optimizer"], "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",

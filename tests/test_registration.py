@@ -54,6 +54,7 @@ def test_import_only_registers_bio_names(tmp_path):
         "bio_electra",
         "bio_sentence_prediction",
         "bio_extractive_qa",
+        "bio_masked_lm",
     }
     assert set(after["optimizers"]) - set(before["optimizers"]) == {"bio_adamw"}
     assert set(after["archs"]) - set(before["archs"]) == {

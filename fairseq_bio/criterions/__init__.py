@@ -1,3 +1,10 @@
-"""Registered criterions (pretraining uses fairseq's own ``masked_lm``)."""
+"""Registered criterions (``bio_masked_lm``: fairseq's ``masked_lm`` loss with the LM head fused)."""
 
-from . import bio_distillation, bio_electra, bio_extractive_qa, bio_sentence_prediction, bio_tagging  # noqa: F401
+from . import (  # noqa: F401
+    bio_distillation,
+    bio_electra,
+    bio_extractive_qa,
+    bio_masked_lm,
+    bio_sentence_prediction,
+    bio_tagging,
+)

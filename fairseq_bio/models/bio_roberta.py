@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
 import torch.nn.functional as F
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
@@ -336,15 +337,35 @@ class BioRobertaLMHead(RobertaLMHead):
         self.vocab_multiple = vocab_multiple
         self.pad_on_cpu = pad_on_cpu
 
-    def forward(self, features, masked_tokens=None, **kwargs):
+    def forward(self, features, masked_tokens=None, targets=None, ignore_index: int = -100, **kwargs):
+        """Logits, or with ``targets`` (one per predicted position) the summed cross-entropy of them, computed by
+        ``fused_lm_loss`` without the logits (the criterion ``bio_masked_lm``)."""
         if masked_tokens is not None:  # only the predicted positions (fairseq's masked_lm criterion passes them)
             features = features[masked_tokens, :]
         x = self.layer_norm(self.activation_fn(self.dense(features)))
+        if targets is not None:
+            return fused_lm_loss(x, self.weight, self.bias, targets, ignore_index)
         # Tensor cores want the output width in whole tiles, and dictionaries with <mask> added are often odd-sized
         # (RoBERTa's 50,265; the demo's 16,005). CPU BLAS gains nothing from it (measured slower: the copy and the
         # slice), so it stays off there unless pad_on_cpu asks for it.
         pad = x.is_cuda or self.pad_on_cpu
         return padded_linear(x, self.weight, self.bias, self.vocab_multiple if pad else 1)
+
+
+FUSED_LM_LOSS = hasattr(F, "linear_cross_entropy")  # torch >= 2.12
+
+
+def fused_lm_loss(x: Tensor, weight: Tensor, bias: Optional[Tensor], targets: Tensor, ignore_index: int) -> Tensor:
+    """The summed cross-entropy of ``x @ weight.T + bias`` (``N x V`` logits) against ``targets``, by torch's
+    chunked ``linear_cross_entropy``: the logits are made and reduced a chunk of rows at a time, in the inputs'
+    precision with the softmax accumulated in fp32, so the ``N x V`` fp32 log-probabilities fairseq's masked_lm keeps
+    for the backward pass are never held. Without it (an older torch), the logits' fp32 log-softmax as fairseq's."""
+    if not FUSED_LM_LOSS:
+        logits = F.linear(x, weight, bias)
+        return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum",
+                          ignore_index=ignore_index)  # fmt: skip
+    return F.linear_cross_entropy(x, weight, targets, linear_bias=bias, reduction="sum", ignore_index=ignore_index,
+                                  options=nn.LinearCrossEntropyOptions())  # fmt: skip
 
 
 def padded_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], multiple: int) -> Tensor:
@@ -371,12 +392,15 @@ class BioRobertaEncoder(RobertaEncoder):
     def build_lm_head(self, embed_dim, output_dim, activation_fn, weight):
         return BioRobertaLMHead(embed_dim, output_dim, activation_fn, weight, self.args.lm_head_vocab_multiple)
 
-    def forward(
-        self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, return_attn=False, **unused
-    ):
+    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, return_attn=False,
+                lm_targets=None, lm_ignore_index: int = -100, **unused):  # fmt: skip
         """``B x T`` tokens -> (``B x T x V`` logits, or ``B x T x C`` features with ``features_only``;
-        only the ``masked_tokens`` positions when given) and the extras dict."""
+        only the ``masked_tokens`` positions when given) and the extras dict. With ``lm_targets`` (the targets of the
+        ``masked_tokens`` positions) the first is their summed cross-entropy instead of the logits (computed inside
+        the forward, so that data-parallel and sharded wrappers see the head's weights used there)."""
         x, extra = self.extract_features(src_tokens, return_all_hiddens=return_all_hiddens, return_attn=return_attn)
+        if lm_targets is not None:
+            return self.lm_head(x, masked_tokens=masked_tokens, targets=lm_targets, ignore_index=lm_ignore_index), extra
         if not features_only:
             x = self.output_layer(x, masked_tokens=masked_tokens)
         return x, extra
