@@ -1,0 +1,420 @@
+"""The seed papers' headline findings that ``benchmarks/reproduce.py`` re-derives (issue 39), and the rule that
+judges ours against the paper's.
+
+Each ``Finding`` names its seed, what the paper found, ``paper()`` its number (read from the paper's text in
+``../shared/seeds``, from the tables ``fairseq-bio-vocab-report`` ships, or written in the finding with its table),
+the step of ``reproduce.py`` whose results give ours and ``ours(results)`` how, the kind of claim (``VALUE``: the
+paper's own arithmetic; ``SIGN``: a difference; ``NONE``: no substantial difference) and why it may not reproduce at
+this scale. ``verdict`` is the rule (``RULE`` says it in words on the page); ``evaluate`` applies it to a finding and
+its step's record.
+"""
+
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from fairseq_bio.metrics.benchmark_scores import SEQUENCE_LABELLING, TEXT_CLASSIFICATION
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"  # the seed papers' text, the task data
+REPRODUCED, DIRECTION, NOT_REPRODUCED = "reproduced", "direction reproduced", "not reproduced"
+VALUE, SIGN, NONE = "value", "sign", "none"  # the paper's arithmetic, a difference, no substantial difference
+NO_DIFFERENCE = 1.0  # points (F1 x 100): what "no substantial difference" allows
+CLAIM_WORDS = {VALUE: "value", SIGN: "difference", NONE: "no difference"}  # as the page's rule names them
+SEED_NAMES = {"000": "bio-lm", "001": "PubMedBERT", "002": "BioMegatron", "003": "BioELECTRA", "004": "compact"}
+
+
+def verdict(claim: str, paper: float, ours: Optional[float], spread: Optional[float] = None,
+            tolerance: float = 0.0) -> str:  # fmt: skip
+    """One of the three verdicts for ``ours`` against ``paper`` (the page states this rule in words).
+
+    - VALUE: reproduced when |ours - paper| <= ``tolerance`` (the rounding of the paper's inputs);
+    - SIGN: reproduced when ours has the paper's sign and |ours| exceeds ``spread`` (std over seeds or repeats, 0 for
+      a deterministic count); direction reproduced when it has the sign but not beyond the spread, or when there is
+      no spread (one run); not reproduced when the sign differs (or ours is 0);
+    - NONE: reproduced when |ours| <= max(``tolerance``, spread); not reproduced otherwise.
+    Nothing measured (``ours`` None) is not reproduced."""
+    if ours is None:
+        return NOT_REPRODUCED
+    if claim == VALUE:
+        return REPRODUCED if abs(ours - paper) <= tolerance else NOT_REPRODUCED
+    if claim == NONE:
+        return REPRODUCED if abs(ours) <= max(tolerance, spread or 0.0) else NOT_REPRODUCED
+    if claim != SIGN:
+        raise ValueError(f"unknown claim {claim!r}; known: {VALUE}, {SIGN}, {NONE}")
+    if ours == 0 or (ours > 0) != (paper > 0):
+        return NOT_REPRODUCED
+    return REPRODUCED if spread is not None and abs(ours) > spread else DIRECTION
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A finding's number, the paper's or ours: ``effect`` is what the verdict compares (a difference, or the value
+    of an arithmetic claim), ``text`` how the table shows it, ``spread`` ours' std over seeds or repeats (0: a
+    deterministic measure; None: one run), ``values`` ours per seed (the plot's dots)."""
+
+    effect: float
+    text: str
+    spread: Optional[float] = None
+    values: Sequence[float] = ()
+
+
+def spread_of(values: Sequence[float]) -> Optional[float]:
+    """The sample std of per-seed values, None for fewer than two."""
+    return statistics.stdev(values) if len(values) > 1 else None
+
+
+def differences(values: Sequence[float], text: Callable[[float, str], str]) -> Measure:
+    """The mean of per-seed differences, their spread, and ``text(mean, "± spread, n seeds")``."""
+    mean, spread = statistics.fmean(values), spread_of(values)
+    runs_text = f"± {spread:.2f} over {len(values)} seeds" if spread is not None else "one seed"
+    return Measure(mean, text(mean, runs_text), spread, list(values))
+
+
+# --- the papers' text -----------------------------------------------------------------------------------------------
+
+
+def seed_text(number: str) -> str:
+    """The text of seed paper ``number`` (``../shared/seeds/<number>_*.txt``)."""
+    found = sorted((SHARED / "seeds").glob(f"{number}_*.txt"))
+    if not found:
+        raise FileNotFoundError(f"{SHARED / 'seeds'}: no seed {number} text")
+    return found[0].read_text(encoding="utf-8")
+
+
+def table_rows(text: str, start: str, end: str, width: int) -> Dict[str, List[float]]:
+    """{row name: numbers} of a table in a paper's text: the lines from the one starting with ``start`` up to ``end``,
+    each a name followed by ``width`` decimal numbers."""
+    block = text[text.index(start) : text.index(end)]
+    rows = {}
+    for line in block.splitlines():
+        parts = line.split()
+        if len(parts) > width and all(re.fullmatch(r"\d+\.\d+", p) for p in parts[-width:]):
+            rows[" ".join(parts[:-width])] = [float(p) for p in parts[-width:]]
+    return rows
+
+
+TABLE_6_MODELS = ["BERT-uncased", "BERT-cased", "RoBERTa", "BioBERT", "SciBERT-uncased", "SciBERT-cased",
+                  "ClinicalBERT", "BlueBERT", "PubMedBERT"]  # fmt: skip
+TABLE_2_MODELS = ["RoBERTa-base", "SciBERT", "BioBERT", "ClinicalBERT", "BioMed-RoBERTa", "Ours-base", "RoBERTa-large",
+                  "Ours-large"]  # fmt: skip
+# Table 2's summary rows: where a BenchmarkScore keeps each
+TABLE_2_SUMMARY = {"Mean (Seq. Lab.)": ("per_type", SEQUENCE_LABELLING),
+                   "Mean (Classif.)": ("per_type", TEXT_CLASSIFICATION), "Mean (PubMed)": ("per_domain", "pubmed"),
+                   "Mean (Clinical)": ("per_domain", "clinical"), "Mean (all)": ("score", None)}  # fmt: skip
+
+
+def table_6() -> Dict[str, Dict[str, float]]:
+    """Seed 001 (PubMedBERT) Table 6 from its text: {model: {dataset: test score, "BLURB score": ...}}."""
+    rows = table_rows(seed_text("001"), "BC5-chem\t", "Table 6.", len(TABLE_6_MODELS))
+    return {m: {name: values[i] for name, values in rows.items()} for i, m in enumerate(TABLE_6_MODELS)}
+
+
+VOCAB_LABELS = {"MiniLM": "MiniLM (BERT's uncased)", "pubmedbert": "PubMed WordPiece 30k",
+                "biomegatron-30k": "PubMed SentencePiece 30k", "biomegatron-50k": "PubMed SentencePiece 50k"}
+NER_SETS = ("NCBI-disease", "BC5CDR-disease")
+
+DISTILLED, TEACHER, RANDOM = "distilled student", "teacher", "student architecture, random init"
+
+
+# --- findings ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One headline finding of a seed paper: ``paper()`` its number, ``ours(results)`` ours from ``step``'s results
+    (None: nothing here measures it), the ``claim`` the verdict tests (with ``tolerance``), ``reads`` which number of
+    the step that is, ``why`` it may not reproduce at this scale (shown unless it reproduced), ``unit`` the plot's."""
+
+    key: str
+    seed: str
+    finding: str
+    claim: str
+    paper: Callable[[], Measure]
+    step: Optional[str]
+    ours: Optional[Callable[[Dict], Measure]]
+    reads: str
+    why: str
+    tolerance: float = 0.0
+    unit: str = ""
+
+
+def _published_break_out(vocabulary: str, dataset: str) -> float:
+    from fairseq_bio_preprocess.vocab_report import _published_break_out as published
+
+    return published()[vocabulary][dataset]
+
+
+def _table_1_whole(column: str) -> int:
+    from fairseq_bio_preprocess.vocab_report import DEFAULT_TERMS, read_terms
+
+    return sum(t["published"][column] for t in read_terms(DEFAULT_TERMS)[0])
+
+
+def _break_out(general: str, domain: str, general_name: str, domain_name: str):
+    def paper() -> Measure:
+        before, after = (_published_break_out(v, "BC5CDR-disease") for v in (general, domain))
+        return Measure(after - before, f"BC5CDR-disease: {general} {before:.3f} → {domain} {after:.3f} "
+                       f"(**{after - before:+.3f}**)")  # fmt: skip
+
+    def ours(results: Dict) -> Measure:
+        rate = {v: {d: results["break_out"][f"{v} {d}"] for d in NER_SETS} for v in (general_name, domain_name)}
+        before, after = rate[general_name]["BC5CDR-disease"], rate[domain_name]["BC5CDR-disease"]
+        ncbi = rate[domain_name]["NCBI-disease"] - rate[general_name]["NCBI-disease"]
+        return Measure(after - before, f"BC5CDR-disease: {VOCAB_LABELS[general_name]} {before:.3f} → "
+                       f"{VOCAB_LABELS[domain_name]} {after:.3f} (**{after - before:+.3f}**); NCBI-disease "
+                       f"{ncbi:+.3f}", 0.0)  # fmt: skip
+
+    return paper, ours
+
+
+def _terms_paper() -> Measure:
+    bert, pubmedbert = _table_1_whole("BERT"), _table_1_whole("PubMedBERT")
+    return Measure(pubmedbert - bert, f"Table 1's 17 terms whole: BERT {bert} → PubMedBERT {pubmedbert} "
+                   f"(**{pubmedbert - bert:+d}**)")  # fmt: skip
+
+
+def _terms_ours(results: Dict) -> Measure:
+    general, domain = results["whole"]["MiniLM"], results["whole"]["pubmedbert"]
+    return Measure(domain - general, f"{VOCAB_LABELS['MiniLM']} {general} → {VOCAB_LABELS['pubmedbert']} {domain} "
+                   f"of {results['terms']} (**{domain - general:+d}**)", 0.0)  # fmt: skip
+
+
+def _arithmetic(cells: str, example: str, digits: int, published: str):
+    """Paper and ours of an arithmetic finding: the largest |computed - published| over ``cells`` of the step's
+    results (the paper's: 0); the table shows ``published`` and ``example``'s computed number."""
+
+    def paper() -> Measure:
+        return Measure(0.0, published)
+
+    def ours(results: Dict) -> Measure:
+        worst = max(abs(c["computed"] - c["published"]) for c in results[cells].values())
+        e = results[cells][example]
+        return Measure(worst, f"{example} {e['computed']:.{digits + 2}f} (published {e['published']:.{digits}f}); "
+                       f"largest gap over all {len(results[cells])}: **{worst:.{digits + 2}f}**", 0.0)  # fmt: skip
+
+    return paper, ours
+
+
+# BioELECTRA (P)'s BLURB numbers, seed 003 Table 2's last column (its text lists them column by column, so they are
+# transcribed here rather than parsed), with the published BLURB score.
+BIOELECTRA = {"BC5-chem": 93.60, "BC5-disease": 85.84, "NCBI-disease": 89.38, "BC2GM": 84.69, "JNLPBA": 80.17,
+              "EBM PICO": 74.26, "ChemProt": 78.20, "DDI": 82.76, "GAD": 83.70, "BIOSSES": 92.49, "HoC": 83.50,
+              "PubMedQA": 64.02, "BioASQ": 88.57}  # fmt: skip
+BIOELECTRA_BLURB = 82.47
+
+
+def _bioelectra_paper() -> Measure:
+    return Measure(0.0, f"Table 2: BioELECTRA (P)'s BLURB score {BIOELECTRA_BLURB:.2f} from its 13 numbers")
+
+
+def _bioelectra_ours(results: Dict) -> Measure:
+    from fairseq_bio.runner.datasets import blurb_score
+
+    score = blurb_score(BIOELECTRA).score
+    return Measure(abs(score - BIOELECTRA_BLURB), f"{score:.4f} (published {BIOELECTRA_BLURB:.2f}); gap "
+                   f"**{abs(score - BIOELECTRA_BLURB):.4f}**", 0.0)  # fmt: skip
+
+
+def _electra_paper() -> Measure:
+    pubmedbert = table_6()["PubMedBERT"]["BLURB score"]
+    return Measure(BIOELECTRA_BLURB - pubmedbert, f"BLURB: BioELECTRA (P) {BIOELECTRA_BLURB:.2f} vs PubMedBERT "
+                   f"{pubmedbert:.2f} (**{BIOELECTRA_BLURB - pubmedbert:+.2f}**)")  # fmt: skip
+
+
+def _distill_paper(kind: str) -> Callable[[], Measure]:
+    def paper() -> Measure:
+        if kind == "retention":  # seed 004 Table 1, NCBI-disease F1
+            return Measure(85.22 - 88.62, "NCBI-disease F1: TinyBioBERT 85.22 vs its teacher BioBERT 88.62 "
+                           "(**-3.40**, 96.2 %)")  # fmt: skip
+        return Measure(85.0 - 84.7, "Table 6, mean over 18 tasks: distill + align 85.0 vs ours-base 84.7 (**+0.3**)")
+
+    return paper
+
+
+def _distill_ours(kind: str) -> Callable[[Dict], Measure]:
+    def ours(results: Dict) -> Measure:
+        f1 = results["f1"]
+        other = TEACHER if kind == "retention" else RANDOM
+        diffs = [s - o for s, o in zip(f1[DISTILLED], f1[other])]
+        if kind == "retention":
+            kept = statistics.fmean(f1[DISTILLED]) / statistics.fmean(f1[TEACHER])
+            return differences(diffs, lambda m, n: f"2 x 128 student {statistics.fmean(f1[DISTILLED]):.2f} vs its "
+                               f"4 x 256 teacher {statistics.fmean(f1[TEACHER]):.2f} (**{m:+.2f}** {n}, "
+                               f"{100 * kept:.1f} %)")  # fmt: skip
+        return differences(diffs, lambda m, n: f"distilled 2 x 128 {statistics.fmean(f1[DISTILLED]):.2f} vs the same "
+                           f"from random init {statistics.fmean(f1[RANDOM]):.2f} (**{m:+.2f}** {n})")  # fmt: skip
+
+    return ours
+
+
+def _speed_ours(results: Dict) -> Measure:
+    six, tiny = results["speedup"]["student 6 x 768"], results["speedup"]["student 4 x 312"]
+    mean, spread = statistics.fmean(six), spread_of(six)
+    repeats = f"± {spread:.2f} over {len(six)} runs" if spread is not None else "one run"
+    return Measure(mean - 1, f"6 x 768 **{mean:.2f}x** {repeats} (4 x 312: {statistics.fmean(tiny):.1f}x)", spread,
+                   [v - 1 for v in six])  # fmt: skip
+
+
+def _variant(name: str, reference: str, paper_text: str, paper_effect: float):
+    def paper() -> Measure:
+        return Measure(paper_effect, paper_text)
+
+    def ours(results: Dict) -> Measure:
+        row, ref = results[name], results[reference]
+        before, after = statistics.fmean(ref["values"]), statistics.fmean(row["values"])
+        return differences(row["diffs"], lambda m, n: f"{name.split(':')[0]}: {before:.2f} → {after:.2f} "
+                           f"(**{m:+.2f}** {n})")  # fmt: skip
+
+    return paper, ours
+
+
+def _dapt_paper() -> Measure:
+    table = table_6()
+    gains = {d: table["BioBERT"][d] - table["BERT-cased"][d] for d in ("NCBI-disease", "BC5-disease", "GAD")}
+    return Measure(gains["NCBI-disease"], "BioBERT (BERT continued on PubMed) vs BERT-cased: NCBI-disease "
+                   f"**{gains['NCBI-disease']:+.2f}**, BC5-disease {gains['BC5-disease']:+.2f}, GAD "
+                   f"{gains['GAD']:+.2f}")  # fmt: skip
+
+
+def _dapt_ours(results: Dict) -> Measure:
+    ncbi = results["NCBI-disease"]
+    others = "".join(f", {d} {statistics.fmean(r['gains']):+.2f}" for d, r in results.items() if d != "NCBI-disease")
+    return differences(ncbi["gains"], lambda m, n: f"MiniLM continued on PubMed, NCBI-disease: "
+                       f"{statistics.fmean(ncbi['scores']):.2f} → {statistics.fmean(ncbi['continued']):.2f} "
+                       f"(**{m:+.2f}** {n}){others}")  # fmt: skip
+
+
+_VOCAB_DOMAIN = _break_out("BERT-cased", "PubMedBERT-uncased (30k)", "MiniLM", "pubmedbert")
+_VOCAB_SIZE = _break_out("BioMegatron-bio-30k-cased", "BioMegatron-bio-50k-cased", "biomegatron-30k", "biomegatron-50k")
+_BLURB_SUMS = _arithmetic("columns", "PubMedBERT", 2, "PubMedBERT's BLURB score 81.10 and the 8 other models' "
+                          "(BERT-uncased 75.99, ...) from the 13 numbers above each")
+_BIOLM_SUMS = _arithmetic("cells", "Ours-large Mean (all)", 1, "Ours-large's Mean (all) 85.8 and the other 39 summary "
+                          "cells (5 rows x 8 models) from the 18 per-task numbers")
+_BILSTM = _variant("bc5-disease:bilstm", "bc5-disease:linear", "Table 10, BC5-disease F1: linear 85.62 → Bi-LSTM "
+                   "85.64 (**+0.02**: no substantial gain)", 0.02)  # fmt: skip
+_MARKERS = _variant("gad:marker_start", "gad:dummy_cls", "Table 12 (no GAD column), DDI F1: dummified [CLS] 82.36 → "
+                    "markers + entity start 82.18 (**-0.18**; ChemProt +0.34)", -0.18)  # fmt: skip
+SHORT = "at this scale: "
+
+FINDINGS = [
+    Finding("vocab-breakout", "002", "An in-domain vocabulary breaks entity words into fewer sub-tokens than "
+            "BERT's general one (Table 3)", SIGN, _VOCAB_DOMAIN[0], "vocab", _VOCAB_DOMAIN[1],
+            "sub-tokens per entity word (BC5CDR-disease train) of MiniLM's BERT WordPiece and of the pubmedbert "
+            "preset learned from the PubMed sample, from vocab_report.json",
+            "our general vocabulary is BERT's uncased one (MiniLM's), the paper's BERT-cased; our corpus is the "
+            "PubMed sample (6 M words), not PubMed", unit="sub-tokens per entity word"),
+    Finding("vocab-size", "002", "A larger in-domain vocabulary (50k vs 30k) breaks entity words less (Table 3)",
+            SIGN, _VOCAB_SIZE[0], "vocab", _VOCAB_SIZE[1],
+            "sub-tokens per entity word (BC5CDR-disease train) of the biomegatron-30k and -50k presets (SentencePiece) "
+            "learned from the PubMed sample",
+            "a 50k vocabulary learned from 6 M words holds rarer pieces than one learned from PubMed",
+            unit="sub-tokens per entity word"),
+    Finding("vocab-terms", "001", "PubMedBERT's vocabulary keeps common biomedical terms whole where BERT's "
+            "shatters them (Table 1)", SIGN, _terms_paper, "vocab", _terms_ours,
+            "Table 1's terms kept whole (one piece) by MiniLM's BERT WordPiece and by the pubmedbert preset",
+            "our in-domain vocabulary is learned from the PubMed sample (6 M words), not PubMed",
+            unit="terms kept whole"),
+    Finding("blurb-arithmetic", "001", "The BLURB score is the macro average over the six task types of each type's "
+            "mean (Table 6)", VALUE, _BLURB_SUMS[0], "blurb-table-6", _BLURB_SUMS[1],
+            "each of Table 6's nine BLURB scores computed from its 13 published numbers by fairseq_bio's BLURB",
+            "the published inputs are rounded to 0.01", tolerance=0.01 + 1e-9, unit="|computed - published|"),
+    Finding("dapt", "001", "Pretraining on PubMed beats general-domain pretraining downstream (Table 6)", SIGN,
+            _dapt_paper, "dapt", _dapt_ours,
+            "test entity F1 gain on NCBI-disease of MiniLM continued on PubMed over MiniLM itself, paired by "
+            "fine-tuning seed, from domain_adaptation.py's results.json",
+            SHORT + "MiniLM continued for a few hundred updates on 4 M tokens, not BERT on PubMed for days; the "
+            "fine-tuning is one or two epochs", unit="F1 points"),
+    Finding("variants-bilstm", "001", "A Bi-LSTM head adds nothing over a linear layer for NER (Table 10)", NONE,
+            _BILSTM[0], "variants", _BILSTM[1],
+            "BC5-disease test entity F1 of the BiLSTM head minus the linear one, paired by seed, from "
+            "finetune_variants.py's results.json",
+            SHORT + "the fresh BiLSTM trains one epoch at the encoder's learning rate and is undertrained "
+            "(benchmarks/README.md: with 20 x the rate it gains +4.7 instead)", tolerance=NO_DIFFERENCE,
+            unit="F1 points"),
+    Finding("variants-markers", "001", "Entity markers + entity start encode a relation as well as dummified [CLS] "
+            "(Table 12)", NONE, _MARKERS[0], "variants", _MARKERS[1],
+            "GAD test micro F1 of markers + entity start minus dummified [CLS], paired by seed",
+            SHORT + "the four marker tokens start as the mean embedding and the entity-start head is new, with two "
+            "epochs at lr 3e-5 of a 6-layer MiniLM on GAD (Table 12 measures DDI and ChemProt)",
+            tolerance=NO_DIFFERENCE, unit="F1 points"),
+    Finding("biolm-arithmetic", "000", "Table 2's summary rows are plain means over the tasks of each group",
+            VALUE, _BIOLM_SUMS[0], "biolm-table-2", _BIOLM_SUMS[1],
+            "all 40 summary cells (8 models x 5 rows) computed from the 18 published per-task numbers by "
+            "fairseq_bio's bio-lm benchmark", "the published inputs are rounded to 0.1", tolerance=0.1 + 1e-9,
+            unit="|computed - published|"),
+    Finding("biolm-distill", "000", "Distilling from the larger teacher improves the student (sec. 7, Table 6)",
+            SIGN, _distill_paper("gain"), "distill-ner", _distill_ours("gain"),
+            "NCBI-disease test entity F1 of the distilled student minus the same architecture from random "
+            "initialisation, paired by seed, from distillation_ner.md",
+            SHORT + "our student starts from random weights (bio-lm's from its MLM-pretrained base), the teacher "
+            "is a 4 x 256 model pretrained for minutes, the fine-tuning 1,000 sentences", unit="F1 points"),
+    Finding("electra-arithmetic", "003", "BioELECTRA's BLURB score is the same macro average (Table 2)", VALUE,
+            _bioelectra_paper, "blurb-table-6", _bioelectra_ours,
+            "BioELECTRA (P)'s 13 published numbers through fairseq_bio's BLURB", "the inputs are rounded to 0.01",
+            tolerance=0.01 + 1e-9, unit="|computed - published|"),
+    Finding("electra-downstream", "003", "Replaced-token detection pretraining beats masked-LM pretraining "
+            "downstream (Tables 2-4)", SIGN, _electra_paper, None, None,
+            "nothing: no benchmark here fine-tunes an ELECTRA discriminator",
+            "not measured: no benchmark pretrains ELECTRA and masked LM at equal compute and fine-tunes both "
+            "(benchmarks/electra.py times a step and draws the replaced-token curves, keeping no checkpoint)",
+            unit="BLURB points"),
+    Finding("compact-retention", "004", "A distilled tiny student falls a little short of its teacher's NER F1 "
+            "(Table 1)", SIGN, _distill_paper("retention"), "distill-ner", _distill_ours("retention"),
+            "NCBI-disease test entity F1 of the distilled student minus its teacher's, paired by seed, from "
+            "distillation_ner.md",
+            SHORT + "the teacher is a 4 x 256 model pretrained for minutes; only the TinyBioBERT preset is distilled "
+            "(DistilBioBERT and CompactBioBERT are not run by the benchmark)", unit="F1 points"),
+    Finding("compact-speed", "004", "A 6-layer student of a 12 x 768 teacher runs about 1.6x as fast (sec. 2, "
+            "Figure 2)", SIGN, lambda: Measure(0.6, "DistilBERT's \"60 % faster\" (**1.6x**), the 6 x 768 shape of "
+                                              "DistilBioBERT and CompactBioBERT; Figure 2 gives no numbers"),
+            "distill-speed", _speed_ours,
+            "inference speed-up of the 6 x 768 student over the 12 x 768 teacher (speed-up - 1 is compared), from "
+            "distillation.md", "timings on a shared machine vary from run to run", unit="speed-up - 1"),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Row:
+    """A finding evaluated: the paper's measure, ours (None: not measured), the verdict, the record it came from."""
+
+    finding: Finding
+    paper: Measure
+    ours: Optional[Measure]
+    verdict: str
+    record: Optional[Dict]
+    note: str = ""
+
+
+def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
+    """``finding`` against ``record`` (its step's, or None when that has not run)."""
+    paper = finding.paper()
+    ours, note = None, ""
+    if finding.ours is None:
+        note = finding.why
+    elif record is None:
+        note = f"not run yet: python benchmarks/reproduce.py --only {finding.key}"
+    else:
+        try:
+            ours = finding.ours(record["results"])
+        except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
+            note = f"its step's results lack what it reads ({type(e).__name__}: {e})"
+    spread = ours.spread if ours else None
+    result = verdict(finding.claim, paper.effect, ours.effect if ours else None, spread, finding.tolerance)
+    return Row(finding, paper, ours, result, record, note)
+
+
+RULE = f"""**The rule.** Each finding is one of three claims, and ours is the same comparison measured here:
+
+- *value* (the paper's own arithmetic): **reproduced** when ours is within the rounding of the paper's inputs
+  (stated per row), else **not reproduced**;
+- *difference*: **reproduced** when ours has the paper's sign and exceeds its spread (the standard deviation over
+  fine-tuning seeds or timing runs; 0 for a deterministic count); **direction reproduced** when it has the sign but
+  not beyond the spread, or comes from one run (no spread to compare with); **not reproduced** when its sign is the
+  opposite;
+- *no difference* (the paper found none worth having): **reproduced** when |ours| is at most {NO_DIFFERENCE:g} point
+  or the spread, whichever is larger, else **not reproduced**.
+
+A finding nothing here measures is **not reproduced**, and says why. Levels are not compared: our models, corpora
+and budgets are a small fraction of the papers', so a number is set beside the paper's for its sign and size only."""

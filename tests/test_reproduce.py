@@ -1,0 +1,201 @@
+"""benchmarks/reproduce.py (`make reproduce`) and its findings (reproduce_findings.py): the verdict rule (sign and
+spread, no difference, arithmetic), the page and its PNG from findings built here, a finished step reused and one with
+another budget or an interrupted one run again, findings read from a benchmark's results, and the BLURB / bio-lm /
+BioELECTRA arithmetic rows end to end from the seed papers' own text."""
+
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import reproduce  # noqa: E402
+import reproduce_findings as findings  # noqa: E402
+from reproduce import Context, Step  # noqa: E402
+from reproduce_findings import (  # noqa: E402
+    DIRECTION,
+    NONE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    SIGN,
+    VALUE,
+    Finding,
+    Measure,
+    verdict,
+)
+
+SEEDS = REPO.parent / "shared" / "seeds"
+needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"{SEEDS}: the seed papers' text is not here")
+HEADER = "| seed | finding | paper | ours | verdict |"
+
+
+def test_a_difference_reproduces_with_the_papers_sign_beyond_its_spread():
+    assert verdict(SIGN, -1.184, -0.97, spread=0.0) == REPRODUCED  # a deterministic count: spread 0
+    assert verdict(SIGN, 0.3, 0.5, spread=0.2) == REPRODUCED
+    assert verdict(SIGN, 0.3, 0.5, spread=0.8) == DIRECTION  # the sign, but within the seeds' spread
+    assert verdict(SIGN, 0.3, 0.5, spread=None) == DIRECTION  # one run: no spread to exceed
+    assert verdict(SIGN, 0.3, -0.5, spread=0.1) == NOT_REPRODUCED
+    assert verdict(SIGN, 0.3, -0.05, spread=1.0) == NOT_REPRODUCED  # the other sign, even within the spread
+    assert verdict(SIGN, -1.0, 0.0, spread=0.0) == NOT_REPRODUCED
+    assert verdict(SIGN, 0.3, None) == NOT_REPRODUCED  # nothing measured
+
+
+def test_no_difference_and_arithmetic_claims():
+    assert verdict(NONE, 0.02, -12.04, spread=0.5, tolerance=1.0) == NOT_REPRODUCED
+    assert verdict(NONE, 0.02, 0.81, spread=0.78, tolerance=1.0) == REPRODUCED
+    assert verdict(NONE, 0.02, 1.5, spread=2.0, tolerance=1.0) == REPRODUCED  # within the seeds' spread
+    assert verdict(NONE, 0.02, -1.5, spread=None, tolerance=1.0) == NOT_REPRODUCED
+    assert verdict(VALUE, 0.0, 0.004, tolerance=0.01) == REPRODUCED
+    assert verdict(VALUE, 81.10, 81.13, tolerance=0.01) == NOT_REPRODUCED
+    with pytest.raises(ValueError, match="unknown claim"):
+        verdict("bigger", 1.0, 2.0)
+
+
+def test_differences_over_seeds():
+    m = findings.differences([1.0, 2.0, 3.0], lambda mean, n: f"{mean:+.2f} {n}")
+    assert (m.effect, m.spread, list(m.values)) == (2.0, 1.0, [1.0, 2.0, 3.0])
+    assert m.text == "+2.00 ± 1.00 over 3 seeds"
+    one = findings.differences([0.5], lambda mean, n: n)
+    assert one.spread is None and one.text == "one seed"
+
+
+def fake_finding(key, seed, claim, paper, step, ours, tolerance=0.0):
+    return Finding(key, seed, f"finding {key}", claim, lambda: Measure(paper, f"paper {paper}"), step, ours,
+                   f"number of {step}", f"why {key}", tolerance)  # fmt: skip
+
+
+def test_page_and_png_from_findings_built_here(tmp_path):
+    record = {"step": "s", "scale": "cpu", "device": "CPU, 2 cores", "date": "2026-11-27", "seconds": 90,
+              "params": {"seeds": 2}, "commands": ["python benchmarks/x.py --seeds 2"],
+              "results": {"diffs": [0.4, 0.6], "gap": 0.003}}  # fmt: skip
+    def mean_difference(results):
+        return findings.differences(results["diffs"], lambda m, n: f"{m:+.2f}")
+
+    built = [
+        fake_finding("up", "001", SIGN, 1.0, "s", mean_difference),
+        fake_finding("down", "002", SIGN, -1.0, "s", lambda r: Measure(0.5, "+0.50", 0.0)),
+        fake_finding("same", "000", VALUE, 0.0, "s", lambda r: Measure(r["gap"], "gap", 0.0), tolerance=0.01),
+        fake_finding("unmeasured", "003", SIGN, 1.0, None, None),
+        fake_finding("not-run", "004", NONE, 0.1, "t", lambda r: Measure(0.0, "0")),
+    ]  # fmt: skip
+    rows = [findings.evaluate(f, record if f.step == "s" else None) for f in built]
+    assert [r.verdict for r in rows] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED, NOT_REPRODUCED, NOT_REPRODUCED]
+    assert rows[4].note == "not run yet: python benchmarks/reproduce.py --only not-run"
+
+    text = reproduce.page(rows, "reproduction.png")
+    lines = text.splitlines()
+    assert lines[lines.index(HEADER) + 2] == "| 001 PubMedBERT | finding up | paper 1.0 | +0.50 | **reproduced** |"
+    assert "| 003 BioELECTRA | finding unmeasured | paper 1.0 | not measured | **not reproduced** |" in lines
+    assert "2 reproduced; 0 direction reproduced; 3 not reproduced of 5." in lines
+    assert "**The rule.**" in text and "![paper vs ours per finding](reproduction.png)" in text
+    assert "  Why: why down." in lines and "  Why: why unmeasured." in lines  # a why for every row not reproduced
+    assert "  Why: not run yet: python benchmarks/reproduce.py --only not-run." in lines
+    assert not any(line.startswith("  Why: why up") for line in lines)
+    assert "cpu scale (CPU, 2 cores, 2026-11-27, step `s` took 1.5 min)" in text
+    assert "  python benchmarks/x.py --seeds 2" not in text  # steps of STEPS only; "s" is not one
+
+    reproduce.plot(rows, tmp_path / "reproduction.png")
+    assert (tmp_path / "reproduction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["reproduction.png"]  # written through a temp file, renamed
+
+
+def test_a_finished_step_is_reused_and_another_budget_or_a_failure_runs_again(tmp_path):
+    calls = []
+
+    def run(ctx, params):
+        calls.append(params)
+        if params.get("fail"):
+            raise KeyError("interrupted")
+        ctx.commands.append(f"bench --n {params['n']}")
+        return {"n": params["n"]}
+
+    step = Step("fake", "a fake step", {"cpu": {"n": 1}, "gpu": {"n": 5}}, run, {"cpu": 0, "gpu": 0})
+    ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
+    first = reproduce.ensure(ctx, step)
+    assert first["results"] == {"n": 1} and first["commands"] == ["bench --n 1"] and first["scale"] == "cpu"
+    assert reproduce.ensure(ctx, step) == first and len(calls) == 1  # reused, not run again
+    ctx.scale = "gpu"
+    assert reproduce.ensure(ctx, step)["results"] == {"n": 5} and len(calls) == 2  # another budget: run again
+    failing = Step("fake", "a fake step", {"cpu": {"n": 2, "fail": True}}, run, {"cpu": 0})
+    ctx.scale = "cpu"
+    with pytest.raises(KeyError):
+        reproduce.ensure(ctx, failing)
+    assert reproduce.load_record(ctx, step)["results"] == {"n": 5}  # the interrupted run left the last record
+
+
+def test_distillation_rows_read_the_benchmarks_table():
+    text = ("# NER\n\n| model | encoder | parameters | best dev F1 | test P | test R | test F1 | fine-tune wall s |\n"
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+            "| teacher | 4 x 256 | 7.29 M | 37.86 | 32.83 | 38.65 | 35.50 | 123 |\n"
+            "| distilled student | 2 x 128 | 2.46 M | 35.53 | 33.47 | 34.90 | 34.17 | 98 |\n\nCommands\n")  # fmt: skip
+    rows = reproduce.markdown_rows(text, "model")
+    assert [r["model"] for r in rows] == ["teacher", "distilled student"] and rows[1]["test F1"] == "34.17"
+    f1 = {"teacher": [35.5, 36.5], "distilled student": [34.0, 35.6], "student architecture, random init": [33.8, 33.8]}
+    record = {"step": "distill-ner", "results": {"f1": f1}}
+    by_key = {f.key: f for f in findings.FINDINGS}
+    retention = findings.evaluate(by_key["compact-retention"], record)
+    assert retention.ours.effect == pytest.approx(-1.2) and retention.ours.spread == pytest.approx(0.18 ** 0.5)
+    assert retention.verdict == REPRODUCED and "96.7 %" in retention.ours.text
+    gain = findings.evaluate(by_key["biolm-distill"], record)
+    assert gain.ours.effect == pytest.approx(1.0) and gain.verdict == DIRECTION  # +0.2, +1.8: within their std 1.13
+    assert gain.ours.spread == pytest.approx(1.28 ** 0.5)
+
+
+@needs_seeds
+def test_arithmetic_rows_end_to_end(tmp_path):
+    """BLURB (seed 001 Table 6), bio-lm (seed 000 Table 2) and BioELECTRA (seed 003 Table 2) arithmetic from the
+    papers' text through the runner and the page; every other row says it has not run."""
+    ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
+    keys = ["blurb-arithmetic", "biolm-arithmetic", "electra-arithmetic"]
+    rows = reproduce.reproduce(ctx, keys, tmp_path / "docs" / "reproduction.md")
+    by_key = {r.finding.key: r for r in rows}
+    assert all(by_key[k].verdict == REPRODUCED for k in keys)
+    table_6 = by_key["blurb-arithmetic"].record["results"]["columns"]
+    assert len(table_6) == 9 and table_6["PubMedBERT"]["computed"] == pytest.approx(81.10, abs=0.01)
+    assert table_6["BERT-uncased"]["computed"] == pytest.approx(75.99, abs=0.01)
+    assert len(by_key["biolm-arithmetic"].record["results"]["cells"]) == 40
+    electra = by_key["electra-arithmetic"].ours
+    assert electra.effect < 0.01 and "published 82.47" in electra.text
+    assert by_key["electra-downstream"].verdict == NOT_REPRODUCED and by_key["electra-downstream"].ours is None
+    assert by_key["dapt"].note.startswith("not run yet")
+
+    text = (tmp_path / "docs" / "reproduction.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    table = lines[lines.index(HEADER) + 2 : lines.index(HEADER) + 2 + len(findings.FINDINGS)]
+    assert len(table) >= 6 and {line.split(" ")[1] for line in table} == {"000", "001", "002", "003", "004"}
+    assert all(line.endswith(("| **reproduced** |", "| **direction reproduced** |", "| **not reproduced** |"))
+               for line in table)  # fmt: skip
+    assert (tmp_path / "docs" / "reproduction.png").is_file()
+    assert "reusing" not in text and "fairseq_bio.runner.datasets.blurb_score" in text  # the step and its source
+
+
+@needs_seeds
+def test_every_seed_has_a_finding_with_the_papers_number():
+    keys = [f.key for f in findings.FINDINGS]
+    assert len(set(keys)) == len(keys)
+    assert {f.seed for f in findings.FINDINGS} == {"000", "001", "002", "003", "004"}
+    for f in findings.FINDINGS:
+        assert f.claim in (VALUE, SIGN, NONE) and (f.step is None or f.step in reproduce.STEP), f.key
+        assert (f.ours is None) == (f.step is None), f.key
+        assert f.paper().text, f.key  # the paper's number, read from its text, the shipped tables or the finding
+    assert findings.table_6()["PubMedBERT"]["BLURB score"] == 81.10
+
+
+def test_a_failed_step_is_said_on_the_page_and_the_run_fails(tmp_path, monkeypatch):
+    """A step whose command exits non-zero: its output kept in the logs, the page written with why, exit status 1."""
+
+    def fail(ctx, params):
+        ctx.call([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], "fails")
+
+    step = Step("broken", "a step that fails", {"cpu": {}}, fail, {"cpu": 0})
+    monkeypatch.setattr(reproduce, "STEPS", [step])
+    monkeypatch.setattr(reproduce, "STEP", {"broken": step})
+    monkeypatch.setattr(reproduce, "FINDINGS", [fake_finding("row", "001", SIGN, 1.0, "broken", lambda r: None)])
+    ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
+    with pytest.raises(SystemExit, match=r"1 step\(s\) failed: broken"):
+        reproduce.reproduce(ctx, None, tmp_path / "page.md")
+    assert (tmp_path / "work" / "logs" / "fails.out").read_text(encoding="utf-8").strip() == "boom"
+    text = (tmp_path / "page.md").read_text(encoding="utf-8")
+    assert "  Why: its step failed (python exited 3; the end of its output" in text
+    assert "| 001 PubMedBERT | finding row | paper 1.0 | not measured | **not reproduced** |" in text
+    assert not (tmp_path / "results" / "broken.json").exists()
