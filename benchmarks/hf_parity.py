@@ -23,6 +23,16 @@ best time of each side kept, since the load of a shared machine moves.
     python benchmarks/hf_parity.py --datasets gad,biosses --seeds 3
     python benchmarks/hf_parity.py --quick --datasets ncbi-disease,biosses   # a smoke run on slices (the suite's)
     python benchmarks/hf_parity.py --datasets ddi --only hf &   # one side per process, then a report reusing both
+    python benchmarks/hf_parity.py --datasets hoc,ddi --lr-grid 3e-5,1e-4,3e-4   # each side's lr chosen on dev too
+
+``--lr-grid`` (off by default): one shared learning rate can suit one side only (at the shared recipe HF learned nothing
+on HoC and predicted DDI-mechanism once for DDI's 302), so a gap there compares a tuned side with an untuned one. With a
+grid both sides are also fine-tuned at each of its learning rates, the recipe otherwise unchanged (the recipe's own lr
+is the shared-recipe run; every other point has its own directory, ``<side>-<dataset>-lr<lr>-<seed>``, reused like any
+finished training), and each model is scored on the dataset's dev split by the same metric code (its dev file,
+PubMedQA's dev split, GAD's rows held out of train). Each side takes the lr with its best dev score (mean over seeds; a
+tie: the smaller lr) and its test score at that lr is reported: a "lr tuned on dev" row under the shared-recipe row
+(ours - HF, each at its own lr), and a table of each lr's dev score, the chosen lr and its test score.
 
 Writes ``benchmarks/results/hf_parity.md``, ``.json`` and ``.png`` and prints the table. Targets (PubMedBERT-style
 comparison, issue 20): score ours - HF >= -0.5 points (BIOSSES: -2 Pearson points), training loop <= 0.8x HF's time,
@@ -31,6 +41,7 @@ prediction >= 1.5x HF's examples/s.
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -92,7 +103,8 @@ PARITY = {
         Parity("pubmedqa", 5e-5, 16, 3, 512, 1),
     )
 }
-QUICK = {"train": 48, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
+QUICK = {"train": 48, "dev": 40, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
+SIDES = ("ours", "hf")
 
 
 def recipe_at(dataset: str, max_length: Optional[int] = None) -> Parity:
@@ -107,16 +119,18 @@ def example_cuts(parity: Parity, quick: bool) -> Tuple[Optional[int], Optional[i
 
 def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
     """The data both sides read: the shared directory, or under ``tmp`` the first examples of its CoNLL / JSON lines
-    train (and, with --quick, test) files beside links to the rest. TSV and PubMedQA files are read whole (BIOSSES
-    is 70 / 14 pairs)."""
+    train (and, with --quick, dev and test) files beside links to the rest. TSV and PubMedQA files are read whole
+    (BIOSSES is 70 / 16 / 14 pairs)."""
     recipe = blurb_recipe(dataset)
     source = SHARED / recipe.data
     train, test = example_cuts(parity, quick)
+    dev = QUICK["dev"] if quick else None  # only a --lr-grid run reads dev: nothing that trains
     if recipe.config == TAGGING:
-        return ner_data(str(source), train, None, tmp, test)
+        return ner_data(str(source), train, dev, tmp, test)
     task = task_config(dataset, source)
-    sliced = {name: n for name, n in ((task["train_file"], train), (task["test_file"], test))
-            if n is not None and name.endswith((".json", ".jsonl")) and task["format"] != "pubmedqa"}  # fmt: skip
+    cuts = ((task["train_file"], train), (task["valid_file"], dev), (task["test_file"], test))
+    sliced = {name: n for name, n in cuts if n is not None and name and name.endswith((".json", ".jsonl"))
+              and task["format"] != "pubmedqa"}  # fmt: skip
     if parity.train_examples and task["train_file"] not in sliced:
         raise SystemExit(f"{dataset}: train_examples needs a JSON lines train file, not {task['train_file']}")
     if not sliced:
@@ -182,8 +196,10 @@ def score(dataset: str, side: Dict) -> Dict:
 
 
 def run_dataset(
-    run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path
+    run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path, grid: List[float]
 ) -> Optional[Dict]:
+    """Both sides at the shared recipe over the seeds, and with a ``grid`` each side's learning rate chosen on dev
+    (``tune``); None with ``--only`` (one side trained, nothing to compare)."""
     data = dataset_dir(dataset, parity, args.quick, tmp)
     train, test = example_cuts(parity, args.quick)
     data_id = f"{blurb_recipe(dataset).data} (train {train or 'all'}, test {test or 'all'})"
@@ -192,35 +208,116 @@ def run_dataset(
             "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
             "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant,
             "train": train_count(dataset, data, imported)}  # fmt: skip
-    runs = []
-    for seed in seeds:
-        if args.only:  # one side, trained and kept for a later invocation (the other side can run beside it)
-            side = (run_ours if args.only == "ours" else run_hf)(run, work, {**spec, "seed": seed})
-            print(f"[parity] {dataset} seed {seed}: {args.only} {score(dataset, side)['score']:.2f}", flush=True)
-            continue
-        print(f"[parity] {dataset} seed {seed}: ours", flush=True)
-        ours = run_ours(run, work, {**spec, "seed": seed})
-        print(f"[parity] {dataset} seed {seed}: HF", flush=True)
-        hf = run_hf(run, work, {**spec, "seed": seed})
-        if ours["updates"] != hf["updates"] or ours["gold"] != hf["gold"]:
-            raise SystemExit(f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold")
-        # prediction timed again in alternating rounds (the shared machine's load moves): the best of each side
-        for _ in range(args.predict_rounds - 1):
-            ours["predict_s"] = min(ours["predict_s"], predict_ours(run, work, {**spec, "seed": seed})[1])
-            hf["predict_s"] = min(hf["predict_s"], predict_hf(run, work, {**spec, "seed": seed}))
-        entry = {"seed": seed, "updates": ours["updates"], "test_examples": len(ours["gold"]),
-                 "hf_truncated": hf["truncated"]}  # fmt: skip
-        for name, side in (("ours", ours), ("hf", hf)):
-            entry[name] = {**score(dataset, side), "loop_s": side["loop_s"], "process_s": side["process_s"],
-                           "predict_s": side["predict_s"]}  # fmt: skip
-        print(f"[parity] {dataset} seed {seed}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
-              flush=True)  # fmt: skip
-        runs.append(entry)
-    if args.only:
-        return None  # nothing to compare: the other side runs elsewhere
+    if args.only:  # one side, trained and kept for a later invocation (the other side can run beside it)
+        for lr in sorted({parity.lr, *grid}):
+            for seed in seeds:
+                at = point(spec, parity, lr, seed)
+                side = (run_ours if args.only == "ours" else run_hf)(run, work, at)
+                print(f"[parity] {label(at, parity)}: {args.only} {score(dataset, side)['score']:.2f}", flush=True)
+        return None
+    runs = [compare(run, work, point(spec, parity, parity.lr, seed), parity, args.predict_rounds) for seed in seeds]
     recipe = {**asdict(parity), "epochs": spec["epochs"]}
-    return {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
-            "runs": runs, **summary(runs, parity)}  # fmt: skip
+    result = {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
+              "runs": runs, **summary(runs, parity)}  # fmt: skip
+    if grid:
+        result["grid"] = tune(run, work, spec, parity, seeds, grid, runs)
+    return result
+
+
+def run_name(dataset: str, seed: int, lr: float, parity: Parity) -> str:
+    """A training's name in the workdir: dataset and seed, and a grid point's learning rate unless it is the
+    recipe's (that grid point is the shared-recipe run itself, trained once)."""
+    return f"{dataset}-{seed}" if lr == parity.lr else f"{dataset}-lr{lr:g}-{seed}"
+
+
+def point(spec: Dict, parity: Parity, lr: float, seed: int) -> Dict:
+    """``spec`` at learning rate ``lr`` and ``seed``, with its run's name."""
+    return {**spec, "lr": lr, "seed": seed, "name": run_name(spec["dataset"], seed, lr, parity)}
+
+
+def label(spec: Dict, parity: Parity) -> str:
+    """How the progress lines name a run: dataset and seed, and a grid point's lr."""
+    lr = "" if spec["lr"] == parity.lr else f" at lr {spec['lr']:g}"
+    return f"{spec['dataset']} seed {spec['seed']}{lr}"
+
+
+def compare(run: Runner, work: Path, spec: Dict, parity: Parity, predict_rounds: int) -> Dict:
+    """One seed's run of both sides (trained, or reused), checked to match, scored on test and timed."""
+    dataset = spec["dataset"]
+    print(f"[parity] {label(spec, parity)}: ours", flush=True)
+    ours = run_ours(run, work, spec)
+    print(f"[parity] {label(spec, parity)}: HF", flush=True)
+    hf = run_hf(run, work, spec)
+    if ours["updates"] != hf["updates"] or ours["gold"] != hf["gold"]:
+        raise SystemExit(f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold")
+    # prediction timed again in alternating rounds (the shared machine's load moves): the best of each side
+    for _ in range(predict_rounds - 1):
+        ours["predict_s"] = min(ours["predict_s"], predict_ours(run, work, spec)["predict_s"])
+        hf["predict_s"] = min(hf["predict_s"], predict_hf(run, work, spec)["predict_s"])
+    entry = {"seed": spec["seed"], "updates": ours["updates"], "test_examples": len(ours["gold"]),
+             "hf_truncated": hf["truncated"]}  # fmt: skip
+    for name, side in (("ours", ours), ("hf", hf)):
+        entry[name] = {**score(dataset, side), "loop_s": side["loop_s"], "process_s": side["process_s"],
+                       "predict_s": side["predict_s"]}  # fmt: skip
+    print(f"[parity] {label(spec, parity)}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
+          flush=True)  # fmt: skip
+    return entry
+
+
+def dev_scores(run: Runner, work: Path, spec: Dict) -> Dict[str, float]:
+    """Both sides' fine-tuned models of ``spec`` scored on the dev split, by the same metric code as test."""
+    sides = {"ours": predict_ours(run, work, spec, "valid"), "hf": predict_hf(run, work, spec, "valid")}
+    if sides["ours"]["gold"] != sides["hf"]["gold"]:
+        raise SystemExit(f"{spec['dataset']}: the sides' dev splits differ in gold")
+    return {name: score(spec["dataset"], side)["score"] for name, side in sides.items()}
+
+
+def tune(run: Runner, work: Path, spec: Dict, parity: Parity, seeds: List[int], grid: List[float],
+         shared: List[Dict]) -> Dict:  # fmt: skip
+    """Both sides at every learning rate of ``grid``, the recipe otherwise unchanged (the recipe's lr: the ``shared``
+    runs), each scored on dev; per side the lr ``choose`` picks and its test score."""
+    points = []
+    for lr in grid:
+        runs = shared if lr == parity.lr else [compare(run, work, point(spec, parity, lr, s), parity, 1) for s in seeds]
+        for entry in runs:
+            dev = dev_scores(run, work, point(spec, parity, lr, entry["seed"]))
+            print(f"[parity] {spec['dataset']} seed {entry['seed']} at lr {lr:g}: dev ours {dev['ours']:.2f}, HF "
+                  f"{dev['hf']:.2f}", flush=True)  # fmt: skip
+            for name in SIDES:
+                entry[name]["dev"] = dev[name]
+        points.append({"lr": lr, "runs": runs})
+    sides = {name: choose(points, name) for name in SIDES}
+    difference = sides["ours"]["test"]["mean"] - sides["hf"]["test"]["mean"]
+    return {"lrs": grid, "points": points, **sides, "difference": difference,
+            "meets": {"score": difference >= parity.min_difference}}  # fmt: skip
+
+
+def choose(points: List[Dict], side: str) -> Dict:
+    """``side``'s mean dev score at each grid point, the chosen lr (the best dev score; a tie: the smaller lr) and
+    the test score (mean ± std over seeds) at it."""
+    dev = [statistics.fmean(e[side]["dev"] for e in p["runs"]) for p in points]
+    best = max(range(len(points)), key=lambda i: (dev[i], -points[i]["lr"]))
+    test = _mean_std([e[side]["score"] for e in points[best]["runs"]])
+    return {"dev": dev, "chosen": points[best]["lr"], "test": test}
+
+
+def parse_grid(text: Optional[str]) -> List[float]:
+    """``--lr-grid``'s learning rates, ascending and distinct ([] without it); one line for anything else."""
+    if text is None:
+        return []
+    lrs = set()
+    for item in text.split(","):
+        try:
+            lr = float(item)
+        except ValueError:
+            lr = math.nan
+        if not (0 < lr < math.inf):
+            raise SystemExit(f"hf_parity.py: --lr-grid {text!r}: {item.strip()!r} is not a learning rate (a positive "
+                             "number)")  # fmt: skip
+        lrs.add(lr)
+    if len(lrs) < 2:
+        raise SystemExit(f"hf_parity.py: --lr-grid {text!r}: a grid needs two learning rates or more")
+    return sorted(lrs)
 
 
 def _mean_std(values: List[float]) -> Dict[str, float]:
@@ -269,6 +366,9 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
             f"{first['test_examples']} | {r['loop_ratio']:.2f}x ({_tick(meets['loop'])}) | "
             f"{r['predict_speedup']:.2f}x ({_tick(meets['predict'])}) |"
         )
+        if "grid" in r:
+            lines.append(_tuned_row(r))
+    lines += _grid_table([r for r in results if "grid" in r])
     lines += ["", "Per run (seconds: training loop / whole training process / prediction):", "",
               "| dataset | seed | ours | HF | ours loop / process / predict | HF loop / process / predict |",
               "| --- | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
@@ -283,6 +383,48 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _tuned_row(r: Dict) -> str:
+    """The main table's row of a grid run: each side at its own lr chosen on dev (no timings: the row above's)."""
+    first, recipe, grid = r["runs"][0], r["recipe"], r["grid"]
+    ours, hf = grid["ours"]["test"], grid["hf"]["test"]
+    return (
+        f"| {first['ours']['title']}, lr tuned on dev | {first['ours']['metric']} | ours {grid['ours']['chosen']:g} / "
+        f"HF {grid['hf']['chosen']:g} (grid {', '.join(f'{lr:g}' for lr in grid['lrs'])}), {recipe['batch_size']}, "
+        f"{recipe['epochs']:g}, {recipe['max_length']} | {r['train_examples']} | {first['updates']} | "
+        f"{len(grid['points'][0]['runs'])} | {ours['mean']:.2f} ± {ours['std']:.2f} | {hf['mean']:.2f} ± "
+        f"{hf['std']:.2f} | {grid['difference']:+.2f} (>= {recipe['min_difference']:g}: "
+        f"{_tick(grid['meets']['score'])}) | {first['ours']['trivial']:.2f} | - | - | - |"
+    )
+
+
+GRID_RULE = (
+    "Learning rate chosen on dev (`--lr-grid`): each side is fine-tuned at every learning rate of the grid, the "
+    "recipe otherwise unchanged (the recipe's own learning rate is the shared-recipe run), and each model is scored "
+    "on the dataset's dev split by the same metric code as test (mean over seeds). Each side takes the learning rate "
+    "with its best dev score (a tie: the smaller learning rate), and that model's test score is reported. The "
+    "\"lr tuned on dev\" row compares the two sides each at its own dev-chosen learning rate (ours - HF); the row "
+    "above it keeps the recipe's learning rate on both."
+)
+
+
+def _grid_table(results: List[Dict]) -> List[str]:
+    """Markdown lines: the rule, and per grid run and side each lr's dev score, the chosen lr and its test score."""
+    if not results:
+        return []
+    lines = ["", GRID_RULE, "", "| dataset | side | dev score at each lr (chosen in bold) | chosen lr | test at it |",
+             "| --- | --- | --- | ---: | ---: |"]  # fmt: skip
+    for r in results:
+        grid = r["grid"]
+        for name, side in (("ours", "ours"), ("hf", "HF")):
+            chosen = grid[name]["chosen"]
+            dev = ", ".join(f"**{lr:g}: {d:.2f}**" if lr == chosen else f"{lr:g}: {d:.2f}"
+                            for lr, d in zip(grid["lrs"], grid[name]["dev"]))  # fmt: skip
+            test = grid[name]["test"]
+            lines.append(f"| {r['runs'][0]['ours']['title']} | {side} | {dev} | {chosen:g} | {test['mean']:.2f} ± "
+                         f"{test['std']:.2f} |")  # fmt: skip
+    return lines
+
+
 def plot(results: List[Dict], path: Path) -> None:
     import matplotlib
 
@@ -294,10 +436,16 @@ def plot(results: List[Dict], path: Path) -> None:
     names = [r["runs"][0]["ours"]["title"] for r in results]
     x = range(len(names))
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
-    a.bar([i - 0.2 for i in x], [r["ours"]["mean"] for r in results], 0.4, yerr=[r["ours"]["std"] for r in results],
-          label="fairseq_bio", color="tab:blue")  # fmt: skip
-    a.bar([i + 0.2 for i in x], [r["hf"]["mean"] for r in results], 0.4, yerr=[r["hf"]["std"] for r in results],
-          label="HF Trainer", color="tab:orange")  # fmt: skip
+    tuned = [i for i, r in enumerate(results) if "grid" in r]
+    # with grid runs each side has two bars, the shared recipe's and the lr tuned on dev
+    width, at = (0.2, {"ours": -0.3, "hf": 0.1}) if tuned else (0.4, {"ours": -0.2, "hf": 0.2})
+    for side, name, color in (("ours", "fairseq_bio", "tab:blue"), ("hf", "HF Trainer", "tab:orange")):
+        a.bar([i + at[side] for i in x], [r[side]["mean"] for r in results], width,
+              yerr=[r[side]["std"] for r in results], label=name, color=color)  # fmt: skip
+        if tuned:
+            a.bar([i + at[side] + width for i in tuned], [results[i]["grid"][side]["test"]["mean"] for i in tuned],
+                  width, yerr=[results[i]["grid"][side]["test"]["std"] for i in tuned],
+                  label=f"{name}, lr tuned on dev", color=color, alpha=0.5, hatch="//")  # fmt: skip
     a.scatter(list(x), [r["runs"][0]["ours"]["trivial"] for r in results], marker="_", s=400, color="black",
               label="trivial baseline", zorder=3)  # fmt: skip
     a.set_ylabel("test score (mean ± std over seeds)")
@@ -312,7 +460,8 @@ def plot(results: List[Dict], path: Path) -> None:
     c.legend(fontsize=8)
     for ax in (a, b, c):
         ax.set_xticks(list(x), names, rotation=30, fontsize=8)
-    fig.suptitle("MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe")
+    fig.suptitle("MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe"
+                 + (" (hatched: each side's lr chosen on dev)" if tuned else ""))  # fmt: skip
     fig.tight_layout()
     with atomic_write(path, "wb") as f:
         fig.savefig(f, format="png")
@@ -333,6 +482,9 @@ def main(argv=None) -> None:
     parser.add_argument("--only", choices=("ours", "hf"),
                         help="train and predict one side only, no report: run the other side beside it in another "
                         "process with the same --workdir, then once without --only (it reuses both trainings)")
+    parser.add_argument("--lr-grid", metavar="LR,LR,...",
+                        help="also fine-tune both sides at each of these learning rates (the recipe otherwise), each "
+                        "side picking its lr on dev; reported beside the shared recipe's row (default: no grid)")
     parser.add_argument("--predict-rounds", type=int, default=2, help="alternating timings of prediction (best kept)")
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
@@ -343,6 +495,7 @@ def main(argv=None) -> None:
         return hf_worker(json.loads(args.hf_worker))
     if args.combine:
         return combine([Path(p) for p in args.combine], Path(args.out))
+    grid = parse_grid(args.lr_grid)
     import torch
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
@@ -361,7 +514,8 @@ def main(argv=None) -> None:
     results: List[Dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in datasets:  # the report is rewritten after each dataset: a run cut short keeps what finished
-            result = run_dataset(run, work, dataset, recipe_at(dataset, args.max_length), args, imported, Path(tmp))
+            parity = recipe_at(dataset, args.max_length)
+            result = run_dataset(run, work, dataset, parity, args, imported, Path(tmp), grid)
             if result is not None:
                 results.append(result)
                 write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
@@ -396,7 +550,9 @@ def combine(paths: List[Path], out: Path) -> None:
                 print(f"[combine] {key} seed {entry['seed']} is in an earlier record too: the earlier one is kept")
             else:
                 runs.append(entry)
-        merged[key] = {**result, "runs": runs, **summary(runs, PARITY[result["dataset"]])}
+        earlier = merged.get(key, {})  # a grid, as a seed: the first record's is kept
+        merged[key] = {**result, **({"grid": earlier["grid"]} if "grid" in earlier else {}), "runs": runs,
+                       **summary(runs, PARITY[result["dataset"]])}  # fmt: skip
     envs = sorted({r["env"] for r in records})
     write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records), "results": list(merged.values()),
                 "commands": [c for r in records for c in r.get("commands", [])]})  # fmt: skip

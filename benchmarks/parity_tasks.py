@@ -1,7 +1,8 @@
 """The two sides of ``hf_parity.py`` for each task type: ours (fairseq's hydra entry point from the imported MiniLM,
 through ``fairseq_bio.runs``, then ``fairseq-bio-predict`` on the test file) and HF transformers'
 (``AutoModelFor{Token,Sequence}Classification`` + ``Trainer``, as HF's example scripts do it), run by
-``hf_parity.py`` as a worker process (``--hf-worker``).
+``hf_parity.py`` as a worker process (``--hf-worker``). Either side's fine-tuned model also predicts the dev split
+(``predict_ours`` / ``predict_hf`` with ``split="valid"``), which ``--lr-grid`` picks each side's learning rate on.
 
 Both sides read the same examples: NER from the same CoNLL files (``fairseq_bio.data.conll``), the sentence-level
 tasks through our task's own reader (``read_split``: the same rows, labels, dev rows held out of GAD's train file and
@@ -87,13 +88,21 @@ def train_once(record: Path, request: Dict, needed: Path, train: Callable[[], Di
     return result
 
 
+def run_dir(work: Path, side: str, spec: Dict) -> Path:
+    """Where a side's training of ``spec`` lives: ``<side>-<name>`` (the name: dataset, seed and a grid point's lr)."""
+    return work / f"{side}-{spec['name']}"
+
+
+def step_name(side: str, step: str, spec: Dict, split: str = "test") -> str:
+    """A step's log name under ``<workdir>/logs``: side, step, the split unless it is test, the run's name."""
+    return "-".join([side, step, *([split] if split != "test" else []), spec["name"]])
+
+
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from the
     predictions file, the training loop's and prediction's seconds."""
-    from fairseq_bio.inference.predictions import read_predictions
-
     recipe = blurb_recipe(spec["dataset"])
-    save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
+    save_dir = run_dir(work, "ours", spec)
     save_dir.mkdir(parents=True, exist_ok=True)
     _, config, *groups = recipe.command_base()
     command = runs.hydra_train(config, *groups, *ours_overrides(spec), save_dir=save_dir, log=save_dir / "train.log")
@@ -101,52 +110,73 @@ def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
 
     def train() -> Dict:
         (save_dir / "train.log").unlink(missing_ok=True)
-        return {"process_s": run(command, f"ours-train-{spec['dataset']}-{spec['seed']}", save_dir)[0]}
+        return {"process_s": run(command, step_name("ours", "train", spec), save_dir)[0]}
 
     wall = train_once(save_dir / RECORD, request, save_dir / "checkpoint_last.pt", train)["process_s"]
     epochs = runs.logged(save_dir / "train.log", "train")
     # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
     loop = sum(float(e["train_wall"]) for e in epochs.values() if "train_wall" in e)
-    updates = max(epochs)
-    out, predict_s = predict_ours(run, work, spec)
-    gold, pred, ids = read_predictions(out, recipe.config == TAGGING)
-    return {"gold": gold, "pred": pred, "ids": ids, "loop_s": loop, "process_s": wall, "updates": updates,
-            "predict_s": predict_s}  # fmt: skip
+    return {**predict_ours(run, work, spec), "loop_s": loop, "process_s": wall, "updates": max(epochs)}
 
 
-def predict_ours(run: Runner, work: Path, spec: Dict) -> Tuple[Path, float]:
-    """``fairseq-bio-predict`` of our fine-tuned run on the test file: (predictions file, seconds it says it took)."""
+def predict_ours(run: Runner, work: Path, spec: Dict, split: str = "test") -> Dict:
+    """``fairseq-bio-predict`` of our fine-tuned run on ``split`` (test or valid): gold, pred, ids from its
+    predictions file and the seconds it says it took."""
+    from fairseq_bio.inference.predictions import read_predictions
     from fairseq_bio.runner.plan import test_input
 
     config = blurb_recipe(spec["dataset"]).config
-    save_dir = work / f"ours-{spec['dataset']}-{spec['seed']}"
-    test, extra = test_input(config, task_config(spec["dataset"], spec["data"]))
-    out = save_dir / ("test.pred.tsv" if config == TAGGING else "test.pred.jsonl")
+    save_dir = run_dir(work, "ours", spec)
+    task = task_config(spec["dataset"], spec["data"])
+    source, extra = test_input(config, task) if split == "test" else dev_input(config, task, save_dir)
+    out = save_dir / (f"{split}.pred.tsv" if config == TAGGING else f"{split}.pred.jsonl")
     _, printed = run(runs.command("fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
-                                  test, "--out", out, "--overwrite", "--no-progress", "--cpu", *extra),
-                     f"ours-predict-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
-    return out, float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+                                  source, "--out", out, "--overwrite", "--no-progress", "--cpu", *extra),
+                     step_name("ours", "predict", spec, split), work)  # fmt: skip
+    gold, pred, ids = read_predictions(out, config == TAGGING)
+    seconds = float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+    return {"gold": gold, "pred": pred, "ids": ids, "predict_s": seconds}
 
 
-def _hf(run: Runner, work: Path, spec: Dict, step: str) -> Tuple[float, Dict]:
-    """(wall, printed JSON) of an HF worker process (``hf_worker``) for ``spec``; ``step``: train or predict."""
+def dev_input(config: str, task: Dict, save_dir: Path) -> Tuple[str, List[str]]:
+    """The file ``fairseq-bio-predict`` reads a run's dev split from, and the options it needs: the dev file,
+    PubMedQA's file with its dev split, or the rows ``task.valid_from_train`` holds out of the train file (GAD),
+    written to ``save_dir`` (the task's row reader finds them)."""
+    from fairseq_bio.files import write_text
+    from fairseq_bio.runner.folds import read_rows
+    from fairseq_bio.runner.plan import split_files
+
+    if config != TAGGING and str(task["format"]) == "pubmedqa":
+        return os.path.join(str(task["data"]), task["train_file"]), ["--split", "valid"]
+    files = split_files(config, task)
+    if "valid" in files:
+        return files["valid"], []
+    header, rows = read_rows(files["train"], False, task)
+    dev = save_dir / f"dev{Path(files['train']).suffix}"
+    write_text(dev, header + "".join(rows[-int(task["valid_from_train"]) :]))
+    return str(dev), []
+
+
+def _hf(run: Runner, work: Path, spec: Dict, step: str, split: str = "test") -> Tuple[float, Dict]:
+    """(wall, printed JSON) of an HF worker process (``hf_worker``) for ``spec``; ``step``: train or predict
+    ``split`` (test or valid)."""
     worker = Path(__file__).resolve().parent / "hf_parity.py"
-    request = json.dumps({**spec, "out": str(work / f"hf-{spec['dataset']}-{spec['seed']}"),
-                          "predict_only": step == "predict"})  # fmt: skip
-    wall, printed = run([sys.executable, worker, "--hf-worker", request],
-                        f"hf-{step}-{spec['dataset']}-{spec['seed']}", work)  # fmt: skip
+    request = json.dumps({**spec, "out": str(run_dir(work, "hf", spec)), "predict_only": step == "predict",
+                          "split": split})  # fmt: skip
+    wall, printed = run([sys.executable, worker, "--hf-worker", request], step_name("hf", step, spec, split), work)
     return wall, json.loads(printed.strip().splitlines()[-1])
 
 
-def predict_hf(run: Runner, work: Path, spec: Dict) -> float:
-    """Seconds HF's fine-tuned model (saved by the worker) takes to predict the test file, in a fresh worker."""
-    return _hf(run, work, spec, "predict")[1]["predict_s"]
+def predict_hf(run: Runner, work: Path, spec: Dict, split: str = "test") -> Dict:
+    """HF's fine-tuned model (saved by the worker) on ``split`` in a fresh worker: gold, pred, ids, seconds."""
+    return _hf(run, work, spec, "predict", split)[1]
 
 
 def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
     """Train and predict HF's side in a worker, or reuse what the same training gave earlier."""
-    out = work / f"hf-{spec['dataset']}-{spec['seed']}"
-    request = {k: v for k, v in spec.items() if k != "data"}  # data_id names it (the cut data's temp dir varies)
+    out = run_dir(work, "hf", spec)
+    # data_id names the data (the cut data's temp dir varies); the name is the directory's
+    request = {k: v for k, v in spec.items() if k not in ("data", "name")}
 
     def train() -> Dict:
         wall, printed = _hf(run, work, spec, "train")
@@ -193,9 +223,10 @@ def hf_worker(spec: Dict) -> None:
         eval_strategy="no", report_to=[], logging_steps=50, use_cpu=True, dataloader_num_workers=0,
         disable_tqdm=True,
     )  # fmt: skip
-    if spec.get("predict_only"):  # the model this worker saved after training, timed again
+    if spec["predict_only"]:  # the model this worker saved after training: timed again, or on the dev split
         trainer = Trainer(model=side.model(spec["out"]), args=arguments, data_collator=side.collator())
-        print(json.dumps({"predict_s": _predict(trainer, side)[1]}))
+        pred, predict_s = _predict(trainer, side)
+        print(json.dumps({"gold": side.gold(), "pred": pred, "ids": side.ids(), "predict_s": predict_s}))
         return
     trainer = Trainer(model=side.model(), args=arguments, train_dataset=side.rows(side.train, True),
                       data_collator=side.collator())  # fmt: skip
@@ -208,10 +239,11 @@ def hf_worker(spec: Dict) -> None:
 
 
 def _predict(trainer, side) -> Tuple[List, float]:
-    """The test set's predictions and their seconds, as ours: encoding the test file, the forward passes, decoding."""
+    """The predicted split's predictions and their seconds, as ours: encoding the file, the forward passes,
+    decoding."""
     start = time.perf_counter()
-    test_rows = side.rows(side.test, False)
-    pred = side.decode(test_rows, trainer.predict(test_rows).predictions)
+    rows = side.rows(side.scored, False)
+    pred = side.decode(rows, trainer.predict(rows).predictions)
     return pred, time.perf_counter() - start
 
 
@@ -221,10 +253,12 @@ class _TokenSide:
 
     def __init__(self, spec: Dict, tokenizer):
         from fairseq_bio.data.conll import read_conll
+        from fairseq_bio.runner.plan import split_files
 
-        data = Path(spec["data"])
+        files = split_files(TAGGING, task_config(spec["dataset"], spec["data"]))  # the files ours reads
         self.spec, self.tokenizer = spec, tokenizer
-        self.train, self.test = read_conll(data / "train.tsv"), read_conll(data / "test.tsv")
+        # scored: the split predicted and scored (test, or valid when a grid picks a learning rate on dev)
+        self.train, self.scored = read_conll(files["train"]), read_conll(files[spec["split"]])
         self.labels = sorted({t for s in self.train for t in s.tags}, key=lambda t: (t != "O", t))
 
     def model(self, path=None):
@@ -256,7 +290,7 @@ class _TokenSide:
 
     def decode(self, rows, logits) -> List[List[str]]:
         predicted = []
-        for words, s, scores in zip(self.word_ids, self.test, logits):
+        for words, s, scores in zip(self.word_ids, self.scored, logits):
             tags = ["O"] * len(s.words)  # words cut off by truncation: O
             for k, w in enumerate(words):
                 if w is not None and (k == 0 or words[k - 1] != w):
@@ -265,16 +299,16 @@ class _TokenSide:
         return predicted
 
     def count_truncated(self) -> int:
-        """Test sentences whose last words HF's truncation cut (after ``rows`` of the test set)."""
+        """Sentences whose last words HF's truncation cut (after ``rows`` of the scored split)."""
         return sum(
-            max(w for w in words if w is not None) < len(s.words) - 1 for words, s in zip(self.word_ids, self.test)
+            max(w for w in words if w is not None) < len(s.words) - 1 for words, s in zip(self.word_ids, self.scored)
         )
 
     def gold(self):
-        return [s.tags for s in self.test]
+        return [s.tags for s in self.scored]
 
     def ids(self):
-        return [str(i) for i in range(len(self.test))]
+        return [str(i) for i in range(len(self.scored))]
 
 
 class _SentenceSide:
@@ -284,7 +318,7 @@ class _SentenceSide:
     def __init__(self, spec: Dict, tokenizer):
         self.spec, self.tokenizer = spec, tokenizer
         self.task = sentence_task(spec)
-        self.train, self.test = self.task.read_split("train"), self.task.read_split("test")
+        self.train, self.scored = self.task.read_split("train"), self.task.read_split(spec["split"])
         self.kind = self.task.kind
 
     def model(self, path=None):
@@ -332,8 +366,8 @@ class _SentenceSide:
         return rows
 
     def count_truncated(self) -> int:
-        """Test examples longer than ``max_length`` pieces, which HF's truncation cuts (ours windows them)."""
-        return sum(len(self.tokenizer(*ex.texts)["input_ids"]) > self.spec["max_length"] for ex in self.test)
+        """Scored examples longer than ``max_length`` pieces, which HF's truncation cuts (ours windows them)."""
+        return sum(len(self.tokenizer(*ex.texts)["input_ids"]) > self.spec["max_length"] for ex in self.scored)
 
     def decode(self, rows, logits) -> List:
         import numpy as np
@@ -346,8 +380,8 @@ class _SentenceSide:
 
     def gold(self):
         if self.kind == "multilabel":
-            return [[int(v) for v in ex.label] for ex in self.test]
-        return [float(ex.label) if self.kind == "regression" else ex.label for ex in self.test]
+            return [[int(v) for v in ex.label] for ex in self.scored]
+        return [float(ex.label) if self.kind == "regression" else ex.label for ex in self.scored]
 
     def ids(self):
-        return [str(ex.id if ex.id is not None else ex.line) for ex in self.test]
+        return [str(ex.id if ex.id is not None else ex.line) for ex in self.scored]

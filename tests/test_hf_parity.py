@@ -5,6 +5,7 @@ the data slices, the schedule both sides share."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -138,3 +139,111 @@ def test_a_finished_training_is_reused_only_for_the_same_request(tmp_path):
     assert parity_tasks.finished(record, {"lr": 1e-4, "seed": 1}) == {"loop_s": 12.5}
     assert parity_tasks.finished(record, {"lr": 5e-5, "seed": 1}) is None
     assert parity_tasks.finished(record, {"lr": 1e-4, "seed": 2}) is None
+
+
+def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(tmp_path):
+    """--lr-grid on BIOSSES --quick: both sides trained at each lr (the recipe's 1e-4 is the shared-recipe run), each
+    side's lr the dev argmax, its test score the chosen run's predictions; a second invocation reuses every training."""
+    from fairseq_bio.inference.predictions import read_predictions
+
+    work, out = tmp_path / "work", tmp_path / "grid.md"
+    grid_run = [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses",
+                "--lr-grid", "3e-4,1e-4", "--workdir", str(work)]  # fmt: skip
+    done = subprocess.run([*grid_run, "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.with_suffix(".json").read_text())["results"][0]
+    grid, parity = result["grid"], hf_parity.PARITY["biosses"]
+    assert grid["lrs"] == [1e-4, 3e-4] and parity.lr == 1e-4
+    names = {lr: hf_parity.run_name("biosses", 1, lr, parity) for lr in grid["lrs"]}
+    assert names == {1e-4: "biosses-1", 3e-4: "biosses-lr0.0003-1"}
+    assert grid["points"][0]["runs"] == result["runs"]  # the recipe's lr: the shared-recipe run, not trained twice
+    logs = work / "logs"
+    for lr, name in names.items():  # each side trained at each lr of the grid, in the grid point's own directory
+        hf_request = json.loads((work / f"hf-{name}" / parity_tasks.RECORD).read_text())["request"]
+        ours_request = json.loads((work / f"ours-{name}" / parity_tasks.RECORD).read_text())["request"]
+        assert hf_request["lr"] == lr and f"optimization.lr=[{lr}]" in ours_request["command"]
+        assert (logs / f"ours-train-{name}.out").exists() and (logs / f"hf-train-{name}.out").exists()
+    for side in hf_parity.SIDES:
+        dev = [p["runs"][0][side]["dev"] for p in grid["points"]]
+        assert grid[side]["dev"] == dev
+        chosen = max(zip(grid["lrs"], dev), key=lambda p: (p[1], -p[0]))[0]  # dev argmax, a tie: the smaller lr
+        assert grid[side]["chosen"] == chosen
+        # the test score reported is the chosen run's, scored again from what that run left on disk
+        run_dir = work / f"{side}-{names[chosen]}"
+        if side == "ours":
+            gold, pred, ids = read_predictions(run_dir / "test.pred.jsonl", tagging=False)
+            on_disk = {"gold": gold, "pred": pred, "ids": ids}
+            dev_gold, dev_pred, dev_ids = read_predictions(run_dir / "valid.pred.jsonl", tagging=False)
+            assert len(dev_gold) == 16  # BIOSSES's dev split, scored as test is
+            assert hf_parity.score("biosses", {"gold": dev_gold, "pred": dev_pred, "ids": dev_ids})["score"] == (
+                pytest.approx(grid["points"][grid["lrs"].index(chosen)]["runs"][0]["ours"]["dev"]))
+        else:
+            on_disk = json.loads((run_dir / parity_tasks.RECORD).read_text())["result"]
+        assert grid[side]["test"]["mean"] == pytest.approx(hf_parity.score("biosses", on_disk)["score"])
+    assert grid["difference"] == pytest.approx(grid["ours"]["test"]["mean"] - grid["hf"]["test"]["mean"])
+    text = out.read_text()
+    assert "| BIOSSES, lr tuned on dev | pearson |" in text and "a tie: the smaller learning rate" in text
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a second invocation trains nothing: every grid point's training is reused, only prediction runs again
+    trained = {p: p.stat().st_mtime_ns for p in logs.glob("*-train-*.out")}
+    assert len(trained) == 4
+    again = subprocess.run([*grid_run, "--predict-rounds", "1", "--out", str(tmp_path / "again.md")], cwd=REPO,
+                           capture_output=True, text=True)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    record = json.loads((tmp_path / "again.json").read_text())
+    assert not [c for c in record["commands"] if "checkpoint.save_dir=" in c or '"predict_only": false' in c]
+    assert {p: p.stat().st_mtime_ns for p in logs.glob("*-train-*.out")} == trained
+    for side in hf_parity.SIDES:
+        assert record["results"][0]["grid"][side] == grid[side]
+    # --only with a grid: that side at every lr (here all reused, so nothing runs), no report
+    only = subprocess.run([*grid_run, "--only", "hf", "--out", str(tmp_path / "only.md")], cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
+    assert only.returncode == 0, only.stderr[-3000:]
+    assert "[parity] biosses seed 1: hf " in only.stdout and "[parity] biosses seed 1 at lr 0.0003: hf " in only.stdout
+    assert not (tmp_path / "only.md").exists() and {p: p.stat().st_mtime_ns for p in trained} == trained
+    # --combine keeps a dataset's grid (the first record's, as a seed measured twice)
+    hf_parity.main(["--combine", str(out.with_suffix(".json")), str(tmp_path / "again.json"), "--out",
+                    str(tmp_path / "combined.md")])  # fmt: skip
+    assert json.loads((tmp_path / "combined.json").read_text())["results"][0]["grid"] == grid
+    assert "| BIOSSES, lr tuned on dev |" in (tmp_path / "combined.md").read_text()
+
+
+def test_lr_grid_refuses_what_is_not_a_grid_of_learning_rates():
+    assert hf_parity.parse_grid(None) == [] and hf_parity.parse_grid(" 3e-4,1e-4,3e-4") == [1e-4, 3e-4]
+    for text, why in (("3e-5,x", "'x' is not a learning rate"), ("1e-4,-1", "'-1' is not"), ("1e-4,nan", "'nan'"),
+                      ("1e-4", "a grid needs two learning rates or more")):  # fmt: skip
+        with pytest.raises(SystemExit, match=f"^hf_parity.py: --lr-grid '{text}': {why}"):
+            hf_parity.main(["--lr-grid", text, "--datasets", "biosses"])
+
+
+def test_each_side_takes_its_best_dev_lr_and_a_tie_the_smaller():
+    def entry(ours_dev, hf_dev, ours_test, hf_test):
+        return {"ours": {"dev": ours_dev, "score": ours_test}, "hf": {"dev": hf_dev, "score": hf_test}}
+
+    points = [{"lr": 3e-5, "runs": [entry(50.0, 10.0, 1.0, 2.0), entry(60.0, 10.0, 3.0, 4.0)]},
+              {"lr": 1e-4, "runs": [entry(55.0, 30.0, 5.0, 6.0), entry(55.0, 30.0, 7.0, 8.0)]},
+              {"lr": 3e-4, "runs": [entry(40.0, 20.0, 9.0, 10.0), entry(40.0, 40.0, 11.0, 12.0)]}]  # fmt: skip
+    ours, hf = hf_parity.choose(points, "ours"), hf_parity.choose(points, "hf")
+    assert ours["dev"] == [55.0, 55.0, 40.0] and ours["chosen"] == 3e-5  # a tie on the mean over seeds: the smaller
+    assert ours["test"]["mean"] == 2.0
+    assert hf["dev"] == [10.0, 30.0, 30.0] and hf["chosen"] == 1e-4 and hf["test"]["mean"] == 7.0
+
+
+def test_dev_input_is_the_split_each_task_holds_out(tmp_path):
+    """What ours predicts for the dev score: the dev file, PubMedQA's dev split, or GAD's rows held out of its train
+    file (task.valid_from_train) written out, the same rows and labels our task reads as its valid split."""
+    from fairseq_bio.data.sentence_files import read_tsv
+
+    def dev_input(dataset):
+        recipe = parity_tasks.blurb_recipe(dataset)
+        return parity_tasks.dev_input(recipe.config, parity_tasks.task_config(dataset, SHARED / recipe.data), tmp_path)
+
+    assert dev_input("ddi") == (str(SHARED / "re/DDI/dev.json"), [])
+    assert dev_input("ncbi-disease") == (str(SHARED / "ner/NCBI-disease/devel.tsv"), [])
+    assert dev_input("pubmedqa") == (str(SHARED / "pubmedqa/ori_pqal.json"), ["--split", "valid"])
+    path, extra = dev_input("gad")
+    task = parity_tasks.task_config("gad", SHARED / "re/GAD")
+    held_out = read_tsv(str(SHARED / "re/GAD/train.tsv"), ["sentence"], "label")[-task["valid_from_train"] :]
+    written = read_tsv(path, ["sentence"], "label")
+    assert extra == [] and Path(path).parent == tmp_path and len(written) == task["valid_from_train"] == 535
+    assert [(e.texts, e.label) for e in written] == [(e.texts, e.label) for e in held_out]
