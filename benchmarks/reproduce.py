@@ -259,6 +259,19 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
                              "continued": row["scores"][at]["values"]} for row in results["rows"]}  # fmt: skip
 
 
+def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
+    """``electra_downstream.py``: a tiny ELECTRA and a masked LM of its discriminator's size, each pretrained for the
+    same minutes, fine-tuned on NCBI-disease per seed (the benchmark reuses its finished pieces); per encoder its test
+    F1 by seed and its pretraining updates."""
+    work = scale_dir(ctx, "electra-downstream")
+    ctx.call(python("electra_downstream.py", *params["args"], "--seeds", *params["seeds"], "--workdir", work,
+                    "--results", work), "electra-downstream")  # fmt: skip
+    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    budget = results["meta"]["budget"] if results["plan"]["ups"] else None  # None: --pretrain-updates, equal updates
+    return {"f1": results["f1"], "seeds": results["seeds"], "minutes": budget,
+            "updates": {model: p["updates"] for model, p in results["pretrain"].items()}}  # fmt: skip
+
+
 STEPS = [
     Step("blurb-table-6", "fairseq_bio.runner.datasets.blurb_score on seed 001's Table 6 (read from the paper's text)",
          {"cpu": {}, "gpu": {}}, run_blurb_table_6, {"cpu": 0, "gpu": 0}),
@@ -273,6 +286,15 @@ STEPS = [
          {"cpu": {"args": ["--sizes", "paper", "--steps", "3", "--step-batch", "8"], "repeats": 2},
           "gpu": {"args": ["--sizes", "paper", "--steps", "10"], "repeats": 3}},
          run_distill_speed, {"cpu": 10, "gpu": 3}),
+    Step("electra-downstream", "benchmarks/electra_downstream.py: a tiny ELECTRA (bio_electra_tiny: 4 x 256 "
+         "discriminator, 64-wide generator) and a 4 x 256 masked-LM bio_roberta, each pretrained on the PubMed sample "
+         "for the same wall-clock minutes (on the CPU: the tiny configs' recipe), the discriminator extracted by "
+         "fairseq-bio-extract-encoder, both fine-tuned on NCBI-disease with the same updates and seeds",
+         # cpu: 10 + 10 min of pretraining, 4 fine-tunings of 188 updates, the data prepared from 3,000 abstracts a file
+         {"cpu": {"args": ["--pretrain-minutes", "10", "--max-docs-per-file", "3000", "--train-sentences", "1000",
+                           "--dev-sentences", "300", "--epochs", "3", "--batch-size", "16"], "seeds": [1, 2]},
+          "gpu": {"args": ["--pretrain-minutes", "30", "--epochs", "3"], "seeds": [1, 2, 3]}},
+         run_electra_downstream, {"cpu": 35, "gpu": 90}),
     Step("distill-ner", "benchmarks/distillation.py --ner: a 4 x 256 teacher pretrained on PubMed, a 2 x 128 student "
          "distilled from it (distill_tinybiobert), both and the student's architecture from random initialisation "
          "fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",

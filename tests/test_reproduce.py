@@ -1,12 +1,13 @@
 """benchmarks/reproduce.py (`make reproduce`) and its findings (reproduce_findings.py): the verdict rule (sign and
 spread, no difference, arithmetic), the page and its PNG from findings built here, a finished step reused and one with
-another budget or an interrupted one run again, findings read from a benchmark's results, and the BLURB / bio-lm /
-BioELECTRA arithmetic rows end to end from the seed papers' own text."""
+another budget or an interrupted one run again, findings read from a benchmark's results, electra_downstream.py's
+smoke run through its step, and the BLURB / bio-lm / BioELECTRA arithmetic rows end to end from the seed papers' own
+text."""
 
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, SHARED_DATA
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import reproduce  # noqa: E402
@@ -142,6 +143,62 @@ def test_distillation_rows_read_the_benchmarks_table():
 
 
 @needs_seeds
+def test_electra_downstream_reads_the_paired_seeds():
+    by_key = {f.key: f for f in findings.FINDINGS}
+    results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0]}, "seeds": [1, 2, 3], "minutes": 10.0,
+               "updates": {"electra": 900, "mlm": 1400}}  # fmt: skip
+    row = findings.evaluate(by_key["electra-downstream"], {"step": "electra-downstream", "results": results})
+    assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
+    assert row.ours.spread == pytest.approx((7 / 12) ** 0.5) and row.verdict == REPRODUCED  # +1.17 > its std 0.76
+    assert row.ours.text == ("NCBI-disease F1: ELECTRA discriminator 41.17 vs masked LM 40.00 (**+1.17** ± 0.76 over "
+                             "3 seeds; 900 vs 1400 pretraining updates in 10 min each)")  # fmt: skip
+    assert row.paper.effect > 0  # BioELECTRA (P) over PubMedBERT in BLURB points
+    results["f1"]["mlm"] = [41.0, 43.0, 42.0]
+    assert findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict == NOT_REPRODUCED
+
+
+def test_electra_downstream_flop_estimate():
+    """The benchmark's per-token estimate: ELECTRA's step does a little more arithmetic than the MLM's (the
+    generator is a quarter as wide; both have one V-wide head on the masked positions)."""
+    import electra_downstream as bench
+
+    for size in ("tiny", "mini"):
+        ratio = bench.flops_per_token(size, 16005, 128, electra=True) / bench.flops_per_token(size, 16005, 128, False)
+        assert 1.0 < ratio < 1.2, (size, ratio)
+    # 4 x 256 masked LM: 4 layers x (2 x 786,432 + 131,072) + 0.15 x 2 x (256^2 + 256 x 16005), x 3
+    assert bench.flops_per_token("tiny", 16005, 128, electra=False) == pytest.approx(3 * (4 * 1703936 + 0.3 * (
+        65536 + 256 * 16005)))  # fmt: skip
+
+
+@needs_seeds
+@pytest.mark.skipif(not (SHARED_DATA / "ner" / "NCBI-disease").is_dir(), reason="no NCBI-disease in ../shared/data")
+def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
+    """electra_downstream.py --quick on the suite's PubMed slice through reproduce's step: both encoders pretrained
+    (40 updates each), the discriminator extracted, one fine-tuning seed each; its table and PNG, the finding read from
+    the step's results, and a rerun that reuses every piece. About 1 min on a quiet core; 6 min beside other jobs
+    (load 5 on 2 cores)."""
+    ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
+    # quick's 40 updates each, the budget (only a hard stop then) raised so that a busy machine never cuts them; one
+    # thread per tool (two threads on two cores shared with other jobs ran the fine-tunings 40x slower)
+    params = {"args": ["--quick", "--data", data_bin("bytebpe"), "--pretrain-minutes", "10", "--threads", "1"],
+              "seeds": [1]}  # fmt: skip
+    results = reproduce.run_electra_downstream(ctx, params)
+    assert results["seeds"] == [1] and results["updates"] == {"electra": 40, "mlm": 40}
+    assert {m: len(v) for m, v in results["f1"].items()} == {"electra": 1, "mlm": 1}
+    work = tmp_path / "work" / "electra-downstream"
+    text = (work / "results.md").read_text(encoding="utf-8")
+    assert "| ELECTRA discriminator | 40 |" in text and "| masked LM | 40 |" in text
+    assert "fairseq-bio-extract-encoder --checkpoint" in text  # the commands run
+    assert (work / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    row = findings.evaluate(next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results})
+    assert row.ours.spread is None and row.ours.text.endswith("(**+0.00** one seed; 40 vs 40 pretraining updates)")
+
+    assert reproduce.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
+    output = (tmp_path / "work" / "logs" / "electra-downstream.out").read_text(encoding="utf-8")
+    assert output.count("reusing") == 4 and "fairseq-hydra-train" not in output  # 2 encoders, 2 fine-tunings
+
+
+@needs_seeds
 def test_arithmetic_rows_end_to_end(tmp_path):
     """BLURB (seed 001 Table 6), bio-lm (seed 000 Table 2) and BioELECTRA (seed 003 Table 2) arithmetic from the
     papers' text through the runner and the page; every other row says it has not run."""
@@ -156,7 +213,9 @@ def test_arithmetic_rows_end_to_end(tmp_path):
     assert len(by_key["biolm-arithmetic"].record["results"]["cells"]) == 40
     electra = by_key["electra-arithmetic"].ours
     assert electra.effect < 0.01 and "published 82.47" in electra.text
-    assert by_key["electra-downstream"].verdict == NOT_REPRODUCED and by_key["electra-downstream"].ours is None
+    electra_downstream = by_key["electra-downstream"]
+    assert electra_downstream.verdict == NOT_REPRODUCED and electra_downstream.ours is None
+    assert electra_downstream.note.startswith("not run yet")
     assert by_key["dapt"].note.startswith("not run yet")
 
     text = (tmp_path / "docs" / "reproduction.md").read_text(encoding="utf-8")

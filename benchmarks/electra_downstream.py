@@ -1,0 +1,422 @@
+"""Replaced-token detection against masked LM downstream, at equal compute (seed 003, BioELECTRA; issue 39).
+
+Two encoders of the same size are pretrained on the PubMed sample for the same wall-clock minutes: (a) a tiny
+ELECTRA (``--config-name bio_electra_tiny``: a 4 x 256 discriminator beside a 64-wide generator sharing its
+embeddings, built with ``fairseq_bio.runs``) and (b) a masked-LM ``bio_roberta`` of the discriminator's size
+(``bio_roberta_tiny``, ``benchmarks/tagging.py``'s pretraining unchanged). The discriminator is extracted as a plain
+encoder checkpoint with ``fairseq-bio-extract-encoder`` (the generator is dropped, as ELECTRA does), both are
+checked to have the same weights' names and shapes, then each is fine-tuned on NCBI-disease
+(``--config-name bio_tagging_ner``, tagging.py's fine-tuning: same updates, lr and seed for both; best dev entity F1
+checkpoint) and scored on the test file with ``fairseq-bio-predict``, once per seed. Reported: test entity F1 per
+seed and the paired differences ELECTRA - MLM.
+
+Equal compute means the same wall-clock budget (``--pretrain-minutes`` each), priced on this machine: speed probes
+of both objectives, run in the order ELECTRA, MLM, MLM, ELECTRA so that both see the same load, measure each one's
+updates/s, and each run gets the updates that fit the budget at its speed (its lr schedule ends there). The runs
+themselves are not cut at the budget: on a machine shared with other jobs a change of load during one run would cut
+that one short and not the other (a smoke run here once got 26 ELECTRA updates against 40 MLM updates that way), so
+fairseq's ``optimization.stop_time_hours`` stops each only at twice the budget. Why wall-clock rather than the same
+updates with a FLOP count: the question is what a fixed pretraining budget buys, and the clock charges each objective
+everything its step costs (ELECTRA's generator forward and backward, the sampling, the discriminator's head on every
+token), where a count of matrix multiplies misses the per-operation overhead and memory traffic that weigh as much at
+64-256 wide on a CPU; it is also the budget ``--pretrain-minutes`` means in tagging.py and distillation.py. The
+report gives each run's probe speed, updates, minutes, tokens and an estimate of its training FLOPs beside the F1.
+``--pretrain-updates N`` gives both N updates instead (equal updates; the FLOP estimate then says how much more
+ELECTRA computed).
+
+    python benchmarks/electra_downstream.py                 # 30 min each, all of NCBI-disease, seeds 1 2 3
+    python benchmarks/electra_downstream.py --quick         # smoke run: 2 x 128 models, 40 updates, 200 sentences
+    python benchmarks/electra_downstream.py --pretrain-minutes 10 --seeds 1 2 --train-sentences 1000
+
+Writes ``<workdir>/results.md``, ``.json`` and ``.png``, copied to ``benchmarks/results/electra_downstream.*``.
+A rerun with the same ``--workdir`` reuses the data, both encoders (same budget) and every finished fine-tuning.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict
+
+from fairseq_bio import runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tagging as tools  # noqa: E402  (data, MLM pretraining, fine-tuning and prediction)
+from tagging import RESULTS  # noqa: E402
+
+ELECTRA, MLM = "electra", "mlm"
+LABELS = {ELECTRA: "ELECTRA discriminator", MLM: "masked LM"}
+CONFIGS = {ELECTRA: "bio_electra_tiny", MLM: "bio_roberta_tiny"}  # what each is pretrained with
+# The generator of each discriminator size: bio_electra_tiny's own (64 / 256 / 1 head) for tagging.py's "tiny"
+# (4 x 256), a quarter of the width for "mini" (2 x 128), as ELECTRA's small models.
+GENERATOR = {
+    "tiny": dict(generator_embed_dim=64, generator_ffn_embed_dim=256, generator_attention_heads=1),
+    "mini": dict(generator_embed_dim=32, generator_ffn_embed_dim=128, generator_attention_heads=1),
+}
+PRETRAIN_CAP = 2.0  # x --pretrain-minutes: where fairseq stops a run whatever its updates
+ELECTRA_WARMUP = 300  # recipe/electra_cpu_demo's: a 30-update warm-up collapses the discriminator (electra.py)
+MASK_PROB = 0.15  # both tasks' (whole words); the FLOP estimate's share of positions with an LM head
+
+FULL = dict(workdir="runs/bench_electra_downstream", pretrain_minutes=30.0, size="tiny", max_docs_per_file=None,
+            vocab_size=16000, pretrain_updates=None, probe_updates=50, train_sentences=None, dev_sentences=None,
+            test_sentences=None, epochs=5, batch_size=32, seeds=[1, 2, 3])  # fmt: skip
+QUICK = dict(workdir="runs/bench_electra_downstream_quick", pretrain_minutes=2.0, size="mini", max_docs_per_file=300,
+             vocab_size=3000, pretrain_updates=40, probe_updates=20, train_sentences=200, dev_sentences=100,
+             test_sentences=200, epochs=2, batch_size=16, seeds=[1])  # fmt: skip
+
+
+def overrides(args, model: str, data_bin: Path) -> list:
+    """The pretraining overrides of ``model`` on ``data_bin``: tagging.pretrain's (size, lr, dropout), the ELECTRA
+    generator's size."""
+    generator = [f"model.{k}={v}" for k, v in GENERATOR[args.size].items()] if model == ELECTRA else []
+    return [f"task.data={data_bin}", *tools.size_overrides(args.size), *generator,
+            f"optimization.lr=[{tools.PRETRAIN_LR[args.size]}]", f"model.dropout={args.pretrain_dropout}",
+            f"model.attention_dropout={args.pretrain_dropout}"]  # fmt: skip
+
+
+def probe(args, run: tools.Runner, model: str, data_bin: Path, name: str) -> Dict[str, float]:
+    """Wall seconds and updates/s (the intervals after the first) of ``args.probe_updates`` updates of ``model``."""
+    from fairseq_bio.files import InputError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log, interval = Path(tmp) / "train.log", max(1, args.probe_updates // 5)
+        cmd = runs.hydra_train(CONFIGS[model], *overrides(args, model, data_bin),
+                               f"optimization.max_update={args.probe_updates}", "dataset.disable_validation=true",
+                               "checkpoint.no_save=true", f"common.log_interval={interval}", save_dir=tmp,
+                               log=log)  # fmt: skip
+        wall, _ = run(cmd, name, Path(tmp))
+        inner = tools.intervals(log)[1:]  # the first holds start-up
+    if not inner:
+        raise InputError(f"the {model} speed probe logged too few updates; raise --probe-updates")
+    return {"wall": wall, "ups": len(inner) * interval / sum(interval / float(e["ups"]) for e in inner)}
+
+
+def plan(args, run: tools.Runner, workdir: Path, data_bin: Path) -> Dict:
+    """The updates of each objective: ``--pretrain-updates`` for both, or what fits ``--pretrain-minutes`` at the
+    speeds of probes run in the order ELECTRA, MLM, MLM, ELECTRA (a linear drift in machine load hits both alike),
+    10 % left for validation and checkpoints; reused from ``<workdir>/steps.json`` for the same settings."""
+    from fairseq_bio.files import InputError
+    from fairseq_bio_preprocess.pipeline import Steps
+
+    if args.pretrain_updates:
+        return {"updates": {ELECTRA: args.pretrain_updates, MLM: args.pretrain_updates}, "ups": None}
+    steps = Steps(workdir)
+    params = {"data": str(data_bin), "size": args.size, "minutes": args.pretrain_minutes,
+              "probe_updates": args.probe_updates, "dropout": args.pretrain_dropout}  # fmt: skip
+    record = steps.done.get("bench_electra_plan")
+    if record and record["params"] == params and not args.new_encoder:
+        return record
+    probes = {ELECTRA: [], MLM: []}
+    for n, model in enumerate((ELECTRA, MLM, MLM, ELECTRA)):
+        probes[model].append(probe(args, run, model, data_bin, f"probe-{n + 1}-{model}"))
+    ups = {m: len(p) / sum(1 / x["ups"] for x in p) for m, p in probes.items()}
+    startup = statistics.median(max(0.0, x["wall"] - args.probe_updates / ups[m]) for m, p in probes.items()
+                                for x in p)  # fmt: skip
+    updates = {m: int(0.9 * ups[m] * (60 * args.pretrain_minutes - startup)) for m in probes}
+    if min(updates.values()) < 20:
+        raise InputError(f"{args.pretrain_minutes} min give {updates} pretraining updates: raise --pretrain-minutes")
+    record = {"params": params, "ups": ups, "startup": startup, "updates": updates}
+    steps = Steps(workdir)  # as it is now
+    steps.done["bench_electra_plan"] = record
+    steps.save()
+    print(f"[bench] probes: ELECTRA {ups[ELECTRA]:.2f}, MLM {ups[MLM]:.2f} updates/s, start-up {startup:.0f} s -> "
+          f"{updates[ELECTRA]} and {updates[MLM]} updates", flush=True)  # fmt: skip
+    return record
+
+
+def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, updates: int) -> Dict:
+    """bio_electra_tiny at ``args.size`` for ``updates`` (as tagging.pretrain runs the MLM: a fresh directory,
+    validation and checkpoints every tenth, the best checkpoint, at most ``args.pretrain_cap`` minutes); reused when
+    already made."""
+    from fairseq_bio_preprocess.pipeline import Steps
+
+    params = {"data": str(data_bin), "size": args.size, "generator": GENERATOR[args.size],
+              "lr": tools.PRETRAIN_LR[args.size], "updates": updates, "cap": args.pretrain_cap,
+              "dropout": args.pretrain_dropout}  # fmt: skip
+    record = Steps(workdir).done.get("bench_electra")
+    if record and record["params"] == params and not args.new_encoder and Path(record["checkpoint"]).exists():
+        print(f"[bench] ELECTRA pretraining: reusing {record['checkpoint']} ({record['updates']} updates)", flush=True)
+        return record
+    start = time.perf_counter()
+    save_dir = workdir / f"electra-{args.size}-{time.strftime('%Y%m%d-%H%M%S')}"  # fresh, never resumed
+    save_dir.mkdir(parents=True)
+    log, every = save_dir / "train.log", max(100, updates // 10)
+    cmd = runs.hydra_train(CONFIGS[ELECTRA], *overrides(args, ELECTRA, data_bin), f"optimization.max_update={updates}",
+                           f"lr_scheduler.warmup_updates={max(1, min(ELECTRA_WARMUP, updates // 3))}",
+                           f"optimization.stop_time_hours={args.pretrain_cap / 60:.5f}",
+                           f"dataset.validate_interval_updates={every}", f"checkpoint.save_interval_updates={every}",
+                           save_dir=save_dir, log=log)  # fmt: skip
+    run(cmd, "electra-pretrain", save_dir)
+    valid = runs.last_validation(log) or {}
+    record = {"params": params, "checkpoint": str(save_dir / "checkpoint_best.pt"), "updates": tools.last_update(log),
+              "planned_updates": updates, "minutes": round((time.perf_counter() - start) / 60, 2),
+              "valid": {k: valid.get(k) for k in ("loss", "gen_loss", "disc_acc", "replaced_recall",
+                                                  "replaced_precision")}}  # fmt: skip
+    steps = Steps(workdir)  # as it is now
+    steps.done["bench_electra"] = record
+    steps.save()
+    print(f"[bench] ELECTRA: {record['updates']} updates in {record['minutes']:.1f} min, valid {record['valid']}",
+          flush=True)  # fmt: skip
+    return record
+
+
+def extract(run: tools.Runner, electra: Dict) -> Path:
+    """The discriminator of the ELECTRA checkpoint as a bio_roberta encoder (``fairseq-bio-extract-encoder``)."""
+    checkpoint = Path(electra["checkpoint"])
+    out = checkpoint.parent / "discriminator" / "encoder.pt"
+    if not out.exists():
+        run(runs.command("fairseq-bio-extract-encoder", "--checkpoint", checkpoint, "--out", out), "extract",
+            checkpoint.parent)  # fmt: skip
+    return out
+
+
+def training_speed(log: Path) -> Dict[str, float]:
+    """A pretraining run's tokens (its updates x the mean tokens per batch of its per-interval entries) and
+    updates/s of training alone (the intervals after the first, which holds start-up)."""
+    inner = tools.intervals(log)
+    tokens = tools.last_update(log) * statistics.fmean(float(e["wpb"]) for e in inner) if inner else math.nan
+    timed = inner[1:] or inner
+    return {"tokens": tokens, "ups": len(timed) / sum(1 / float(e["ups"]) for e in timed) if timed else math.nan}
+
+
+def flops_per_token(size: str, vocab: int, block: int, electra: bool) -> float:
+    """Training FLOPs per token (3 x the forward's, 2 per multiply-add): the encoder's layers, then an LM head
+    (dense + tied ``V``-wide output) at the masked share of positions; ELECTRA adds its generator (its layers, the
+    projection of the shared embeddings, its head) and the discriminator's dense + one-logit head on every token."""
+
+    def layers(n: int, width: int, ffn: int) -> float:
+        return n * (2 * (4 * width * width + 2 * width * ffn) + 4 * block * width)  # projections, attention
+
+    s = tools.SIZES[size]
+    d = s["encoder_embed_dim"]
+    forward = layers(s["encoder_layers"], d, s["encoder_ffn_embed_dim"])
+    if not electra:
+        return 3 * (forward + MASK_PROB * 2 * (d * d + d * vocab))
+    g = GENERATOR[size]["generator_embed_dim"]
+    generator = layers(s["encoder_layers"], g, GENERATOR[size]["generator_ffn_embed_dim"]) + 2 * d * g
+    return 3 * (forward + generator + MASK_PROB * 2 * (g * d + d * vocab) + 2 * (d * d + d))
+
+
+def fine_tune(run: tools.Runner, args, model: str, encoder: Path, data: Path, updates: int, seed: int,
+              vocab: Path, workdir: Path, tmp: Path) -> Dict:  # fmt: skip
+    """tagging.py's fine-tuning and prediction of ``encoder`` on ``data``; its row, reused from
+    ``<workdir>/finetune/<model>-seed<seed>.json`` when one with the same encoder and settings is there."""
+    from fairseq_bio.files import write_json
+
+    # the data by name and cut (a cut's directory under tmp is new each run)
+    params = {"encoder": str(encoder), "data": args.dataset, "updates": updates, "seed": seed, "lr": args.lr,
+              "batch_size": args.batch_size,
+              "sentences": [args.train_sentences, args.dev_sentences, args.test_sentences]}  # fmt: skip
+    kept = workdir / "finetune" / f"{model}-seed{seed}.json"
+    if kept.exists() and json.loads(kept.read_text(encoding="utf-8"))["params"] == params:
+        row = json.loads(kept.read_text(encoding="utf-8"))["row"]
+        print(f"[bench] {model} seed {seed}: reusing {kept} (test F1 {row['f1']:.2f})", flush=True)
+        return row
+    name = f"{model}-seed{seed}"
+    save_dir, pred_dir = tmp / name, tmp / f"{name}-predict"
+    save_dir.mkdir()
+    pred_dir.mkdir()
+    row = {"model": model, "seed": seed}
+    row.update(tools.fine_tune(run, name, data, save_dir, [f"checkpoint.restore_file={encoder}"], args, updates, seed,
+                               vocab))  # fmt: skip
+    row.update(tools.predict(run, name, save_dir / "checkpoint_best.pt", data / "test.tsv", pred_dir))
+    (run.logs / f"{name}.train.log").write_bytes((save_dir / "train.log").read_bytes())  # checkpoints go with tmp
+    write_json(kept, {"params": params, "row": row}, indent=1)
+    print(f"[bench] {LABELS[model]} seed {seed}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} "
+          f"({row['updates']} updates, {row['wall']:.0f} s)", flush=True)  # fmt: skip
+    return row
+
+
+def report(results: Dict) -> str:
+    """The markdown: how each encoder was pretrained, then test F1 per seed and the paired differences."""
+    meta, pre, f1, diffs = results["meta"], results["pretrain"], results["f1"], results["diffs"]
+    shape = " x ".join(str(tools.SIZES[meta["size"]][k]) for k in ("encoder_layers", "encoder_embed_dim"))
+    gen = GENERATOR[meta["size"]]
+    spread = f" ± {statistics.stdev(diffs):.2f} (std over seeds)" if len(diffs) > 1 else ""
+    ups = results["plan"]["ups"]
+    budget = (f"for the updates that fit {meta['budget']:g} min each at the speeds of interleaved probes (ELECTRA "
+              f"{ups[ELECTRA]:.2f}, MLM {ups[MLM]:.2f} updates/s), each stopped at {PRETRAIN_CAP:g} x that at the "
+              "latest" if ups else f"for the same updates (--pretrain-updates), each stopped at "
+              f"{PRETRAIN_CAP * meta['budget']:g} min at the latest")  # fmt: skip
+    lines = [
+        "# Replaced-token detection vs masked LM at equal wall-clock, fine-tuned on NCBI-disease (seed 003)", "",
+        f"{meta['mode']} run, {meta['date']}, {meta['device']}. Both encoders are bio_roberta {shape} "
+        f"({meta['params'] / 1e6:.2f} M encoder parameters, 128 positions), pretrained on the PubMed sample "
+        f"({meta['vocab']:,}-symbol byte-level BPE, 16 x 128-token blocks, whole-word masking of 15 %, lr "
+        f"{tools.PRETRAIN_LR[meta['size']]:g}, dropout {meta['pretrain_dropout']:g}) {budget}: ELECTRA "
+        f"(bio_electra_tiny; generator {gen['generator_embed_dim']} wide, FFN {gen['generator_ffn_embed_dim']}, "
+        f"discriminator weight 50, warm-up {ELECTRA_WARMUP} updates or a third of the run), its discriminator "
+        "extracted by fairseq-bio-extract-encoder; masked LM (bio_roberta_tiny, tagging.py's pretraining, warm-up "
+        "5 %).", "",
+        "| pretraining | planned updates | updates | minutes | updates/s | tokens (M) | est. TFLOP | last validation |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]  # fmt: skip
+    for model in (ELECTRA, MLM):
+        p = pre[model]
+        valid = ", ".join(f"{k} {float(v):.4g}" for k, v in p["valid"].items() if v is not None)
+        lines.append(f"| {LABELS[model]} | {p['planned']} | {p['updates']} | {p['minutes']:.1f} | {p['ups']:.2f} | "
+                     f"{p['tokens'] / 1e6:.2f} | {p['tflop']:.2f} | {valid} |")  # fmt: skip
+    lines += [
+        "", "Minutes: the whole process (start-up, validations and checkpoints included); updates/s: training steps "
+        "alone (fairseq's per-interval log, the first interval left out); est. TFLOP: tokens x the module's estimate "
+        "per token (3 x the forward's multiply-adds x 2, an LM head on 15 % of the positions).",
+        "", f"Fine-tuning: bio_tagging_ner, {meta['train']} train sentences, {meta['dev']} dev sentences, batch "
+        f"{meta['batch_size']}, lr {meta['lr']:g} with 10 % warm-up, {meta['updates']} updates, the same for both "
+        f"encoders per seed; the best dev entity F1 checkpoint; test: {meta['test']} test sentences "
+        "(fairseq-bio-predict).", "",
+        "| seed | ELECTRA test F1 | MLM test F1 | ELECTRA - MLM | ELECTRA dev F1 | MLM dev F1 |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    rows = {(r["model"], r["seed"]): r for r in results["rows"]}
+    for seed, diff in zip(results["seeds"], diffs):
+        e, m = rows[(ELECTRA, seed)], rows[(MLM, seed)]
+        lines.append(f"| {seed} | {e['f1']:.2f} | {m['f1']:.2f} | {diff:+.2f} | {e['dev_f1']:.2f} | "
+                     f"{m['dev_f1']:.2f} |")  # fmt: skip
+    lines += ["", f"Mean test F1: ELECTRA {statistics.fmean(f1[ELECTRA]):.2f}, MLM {statistics.fmean(f1[MLM]):.2f}; "
+              f"paired difference ELECTRA - MLM **{statistics.fmean(diffs):+.2f}**{spread} over "
+              f"{len(diffs)} seed(s).", "",
+              "Commands run (in this order):", "", "```",
+              *(results["commands"] or ["(none: every piece was reused from the workdir; see its logs/)"]),
+              "```", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(results: Dict, path: Path) -> None:
+    """Test F1 per seed of both encoders (pairs joined), and the paired differences."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup lets its font search through
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    f1, diffs = results["f1"], results["diffs"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for e, m in zip(f1[ELECTRA], f1[MLM]):
+        ax1.plot([0, 1], [e, m], color="0.6", marker="o")
+    ax1.bar([0, 1], [statistics.fmean(f1[ELECTRA]), statistics.fmean(f1[MLM])], color=["tab:orange", "tab:blue"],
+            alpha=0.5, width=0.5)  # fmt: skip
+    ax1.set_xticks([0, 1], [LABELS[ELECTRA], LABELS[MLM]])
+    ax1.set_ylabel("NCBI-disease test entity F1 (%)")
+    ax1.set_title(f"equal wall-clock pretraining ({results['meta']['budget']:g} min each)")
+    ax2.bar([0], [statistics.fmean(diffs)], color="tab:green", width=0.5)
+    ax2.scatter([0] * len(diffs), diffs, color="black", zorder=3)
+    ax2.axhline(0, color="black", linewidth=0.6)
+    ax2.set_xticks([0], ["ELECTRA - MLM"])
+    ax2.set_xlim(-1, 1)
+    ax2.set_ylabel("F1 points, paired by seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))  # fmt: skip
+    parser.add_argument("--workdir", help=f"data, encoders, fine-tunings, logs; reused (default {FULL['workdir']})")
+    parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
+    parser.add_argument("--pretrain-minutes", type=float, help="wall-clock budget of each pretraining, priced by speed "
+                        f"probes (default 30; a run stops at {PRETRAIN_CAP:g} x that at the latest)")  # fmt: skip
+    parser.add_argument("--size", choices=sorted(GENERATOR), help="encoder size (default tiny: 4 x 256)")
+    parser.add_argument("--pretrain-updates", type=int,
+                        help="the same N updates for both instead of probes (quick: 40; 0: probes)")  # fmt: skip
+    parser.add_argument("--probe-updates", type=int, help="updates of each of the 4 speed probes (default 50)")
+    parser.add_argument("--pretrain-dropout", type=float, default=0.0, help="pretraining dropout (tagging.py's 0)")
+    parser.add_argument("--new-encoders", action="store_true", help="pretrain again even if the workdir has both")
+    parser.add_argument("--data", help="a binarised PubMed data dir to pretrain on instead of preparing one (a "
+                        "workdir's masked LM is reused whatever this says: give a new --workdir)")  # fmt: skip
+    parser.add_argument("--max-docs-per-file", type=int, help="pretraining corpus: documents per input file")
+    parser.add_argument("--vocab-size", type=int, help="byte-level BPE size (default 16000, the demo's)")
+    parser.add_argument("--dataset", default="NCBI-disease", help=f"NER set (a folder of {tools.NER_DATA}, or a path)")
+    parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
+    parser.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")
+    parser.add_argument("--test-sentences", type=int, help="first N test sentences (default: all)")
+    parser.add_argument("--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch")
+    parser.add_argument("--batch-size", type=int, help="fine-tuning sentences per update (default 32)")
+    parser.add_argument("--lr", type=float, default=5e-4, help="fine-tuning peak lr (tagging.py's)")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, nargs="+", help="fine-tuning seeds, each for both encoders (default 1 2 3)")
+    seeds.add_argument("--seed", type=int, help="one fine-tuning seed (as --seeds N)")
+    parser.add_argument("--threads", type=int, help="OMP/MKL threads of every tool (default: the environment's)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes")
+    args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.seed is not None:
+        args.seeds = [args.seed]
+    args.new_encoder = args.new_encoders  # tagging.pretrain's name
+
+    import torch
+
+    from fairseq_bio.files import InputError
+
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    run = tools.Runner(workdir, args.threads)
+    if args.data:
+        data_bin = Path(args.data).resolve()
+    else:
+        data_bin = tools.prepare_data(workdir, args.workers, args.vocab_size, args.max_docs_per_file)
+    planned = plan(args, run, workdir, data_bin)
+    args.pretrain_cap = PRETRAIN_CAP * args.pretrain_minutes
+    # tagging.pretrain plans nothing when given the updates; its budget is then only the hard stop
+    as_planned = {"pretrain_updates": planned["updates"][MLM], "pretrain_minutes": args.pretrain_cap}
+    mlm = tools.pretrain(argparse.Namespace(**{**vars(args), **as_planned}), run, workdir, data_bin)
+    electra = pretrain_electra(args, run, workdir, data_bin, planned["updates"][ELECTRA])
+    encoders = {ELECTRA: extract(run, electra), MLM: Path(mlm["checkpoint"])}
+    if tools.architecture(encoders[ELECTRA]) != tools.architecture(encoders[MLM]):
+        differ = set(tools.architecture(encoders[ELECTRA]).items()) ^ set(tools.architecture(encoders[MLM]).items())
+        raise InputError(f"the extracted discriminator and the MLM encoder differ: {sorted(differ)[:4]}")
+    vocab = sum(1 for _ in open(data_bin / "dict.txt", encoding="utf-8")) + 5  # + <s> <pad> </s> <unk> <mask>
+    pretrain = {}
+    for model, record in ((ELECTRA, electra), (MLM, mlm)):
+        speed = training_speed(Path(record["checkpoint"]).parent / "train.log")
+        valid = record["valid"] if model == ELECTRA else {"loss": record["valid_loss"], "ppl": record["valid_ppl"]}
+        flops = flops_per_token(args.size, vocab, tools.MAX_POSITIONS, model == ELECTRA)
+        pretrain[model] = {"checkpoint": record["checkpoint"], "planned": planned["updates"][model],
+                           "updates": record["updates"],
+                           "minutes": record["minutes"], **speed, "valid": valid,
+                           "tflop": speed["tokens"] * flops / 1e12}  # fmt: skip
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-electra-downstream-") as tmp:
+        tmp = Path(tmp)
+        data = tools.ner_data(args.dataset, args.train_sentences, args.dev_sentences, tmp, args.test_sentences)
+        updates = max(1, math.ceil(args.epochs * len(tools.conll_blocks(data / "train.tsv")) / args.batch_size))
+        for i, seed in enumerate(args.seeds):
+            # alternate which goes first, so drifts in machine load hit both alike
+            for model in (ELECTRA, MLM) if i % 2 == 0 else (MLM, ELECTRA):
+                rows.append(fine_tune(run, args, model, encoders[model], data, updates, seed, data_bin, workdir, tmp))
+        test_n = len(tools.conll_blocks(data / "test.tsv"))
+        commands = [c.replace(str(tmp), "$TMP") for c in run.commands]
+    f1 = {m: [next(r["f1"] for r in rows if (r["model"], r["seed"]) == (m, s)) for s in args.seeds] for m in LABELS}
+    threads = args.threads or os.environ.get("OMP_NUM_THREADS", "all")
+    results = {
+        "meta": {"mode": "quick (smoke)" if args.quick else "full", "date": time.strftime("%Y-%m-%d"),
+                 "device": f"CPU, {os.cpu_count()} cores, torch {torch.__version__}, {threads} thread(s) per tool"
+                 + (f"; fine-tuning on GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
+                 "size": args.size, "params": tools.encoder_parameters(encoders[MLM]), "vocab": vocab,
+                 "budget": args.pretrain_minutes, "pretrain_dropout": args.pretrain_dropout, "dataset": args.dataset,
+                 "train": "all" if args.train_sentences is None else f"the first {args.train_sentences}",
+                 "dev": "all" if args.dev_sentences is None else f"the first {args.dev_sentences}",
+                 "test": f"all {test_n}" if args.test_sentences is None else f"the first {test_n}",
+                 "batch_size": args.batch_size, "lr": args.lr, "updates": updates},
+        "plan": planned, "pretrain": pretrain, "seeds": args.seeds, "rows": rows, "f1": f1,
+        "diffs": [e - m for e, m in zip(f1[ELECTRA], f1[MLM])], "commands": commands,
+    }  # fmt: skip
+    tools.save_report(workdir, results, report(results), lambda path: plot(results, path), Path(args.results),
+                      "electra_downstream")  # fmt: skip
+
+
+if __name__ == "__main__":
+    from fairseq_bio.cli.options import run_cli
+
+    run_cli("benchmarks/electra_downstream.py", main)
