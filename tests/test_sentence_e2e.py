@@ -18,7 +18,9 @@ from fairseq_bio.criterions.bio_sentence_prediction import (
     BioSentencePredictionCriterionConfig,
 )
 
-GAD_MARGIN = 4.0  # accuracy points above the majority class; measured here: +8.4 (63.2 vs 54.8, see the note)
+# accuracy points above the majority class; measured over fine-tuning seeds 1 / 2 / 3 (common.seed; the fixture's is
+# 1): +7.5 / +11.4 / +8.4, macro F1 +26.0 / +30.5 / +26.9 above the majority's (2026-11-27)
+GAD_MARGIN = 4.0
 
 
 def job_log(save_dir):
@@ -31,8 +33,8 @@ def test_gad_learns_above_the_majority_class(gad_model):
     sentences (BLURB's 4,261 / 535 split sizes, the last 535 train rows held out).
 
     BLURB's GAD metric, F1 of the positive class, is logged too, but the majority class (positive) already scores
-    70.77 on it (P 54.8, R 100), and the 2 x 128 encoder pretrained for 400 updates does not beat that in 300
-    updates (66-72 here), so it is not asserted."""
+    70.77 on it (P 54.8, R 100), and the 2 x 128 encoder pretrained for 400 updates does not beat that in 600
+    updates (67-69 over seeds 1-3), so it is not asserted."""
     _, log = gad_model
     last = runs.last_validation(log)
     gold = [int(last[f"cls_gold_{i}"]) for i in range(2)]
