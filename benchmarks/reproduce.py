@@ -34,6 +34,7 @@ sys.path.insert(0, str(BENCH))  # the findings, and the benchmarks whose helpers
 from reproduce_findings import (  # noqa: E402
     CLAIM_WORDS,
     DIRECTION,
+    ELECTRA,
     FINDINGS,
     NER_SETS,
     NONE,
@@ -269,7 +270,9 @@ def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
     results = json.loads((work / "results.json").read_text(encoding="utf-8"))
     budget = results["meta"]["budget"] if results["plan"]["ups"] else None  # None: --pretrain-updates, equal updates
     return {"f1": results["f1"], "seeds": results["seeds"], "minutes": budget,
-            "updates": {model: p["updates"] for model, p in results["pretrain"].items()}}  # fmt: skip
+            "updates": {model: p["updates"] for model, p in results["pretrain"].items()},
+            "planned": {model: p["planned"] for model, p in results["pretrain"].items()},
+            "replaced_recall": results["pretrain"][ELECTRA]["valid"]["replaced_recall"]}  # fmt: skip
 
 
 STEPS = [

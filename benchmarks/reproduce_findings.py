@@ -227,6 +227,13 @@ def _electra_paper() -> Measure:
 def _electra_ours(results: Dict) -> Measure:
     electra, mlm = results["f1"][ELECTRA], results["f1"][MLM]
     updates, minutes = results["updates"], results["minutes"]
+    if not results["replaced_recall"]:  # the discriminator flags no replaced token: its encoder learned nothing
+        raise NotAComparison(
+            f"not a comparison at this budget: ELECTRA's discriminator ended its {updates[ELECTRA]} pretraining "
+            f"updates (of {results['planned'][ELECTRA]} planned) detecting no replaced token (replaced recall 0), "
+            f"so its encoder learned nothing to compare (NCBI-disease F1 {statistics.fmean(electra):.2f} vs the "
+            f"masked LM's {statistics.fmean(mlm):.2f} after {updates[MLM]} updates); it needs a longer budget "
+            f"(--scale gpu) or a quieter machine")  # fmt: skip
     budget = f" in {minutes:g} min each" if minutes else ""  # None: the same updates for both (no budget)
     return differences([e - m for e, m in zip(electra, mlm)], lambda m, n: f"NCBI-disease F1: ELECTRA "
                        f"discriminator {statistics.fmean(electra):.2f} vs masked LM {statistics.fmean(mlm):.2f} "
@@ -403,6 +410,10 @@ class Row:
     note: str = ""
 
 
+class NotAComparison(Exception):
+    """A finding's ``ours`` raises it when its step ran but one side never learned (the page says why, no number)."""
+
+
 def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
     """``finding`` against ``record`` (its step's, or None when that has not run)."""
     paper = finding.paper()
@@ -414,6 +425,8 @@ def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
     else:
         try:
             ours = finding.ours(record["results"])
+        except NotAComparison as e:
+            note = str(e)
         except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
             note = f"its step's results lack what it reads ({type(e).__name__}: {e})"
     spread = ours.spread if ours else None

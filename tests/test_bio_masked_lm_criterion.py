@@ -11,6 +11,7 @@ from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 from helpers import SMALL, DictionaryTask, make_dictionary, model_args
 
 from fairseq_bio import runs
+from fairseq_bio.compat import load_checkpoint
 from fairseq_bio.criterions.bio_masked_lm import BioMaskedLmConfig, BioMaskedLmLoss
 from fairseq_bio.models import bio_roberta
 from fairseq_bio.models.bio_roberta import BioRobertaModel
@@ -115,5 +116,5 @@ def test_pretraining_config_trains_with_it(data_bin, tmp_path):
             cwd=tmp_path)  # fmt: skip
     losses = [float(e["loss"]) for e in logged(log, "train_inner").values()]
     assert len(losses) >= 5 and losses[-1] < losses[0] - 0.5, losses
-    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = load_checkpoint(tmp_path / "checkpoint_last.pt")
     assert state["cfg"]["criterion"]["_name"] == "bio_masked_lm" and state["cfg"]["criterion"]["fused_head"]

@@ -146,7 +146,8 @@ def test_distillation_rows_read_the_benchmarks_table():
 def test_electra_downstream_reads_the_paired_seeds():
     by_key = {f.key: f for f in findings.FINDINGS}
     results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0]}, "seeds": [1, 2, 3], "minutes": 10.0,
-               "updates": {"electra": 900, "mlm": 1400}}  # fmt: skip
+               "updates": {"electra": 900, "mlm": 1400}, "planned": {"electra": 900, "mlm": 1400},
+               "replaced_recall": 0.31}  # fmt: skip
     row = findings.evaluate(by_key["electra-downstream"], {"step": "electra-downstream", "results": results})
     assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
     assert row.ours.spread == pytest.approx((7 / 12) ** 0.5) and row.verdict == REPRODUCED  # +1.17 > its std 0.76
@@ -155,6 +156,12 @@ def test_electra_downstream_reads_the_paired_seeds():
     assert row.paper.effect > 0  # BioELECTRA (P) over PubMedBERT in BLURB points
     results["f1"]["mlm"] = [41.0, 43.0, 42.0]
     assert findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict == NOT_REPRODUCED
+    # a discriminator that never flags a replaced token learned nothing: no number, the page says why
+    results.update(replaced_recall=0, updates={"electra": 700, "mlm": 1400})
+    row = findings.evaluate(by_key["electra-downstream"], {"results": results})
+    assert row.ours is None and row.verdict == NOT_REPRODUCED
+    assert row.note.startswith("not a comparison at this budget: ELECTRA's discriminator ended its 700 pretraining "
+                               "updates (of 900 planned) detecting no replaced token")  # fmt: skip
 
 
 def test_electra_downstream_flop_estimate():
@@ -191,7 +198,9 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
     assert "fairseq-bio-extract-encoder --checkpoint" in text  # the commands run
     assert (work / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = findings.evaluate(next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results})
-    assert row.ours.spread is None and row.ours.text.endswith("(**+0.00** one seed; 40 vs 40 pretraining updates)")
+    # 40 updates: the discriminator flags no replaced token yet, so the row is no comparison and says so
+    assert results["replaced_recall"] == 0 and results["planned"] == {"electra": 40, "mlm": 40}
+    assert row.ours is None and row.note.startswith("not a comparison at this budget")
 
     assert reproduce.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
     output = (tmp_path / "work" / "logs" / "electra-downstream.out").read_text(encoding="utf-8")
