@@ -97,8 +97,7 @@ class Context:
         except BaseException:
             run.kill()
             raise
-        if run.poll() != 0:
-            raise runs.RunError(run, f"exited {run.poll()}")
+        run.check()  # a RunError with the output's tail unless it exited 0
         return True
 
 

@@ -34,14 +34,12 @@ class BioMaskedLmLoss(MaskedLmLoss):
         self.fused_head = cfg.fused_head
 
     def forward(self, model, sample, reduce=True):
-        if not self.fused_head or self.tpu or not isinstance(getattr(model, "encoder", None), BioRobertaEncoder):
-            return super().forward(model, sample, reduce)
         masked_tokens = sample["target"].ne(self.padding_idx)
+        unfused = not self.fused_head or self.tpu or not isinstance(getattr(model, "encoder", None), BioRobertaEncoder)
+        if unfused or (masked_tokens.device.type == "cpu" and not masked_tokens.any()):
+            return super().forward(model, sample, reduce)  # (on CPU fairseq's rare case: nothing masked)
         sample_size = masked_tokens.int().sum()
-        if masked_tokens.device.type == "cpu":
-            if not masked_tokens.any():  # fairseq's rare case: every position projected (pads ignored)
-                masked_tokens = torch.ones_like(masked_tokens)
-        else:  # the same without a device-to-host transfer, as fairseq does it
+        if masked_tokens.device.type != "cpu":  # fairseq's rare case without a device-to-host transfer, as fairseq
             masked_tokens = torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
         targets = sample["target"][masked_tokens]
         loss, _ = model(**sample["net_input"], masked_tokens=masked_tokens, lm_targets=targets,
