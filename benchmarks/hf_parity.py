@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_bio.runner.report import best_on_dev
 from fairseq_bio.runs import command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -296,7 +297,7 @@ def choose(points: List[Dict], side: str) -> Dict:
     """``side``'s mean dev score at each grid point, the chosen lr (the best dev score; a tie: the smaller lr) and
     the test score (mean ± std over seeds) at it."""
     dev = [statistics.fmean(e[side]["dev"] for e in p["runs"]) for p in points]
-    best = max(range(len(points)), key=lambda i: (dev[i], -points[i]["lr"]))
+    best = [p["lr"] for p in points].index(best_on_dev({(p["lr"],): d for p, d in zip(points, dev)})[0])
     test = _mean_std([e[side]["score"] for e in points[best]["runs"]])
     return {"dev": dev, "chosen": points[best]["lr"], "test": test}
 

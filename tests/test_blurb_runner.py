@@ -389,3 +389,10 @@ def test_batch_size_grid_plans_each_size_with_its_budget(tmp_path, capsys):
     gad = aggregate(BLURB, records, {})["datasets"]["gad"]
     assert (gad["lr"], gad["batch_size"], gad["values"]) == (1e-5, 32, [71.0, 72.0])
     assert gad["dev_by_lr"]["1e-05,bs32"] == 65.0
+
+
+def test_best_on_dev_takes_the_best_mean_and_on_a_tie_the_smaller_lr_then_batch():
+    from fairseq_bio.runner.report import best_on_dev
+
+    assert best_on_dev({(1e-4, 32): 0.8, (3e-5, 32): 0.8, (3e-5, 16): 0.8, (5e-5, 16): 0.7}) == (3e-5, 16)
+    assert best_on_dev({(1e-4,): 0.9, (3e-5,): 0.8}) == (1e-4,)

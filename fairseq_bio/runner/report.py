@@ -14,6 +14,12 @@ from .datasets import benchmark as benchmark_named
 from .plan import run_label
 
 
+def best_on_dev(dev: Dict[Tuple[float, ...], float]) -> Tuple[float, ...]:
+    """The grid point (a tuple: lr first, then batch size if any) of the best mean dev score; a tie: the smaller
+    learning rate, then the smaller batch (the gentler setting). The BLURB runner's and hf_parity.py's rule."""
+    return max(dev, key=lambda k: (dev[k], *(-x for x in k)))
+
+
 def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: Dict[str, str]) -> Dict[str, Any]:
     """Per dataset (the lr with the best mean dev score; its test scores over seeds, or per fold the benchmark's
     statistic over that fold's seeds), per type (and domain), and the score."""
@@ -30,7 +36,7 @@ def aggregate(benchmark: Benchmark, records: Sequence[Dict[str, Any]], missing: 
         for r in sorted(done, key=lambda r: (r["lr"], r.get("batch_size") or 0, r.get("fold") or 0, r["seed"])):
             by_lr.setdefault((r["lr"], r.get("batch_size") or 0), []).append(r)
         dev_by_lr = {k: statistics.fmean(r["dev_metric"] for r in rs) for k, rs in by_lr.items()}
-        lr, batch = max(dev_by_lr, key=lambda k: (dev_by_lr[k], -k[0], -k[1]))
+        lr, batch = best_on_dev(dev_by_lr)
         chosen = by_lr[lr, batch]
         per_fold = fold_values(chosen, benchmark.statistic)
         values = list(per_fold.values()) if per_fold else [r["test_metric"] for r in chosen]
