@@ -207,7 +207,7 @@ def run_dataset(
     seeds = list(range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds or parity.seeds)))
     spec = {"dataset": dataset, "data": str(data), "data_id": data_id, "imported": str(imported), "lr": parity.lr,
             "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
-            "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant,
+            "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant, "device": args.device,
             "train": train_count(dataset, data, imported)}  # fmt: skip
     if args.only:  # one side, trained and kept for a later invocation (the other side can run beside it)
         for lr in sorted({parity.lr, *grid}):
@@ -488,6 +488,9 @@ def main(argv=None) -> None:
                         "side picking its lr on dev; reported beside the shared recipe's row (default: no grid)")
     parser.add_argument("--predict-rounds", type=int, default=2, help="alternating timings of prediction (best kept)")
     parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where both sides train and predict (cuda: fp32 on the GPU, e.g. the HoC/DDI --lr-grid in "
+                        "minutes where the CPU takes hours)")  # fmt: skip
     parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
     parser.add_argument("--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .json, .png beside)")
     parser.add_argument("--combine", nargs="+", metavar="JSON", help="only write one report of earlier runs' .json")
@@ -498,6 +501,9 @@ def main(argv=None) -> None:
         return combine([Path(p) for p in args.combine], Path(args.out))
     grid = parse_grid(args.lr_grid)
     import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("hf_parity.py: --device cuda: no CUDA device here")
 
     datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
     unknown = [d for d in datasets if d not in PARITY]
@@ -512,6 +518,8 @@ def main(argv=None) -> None:
             cwd=work)  # fmt: skip
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
+    if args.device == "cuda":
+        env = f"GPU {torch.cuda.get_device_name(0)} (fp32, both sides), torch {torch.__version__}"
     results: List[Dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for dataset in datasets:  # the report is rewritten after each dataset: a run cut short keeps what finished

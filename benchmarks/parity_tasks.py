@@ -55,7 +55,13 @@ def ours_overrides(spec: Dict) -> List[str]:
         "optimizer.groups.default.optimizer.weight_decay=0.0", "dataset.disable_validation=true",
         "checkpoint.save_interval=1000000", "checkpoint.save_interval_updates=0", "common.log_interval=50",
         f"++task.max_positions={spec['max_length']}",  # not every config lists it
+        *(["common.cpu=true"] if on_cpu(spec) else []),  # a GPU, when the benchmark runs on one (--device cuda)
     ]  # fmt: skip
+
+
+def on_cpu(spec: Dict) -> bool:
+    """Whether both sides train and predict on the CPU (``--device``, default cpu; a spec without it: cpu)."""
+    return spec.get("device", "cpu") == "cpu"
 
 
 RECORD = "parity_train.json"  # beside a finished training: the request it ran and what it gave
@@ -131,7 +137,8 @@ def predict_ours(run: Runner, work: Path, spec: Dict, split: str = "test") -> Di
     source, extra = test_input(config, task) if split == "test" else dev_input(config, task, save_dir)
     out = save_dir / (f"{split}.pred.tsv" if config == TAGGING else f"{split}.pred.jsonl")
     _, printed = run(runs.command("fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
-                                  source, "--out", out, "--overwrite", "--no-progress", "--cpu", *extra),
+                                  source, "--out", out, "--overwrite", "--no-progress",
+                                  *(["--cpu"] if on_cpu(spec) else []), *extra),
                      step_name("ours", "predict", spec, split), work)  # fmt: skip
     gold, pred, ids = read_predictions(out, config == TAGGING)
     seconds = float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
@@ -220,7 +227,7 @@ def hf_worker(spec: Dict) -> None:
         output_dir=spec["out"], learning_rate=spec["lr"], per_device_train_batch_size=spec["batch_size"],
         per_device_eval_batch_size=64, num_train_epochs=spec["epochs"], seed=spec["seed"], weight_decay=0.0,
         warmup_steps=steps["warmup"], lr_scheduler_type="linear", max_grad_norm=1.0, save_strategy="no",
-        eval_strategy="no", report_to=[], logging_steps=50, use_cpu=True, dataloader_num_workers=0,
+        eval_strategy="no", report_to=[], logging_steps=50, use_cpu=on_cpu(spec), dataloader_num_workers=0,
         disable_tqdm=True,
     )  # fmt: skip
     if spec["predict_only"]:  # the model this worker saved after training: timed again, or on the dev split

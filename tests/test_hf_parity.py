@@ -18,7 +18,11 @@ SHARED = REPO.parent / "shared" / "data"
 pytestmark = pytest.mark.skipif(not (SHARED / "biosses").is_dir(), reason=f"no shared data at {SHARED}")
 
 
-def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One --quick run of both sides on NCBI-disease and BIOSSES: its folder (``work`` inside it, shared by the
+    grid test, whose recipe-lr point is this run's BIOSSES training) and the report it wrote."""
+    tmp_path = tmp_path_factory.mktemp("parity")
     out = tmp_path / "parity.md"
     done = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "ncbi-disease,biosses",
@@ -26,6 +30,11 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(tmp_path):
         cwd=REPO, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return tmp_path, out
+
+
+def test_smoke_run_of_both_sides_on_ner_and_regression(smoke):
+    tmp_path, out = smoke
     record = json.loads(out.with_suffix(".json").read_text())
     ner, biosses = record["results"]
     assert (ner["dataset"], biosses["dataset"]) == ("ncbi-disease", "biosses") and record["quick"]
@@ -117,6 +126,19 @@ def test_max_length_changes_only_the_input_length():
     assert (shorter.lr, shorter.batch_size, shorter.train_examples) == (1e-4, 16, 12800)
 
 
+def test_device_puts_both_sides_on_it_and_cuda_needs_a_gpu():
+    spec = {"data": "/d", "imported": "/m.pt", "seed": 1, "epochs": 1, "train": 32, "batch_size": 16, "warmup": 0.1,
+            "lr": 1e-4, "max_length": 128}  # fmt: skip
+    assert "common.cpu=true" in parity_tasks.ours_overrides(spec)  # a record from before --device: the CPU
+    assert "common.cpu=true" in parity_tasks.ours_overrides({**spec, "device": "cpu"})
+    assert not [o for o in parity_tasks.ours_overrides({**spec, "device": "cuda"}) if o.startswith("common.cpu")]
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="^hf_parity.py: --device cuda: no CUDA device here$"):
+            hf_parity.main(["--device", "cuda", "--datasets", "biosses", "--workdir", "/nonexistent/never"])
+
+
 def test_slices_are_new_files_beside_links_and_the_shared_data_is_untouched(tmp_path):
     ddi = hf_parity.PARITY["ddi"]
     data = hf_parity.dataset_dir("ddi", ddi, quick=False, tmp=tmp_path)
@@ -141,12 +163,15 @@ def test_a_finished_training_is_reused_only_for_the_same_request(tmp_path):
     assert parity_tasks.finished(record, {"lr": 1e-4, "seed": 2}) is None
 
 
-def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(tmp_path):
-    """--lr-grid on BIOSSES --quick: both sides trained at each lr (the recipe's 1e-4 is the shared-recipe run), each
-    side's lr the dev argmax, its test score the chosen run's predictions; a second invocation reuses every training."""
+def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(smoke, tmp_path):
+    """--lr-grid on BIOSSES --quick: both sides trained at each lr (the recipe's 1e-4 is the shared-recipe run, the
+    smoke run's training reused), each side's lr the dev argmax, its test score the chosen run's predictions; a second
+    invocation reuses every training."""
     from fairseq_bio.inference.predictions import read_predictions
 
-    work, out = tmp_path / "work", tmp_path / "grid.md"
+    work, out = smoke[0] / "work", tmp_path / "grid.md"
+    smoke_trained = {p: p.stat().st_mtime_ns for p in (work / "logs").glob("*-train-biosses-1.out")}
+    assert len(smoke_trained) == 2
     grid_run = [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses",
                 "--lr-grid", "3e-4,1e-4", "--workdir", str(work)]  # fmt: skip
     done = subprocess.run([*grid_run, "--out", str(out)], cwd=REPO, capture_output=True, text=True)
@@ -185,14 +210,14 @@ def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(tmp_path)
     assert "| BIOSSES, lr tuned on dev | pearson |" in text and "a tie: the smaller learning rate" in text
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a second invocation trains nothing: every grid point's training is reused, only prediction runs again
-    trained = {p: p.stat().st_mtime_ns for p in logs.glob("*-train-*.out")}
-    assert len(trained) == 4
+    trained = {p: p.stat().st_mtime_ns for p in logs.glob("*-train-biosses*.out")}
+    assert len(trained) == 4 and {p: trained[p] for p in smoke_trained} == smoke_trained  # the smoke run's reused
     again = subprocess.run([*grid_run, "--predict-rounds", "1", "--out", str(tmp_path / "again.md")], cwd=REPO,
                            capture_output=True, text=True)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     record = json.loads((tmp_path / "again.json").read_text())
     assert not [c for c in record["commands"] if "checkpoint.save_dir=" in c or '"predict_only": false' in c]
-    assert {p: p.stat().st_mtime_ns for p in logs.glob("*-train-*.out")} == trained
+    assert {p: p.stat().st_mtime_ns for p in logs.glob("*-train-biosses*.out")} == trained
     for side in hf_parity.SIDES:
         assert record["results"][0]["grid"][side] == grid[side]
     # --only with a grid: that side at every lr (here all reused, so nothing runs), no report
