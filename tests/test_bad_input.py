@@ -5,6 +5,7 @@ on real NCBI-disease / GAD data."""
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -14,6 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import BIN, FINE_TUNE, REPO, SHARED_DATA, run_cli
 
+from fairseq_bio import runs
+
+TINY = ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
+        "model.encoder_attention_heads=2"]  # a pretraining run that only has to start
 NCBI = SHARED_DATA / "ner" / "NCBI-disease"
 GAD = SHARED_DATA / "re" / "GAD"
 
@@ -242,9 +247,8 @@ def test_json_errors_name_the_column(gad_model, tmp_path):
 
 def _hydra_tagging(tmp_path, data, tiny_encoder, *extra, env=None):
     return subprocess.run(
-        [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
-         "bio_tagging_ner", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}",
-         f"checkpoint.save_dir={tmp_path / 'run'}", f"common.user_dir={REPO / 'fairseq_bio'}", *FINE_TUNE, *extra],
+        runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}", *FINE_TUNE,
+                         *extra, save_dir=tmp_path / "run"),
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
     )  # fmt: skip
@@ -491,11 +495,8 @@ def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_
 def test_pretraining_from_a_named_checkpoint_that_does_not_exist_is_refused(data_bin, tmp_path):
     missing = tmp_path / "general" / "checkpoint_best.pt"
     result = subprocess.run(
-        [str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
-         "bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}",
-         f"checkpoint.save_dir={tmp_path / 'run'}", "model.encoder_layers=1", "model.encoder_embed_dim=32",
-         "model.encoder_ffn_embed_dim=64", "model.encoder_attention_heads=2", "optimization.max_update=2",
-         f"checkpoint.restore_file={missing}"],
+        runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *TINY, "optimization.max_update=2",
+                         f"checkpoint.restore_file={missing}", save_dir=tmp_path / "run"),
         cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert one_line(result) == (f"checkpoint.restore_file={missing}: no such checkpoint (fairseq would start from "
@@ -595,11 +596,8 @@ def test_a_full_disk_is_one_line_naming_the_output(pubmed_sample, data_bin, tmp_
     assert result.stdout.strip() == ""  # no half-written corpus, no temp directory
 
     save = tmp_path / "disk" / "run"
-    train = " ".join([str(BIN / "fairseq-hydra-train"), "--config-dir", str(REPO / "hydra_configs"), "--config-name",
-                      "bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", f"common.user_dir={REPO / 'fairseq_bio'}",
-                      f"checkpoint.save_dir={save}", "model.encoder_layers=1", "model.encoder_embed_dim=32",
-                      "model.encoder_ffn_embed_dim=64", "model.encoder_attention_heads=2", "optimization.max_update=2",
-                      "common.tensorboard_logdir=null"])  # fmt: skip
+    train = shlex.join(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *TINY,
+                                        "optimization.max_update=2", "common.tensorboard_logdir=null", save_dir=save))
     result = _on_small_disk(tmp_path, "300k", f"{train}; rc=$?; echo LISTING; ls -A {save}; exit $rc")
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and "RuntimeError" not in result.stderr, result.stderr[-3000:]
