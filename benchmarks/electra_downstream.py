@@ -7,8 +7,14 @@ embeddings, built with ``fairseq_bio.runs``) and (b) a masked-LM ``bio_roberta``
 encoder checkpoint with ``fairseq-bio-extract-encoder`` (the generator is dropped, as ELECTRA does), both are
 checked to have the same weights' names and shapes, then each is fine-tuned on NCBI-disease
 (``--config-name bio_tagging_ner``, tagging.py's fine-tuning: same updates, lr and seed for both; best dev entity F1
-checkpoint) and scored on the test file with ``fairseq-bio-predict``, once per seed. Reported: test entity F1 per
-seed and the paired differences ELECTRA - MLM.
+checkpoint) and scored on the test file with ``fairseq-bio-predict``, once per seed, beside the same architecture
+from random initialisation (what either pretraining must beat to have taught its encoder anything). Reported: test
+entity F1 per seed and the paired differences ELECTRA - MLM.
+
+ELECTRA's encoder is its last checkpoint (as ELECTRA's release uses the final one), not the lowest validation loss:
+its loss is the generator's plus 50 x the discriminator's, and the discriminator's task hardens as the generator
+learns (its replacements turn from random pieces into the plausible words it samples), so the loss rises while both
+improve, and "best" picks an early checkpoint (a run here: update 133 of 1,070).
 
 Equal compute means the same wall-clock budget (``--pretrain-minutes`` each) on this machine undisturbed: speed
 probes of both objectives (ELECTRA, MLM, MLM, ELECTRA) measure each one's updates/s, and each run gets the updates
@@ -43,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional
 
 from fairseq_bio import runs
 
@@ -51,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tagging as tools  # noqa: E402  (data, MLM pretraining, fine-tuning and prediction)
 from tagging import RESULTS  # noqa: E402
 
-ELECTRA, MLM = "electra", "mlm"
-LABELS = {ELECTRA: "ELECTRA discriminator", MLM: "masked LM"}
+ELECTRA, MLM, RANDOM = "electra", "mlm", "random"
+LABELS = {ELECTRA: "ELECTRA discriminator", MLM: "masked LM", RANDOM: "random init"}
 CONFIGS = {ELECTRA: "bio_electra_tiny", MLM: "bio_roberta_tiny"}  # what each is pretrained with
 # The generator of each discriminator size: bio_electra_tiny's own (64 / 256 / 1 head) for tagging.py's "tiny"
 # (4 x 256), a quarter of the width for "mini" (2 x 128), as ELECTRA's small models.
@@ -134,13 +140,13 @@ def plan(args, run: tools.Runner, workdir: Path, data_bin: Path) -> Dict:
 
 def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, updates: int) -> Dict:
     """bio_electra_tiny at ``args.size`` for ``updates`` (as tagging.pretrain runs the MLM: a fresh directory,
-    validation and checkpoints every tenth, the best checkpoint, at most ``args.pretrain_cap`` minutes); reused when
+    validation and checkpoints every tenth, the last checkpoint, at most ``args.pretrain_cap`` minutes); reused when
     already made."""
     from fairseq_bio_preprocess.pipeline import Steps
 
     params = {"data": str(data_bin), "size": args.size, "generator": GENERATOR[args.size],
               "lr": tools.PRETRAIN_LR[args.size], "updates": updates, "cap": args.pretrain_cap,
-              "dropout": args.pretrain_dropout}  # fmt: skip
+              "dropout": args.pretrain_dropout, "checkpoint": "last"}  # fmt: skip
     record = Steps(workdir).done.get("bench_electra")
     if record and record["params"] == params and not args.new_encoder and Path(record["checkpoint"]).exists():
         print(f"[bench] ELECTRA pretraining: reusing {record['checkpoint']} ({record['updates']} updates)", flush=True)
@@ -156,10 +162,10 @@ def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, upd
                            save_dir=save_dir, log=log)  # fmt: skip
     run(cmd, "electra-pretrain", save_dir)
     valid = runs.last_validation(log) or {}
-    record = {"params": params, "checkpoint": str(save_dir / "checkpoint_best.pt"), "updates": tools.last_update(log),
+    record = {"params": params, "checkpoint": str(save_dir / "checkpoint_last.pt"), "updates": tools.last_update(log),
               "planned_updates": updates, "minutes": round((time.perf_counter() - start) / 60, 2),
               "valid": {k: valid.get(k) for k in ("loss", "gen_loss", "disc_acc", "replaced_recall",
-                                                  "replaced_precision")}}  # fmt: skip
+                                                  "replaced_precision", "replaced_prob", "original_prob")}}  # fmt: skip
     steps = Steps(workdir)  # as it is now
     steps.done["bench_electra"] = record
     steps.save()
@@ -205,14 +211,15 @@ def flops_per_token(size: str, vocab: int, block: int, electra: bool) -> float:
     return 3 * (forward + generator + MASK_PROB * 2 * (g * d + d * vocab) + 2 * (d * d + d))
 
 
-def fine_tune(run: tools.Runner, args, model: str, encoder: Path, data: Path, updates: int, seed: int,
+def fine_tune(run: tools.Runner, args, model: str, encoder: Optional[Path], data: Path, updates: int, seed: int,
               vocab: Path, workdir: Path, tmp: Path) -> Dict:  # fmt: skip
-    """tagging.py's fine-tuning and prediction of ``encoder`` on ``data``; its row, reused from
-    ``<workdir>/finetune/<model>-seed<seed>.json`` when one with the same encoder and settings is there."""
+    """tagging.py's fine-tuning and prediction of ``encoder`` (None: the same architecture from random
+    initialisation) on ``data``; its row, reused from ``<workdir>/finetune/<model>-seed<seed>.json`` when one with the
+    same encoder and settings is there."""
     from fairseq_bio.files import write_json
 
     # the data by name and cut (a cut's directory under tmp is new each run)
-    params = {"encoder": str(encoder), "data": args.dataset, "updates": updates, "seed": seed, "lr": args.lr,
+    params = {"encoder": str(encoder) if encoder else f"random {args.size}", "data": args.dataset, "updates": updates, "seed": seed, "lr": args.lr,
               "batch_size": args.batch_size,
               "sentences": [args.train_sentences, args.dev_sentences, args.test_sentences]}  # fmt: skip
     kept = workdir / "finetune" / f"{model}-seed{seed}.json"
@@ -225,8 +232,8 @@ def fine_tune(run: tools.Runner, args, model: str, encoder: Path, data: Path, up
     save_dir.mkdir()
     pred_dir.mkdir()
     row = {"model": model, "seed": seed}
-    row.update(tools.fine_tune(run, name, data, save_dir, [f"checkpoint.restore_file={encoder}"], args, updates, seed,
-                               vocab))  # fmt: skip
+    init = [f"checkpoint.restore_file={encoder}"] if encoder else tools.random_init(args.size)
+    row.update(tools.fine_tune(run, name, data, save_dir, init, args, updates, seed, vocab))
     row.update(tools.predict(run, name, save_dir / "checkpoint_best.pt", data / "test.tsv", pred_dir))
     (run.logs / f"{name}.train.log").write_bytes((save_dir / "train.log").read_bytes())  # checkpoints go with tmp
     write_json(kept, {"params": params, "row": row}, indent=1)
@@ -270,17 +277,19 @@ def report(results: Dict) -> str:
         "per token (3 x the forward's multiply-adds x 2, an LM head on 15 % of the positions).",
         "", f"Fine-tuning: bio_tagging_ner, {meta['train']} train sentences, {meta['dev']} dev sentences, batch "
         f"{meta['batch_size']}, lr {meta['lr']:g} with 10 % warm-up, {meta['updates']} updates, the same for both "
-        f"encoders per seed; the best dev entity F1 checkpoint; test: {meta['test']} test sentences "
-        "(fairseq-bio-predict).", "",
-        "| seed | ELECTRA test F1 | MLM test F1 | ELECTRA - MLM | ELECTRA dev F1 | MLM dev F1 |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"encoders and the same architecture from random initialisation per seed; the best dev entity F1 checkpoint; "
+        f"test: {meta['test']} test sentences (fairseq-bio-predict).", "",
+        "| seed | ELECTRA test F1 | MLM test F1 | random init test F1 | ELECTRA - MLM | ELECTRA dev F1 | MLM dev F1 | "
+        "random init dev F1 |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     rows = {(r["model"], r["seed"]): r for r in results["rows"]}
     for seed, diff in zip(results["seeds"], diffs):
-        e, m = rows[(ELECTRA, seed)], rows[(MLM, seed)]
-        lines.append(f"| {seed} | {e['f1']:.2f} | {m['f1']:.2f} | {diff:+.2f} | {e['dev_f1']:.2f} | "
-                     f"{m['dev_f1']:.2f} |")  # fmt: skip
-    lines += ["", f"Mean test F1: ELECTRA {statistics.fmean(f1[ELECTRA]):.2f}, MLM {statistics.fmean(f1[MLM]):.2f}; "
+        e, m, r = rows[(ELECTRA, seed)], rows[(MLM, seed)], rows[(RANDOM, seed)]
+        lines.append(f"| {seed} | {e['f1']:.2f} | {m['f1']:.2f} | {r['f1']:.2f} | {diff:+.2f} | {e['dev_f1']:.2f} | "
+                     f"{m['dev_f1']:.2f} | {r['dev_f1']:.2f} |")  # fmt: skip
+    lines += ["", f"Mean test F1: ELECTRA {statistics.fmean(f1[ELECTRA]):.2f}, MLM {statistics.fmean(f1[MLM]):.2f}, "
+              f"random init {statistics.fmean(f1[RANDOM]):.2f}; "
               f"paired difference ELECTRA - MLM **{statistics.fmean(diffs):+.2f}**{spread} over "
               f"{len(diffs)} seed(s).", "",
               "Commands run (in this order):", "", "```",
@@ -290,7 +299,7 @@ def report(results: Dict) -> str:
 
 
 def plot(results: Dict, path: Path) -> None:
-    """Test F1 per seed of both encoders (pairs joined), and the paired differences."""
+    """Test F1 per seed of both encoders and random init (each seed's joined), and the paired differences."""
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup lets its font search through
@@ -301,11 +310,12 @@ def plot(results: Dict, path: Path) -> None:
 
     f1, diffs = results["f1"], results["diffs"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for e, m in zip(f1[ELECTRA], f1[MLM]):
-        ax1.plot([0, 1], [e, m], color="0.6", marker="o")
-    ax1.bar([0, 1], [statistics.fmean(f1[ELECTRA]), statistics.fmean(f1[MLM])], color=["tab:orange", "tab:blue"],
+    models = (ELECTRA, MLM, RANDOM)
+    for seed_f1 in zip(*(f1[m] for m in models)):
+        ax1.plot(range(len(models)), seed_f1, color="0.6", marker="o")
+    ax1.bar(range(len(models)), [statistics.fmean(f1[m]) for m in models], color=["tab:orange", "tab:blue", "0.7"],
             alpha=0.5, width=0.5)  # fmt: skip
-    ax1.set_xticks([0, 1], [LABELS[ELECTRA], LABELS[MLM]])
+    ax1.set_xticks(range(len(models)), [LABELS[m] for m in models])
     ax1.set_ylabel("NCBI-disease test entity F1 (%)")
     ax1.set_title(f"equal wall-clock pretraining ({results['meta']['budget']:g} min each)")
     ax2.bar([0], [statistics.fmean(diffs)], color="tab:green", width=0.5)
@@ -374,7 +384,7 @@ def main(argv=None) -> None:
     as_planned = {"pretrain_updates": planned["updates"][MLM], "pretrain_minutes": args.pretrain_cap}
     mlm = tools.pretrain(argparse.Namespace(**{**vars(args), **as_planned}), run, workdir, data_bin)
     electra = pretrain_electra(args, run, workdir, data_bin, planned["updates"][ELECTRA])
-    encoders = {ELECTRA: extract(run, electra), MLM: Path(mlm["checkpoint"])}
+    encoders = {ELECTRA: extract(run, electra), MLM: Path(mlm["checkpoint"]), RANDOM: None}
     if tools.architecture(encoders[ELECTRA]) != tools.architecture(encoders[MLM]):
         differ = set(tools.architecture(encoders[ELECTRA]).items()) ^ set(tools.architecture(encoders[MLM]).items())
         raise InputError(f"the extracted discriminator and the MLM encoder differ: {sorted(differ)[:4]}")
@@ -395,8 +405,8 @@ def main(argv=None) -> None:
         data = tools.ner_data(args.dataset, args.train_sentences, args.dev_sentences, tmp, args.test_sentences)
         updates = max(1, math.ceil(args.epochs * len(tools.conll_blocks(data / "train.tsv")) / args.batch_size))
         for i, seed in enumerate(args.seeds):
-            # alternate which goes first, so drifts in machine load hit both alike
-            for model in (ELECTRA, MLM) if i % 2 == 0 else (MLM, ELECTRA):
+            # alternate the order, so drifts in machine load hit each alike
+            for model in (ELECTRA, MLM, RANDOM) if i % 2 == 0 else (RANDOM, MLM, ELECTRA):
                 rows.append(fine_tune(run, args, model, encoders[model], data, updates, seed, data_bin, workdir, tmp))
         test_n = len(tools.conll_blocks(data / "test.tsv"))
         commands = [c.replace(str(tmp), "$TMP") for c in run.commands]

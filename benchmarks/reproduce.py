@@ -261,8 +261,9 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
 
 def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
     """``electra_downstream.py``: a tiny ELECTRA and a masked LM of its discriminator's size, each pretrained for the
-    same minutes, fine-tuned on NCBI-disease per seed (the benchmark reuses its finished pieces); per encoder its test
-    F1 by seed and its pretraining updates."""
+    same minutes, fine-tuned on NCBI-disease per seed beside the same architecture from random init (the benchmark
+    reuses its finished pieces); per encoder its test F1 by seed and its pretraining updates, and the discriminator's
+    last validation (replaced recall, mean P(replaced) on replaced and on original tokens)."""
     work = scale_dir(ctx, "electra-downstream")
     ctx.call(python("electra_downstream.py", *params["args"], "--seeds", *params["seeds"], "--workdir", work,
                     "--results", work), "electra-downstream")  # fmt: skip
@@ -271,7 +272,9 @@ def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
     return {"f1": results["f1"], "seeds": results["seeds"], "minutes": budget,
             "updates": {model: p["updates"] for model, p in results["pretrain"].items()},
             "planned": {model: p["planned"] for model, p in results["pretrain"].items()},
-            "replaced_recall": results["pretrain"][ELECTRA]["valid"]["replaced_recall"]}  # fmt: skip
+            "replaced_recall": results["pretrain"][ELECTRA]["valid"]["replaced_recall"],
+            "discriminator": {k: results["pretrain"][ELECTRA]["valid"].get(k)
+                              for k in ("replaced_recall", "replaced_prob", "original_prob")}}  # fmt: skip
 
 
 STEPS = [

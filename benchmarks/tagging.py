@@ -218,6 +218,12 @@ def train_throughput(log: Path) -> float:
     return sum(float(e["bsz"]) for e in clean) / sum(1 / float(e["ups"]) for e in clean)
 
 
+def random_init(size: str) -> List[str]:
+    """The fine-tuning overrides of the ``size`` encoder from random initialisation (fairseq's default
+    restore_file in a fresh save_dir: nothing is restored)."""
+    return ["checkpoint.restore_file=checkpoint_last.pt", *size_overrides(size), f"model.max_positions={MAX_POSITIONS}"]
+
+
 def fine_tune(run: Runner, name: str, data: Path, save_dir: Path, init_overrides: List[str], args, updates: int,
               seed: int, vocab: Path) -> Dict:  # fmt: skip
     """One training run of bio_tagging_ner; its updates, wall, train throughput and best dev F1."""
@@ -419,9 +425,7 @@ def main(argv=None):
 
     inits = {
         "pretrained": [f"checkpoint.restore_file={encoder['checkpoint']}"],
-        # fairseq's default restore_file in a fresh save_dir: nothing is restored
-        "random": ["checkpoint.restore_file=checkpoint_last.pt", *size_overrides(args.size),
-                   f"model.max_positions={MAX_POSITIONS}"],  # fmt: skip
+        "random": random_init(args.size),
     }
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-tagging-") as tmp:

@@ -145,23 +145,32 @@ def test_distillation_rows_read_the_benchmarks_table():
 @needs_seeds
 def test_electra_downstream_reads_the_paired_seeds():
     by_key = {f.key: f for f in findings.FINDINGS}
-    results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0]}, "seeds": [1, 2, 3], "minutes": 10.0,
-               "updates": {"electra": 900, "mlm": 1400}, "planned": {"electra": 900, "mlm": 1400},
-               "replaced_recall": 0.31}  # fmt: skip
+    results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0], "random": [35.0, 36.0, 35.5]},
+               "seeds": [1, 2, 3], "minutes": 10.0, "updates": {"electra": 900, "mlm": 1400},
+               "planned": {"electra": 900, "mlm": 1400}, "replaced_recall": 0.31,
+               "discriminator": {"replaced_recall": 0.31, "replaced_prob": 0.4, "original_prob": 0.1}}  # fmt: skip
     row = findings.evaluate(by_key["electra-downstream"], {"step": "electra-downstream", "results": results})
     assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
     assert row.ours.spread == pytest.approx((7 / 12) ** 0.5) and row.verdict == REPRODUCED  # +1.17 > its std 0.76
     assert row.ours.text == ("NCBI-disease F1: ELECTRA discriminator 41.17 vs masked LM 40.00 (**+1.17** ± 0.76 over "
-                             "3 seeds; 900 vs 1400 pretraining updates in 10 min each)")  # fmt: skip
+                             "3 seeds; random init 35.50; 900 vs 1400 pretraining updates in 10 min each)")  # fmt: skip
     assert row.paper.effect > 0  # BioELECTRA (P) over PubMedBERT in BLURB points
     results["f1"]["mlm"] = [41.0, 43.0, 42.0]
     assert findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict == NOT_REPRODUCED
-    # a discriminator that never flags a replaced token learned nothing: no number, the page says why
-    results.update(replaced_recall=0, updates={"electra": 700, "mlm": 1400})
+    # an encoder that fine-tunes no better than random init learned nothing: no number, the page says why
+    results["f1"]["random"] = [41.0, 42.0, 41.5]  # ELECTRA's paired gain over it: -1.0, +0.5, -0.5
+    results.update(updates={"electra": 700, "mlm": 1400})
     row = findings.evaluate(by_key["electra-downstream"], {"results": results})
     assert row.ours is None and row.verdict == NOT_REPRODUCED
-    assert row.note.startswith("not a comparison at this budget: ELECTRA's discriminator ended its 700 pretraining "
-                               "updates (of 900 planned) detecting no replaced token")  # fmt: skip
+    assert row.note.startswith("not a comparison at this budget: ELECTRA's discriminator after 700 pretraining "
+                               "updates (of 900 planned) fine-tunes no better than the same encoder from random init "
+                               "(NCBI-disease F1 41.17 vs 41.50, -0.33 paired by seed")  # fmt: skip
+    assert "mean P(replaced) 0.400 on replaced tokens vs 0.100 on original ones" in row.note
+    results["f1"].update(electra=[45.0, 45.0, 45.0], mlm=[40.0, 41.0, 42.0])  # now the masked LM learned nothing
+    assert findings.evaluate(by_key["electra-downstream"], {"results": results}).note.startswith(
+        "not a comparison at this budget: the masked LM after 1400 pretraining updates")
+    del results["f1"]["random"]  # a record from before the random-init arm: no number, says what it lacks
+    assert "lack what it reads (KeyError" in findings.evaluate(by_key["electra-downstream"], {"results": results}).note
 
 
 def test_electra_downstream_flop_estimate():
@@ -181,9 +190,9 @@ def test_electra_downstream_flop_estimate():
 @pytest.mark.skipif(not (SHARED_DATA / "ner" / "NCBI-disease").is_dir(), reason="no NCBI-disease in ../shared/data")
 def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
     """electra_downstream.py --quick on the suite's PubMed slice through reproduce's step: both encoders pretrained
-    (40 updates each), the discriminator extracted, one fine-tuning seed each; its table and PNG, the finding read from
-    the step's results, and a rerun that reuses every piece. About 1 min on a quiet core; 6 min beside other jobs
-    (load 5 on 2 cores)."""
+    (40 updates each), the discriminator extracted, one fine-tuning seed each and of random init; its table and PNG,
+    the finding read from the step's results, and a rerun that reuses every piece. About 1 min on a quiet core; 6 min
+    beside other jobs (load 5 on 2 cores)."""
     ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
     # quick's 40 updates each, the budget (only a hard stop then) raised so that a busy machine never cuts them; one
     # thread per tool (two threads on two cores shared with other jobs ran the fine-tunings 40x slower)
@@ -191,20 +200,20 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
               "seeds": [1]}  # fmt: skip
     results = reproduce.run_electra_downstream(ctx, params)
     assert results["seeds"] == [1] and results["updates"] == {"electra": 40, "mlm": 40}
-    assert {m: len(v) for m, v in results["f1"].items()} == {"electra": 1, "mlm": 1}
+    assert {m: len(v) for m, v in results["f1"].items()} == {"electra": 1, "mlm": 1, "random": 1}
     work = tmp_path / "work" / "electra-downstream"
     text = (work / "results.md").read_text(encoding="utf-8")
     assert "| ELECTRA discriminator | 40 |" in text and "| masked LM | 40 |" in text
     assert "fairseq-bio-extract-encoder --checkpoint" in text  # the commands run
     assert (work / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     row = findings.evaluate(next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results})
-    # 40 updates: the discriminator flags no replaced token yet, so the row is no comparison and says so
-    assert results["replaced_recall"] == 0 and results["planned"] == {"electra": 40, "mlm": 40}
+    # 40 updates on 200 sentences: every encoder scores F1 0 on NER, none above random init: no comparison, said so
+    assert results["planned"] == {"electra": 40, "mlm": 40} and results["discriminator"]["replaced_prob"] is not None
     assert row.ours is None and row.note.startswith("not a comparison at this budget")
 
     assert reproduce.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
     output = (tmp_path / "work" / "logs" / "electra-downstream.out").read_text(encoding="utf-8")
-    assert output.count("reusing") == 4 and "fairseq-hydra-train" not in output  # 2 encoders, 2 fine-tunings
+    assert output.count("reusing") == 5 and "fairseq-hydra-train" not in output  # 2 encoders, 3 fine-tunings
 
 
 @needs_seeds
