@@ -88,22 +88,9 @@ def overrides(args, model: str, data_bin: Path) -> list:
 
 
 def probe(args, run: tools.Runner, model: str, data_bin: Path, name: str) -> Dict[str, float]:
-    """``args.probe_updates`` updates of ``model``: its wall seconds, updates/s over the intervals after the first
-    (which holds start-up) and that of the fastest of them."""
-    from fairseq_bio.files import InputError
-
-    with tempfile.TemporaryDirectory() as tmp:
-        log, interval = Path(tmp) / "train.log", max(1, args.probe_updates // 5)
-        cmd = runs.hydra_train(CONFIGS[model], *overrides(args, model, data_bin),
-                               f"optimization.max_update={args.probe_updates}", "dataset.disable_validation=true",
-                               "checkpoint.no_save=true", f"common.log_interval={interval}", save_dir=tmp,
-                               log=log)  # fmt: skip
-        wall, _ = run(cmd, name, Path(tmp))
-        inner = tools.intervals(log)[1:]  # the first holds start-up
-    if not inner:
-        raise InputError(f"the {model} speed probe logged too few updates; raise --probe-updates")
-    return {"wall": wall, "ups": len(inner) / sum(1 / float(e["ups"]) for e in inner),
-            "fastest": max(float(e["ups"]) for e in inner)}
+    """``args.probe_updates`` updates of ``model`` (tagging.speed_probe): its wall seconds, updates/s over the
+    intervals after the first (which holds start-up) and that of the fastest of them."""
+    return tools.speed_probe(run, CONFIGS[model], overrides(args, model, data_bin), args.probe_updates, name)
 
 
 def plan(args, run: tools.Runner, workdir: Path, data_bin: Path) -> Dict:

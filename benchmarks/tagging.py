@@ -110,6 +110,24 @@ def prepare_data(workdir: Path, workers: int, vocab_size: int, max_docs: Optiona
                           workers=workers).data_bin  # fmt: skip
 
 
+def speed_probe(run: Runner, config: str, overrides: List[str], updates: int, name: str) -> Dict[str, float]:
+    """``updates`` updates of ``config`` with ``overrides`` (no validation, nothing saved): the process's wall seconds,
+    the updates/s over the logged intervals after the first (which holds start-up) and that of the fastest one."""
+    from fairseq_bio_preprocess.common import PreprocessError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log, interval = Path(tmp) / "train.log", max(1, updates // 5)
+        cmd = runs.hydra_train(config, *overrides, f"optimization.max_update={updates}", "dataset.disable_validation=true",
+                               "checkpoint.no_save=true", f"common.log_interval={interval}", save_dir=tmp,
+                               log=log)  # fmt: skip
+        wall, _ = run(cmd, name, Path(tmp))
+        inner = intervals(log)[1:]
+    if not inner:
+        raise PreprocessError(f"the {name} speed probe logged too few updates; raise --probe-updates")
+    return {"wall": wall, "ups": len(inner) / sum(1 / float(e["ups"]) for e in inner),
+            "fastest": max(float(e["ups"]) for e in inner)}  # fmt: skip
+
+
 def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already made)."""
     from fairseq_bio_preprocess.common import PreprocessError
@@ -138,18 +156,10 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
               f"model.dropout={args.pretrain_dropout}", f"model.attention_dropout={args.pretrain_dropout}"]
     updates, overhead = args.pretrain_updates, STARTUP_ALLOWANCE
     if updates is None:  # 1. probe: updates/s of this size on this machine now, and the tool's start-up time
-        with tempfile.TemporaryDirectory() as tmp:
-            log = Path(tmp) / "train.log"
-            interval = max(1, args.probe_updates // 5)
-            cmd = train_command(str(data_bin), Path(tmp), log, [
-                *common, f"optimization.max_update={args.probe_updates}", "dataset.disable_validation=true",
-                "checkpoint.no_save=true", f"common.log_interval={interval}"])  # fmt: skip
-            wall, _ = run(cmd, "pretrain-probe", Path(tmp))
-            inner = intervals(log)[1:]  # the first holds start-up
-        if not inner:
-            raise PreprocessError("the pretraining probe logged too few updates; raise --probe-updates")
-        ups = len(inner) * interval / sum(interval / float(e["ups"]) for e in inner)
-        overhead = max(0.0, wall - args.probe_updates / ups)
+        probe = speed_probe(run, "bio_roberta_tiny", [f"task.data={data_bin}", *common], args.probe_updates,
+                            "pretrain-probe")  # fmt: skip
+        ups = probe["ups"]
+        overhead = max(0.0, probe["wall"] - args.probe_updates / ups)
         left = budget - (time.perf_counter() - start) - overhead
         # 10 % for validation and checkpoints
         updates = int(0.9 * ups * left)
