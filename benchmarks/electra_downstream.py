@@ -206,8 +206,8 @@ def fine_tune(run: tools.Runner, args, model: str, encoder: Optional[Path], data
     from fairseq_bio.files import write_json
 
     # the data by name and cut (a cut's directory under tmp is new each run)
-    params = {"encoder": str(encoder) if encoder else f"random {args.size}", "data": args.dataset, "updates": updates, "seed": seed, "lr": args.lr,
-              "batch_size": args.batch_size,
+    params = {"encoder": str(encoder) if encoder else f"random {args.size}", "data": args.dataset, "updates": updates,
+              "seed": seed, "lr": args.lr, "batch_size": args.batch_size,
               "sentences": [args.train_sentences, args.dev_sentences, args.test_sentences]}  # fmt: skip
     kept = workdir / "finetune" / f"{model}-seed{seed}.json"
     if kept.exists() and json.loads(kept.read_text(encoding="utf-8"))["params"] == params:

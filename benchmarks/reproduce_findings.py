@@ -243,7 +243,8 @@ def _electra_ours(results: Dict) -> Measure:
     budget = f" in {minutes:g} min each" if minutes else ""  # None: the same updates for both (no budget)
     return differences([e - m for e, m in zip(f1[ELECTRA], f1[MLM])], lambda m, n: f"NCBI-disease F1: ELECTRA "
                        f"discriminator {electra:.2f} vs masked LM {mlm:.2f} (**{m:+.2f}** {n}; random init "
-                       f"{random_init:.2f}; {updates[ELECTRA]} vs {updates[MLM]} pretraining updates{budget})")  # fmt: skip
+                       f"{random_init:.2f}; {updates[ELECTRA]} vs {updates[MLM]} pretraining updates"
+                       f"{budget})")  # fmt: skip
 
 
 def _distill_paper(kind: str) -> Callable[[], Measure]:
@@ -385,8 +386,9 @@ FINDINGS = [
             "from electra_downstream.py's results.json; a side whose encoder fine-tunes no better than the same "
             "architecture from random init learned nothing, and the row is then no comparison; ours is in F1 points "
             "on one NER set, the paper's in BLURB points (13 tasks)",
-            SHORT + "minutes of pretraining each (hundreds of updates of 16 x 128 tokens, where the discriminator has "
-            "only begun to separate replaced tokens: electra.py's curves), against the paper's 1M steps of 512 "
+            SHORT + "minutes of pretraining each (about a thousand updates of 16 x 128 tokens: the discriminator "
+            "separates replaced tokens while the generator's samples are near random, and loses most of it once the "
+            "generator reaches the unigram stage, benchmarks/README.md), against the paper's 1M steps of 512 "
             "sequences (as many sequences as PubMedBERT saw); a 64-wide generator; one NER set fine-tuned on 1,000 "
             "sentences; and the paper's baseline is PubMedBERT itself, not a masked LM trained beside it",
             unit="points (paper BLURB, ours F1)"),

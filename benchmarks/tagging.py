@@ -117,9 +117,9 @@ def speed_probe(run: Runner, config: str, overrides: List[str], updates: int, na
 
     with tempfile.TemporaryDirectory() as tmp:
         log, interval = Path(tmp) / "train.log", max(1, updates // 5)
-        cmd = runs.hydra_train(config, *overrides, f"optimization.max_update={updates}", "dataset.disable_validation=true",
-                               "checkpoint.no_save=true", f"common.log_interval={interval}", save_dir=tmp,
-                               log=log)  # fmt: skip
+        cmd = runs.hydra_train(config, *overrides, f"optimization.max_update={updates}",
+                               "dataset.disable_validation=true", "checkpoint.no_save=true",
+                               f"common.log_interval={interval}", save_dir=tmp, log=log)  # fmt: skip
         wall, _ = run(cmd, name, Path(tmp))
         inner = intervals(log)[1:]
     if not inner:
