@@ -81,6 +81,33 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
         extract_encoder(out, tmp_path / "again.pt")
 
 
+def test_an_earlier_best_checkpoint_is_extracted_with_a_note(electra_ckpts, tmp_path):
+    """fairseq picks ELECTRA's checkpoint_best.pt by the summed validation loss, which rises as the generator learns
+    (a tiny run here: update 133 of 1,070): extracting it says so in one line and names checkpoint_last.pt."""
+    from fairseq_bio.compat import load_checkpoint
+
+    _, narrow, _ = electra_ckpts
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    state = load_checkpoint(narrow)
+    assert state["optimizer_history"][-1]["num_updates"] == 10
+    torch.save(state, run_dir / "checkpoint_last.pt")
+    state["optimizer_history"][-1]["num_updates"] = 3
+    torch.save(state, run_dir / "checkpoint_best.pt")
+    result = run_cli(["fairseq-bio-extract-encoder", "--checkpoint", run_dir / "checkpoint_best.pt", "--out",
+                      tmp_path / "best.pt"], cwd=tmp_path)  # fmt: skip
+    note = [line for line in result.stderr.splitlines() if line.startswith("fairseq-bio-extract-encoder: note: ")]
+    assert note == [f"fairseq-bio-extract-encoder: note: {run_dir / 'checkpoint_best.pt'} is update 3, "
+                    "checkpoint_last.pt beside it update 10: fairseq picks ELECTRA's best by the summed validation "
+                    "loss, which rises while the generator learns; the trained discriminator is in "
+                    "checkpoint_last.pt"]  # fmt: skip
+    assert (tmp_path / "best.pt").is_file()  # extracted all the same: the user may want it
+    assert extract_encoder(run_dir / "checkpoint_last.pt", tmp_path / "last.pt")["note"] is None
+    state["optimizer_history"][-1]["num_updates"] = 10  # best == last: nothing to say
+    torch.save(state, run_dir / "checkpoint_best.pt")
+    assert extract_encoder(run_dir / "checkpoint_best.pt", tmp_path / "best10.pt")["note"] is None
+
+
 def test_full_width_generator_keeps_its_mlm_head(electra_ckpts, tmp_path):
     _, _, wide = electra_ckpts
     out = tmp_path / "generator.pt"

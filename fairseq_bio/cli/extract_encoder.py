@@ -3,6 +3,7 @@
 fine-tuning task starts from it like from any other encoder."""
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
@@ -27,9 +28,30 @@ class ExtractError(BioError, ValueError):
 EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # the script, and what the encoder checkpoint is recorded as made by
 
 
+def _updates(state: Dict) -> Optional[int]:
+    """The update count a fairseq checkpoint was saved at (None when it does not say)."""
+    return ((state.get("optimizer_history") or [{}])[-1]).get("num_updates")
+
+
+def best_is_behind(checkpoint: Path, state: Dict) -> Optional[str]:
+    """A note when ``checkpoint`` is fairseq's ``checkpoint_best.pt`` and the ``checkpoint_last.pt`` beside it is
+    further on: fairseq picks ELECTRA's best by the summed validation loss (generator + 50 x discriminator), which
+    rises while both learn as the generator's replacements get harder to detect (docs/electra.md)."""
+    last = checkpoint.with_name("checkpoint_last.pt")
+    if checkpoint.name != "checkpoint_best.pt" or not last.is_file():
+        return None
+    best_at, last_at = _updates(state), _updates(load_checkpoint(last))
+    if best_at is None or last_at is None or last_at <= best_at:
+        return None
+    return (f"{checkpoint} is update {best_at:,}, {last.name} beside it update {last_at:,}: fairseq picks ELECTRA's "
+            "best by the summed validation loss, which rises while the generator learns; the trained discriminator "
+            f"is in {last.name}")  # fmt: skip
+
+
 def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: bool = False, seed: int = 1) -> Dict:
     """Write ``part`` of the ELECTRA ``checkpoint`` to ``out`` (temp file, then renamed) as a ``bio_roberta``
-    encoder checkpoint and copy its vocabulary beside it; returns {"out", "vocab", "options", "lm_head"}."""
+    encoder checkpoint and copy its vocabulary beside it; returns {"out", "vocab", "options", "lm_head", "note"}
+    (``note``: ``best_is_behind``'s, or None)."""
     from fairseq.models.roberta.model import base_architecture  # noqa: F401  (fairseq registered before building)
 
     from ..encoder_checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
@@ -89,7 +111,8 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     result = encoder_checkpoint(cfg, model.state_dict(), extra)
 
     save_encoder_checkpoint(result, out, vocab_dir, ExtractError, by=EXTRACT_ENCODER)
-    return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head}
+    return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head,
+            "note": best_is_behind(checkpoint, state)}  # fmt: skip
 
 
 def build_parser() -> Parser:
@@ -107,6 +130,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import fairseq_bio  # noqa: F401  (registration)
 
     info = extract_encoder(args.checkpoint, args.out, args.part, args.overwrite, args.seed)
+    if info["note"]:
+        print(f"{EXTRACT_ENCODER}: note: {info['note']}", file=sys.stderr)
     size = f"{info['options']['encoder_layers']} x {info['options']['encoder_embed_dim']}"
     print(f"wrote {info['out']}: the {args.part} as a bio_roberta encoder ({size}; MLM head {info['lm_head']}); "
           f"vocabulary from {info['vocab']}")  # fmt: skip
