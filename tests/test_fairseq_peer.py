@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import REPO, logged, run_cli
 
-from fairseq_bio import compat
+from fairseq_bio import compat, runs
 
 PEER = REPO.parent / "shared" / "peer" / "fairseq_tests"
 EOS_TEST = "tests/test_token_block_dataset.py::TestTokenBlockDataset::test_eos_break_mode"
@@ -115,17 +115,17 @@ def test_stock_masked_lm_roberta_epoch_in_eos_mode(data_bin, tmp_path):
     shutil.copy(data / "dict.txt", small)
     for split, ext in itertools.product(("train", "valid"), ("bin", "idx")):
         shutil.copy(data / f"valid.{ext}", small / f"{split}.{ext}")
-    stock = ["fairseq-train", small, "--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base",
-             "--sample-break-mode", "eos", "--batch-size", "32", "--skip-invalid-size-inputs-valid-test",
-             *TINY_ROBERTA]  # fmt: skip
-    crashed = run_cli([*stock, "--save-dir", tmp_path / "without", "--max-update", "1"], cwd=tmp_path, check=False)
+    recipe = ["--task", "masked_lm", "--criterion", "masked_lm", "--arch", "roberta_base", "--sample-break-mode", "eos",
+              "--batch-size", "32", "--skip-invalid-size-inputs-valid-test", *TINY_ROBERTA]  # fmt: skip
+    stock = runs.train(small, *recipe, "--save-dir", tmp_path / "without", "--max-update", "1", plugin=False)
+    crashed = run_cli(stock, cwd=tmp_path, check=False)
     assert crashed.returncode != 0
     last_line = crashed.stderr.strip().splitlines()[-1]
     assert last_line.startswith("AttributeError: module 'numpy' has no attribute 'compat'"), last_line
 
     log = tmp_path / "train.log"
-    run_cli([*stock, "--user-dir", REPO / "fairseq_bio", "--save-dir", tmp_path / "ckpt", "--max-epoch", "1",
-             "--log-format", "json", "--log-interval", "1", "--log-file", log], cwd=tmp_path)  # fmt: skip
+    run_cli(runs.train(small, *recipe, "--save-dir", tmp_path / "ckpt", "--max-epoch", "1", "--log-format", "json",
+                       "--log-interval", "1", "--log-file", log), cwd=tmp_path)  # fmt: skip
     [(updates, _)] = logged(log, "train").items()  # one end-of-epoch summary
     [(valid_updates, valid)] = logged(log, "valid").items()
     assert updates == valid_updates == max(logged(log, "train_inner")) >= 5
