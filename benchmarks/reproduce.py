@@ -313,7 +313,7 @@ STEPS = [
          "budgets, on the CPU at either scale",
          {"cpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 2},
           "gpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 3}},
-         run_variants, {"cpu": 70, "gpu": 60}),
+         run_variants, {"cpu": 40, "gpu": 60}),
     Step("dapt", "benchmarks/domain_adaptation.py: MiniLM continued on the PubMed sample (masked LM), fine-tuned by "
          "fairseq-bio-blurb before and after",
          {"cpu": {"updates": 400, "seeds": 2, "tasks": "ncbi-disease"},
