@@ -272,7 +272,6 @@ def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
     return {"f1": results["f1"], "seeds": results["seeds"], "minutes": budget,
             "updates": {model: p["updates"] for model, p in results["pretrain"].items()},
             "planned": {model: p["planned"] for model, p in results["pretrain"].items()},
-            "replaced_recall": results["pretrain"][ELECTRA]["valid"]["replaced_recall"],
             "discriminator": {k: results["pretrain"][ELECTRA]["valid"].get(k)
                               for k in ("replaced_recall", "replaced_prob", "original_prob")}}  # fmt: skip
 

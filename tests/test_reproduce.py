@@ -147,7 +147,7 @@ def test_electra_downstream_reads_the_paired_seeds():
     by_key = {f.key: f for f in findings.FINDINGS}
     results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0], "random": [35.0, 36.0, 35.5]},
                "seeds": [1, 2, 3], "minutes": 10.0, "updates": {"electra": 900, "mlm": 1400},
-               "planned": {"electra": 900, "mlm": 1400}, "replaced_recall": 0.31,
+               "planned": {"electra": 900, "mlm": 1400},
                "discriminator": {"replaced_recall": 0.31, "replaced_prob": 0.4, "original_prob": 0.1}}  # fmt: skip
     row = findings.evaluate(by_key["electra-downstream"], {"step": "electra-downstream", "results": results})
     assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
