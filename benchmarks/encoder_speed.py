@@ -1,7 +1,8 @@
 """Training speed of the bio_roberta encoders against fairseq's stock RoBERTa, a plain PyTorch loop and HF transformers.
 
 The fairseq variants train through fairseq's own ``Trainer`` (forward, backward, gradient norm, optimizer step) with
-the ``masked_lm`` task and criterion; the reference and HF variants (``reference_encoder.py``) train on the very same
+the ``masked_lm`` task and criterion (the bio variants through the trainer fairseq-train builds with the plugin, which
+makes bf16's master-weight copies multi-tensor kernels); the reference and HF variants (``reference_encoder.py``) train on the very same
 samples. All of them see the same binarised PubMed blocks: 512-token blocks packed without padding
 (``sample_break_mode none``), the same batches and the same masked positions (every process hashes its batches, and
 results whose hashes differ are refused). Variants, for ``--arch ARCH`` (default bio_roberta_base; any registered
@@ -178,7 +179,13 @@ def build(variant: str, args, task=None):
     torch.manual_seed(1)  # the same initial weights in every variant of a kind
     if spec["kind"] == "fairseq":
         model = task.build_model(cfg.model)
-        return task, TrainerStep(Trainer(cfg, task, model, task.build_criterion(cfg.criterion))), sizes
+        if spec["plugin"]:  # what fairseq-train builds with the plugin: its trainer (mixed_precision.py's copies)
+            from fairseq_cli import train
+
+            trainer_class = train.Trainer
+        else:
+            trainer_class = Trainer
+        return task, TrainerStep(trainer_class(cfg, task, model, task.build_criterion(cfg.criterion))), sizes
     from reference_encoder import HFStep, ReferenceMaskedLM, ReferenceStep
 
     if spec["kind"] == "reference":

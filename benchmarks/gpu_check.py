@@ -9,6 +9,8 @@
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
    exported) when there are 2+ GPUs, else skipped;
+5. benchmarks/master_copies.py --device cuda: one bf16 update's master-weight copies, fairseq's FP16Optimizer against
+   the plugin's multi-tensor ones (what fairseq-train runs with the plugin), for base and large: ops launched and time;
 
 Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). Then one markdown table
 (step, result, time, details) with the device (nvidia-smi) and the date, printed and written to
@@ -18,7 +20,7 @@ Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny s
 so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
 changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock, bio, plain PyTorch
 reference and HF variants (the fused-AdamW and compiled ones swap the optimizer or compile, and the CPU compilation
-alone takes half a minute), the data-parallel and the fully sharded tests over gloo; the table goes to
+alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies of bio_roberta_tiny; the table goes to
 benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's table.
 """
 
@@ -45,6 +47,7 @@ FSDP = "tests/gpu/test_gpu_fsdp.py"
 BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
 TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
 # a fresh process per variant; the others only swap the optimizer or compile the layers
+COPIES_BUDGET_S = 90  # step 5, taken before the encoder speed's remaining time
 DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants",
              "stock,bio,reference,hf"]
 
@@ -176,6 +179,29 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
     return Step(name, "pass", seconds, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
 
 
+def copies_step(dry: bool, env, timeout: float) -> Step:
+    name = "5. master-weight copies (benchmarks/master_copies.py" + (" bio_roberta_tiny, CPU)" if dry else
+                                                                      " --device cuda, bf16)")  # fmt: skip
+    start = time.time()
+    stem = RESULTS / ("master_copies_dry" if dry else "master_copies_cuda")
+    cmd = [sys.executable, REPO / "benchmarks" / "master_copies.py", "--out", stem]
+    cmd += ["--archs", "bio_roberta_tiny", "--repeats", "2"] if dry else [
+        "--device", "cuda", "--archs", "bio_roberta_base,bio_roberta_large", "--repeats", "30"]  # fmt: skip
+    try:
+        rc = run(cmd, env, timeout)
+    except runs.RunTimeout:
+        return Step(name, "timeout", time.time() - start, f"stopped after {timeout:.0f} s")
+    record = stem.with_suffix(".json")
+    if rc != 0 or not record.exists():
+        return Step(name, "FAIL", time.time() - start, f"exit status {rc}")
+    details = "; ".join(
+        f"{arch} ({r['tensors']} tensors): fairseq {r['fairseq']['launches']} ops {r['fairseq']['ms']:.2f} ms, "
+        f"plugin {r['plugin']['launches']} ops {r['plugin']['ms']:.2f} ms, {r['paired_speedup']:.2f}x"
+        for arch, r in json.loads(record.read_text()).items()
+    )
+    return Step(name, "pass", time.time() - start, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
+
+
 def device_name(dry: bool) -> str:
     if dry:
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
@@ -237,8 +263,9 @@ def main(argv=None) -> int:
             return 0
     deadline = time.time() + args.budget
     tests, parallel, sharded = pytest_steps(dry, env, TESTS_BUDGET_S * args.budget / BUDGET_S)
+    copies = copies_step(dry, env, COPIES_BUDGET_S * args.budget / BUDGET_S)
     speed = encoder_speed_step(dry, env, deadline - time.time())
-    steps = [tests, speed, parallel, sharded]
+    steps = [tests, speed, parallel, sharded, copies]
     text = table(steps, dry)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / ("gpu_check_dry.md" if dry else "gpu_check.md")

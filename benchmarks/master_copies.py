@@ -1,0 +1,203 @@
+"""The master-weight copies of one bf16 update: fairseq's FP16Optimizer against the plugin's MultiTensorFP16Optimizer.
+
+Every bf16 (or fp16) update, fairseq's wrapper zero-fills the fp32 master gradients, copies the model's gradients
+into them and, after the optimizer's step, the fp32 master weights back into the model: one kernel per tensor each
+time. The plugin's trainer (``fairseq_bio/mixed_precision.py``) does the same copies with one multi-tensor kernel per
+device each. This measures, for each architecture's real parameter tensors (their shapes, allocated in bf16
+on ``--device``): the ops dispatched per update (counted at torch's dispatcher: on a GPU, the kernel
+launches) and the wall time of the three copies, median of ``--repeats`` updates, the two wrappers alternating.
+
+On a CPU the copies are memory-bound and torch runs a multi-tensor op as a loop of the same copies, so the time shows
+whether anything regressed; the launches are what a GPU pays for in host time (issue 36). On CUDA the time is the
+measurement (``--device cuda``, synchronised around each update).
+
+    OMP_NUM_THREADS=1 python benchmarks/master_copies.py                 # CPU, 4 architectures
+    python benchmarks/master_copies.py --device cuda --repeats 50
+
+Writes ``benchmarks/results/master_copies[_cuda].md``, ``.json`` and ``.png`` and prints the table.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results"
+ARCHS = ["bio_roberta_tiny", "bio_roberta_base", "bio_roberta_large", "bio_megatron_345m"]
+VOCAB = 50_265  # RoBERTa's
+COPY_OPS = ("copy_", "zero_", "_foreach_copy_", "_foreach_zero_")
+
+
+def parameter_shapes(arch: str):
+    """The trained tensors' shapes of ``arch`` over a ``VOCAB``-word dictionary (fairseq's initialisation copies
+    through the CPU, so the model is built there, once, and dropped)."""
+    import argparse as ap
+
+    from fairseq.data import Dictionary
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_bio  # noqa: F401  (registration)
+    from fairseq_bio.models.bio_roberta import BioRobertaModel
+
+    dictionary = Dictionary()
+    for i in range(VOCAB - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+
+    class Task:
+        source_dictionary = target_dictionary = dictionary
+
+    args = ap.Namespace(arch=arch, _name=arch)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    model = BioRobertaModel.build_model(args, Task())
+    return [tuple(p.shape) for p in model.parameters() if p.requires_grad]
+
+
+def wrapper(cls, shapes, device: str):
+    """fairseq's bf16 wrapper of ``cls`` (built by fairseq's ``build_optimizer``) around bf16 parameters of
+    ``shapes`` with bio_adamw inside, and gradients on the parameters."""
+    import torch
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({
+        "common": {"bf16": True, "fp16_scale_window": None, "model_parallel_size": 1},
+        "optimization": {"update_freq": [1]},
+        "distributed_training": {"distributed_world_size": 1},
+        "optimizer": {"_name": "bio_adamw", "lr": [1e-4], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-6,
+                      "weight_decay": 0.01, "fused": True},
+    })  # fmt: skip
+    params = [torch.nn.Parameter(torch.zeros(s, dtype=torch.bfloat16, device=device)) for s in shapes]
+    optimizer = cls.build_optimizer(cfg, params)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    return optimizer
+
+
+def copies(optimizer) -> None:
+    """The three copies of one update, as the trainer makes them (the gradients stay: no backward here)."""
+    grads = [p.grad for p in optimizer.fp16_params]
+    optimizer.zero_grad()
+    for p, g in zip(optimizer.fp16_params, grads):
+        p.grad = g
+    optimizer._needs_sync = True
+    optimizer._sync_fp16_grads_to_fp32()
+    optimizer._sync_fp32_params_to_fp16()
+
+
+def count_ops(optimizer) -> dict:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            self.ops[name] = self.ops.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Count() as seen:
+        copies(optimizer)
+    return {op: seen.ops.get(op, 0) for op in COPY_OPS}
+
+
+def measure(arch: str, device: str, repeats: int) -> dict:
+    import torch
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    from fairseq_bio.mixed_precision import MultiTensorFP16Optimizer
+
+    shapes = parameter_shapes(arch)
+    built = {"fairseq": wrapper(FP16Optimizer, shapes, device)}
+    built["plugin"] = MultiTensorFP16Optimizer.adopt(wrapper(FP16Optimizer, shapes, device))
+    assert type(built["plugin"]) is MultiTensorFP16Optimizer
+    result = {"tensors": len(shapes), "parameters": sum(torch.Size(s).numel() for s in shapes)}
+    times = {name: [] for name in built}
+    for name, optimizer in built.items():
+        result[name] = {"ops": count_ops(optimizer)}
+        copies(optimizer)  # warm
+    for _ in range(repeats):
+        for name, optimizer in built.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            copies(optimizer)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    for name in built:
+        result[name]["ms"] = 1000 * statistics.median(times[name])
+        result[name]["launches"] = sum(result[name]["ops"].values())
+    result["paired_speedup"] = statistics.median(a / b for a, b in zip(times["fairseq"], times["plugin"]))
+    return result
+
+
+def table(results: dict, device: str) -> str:
+    lines = [
+        f"Master-weight copies of one bf16 update ({device}): fairseq's FP16Optimizer vs the plugin's "
+        "MultiTensorFP16Optimizer",
+        "",
+        "| architecture | tensors | parameters | fairseq: copy ops | fairseq: ms | plugin: copy ops | plugin: ms | "
+        "speed-up (median of paired updates) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for arch, r in results.items():
+        lines.append(f"| {arch} | {r['tensors']} | {r['parameters']:,} | {r['fairseq']['launches']} | "
+                     f"{r['fairseq']['ms']:.2f} | {r['plugin']['launches']} | {r['plugin']['ms']:.2f} | "
+                     f"{r['paired_speedup']:.2f}x |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path, device: str) -> None:
+    import logging
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib.pyplot as plt
+
+    from fairseq_bio.files import atomic_path
+
+    archs = list(results)
+    x = range(len(archs))
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "launches", "copy ops dispatched per update"),
+                           (axes[1], "ms", f"copies' time per update, ms ({device})")):  # fmt: skip
+        for offset, name in ((-0.2, "fairseq"), (0.2, "plugin")):
+            ax.bar([i + offset for i in x], [results[a][name][key] for a in archs], width=0.4,
+                   label={"fairseq": "fairseq FP16Optimizer", "plugin": "MultiTensorFP16Optimizer"}[name])  # fmt: skip
+        ax.set_xticks(list(x), [a.replace("bio_", "") for a in archs], rotation=15)
+        ax.set_title(title)
+        ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--archs", default=",".join(ARCHS))
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/...)")
+    args = parser.parse_args(argv)
+    from fairseq_bio.files import write_text
+
+    results = {}
+    for arch in args.archs.split(","):
+        results[arch] = measure(arch, args.device, args.repeats)
+        print(f"{arch}: {json.dumps(results[arch])}", flush=True)
+    stem = args.out or RESULTS / ("master_copies" + ("_cuda" if args.device == "cuda" else ""))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    text = table(results, args.device)
+    write_text(stem.with_suffix(".md"), text)
+    write_text(stem.with_suffix(".json"), json.dumps(results, indent=2) + "\n")
+    plot(results, stem.with_suffix(".png"), args.device)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
