@@ -2,23 +2,29 @@
 
 The fairseq variants train through fairseq's own ``Trainer`` (forward, backward, gradient norm, optimizer step) with
 the ``masked_lm`` task and criterion (the bio variants through the trainer fairseq-train builds with the plugin, which
-makes bf16's master-weight copies multi-tensor kernels); the reference and HF variants (``reference_encoder.py``) train on the very same
-samples. All of them see the same binarised PubMed blocks: 512-token blocks packed without padding
-(``sample_break_mode none``), the same batches and the same masked positions (every process hashes its batches, and
-results whose hashes differ are refused). Variants, for ``--arch ARCH`` (default bio_roberta_base; any registered
-bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron_345m/_800m/_1_2b):
+makes bf16's master-weight copies multi-tensor kernels); the reference and HF variants (``reference_encoder.py``)
+train on the very same samples. All of them see the same binarised PubMed blocks: 512-token blocks packed without
+padding (``sample_break_mode none``), the same batches and the same masked positions (every process hashes its
+batches, and results whose hashes differ are refused). Variants, for ``--arch ARCH`` (default bio_roberta_base; any
+registered bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron_345m/_800m/_1_2b):
 
     stock           fairseq's roberta_base / roberta_large (RobertaModel, MultiheadAttention), --optimizer adam;
                     only for bio_roberta_base and _large: fairseq has no stock model of the other shapes
     bio             --arch ARCH (fused QKV + scaled_dot_product_attention), --optimizer adam
     bio+adamw       bio, --optimizer bio_adamw (torch's fused AdamW)
     bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
+    bio+adamw+comp+fused  bio+adamw+comp with the bio_masked_lm criterion (LM head matmul and loss fused, chunked)
+    bio+adamw+comp+noattndrop  (opt-in, --variants) bio+adamw+comp with attention dropout 0: what the recipes' 0.1
+                    costs
     reference       the same shape in plain PyTorch, no fairseq: fused QKV, SDPA, LM head only on the masked
                     positions, fused AdamW, bf16 autocast on CUDA, gradient norm computed, gradients set to None
     reference+comp  reference with torch.compile (encoder, and head with a dynamic number of masked positions)
     hf              HF RobertaForMaskedLM (RobertaPreLayerNormForMaskedLM for the pre-LN bio_megatron shapes) from a
                     RobertaConfig of the same sizes (no download), sdpa attention, labels -100 except at the masked
                     positions, fused AdamW, bf16 autocast on CUDA, eager
+
+``--sdpa-backend flash|efficient|cudnn|math`` restricts every variant's attention to one kernel (torch's choice
+otherwise), to compare the kernels a GPU has.
 
 Timing: all variants are built in one process and their steps interleave, step i of every variant in turn, then step
 i + 1 of each, ..., on the same batch i, so that drifts in the load of a shared machine hit every variant alike; the
@@ -83,12 +89,16 @@ VARIANTS = {
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
     "bio+adamw+comp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
                                  criterion="bio_masked_lm"),
+    # opt-in (--variants): what the recipes' attention dropout of 0.1 costs (dropout inside the attention kernel)
+    "bio+adamw+comp+noattndrop": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
+                                      attention_dropout=0.0, default=False),
     "reference": dict(kind="reference", compile=False),
     "reference+comp": dict(kind="reference", compile=True),
     "hf": dict(kind="hf"),
 }
 # fairseq's stock architecture of the same shape; the others have none
 STOCK_ARCH = {"bio_roberta_base": "roberta_base", "bio_roberta_large": "roberta_large"}
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 RATIO_TO = ("stock", "reference")  # the "vs" columns, for those of them that ran
 SEQ = 512
 PROFILE_STEPS = 3
@@ -106,6 +116,7 @@ def label(variant: str, arch: str) -> str:
         "bio+adamw": f"{arch} + bio_adamw (fused)",
         "bio+adamw+comp": f"{arch} + bio_adamw, compiled layers",
         "bio+adamw+comp+fused": f"{arch} + bio_adamw, compiled layers, fused LM head + loss (bio_masked_lm)",
+        "bio+adamw+comp+noattndrop": f"{arch} + bio_adamw, compiled layers, attention dropout 0 (recipes: 0.1)",
         "reference": "plain PyTorch reference (fused QKV, SDPA, fused AdamW)",
         "reference+comp": "plain PyTorch reference, torch.compile",
         "hf": "HF RobertaForMaskedLM (sdpa, fused AdamW)",
@@ -119,12 +130,15 @@ def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, pre
 
 
 def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False,
-                 arch: str = "bio_roberta_base"):  # fmt: skip
-    """fairseq-train's arguments for one fairseq variant (the reference and HF ones read bio's), parsed here."""
+                 arch: str = "bio_roberta_base", task: str = "masked_lm", criterion=None, extra=()):  # fmt: skip
+    """fairseq-train's arguments for one fairseq variant (the reference and HF ones read bio's), parsed here;
+    ``task``: fairseq's ``masked_lm`` (the masks made by the data loader, the same for every variant) or the
+    recipes' ``bio_masked_lm`` (benchmarks/host_reads.py); ``criterion`` instead of the variant's; ``extra``
+    arguments last."""
     from fairseq_bio import runs
 
     spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
-    args = ["--task", "masked_lm", "--criterion", spec.get("criterion", "masked_lm"), "--arch",
+    args = ["--task", task, "--criterion", criterion or spec.get("criterion", "masked_lm"), "--arch",
             arch if spec["plugin"] else STOCK_ARCH[arch],
             "--sample-break-mode", "none", "--tokens-per-sample", str(SEQ), "--batch-size", str(batch),
             "--optimizer", spec["optimizer"], "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
@@ -132,6 +146,7 @@ def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, t
             "--max-update", "1000000", "--log-format", "none", "--no-progress-bar"]  # fmt: skip
     if tiny:
         args += TINY
+    args += list(extra)
     if device == "cpu":
         args += ["--cpu"]
     elif bf16:
@@ -144,9 +159,9 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def build(variant: str, args, task=None):
+def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=()):
     """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
-    reuses an already set-up masked_lm task."""
+    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``."""
     import torch
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -155,7 +170,8 @@ def build(variant: str, args, task=None):
 
     spec, cuda, bf16 = VARIANTS[variant], args.device == "cuda", not args.fp32
     parser = options.get_training_parser()
-    argv = fairseq_args(variant, str(args.data), args.batch, args.device, bf16, args.tiny, args.arch)
+    argv = fairseq_args(variant, str(args.data), args.batch, args.device, bf16, args.tiny, args.arch, task_name,
+                        criterion, extra)  # fmt: skip
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     with open_dict(cfg.common):
         # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
@@ -164,6 +180,9 @@ def build(variant: str, args, task=None):
     if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
         with open_dict(cfg.model):
             cfg.model.compile_encoder_layers = True
+    if "attention_dropout" in spec:
+        with open_dict(cfg.model):
+            cfg.model.attention_dropout = spec["attention_dropout"]
     utils.import_user_module(cfg.common)
     if task is None:
         task = tasks.setup_task(cfg.task)
@@ -432,16 +451,27 @@ def run_memory_worker(variant: str, args) -> dict:
         cmd.append("--fp32")
     if args.tiny:
         cmd.append("--tiny")
+    if args.sdpa_backend:
+        cmd += ["--sdpa-backend", args.sdpa_backend]
     out = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"{variant} (memory) failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def sdpa_only(backend: str) -> None:
+    """From here on, ``F.scaled_dot_product_attention`` runs through ``backend``'s kernel only (for the process)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+              "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]  # fmt: skip
+    sdpa_kernel([kernel]).__enter__()  # left open: the whole run
+
+
 def choose_variants(given, arch: str):
-    """The variants asked for (default: every one this architecture has), checked."""
+    """The variants asked for (default: every one this architecture has, but the opt-in ones), checked."""
     if given is None:
-        variants = [v for v in VARIANTS if v != "stock" or arch in STOCK_ARCH]
+        variants = [v for v in VARIANTS if VARIANTS[v].get("default", True) and (v != "stock" or arch in STOCK_ARCH)]
         if arch not in STOCK_ARCH:
             print(f"{arch}: fairseq has no stock model of this shape; the stock variant is left out", flush=True)
         return variants
@@ -475,6 +505,9 @@ def main(argv=None):
     parser.add_argument("--peak-tflops", type=float, default=None, help="peak FLOP/s for MFU (default: see docstring)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the tables, records and plots")
     parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory runs")
+    parser.add_argument("--sdpa-backend", choices=SDPA_BACKENDS, default=None,
+                        help="every variant's scaled_dot_product_attention through this kernel only (default: torch's "
+                             "choice); a kernel that cannot run a call fails it")  # fmt: skip
     parser.add_argument("--profile", choices=list(VARIANTS), default=None,
                         help=f"instead of the comparison: {PROFILE_STEPS} steps of this variant under torch.profiler, "
                         "time by kernel group")  # fmt: skip
@@ -484,6 +517,8 @@ def main(argv=None):
     args.batch = args.batch or (2 if cpu else 32)
     args.steps = args.steps or (6 if cpu else 30)
     args.warmup = args.warmup if args.warmup is not None else (1 if cpu else 5)
+    if args.sdpa_backend:
+        sdpa_only(args.sdpa_backend)
     if args.memory_worker:
         print(json.dumps(memory_worker(args.memory_worker, args)))
         return

@@ -52,7 +52,10 @@ class MultiTensorFP16Optimizer(FP16Optimizer):
                 flat, offset = self.fp32_params[key], offsets[key]
                 offsets[key] += p.numel()
                 master = (flat.grad if with_grads else flat).data[offset : offset + p.numel()].view_as(p)
-                model_side = (p.grad.data if p.grad is not None else p.data.new_zeros(p.shape)) if with_grads else p.data
+                if with_grads:
+                    model_side = p.grad.data if p.grad is not None else p.data.new_zeros(p.shape)
+                else:
+                    model_side = p.data
                 pairs[p.device][0].append(model_side)
                 pairs[p.device][1].append(master)
             return pairs

@@ -24,7 +24,7 @@ fairseq's ``fully_sharded`` another engine.
     the full state and each keeps its shard;
   With ``common.bf16`` or ``common.fp16``, whatever the backend, fairseq's mixed-precision wrapper copies gradients
   and weights with multi-tensor kernels (``mixed_precision.MultiTensorFP16Optimizer``: the same values, fewer
-  launches);
+  launches); and a training update's logging reads nothing back to the host (``_reduce_and_log_stats``);
 - ``fsdp_enable_wrap``: a no-op, so that fairseq builds the plain model (fairseq's would need fairscale).
 
 Precision: fp32 only for now (``common.fp16`` and ``common.bf16`` are refused in one line: fairseq would cast the
@@ -37,6 +37,7 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
+from fairseq import metrics
 from fairseq.trainer import Trainer
 from torch import nn
 
@@ -189,6 +190,28 @@ class ShardedTrainer(Trainer):
         if clip_norm > 0:
             torch.nn.utils.clip_grads_with_norm_(params, clip_norm, norm.to(params[0].device))
         return norm.to(self.device)
+
+    def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
+        """fairseq's, except after a training update: the same meters are updated (``ups``, ``gnorm``, ``clip``, the
+        task's), but without fairseq's ``isfinite(grad_norm)`` guard (a non-finite norm never gets here: fairseq
+        raises or skips the update first) and without computing every meter's smoothed value for the return value,
+        one host read each, which nothing reads (fairseq-train reads the meters at its log interval; fairseq returns
+        ``{}`` on TPUs for the same reason). On a GPU each read waits for the device (issue 36,
+        benchmarks/host_reads.py). Returns ``{"sample_size": ...}``."""
+        if grad_norm is None or not torch.is_tensor(grad_norm):
+            return super()._reduce_and_log_stats(logging_outputs, sample_size, grad_norm)
+        metrics.log_speed("ups", 1.0, priority=100, round=2)
+        metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
+        clip_norm = self.cfg.optimization.clip_norm
+        if clip_norm > 0:
+            clipped = torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
+            metrics.log_scalar("clip", clipped, priority=500, round=1)
+        with metrics.aggregate() as agg:
+            if logging_outputs is not None:
+                self.task.reduce_metrics(logging_outputs, self.get_criterion())
+            if "loss" not in agg:
+                metrics.log_scalar("loss", -1)  # as fairseq (which also warns once)
+        return {"sample_size": sample_size}
 
     def _build_optimizer(self):
         super()._build_optimizer()

@@ -113,10 +113,11 @@ class BatchMasker:
 
         targets = torch.where(chosen, tokens, torch.full_like(tokens, self.pad_idx))
         corrupted = torch.where(chosen & ~keep & ~randomize, torch.full_like(tokens, self.mask_idx), tokens)
-        num_random = int(randomize.sum())
-        if num_random:
-            draws = torch.multinomial(replacement_weights, num_random, replacement=True, generator=generator)
-            corrupted = corrupted.masked_scatter(randomize, draws)
+        if self.random_token_prob > 0:
+            # One draw per position, used where a token is to be randomised: counting those first would read the
+            # count back to the host, which on a GPU waits for the device every update (issue 36).
+            draws = torch.multinomial(replacement_weights, tokens.numel(), replacement=True, generator=generator)
+            corrupted = torch.where(randomize, draws.view_as(tokens), corrupted)
         return corrupted, targets
 
 

@@ -138,7 +138,9 @@ class BioTransformerEncoder(TransformerEncoder):
         tensor per layer, the attention probabilities before dropout. Nothing extra is computed or kept unless
         asked for."""
         padding_mask = src_tokens.eq(self.padding_idx)
-        has_pads = padding_mask.any()
+        # Read once: a tensor's truth value waits for the GPU, and this encoder (as fairseq's) asked it again before
+        # every layer, so the host stopped launching at each layer boundary until the device had caught up (issue 36).
+        has_pads = bool(padding_mask.any())
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
         if has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))

@@ -222,6 +222,7 @@ class BioMaskedLMTask(MaskedLMTask):
             NestedDictionaryDataset(
                 {
                     "id": IdDataset(),
+                    "first_id": FirstIdDataset(),
                     "net_input": {
                         "src_tokens": RightPadDataset(dataset, pad_idx=self.source_dictionary.pad()),
                         "src_lengths": NumelDataset(dataset, reduce=False),
@@ -246,7 +247,10 @@ class BioMaskedLMTask(MaskedLMTask):
         the task seed, ``stream`` (the update number; -1 for validation) and the batch's sample ids."""
         tokens = sample["net_input"]["src_tokens"]
         ids = sample["id"]
-        key = (self.cfg.seed, stream, int(ids[0]) if ids.numel() else 0, ids.numel(), tokens.size(1))
+        first = sample.get("first_id")  # the collater's, on the host: ids[0] of the device's copy is a GPU sync
+        if first is None:
+            first = int(ids[0]) if ids.numel() else 0
+        key = (self.cfg.seed, stream, first, ids.numel(), tokens.size(1))
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
         corrupted, target = self.masker(tokens, mask_prob, generator)
@@ -317,6 +321,14 @@ def check_start_checkpoint(cfg) -> None:
     resuming = os.path.exists(os.path.join(getattr(cfg, "save_dir", None) or ".", "checkpoint_last.pt"))
     if start and not os.path.exists(start) and not resuming:
         raise BioFileNotFoundError(f"checkpoint.finetune_from_model={start}: no such checkpoint")
+
+
+class FirstIdDataset(IdDataset):
+    """A batch's first sample id as a Python int: the masks' key (``mask_sample``), known on the host after the
+    trainer has moved the batch's tensors to the GPU."""
+
+    def collater(self, samples):
+        return int(samples[0]) if len(samples) else 0
 
 
 class BlocksDataset(KeepsEveryExample, SortDataset):
