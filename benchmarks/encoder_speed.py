@@ -159,9 +159,10 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
-def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=()):
+def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=(), model=None):
     """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
-    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``."""
+    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``; ``model``: {model option: value}
+    set on the parsed config (options bio_roberta has only in its hydra schema, e.g. checkpoint_activations)."""
     import torch
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -180,9 +181,12 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
     if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
         with open_dict(cfg.model):
             cfg.model.compile_encoder_layers = True
+    model_options = dict(model or {})
     if "attention_dropout" in spec:
-        with open_dict(cfg.model):
-            cfg.model.attention_dropout = spec["attention_dropout"]
+        model_options["attention_dropout"] = spec["attention_dropout"]
+    with open_dict(cfg.model):
+        for key, value in model_options.items():
+            cfg.model[key] = value
     utils.import_user_module(cfg.common)
     if task is None:
         task = tasks.setup_task(cfg.task)
