@@ -10,7 +10,8 @@ that pickles anything else is refused with a one-line error.
 ``install()``, run when the plugin is imported, makes the changes to fairseq and torch that docs/stack.md lists ("What
 `import fairseq_bio` changes": each with why it must happen at import and the test that shows it): this allowlist,
 narrow repairs of fairseq 0.12 breaks that are not ours (each ``_install_*`` function below says what it repairs), and
-the changes of ``checkpoints``, ``fp16_diagnosis``, ``preemption`` and ``sharded`` (see their module docstrings).
+the changes of ``checkpoint_safety``, ``fp16_diagnosis``, ``preemption``, ``sharded`` and ``trainer`` (see their module
+docstrings).
 """
 
 import argparse
@@ -91,12 +92,13 @@ def install() -> None:
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
     _install_installed_user_dir()
-    from . import checkpoint_safety, fp16_diagnosis, preemption, sharded
+    from . import checkpoint_safety, fp16_diagnosis, preemption, sharded, trainer
 
     checkpoint_safety.install()
     fp16_diagnosis.install()
     preemption.install()
     sharded.install()
+    trainer.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
     # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
     # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's

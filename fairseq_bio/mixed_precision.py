@@ -12,7 +12,7 @@ for them between the backward pass and the next forward (issue 36's profile of a
 ``torch._foreach_zero_`` over each device's tensors: the same values in the same tensors (bit for bit: a copy with the
 same rounding), the same state dict and checkpoints, the same loss scaling. It covers both of fairseq's layouts: one
 fp32 tensor per parameter (bf16 always; fp16 with ``common.fp16_no_flatten_grads``) and one flat fp32 tensor per device
-(fp16's default). ``ShardedTrainer._build_optimizer`` (the plugin's trainer, ``sharded.py``) gives fairseq's wrapper
+(fp16's default). ``BioTrainer._build_optimizer`` (the plugin's trainer, ``trainer.py``) gives fairseq's wrapper
 these methods when fairseq chose exactly ``FP16Optimizer``; the memory-efficient and AMP wrappers, BMUF and the CPU's
 fp32 path are left as they are.
 """

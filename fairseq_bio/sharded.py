@@ -8,9 +8,10 @@ and fairseq refuses it with bf16. fairseq 0.12 validates ``ddp_backend`` against
 composes the config, before the plugin is imported, so the plugin cannot add a value of its own: it gives
 fairseq's ``fully_sharded`` another engine.
 
-``install()`` (called by ``compat.install()``) replaces two names of ``fairseq_cli.train``:
+``install()`` (called by ``compat.install()``) replaces ``fairseq_cli.train.fsdp_enable_wrap``, and ``trainer.py``
+makes ``fairseq_cli.train.Trainer`` a subclass of ``ShardedTrainer``:
 
-- ``Trainer``: ``ShardedTrainer``, fairseq's Trainer unchanged unless ``ddp_backend=fully_sharded``. Then fairseq's
+- ``ShardedTrainer``: fairseq's Trainer unchanged unless ``ddp_backend=fully_sharded``. Then fairseq's
   fairscale branches are off (``is_fsdp`` is False) and, on two or more processes:
 
   - the model is sharded in place by ``shard_model``: each layer of every ``layers`` module list (the transformer
@@ -22,9 +23,6 @@ fairseq's ``fully_sharded`` another engine.
     keys, shapes and optimizer-state layout. Fine-tuning (``checkpoint.restore_file``), the HF export, one process
     or plain data parallel read it; a sharded run resumes from it (or from a plain one): fairseq hands every rank
     the full state and each keeps its shard;
-  With ``common.bf16`` or ``common.fp16``, whatever the backend, fairseq's mixed-precision wrapper copies gradients
-  and weights with multi-tensor kernels (``mixed_precision.MultiTensorFP16Optimizer``: the same values, fewer
-  launches); and a training update's logging reads nothing back to the host (``_reduce_and_log_stats``);
 - ``fsdp_enable_wrap``: a no-op, so that fairseq builds the plain model (fairseq's would need fairscale).
 
 Precision: fp32 only for now (``common.fp16`` and ``common.bf16`` are refused in one line: fairseq would cast the
@@ -37,12 +35,10 @@ from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
-from fairseq import metrics
 from fairseq.trainer import Trainer
 from torch import nn
 
 from .errors import BioConfigError
-from .mixed_precision import MultiTensorFP16Optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -151,8 +147,8 @@ def sharded_backend(cfg) -> bool:
 
 
 class ShardedTrainer(Trainer):
-    """fairseq's Trainer; with ``ddp_backend=fully_sharded`` on several processes, PyTorch's FSDP2; in bf16/fp16, the
-    multi-tensor copies of ``MultiTensorFP16Optimizer`` (see the module)."""
+    """fairseq's Trainer; with ``ddp_backend=fully_sharded`` on several processes, PyTorch's FSDP2 (see the module).
+    fairseq-train builds its subclass ``trainer.BioTrainer``."""
 
     def __init__(self, cfg, task, model, criterion, quantizer=None):
         if sharded_backend(cfg):
@@ -191,32 +187,6 @@ class ShardedTrainer(Trainer):
             torch.nn.utils.clip_grads_with_norm_(params, clip_norm, norm.to(params[0].device))
         return norm.to(self.device)
 
-    def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
-        """fairseq's, except after a training update: the same meters are updated (``ups``, ``gnorm``, ``clip``, the
-        task's), but without fairseq's ``isfinite(grad_norm)`` guard (a non-finite norm never gets here: fairseq
-        raises or skips the update first) and without computing every meter's smoothed value for the return value,
-        one host read each, which nothing reads (fairseq-train reads the meters at its log interval; fairseq returns
-        ``{}`` on TPUs for the same reason). On a GPU each read waits for the device (issue 36,
-        benchmarks/host_reads.py). Returns ``{"sample_size": ...}``."""
-        if grad_norm is None or not torch.is_tensor(grad_norm):
-            return super()._reduce_and_log_stats(logging_outputs, sample_size, grad_norm)
-        metrics.log_speed("ups", 1.0, priority=100, round=2)
-        metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
-        clip_norm = self.cfg.optimization.clip_norm
-        if clip_norm > 0:
-            clipped = torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
-            metrics.log_scalar("clip", clipped, priority=500, round=1)
-        with metrics.aggregate() as agg:
-            if logging_outputs is not None:
-                self.task.reduce_metrics(logging_outputs, self.get_criterion())
-            if "loss" not in agg:
-                metrics.log_scalar("loss", -1)  # as fairseq (which also warns once)
-        return {"sample_size": sample_size}
-
-    def _build_optimizer(self):
-        super()._build_optimizer()
-        self._optimizer = MultiTensorFP16Optimizer.adopt(self._optimizer)
-
     @property
     def always_call_state_dict_during_save_checkpoint(self) -> bool:
         return self.sharded or super().always_call_state_dict_during_save_checkpoint
@@ -244,12 +214,10 @@ def fsdp_enable_wrap(cfg):
 
 
 def install() -> None:
-    """Make fairseq-train / fairseq-hydra-train build ``ShardedTrainer`` and a plain model. Idempotent."""
+    """Make fairseq-train / fairseq-hydra-train build a plain model for ``ShardedTrainer`` to shard. Idempotent."""
     from fairseq_cli import train as module
 
-    if getattr(module.Trainer, _MARK, False):
+    if getattr(module.fsdp_enable_wrap, _MARK, False):
         return
-    ShardedTrainer.fairseq_bio_sharded = True
     fsdp_enable_wrap.fairseq_bio_sharded = True
-    module.Trainer = ShardedTrainer
     module.fsdp_enable_wrap = fsdp_enable_wrap

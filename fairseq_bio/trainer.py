@@ -1,0 +1,60 @@
+"""The trainer fairseq-train builds once the plugin is imported: ``BioTrainer``, fairseq's Trainer with
+
+- ``ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``sharded.ShardedTrainer``, its base);
+- in bf16/fp16, fairseq's ``FP16Optimizer`` given multi-tensor copies between the model and its fp32 master weights
+  (``mixed_precision.MultiTensorFP16Optimizer``: the same bits, state and checkpoints; 3 kernels per update instead
+  of one per tensor each way);
+- a training update's logging that updates the same meters without reading their values back to the host.
+
+Everything else (the step, checkpoints, resume, the CPU path) is fairseq's. ``install()`` (called by
+``compat.install()``) makes ``fairseq_cli.train.Trainer`` this class: fairseq-train's ``main`` builds its trainer
+from that name, and a ``--user-dir`` plugin has no other hook.
+"""
+
+import torch
+from fairseq import metrics
+
+from .mixed_precision import MultiTensorFP16Optimizer
+from .sharded import ShardedTrainer
+
+_MARK = "fairseq_bio_trainer"
+
+
+class BioTrainer(ShardedTrainer):
+    """fairseq's Trainer with the changes listed in the module docstring."""
+
+    def _build_optimizer(self):
+        super()._build_optimizer()
+        self._optimizer = MultiTensorFP16Optimizer.adopt(self._optimizer)
+
+    def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
+        """fairseq's, except after a training update: the same meters are updated (``ups``, ``gnorm``, ``clip``, the
+        task's), but without fairseq's ``isfinite(grad_norm)`` guard (a non-finite norm never gets here: fairseq
+        raises or skips the update first) and without computing every meter's smoothed value for the return value,
+        one host read each, which nothing reads (fairseq-train reads the meters at its log interval; fairseq returns
+        ``{}`` on TPUs for the same reason). On a GPU each read waits for the device (issue 36,
+        benchmarks/host_reads.py). Returns ``{"sample_size": ...}``."""
+        if grad_norm is None or not torch.is_tensor(grad_norm):
+            return super()._reduce_and_log_stats(logging_outputs, sample_size, grad_norm)
+        metrics.log_speed("ups", 1.0, priority=100, round=2)
+        metrics.log_scalar("gnorm", grad_norm, priority=400, round=3)
+        clip_norm = self.cfg.optimization.clip_norm
+        if clip_norm > 0:
+            clipped = torch.where(grad_norm > clip_norm, grad_norm.new_tensor(100), grad_norm.new_tensor(0))
+            metrics.log_scalar("clip", clipped, priority=500, round=1)
+        with metrics.aggregate() as agg:
+            if logging_outputs is not None:
+                self.task.reduce_metrics(logging_outputs, self.get_criterion())
+            if "loss" not in agg:
+                metrics.log_scalar("loss", -1)  # as fairseq (which also warns once)
+        return {"sample_size": sample_size}
+
+
+def install() -> None:
+    """Make fairseq-train / fairseq-hydra-train build ``BioTrainer``. Idempotent."""
+    from fairseq_cli import train as module
+
+    if getattr(module.Trainer, _MARK, False):
+        return
+    setattr(BioTrainer, _MARK, True)
+    module.Trainer = BioTrainer
