@@ -99,7 +99,7 @@ VARIANTS = {
 # fairseq's stock architecture of the same shape; the others have none
 STOCK_ARCH = {"bio_roberta_base": "roberta_base", "bio_roberta_large": "roberta_large"}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
-RATIO_TO = ("stock", "reference")  # the "vs" columns, for those of them that ran
+RATIO_TO = ("stock", "reference", "reference+comp")  # the "vs" columns, for those of them that ran
 SEQ = 512
 PROFILE_STEPS = 3
 # --tiny (benchmarks/gpu_check.py's dry mode): every code path in seconds on a CPU; a check, not a measurement.

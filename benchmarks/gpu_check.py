@@ -2,9 +2,10 @@
 
 1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq's hydra entry point
    in fp16 and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
-2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base against stock roberta_base, a plain PyTorch
-   reference and HF RobertaForMaskedLM, tokens/s, MFU, true peak memory, bf16, 512-token blocks (on `make demo`'s
-   runs/demo/data-bin, else on PubMed data built here);
+2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base (compiled layers, with and without the fused LM head
+   and loss) against stock roberta_base, the compiled plain PyTorch reference and HF RobertaForMaskedLM at issue 36's
+   128 x 512, bf16: tokens/s, MFU, true peak memory (on `make demo`'s runs/demo/data-bin, else on PubMed data built
+   here);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
@@ -48,6 +49,10 @@ BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write
 TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
 # a fresh process per variant; the others only swap the optimizer or compile the layers
 COPIES_BUDGET_S = 45  # step 5 (about 15 s on a GPU), taken before the encoder speed's remaining time
+# issue 36's targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in the same run (and
+# stock fairseq and HF beside them), each variant's true peak memory from its own process
+GPU_SPEED = ["--device", "cuda", "--batch", "128", "--warmup", "3", "--steps", "10", "--variants",
+             "stock,bio+adamw+comp,bio+adamw+comp+fused,reference+comp,hf"]  # fmt: skip
 DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants",
              "stock,bio,reference,hf"]
 
@@ -160,7 +165,7 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
     except Exception as e:  # no PubMed sample, say: the other steps' rows still get written
         return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
     cmd = [sys.executable, REPO / "benchmarks" / "encoder_speed.py", "--data", data]
-    cmd += DRY_SPEED if dry else ["--device", "cuda"]  # on CUDA its defaults: bf16, 32 x 512, 5 + 30 rounds
+    cmd += DRY_SPEED if dry else GPU_SPEED
     try:
         rc = run(cmd, env, timeout - (time.time() - start))
     except runs.RunTimeout:
