@@ -66,12 +66,13 @@ def _refusal(path, error: Exception) -> str:
     )
 
 
-def load_checkpoint(path, map_location="cpu"):
-    """``torch.load`` a fairseq checkpoint with ``weights_only=True`` and the fairseq allowlist."""
+def load_checkpoint(path, map_location="cpu", mmap: bool = False):
+    """``torch.load`` a fairseq checkpoint with ``weights_only=True`` and the fairseq allowlist; ``mmap``: the tensors
+    mapped from the file rather than read (for a look at the checkpoint's other entries)."""
     # torch's safe_globals() context manager drops globals added before it on exit: allowlist for good.
     install()
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
         from .checkpoint_safety import corrupt_error
 

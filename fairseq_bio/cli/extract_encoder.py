@@ -40,7 +40,7 @@ def best_is_behind(checkpoint: Path, state: Dict) -> Optional[str]:
     last = checkpoint.with_name("checkpoint_last.pt")
     if checkpoint.name != "checkpoint_best.pt" or not last.is_file():
         return None
-    best_at, last_at = _updates(state), _updates(load_checkpoint(last))
+    best_at, last_at = _updates(state), _updates(load_checkpoint(last, mmap=True))  # its tensors are not read
     if best_at is None or last_at is None or last_at <= best_at:
         return None
     return (f"{checkpoint} is update {best_at:,}, {last.name} beside it update {last_at:,}: fairseq picks ELECTRA's "
