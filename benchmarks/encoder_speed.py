@@ -193,12 +193,14 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
         task.load_dataset("train")
     m, dictionary = cfg.model, task.source_dictionary
     positions = getattr(m, "max_positions", None) or cfg.task.tokens_per_sample  # as RobertaModel.build_model
-    pre_ln = bool(m.encoder_normalize_before)
-    sizes = dict(layers=m.encoder_layers, dim=m.encoder_embed_dim, ffn=m.encoder_ffn_embed_dim,
-                 heads=m.encoder_attention_heads, vocab=len(dictionary), pre_ln=pre_ln)  # fmt: skip
-    shape = dict(vocab=len(dictionary), pad=dictionary.pad(), layers=m.encoder_layers, dim=m.encoder_embed_dim,
-                 ffn=m.encoder_ffn_embed_dim, heads=m.encoder_attention_heads, max_positions=positions,
-                 dropout=m.dropout, attention_dropout=m.attention_dropout, pre_ln=pre_ln)  # fmt: skip
+    # (an ELECTRA, host_reads.py --task bio_electra, has its sizes only once built: None here, unused there)
+    layers, dim, ffn, heads = (getattr(m, k, None) for k in ("encoder_layers", "encoder_embed_dim",
+                                                              "encoder_ffn_embed_dim", "encoder_attention_heads"))
+    pre_ln = bool(getattr(m, "encoder_normalize_before", False))
+    sizes = dict(layers=layers, dim=dim, ffn=ffn, heads=heads, vocab=len(dictionary), pre_ln=pre_ln)
+    shape = dict(vocab=len(dictionary), pad=dictionary.pad(), layers=layers, dim=dim, ffn=ffn, heads=heads,
+                 max_positions=positions, dropout=getattr(m, "dropout", None),
+                 attention_dropout=getattr(m, "attention_dropout", None), pre_ln=pre_ln)  # fmt: skip
     torch.manual_seed(1)  # the same initial weights in every variant of a kind
     if spec["kind"] == "fairseq":
         model = task.build_model(cfg.model)

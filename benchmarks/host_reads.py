@@ -12,6 +12,7 @@ reports (``torch.cuda.set_sync_debug_mode``). Reads made only every ``common.log
 loop (the logged values) are outside the step and not counted.
 
     OMP_NUM_THREADS=1 python benchmarks/host_reads.py --tiny --batch 2           # CPU, seconds
+    OMP_NUM_THREADS=1 python benchmarks/host_reads.py --task bio_electra --arch bio_electra_tiny
     python benchmarks/host_reads.py --device cuda --batch 32
 
 Writes ``benchmarks/results/host_reads[_cuda].md`` and ``.json`` and prints the table.
@@ -138,7 +139,8 @@ def measure(args) -> dict:
     import torch
 
     extra = ["--encoder-layers", str(args.layers)] if getattr(args, "layers", None) else []
-    task, step, sizes = encoder_speed.build("bio+adamw", args, task_name="bio_masked_lm", criterion=args.criterion,
+    task_name = getattr(args, "task", "bio_masked_lm")
+    task, step, sizes = encoder_speed.build("bio+adamw", args, task_name=task_name, criterion=args.criterion,
                                             extra=extra)  # fmt: skip
     trainer = step.trainer
     samples = batches(task, args.batch, args.steps + 1)
@@ -160,14 +162,14 @@ def measure(args) -> dict:
         syncs = sum("synchroniz" in str(w.message) for w in caught) / args.steps
     rows = [{"site": site, "what": what, "per_step": n / args.steps} for (site, what), n in mode.reads.items()]
     rows.sort(key=lambda r: (-r["per_step"], r["site"]))
-    return {"arch": args.arch, "batch": args.batch, "device": args.device, "criterion": args.criterion,
-            "steps": args.steps, "reads": rows, "reads_per_step": sum(r["per_step"] for r in rows),
-            "cuda_syncs_per_step": syncs, "sizes": sizes}  # fmt: skip
+    return {"arch": args.arch, "batch": args.batch, "device": args.device, "task": task_name,
+            "criterion": args.criterion, "steps": args.steps, "reads": rows,
+            "reads_per_step": sum(r["per_step"] for r in rows), "cuda_syncs_per_step": syncs, "sizes": sizes}
 
 
 def table(result: dict) -> str:
     lines = [
-        f"Host reads per training step: {result['arch']}, {result['batch']} x 512, task bio_masked_lm, criterion "
+        f"Host reads per training step: {result['arch']}, {result['batch']} x 512, task {result['task']}, criterion "
         f"{result['criterion']}, bio_adamw, the plugin's trainer, {result['device']}; {result['steps']} steps",
         "",
         "| where (first frame outside torch) | what | per step |",
@@ -186,16 +188,25 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=REPO / "runs" / "demo" / "data-bin",
                         help="binarised text (make demo's, or the GPU check's runs/gpu_check*/data-bin)")  # fmt: skip
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--arch", default="bio_roberta_base")
+    parser.add_argument("--task", default="bio_masked_lm", choices=["bio_masked_lm", "bio_electra"],
+                        help="bio_electra: ELECTRA's step (its criterion, --arch bio_electra_*)")  # fmt: skip
+    parser.add_argument("--arch", default=None, help="default bio_roberta_base, or bio_electra_base for ELECTRA")
     parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder (encoder_speed.py's --tiny)")
     parser.add_argument("--layers", type=int, default=None, help="instead of the architecture's number of layers")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--criterion", default="masked_lm", choices=["masked_lm", "bio_masked_lm"],
-                        help="the recipes' masked_lm, or bio_masked_lm (the LM head and loss fused)")  # fmt: skip
+    parser.add_argument("--criterion", default=None, choices=["masked_lm", "bio_masked_lm", "bio_electra"],
+                        help="masked LM: the recipes' masked_lm (default), or bio_masked_lm (the LM head and loss "
+                             "fused); ELECTRA: bio_electra")  # fmt: skip
     parser.add_argument("--fp32", action="store_true", help="CUDA: fp32 instead of bf16")
     parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/host_reads)")
     args = parser.parse_args(argv)
+    electra = args.task == "bio_electra"
+    args.arch = args.arch or ("bio_electra_base" if electra else "bio_roberta_base")
+    args.criterion = args.criterion or ("bio_electra" if electra else "masked_lm")
+    if electra != (args.criterion == "bio_electra") or electra != args.arch.startswith("bio_electra"):
+        raise SystemExit(f"host_reads.py: --task {args.task} --arch {args.arch} --criterion {args.criterion}: the "
+                         "ELECTRA task goes with a bio_electra architecture and criterion, the masked LM with neither")
     from fairseq_bio.files import write_text
 
     if not (args.data / "dict.txt").is_file():

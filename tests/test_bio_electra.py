@@ -142,12 +142,13 @@ def test_criterion_equals_a_direct_computation_and_labels_equal_samples_original
     predicted = (z > 0) & keep
     assert log["replaced_detected"] == int((predicted & replaced).sum())
     assert log["original_correct"] == int((~predicted & ~replaced & keep).sum())
-    assert log["replaced_prob_sum"] == pytest.approx(float(p[replaced].sum()), abs=1e-5)
-    assert log["original_prob_sum"] == pytest.approx(float(p[~replaced & keep].sum()), abs=1e-5)
+    assert float(log["replaced_prob_sum"]) == pytest.approx(float(p[replaced].sum()), abs=1e-5)
+    assert float(log["original_prob_sum"]) == pytest.approx(float(p[~replaced & keep].sum()), abs=1e-5)
 
     out = model(src, original_tokens=original, masked_tokens=masked, generator=torch.Generator().manual_seed(0))
-    keys = {"generator_logits", "sampled_tokens", "discriminator_tokens", "replaced", "discriminator_logits"}
-    assert set(out) == keys
+    keys = {"generator_logits", "generator_targets", "sampled_tokens", "discriminator_tokens", "replaced",
+            "discriminator_logits"}  # fmt: skip
+    assert set(out) == keys and torch.equal(out["generator_targets"], original[masked])
     assert out["sampled_tokens"].tolist() == [w5] * 5
     # With the likely symbols forbidden, draws still never pick a special one.
     with torch.no_grad():
@@ -319,3 +320,23 @@ def test_restored_optimizer_state_grows_with_the_position_table():
     wrong.state[positions] = {"exp_avg": torch.zeros(3, 3)}
     with pytest.raises(ValueError, match="does not fit a parameter of shape .* checkpoint.reset_optimizer=true"):
         grow_optimizer_state(wrong, long, criterion, positions, old_rows)
+
+
+def test_fairseq_train_command_line_trains_bio_electra(data_bin, tmp_path):
+    """The argparse form, ``fairseq-train --task bio_electra --arch bio_electra_tiny`` (fairseq gives the model only
+    the options typed, the architecture fills the rest): it trained nothing before (``Namespace`` has no
+    ``encoder_normalize_before``). 4 updates on real PubMed blocks, every replaced-token statistic logged."""
+    from conftest import logged, run_cli
+
+    from fairseq_bio import runs
+
+    log = tmp_path / "train.log"
+    run_cli(runs.train(data_bin(), "--task", "bio_electra", "--arch", "bio_electra_tiny", "--criterion", "bio_electra",
+                       "--optimizer", "bio_adamw", "--lr", "1e-4", "--max-update", "4", "--batch-size", "4",
+                       "--tokens-per-sample", "128", "--no-save", "--disable-validation", "--log-format", "json",
+                       "--log-interval", "1", "--log-file", log), cwd=tmp_path)  # fmt: skip
+    steps = logged(log, "train_inner")
+    assert sorted(steps) == [1, 2, 3, 4]
+    for entry in steps.values():
+        assert math.isfinite(float(entry["loss"])) and 0 < float(entry["replaced_frac"]) < 0.5
+        assert 0 <= float(entry["disc_acc"]) <= 1 and 0 < float(entry["replaced_prob"]) < 1

@@ -55,20 +55,24 @@ class BioElectraCriterion(FairseqCriterion):
             temperature=self.temperature,
             generator=generator,
         )
-        targets = original[masked]
+        # Every count stays a tensor on the batch's device: reading one back (int(), float(), a boolean mask) waits
+        # for a GPU, and fairseq reads the summed counts at its log interval anyway.
+        targets = out["generator_targets"]
         gen_logits = out["generator_logits"].float()
         gen_loss_sum = F.cross_entropy(gen_logits, targets, reduction="sum")
         tokens = original.ne(self.padding_idx)
         replaced = out["replaced"] & tokens
-        disc_logits = out["discriminator_logits"].float()[tokens]
-        disc_loss_sum = F.binary_cross_entropy_with_logits(disc_logits, replaced[tokens].float(), reduction="sum")
-        n_masked, n_tokens = int(masked.sum()), int(tokens.sum())
-        loss = gen_loss_sum / max(n_masked, 1) + self.discriminator_weight * disc_loss_sum / max(n_tokens, 1)
+        disc_logits = out["discriminator_logits"].float()
+        per_token = F.binary_cross_entropy_with_logits(disc_logits, replaced.float(), reduction="none")
+        disc_loss_sum = per_token.masked_fill(~tokens, 0.0).sum()
+        n_masked, n_tokens = masked.sum(), tokens.sum()
+        loss = gen_loss_sum / n_masked.clamp(min=1) + self.discriminator_weight * disc_loss_sum / n_tokens.clamp(min=1)
 
         predicted = (out["discriminator_logits"] > 0) & tokens
         # The discriminator's probability of "replaced", summed per class: it separates the classes (and shows
         # learning) long before it crosses 0.5 on replaced tokens against a ~14 % prior.
-        probs = torch.sigmoid(out["discriminator_logits"].detach().float())
+        probs = torch.sigmoid(out["discriminator_logits"].detach().double())
+        n_replaced = replaced.sum()
         logging_output = {
             "loss": loss.data,
             "ntokens": sample["ntokens"],
@@ -76,24 +80,24 @@ class BioElectraCriterion(FairseqCriterion):
             "sample_size": 1,
             "gen_loss_sum": gen_loss_sum.data,
             "masked": n_masked,
-            "gen_correct": int((gen_logits.argmax(-1) == targets).sum()),
+            "gen_correct": (gen_logits.argmax(-1) == targets).sum(),
             "disc_loss_sum": disc_loss_sum.data,
             "tokens": n_tokens,
-            "disc_correct": int((predicted == replaced)[tokens].sum()),
-            "replaced": int(replaced.sum()),
-            "replaced_detected": int((predicted & replaced).sum()),
-            "original": n_tokens - int(replaced.sum()),
-            "original_correct": int((~predicted & ~replaced & tokens).sum()),
-            "predicted_replaced": int(predicted.sum()),
-            "replaced_prob_sum": float(probs[replaced].sum()),
-            "original_prob_sum": float(probs[tokens & ~replaced].sum()),
+            "disc_correct": ((predicted == replaced) & tokens).sum(),
+            "replaced": n_replaced,
+            "replaced_detected": (predicted & replaced).sum(),
+            "original": n_tokens - n_replaced,
+            "original_correct": (~predicted & ~replaced & tokens).sum(),
+            "predicted_replaced": predicted.sum(),
+            "replaced_prob_sum": (probs * replaced).sum(),
+            "original_prob_sum": (probs * (tokens & ~replaced)).sum(),
         }
         return loss, 1, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        def total(key):
-            return sum(float(log.get(key, 0)) for log in logging_outputs)
+        def total(key):  # tensors stay tensors: the meters sum them, and the values are read when logged
+            return sum(log.get(key, 0) for log in logging_outputs)
 
         batches = total("sample_size")
         metrics.log_scalar("loss", total("loss") / max(batches, 1) / math.log(2), batches, round=3)
@@ -101,12 +105,17 @@ class BioElectraCriterion(FairseqCriterion):
             metrics.log_scalar("_" + key, total(key))
 
         def ratio(num, den, scale=1.0):
-            return lambda m: round(scale * m["_" + num].sum / m["_" + den].sum, 4) if m["_" + den].sum > 0 else 0.0
+            def value(m):
+                denominator = float(m["_" + den].sum)
+                return round(scale * float(m["_" + num].sum) / denominator, 4) if denominator > 0 else 0.0
+
+            return value
+
+        def gen_ppl(m):
+            return round(2 ** (float(m["_gen_loss_sum"].sum) / max(float(m["_masked"].sum), 1) / math.log(2)), 3)
 
         metrics.log_derived("gen_loss", ratio("gen_loss_sum", "masked", 1 / math.log(2)))
-        metrics.log_derived(
-            "gen_ppl", lambda m: round(2 ** (m["_gen_loss_sum"].sum / max(m["_masked"].sum, 1) / math.log(2)), 3)
-        )
+        metrics.log_derived("gen_ppl", gen_ppl)
         metrics.log_derived("gen_acc", ratio("gen_correct", "masked"))
         metrics.log_derived("disc_loss", ratio("disc_loss_sum", "tokens", 1 / math.log(2)))
         metrics.log_derived("disc_acc", ratio("disc_correct", "tokens"))

@@ -11,6 +11,7 @@ discriminator too, which then has no bio_roberta form.
 """
 
 import argparse
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional
@@ -106,10 +107,15 @@ class BioElectraConfig(FairseqDataclass):
 
 
 def apply_architecture(cfg, name: Optional[str]) -> None:
-    """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not one)."""
+    """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not one), and every
+    other option it leaves unset from ``BioElectraConfig``'s defaults: fairseq's command line (``fairseq-train
+    --arch bio_electra_tiny``) gives the model only the options typed, leaving the rest to the architecture."""
     for key, value in ARCHITECTURES.get(name, ARCHITECTURES[DEFAULT_ARCHITECTURE]).items():
         if getattr(cfg, key, None) is None:
             setattr(cfg, key, value)
+    for option in dataclasses.fields(BioElectraConfig):
+        if option.default not in (None, dataclasses.MISSING) and getattr(cfg, option.name, None) is None:
+            setattr(cfg, option.name, option.default)
     if getattr(cfg, "generator_layers", None) is None:
         cfg.generator_layers = cfg.encoder_layers
     if getattr(cfg, "embedding_dim", None) is None:
@@ -201,14 +207,19 @@ class BioElectraModel(BaseFairseqModel):
         **unused,
     ) -> Dict[str, Tensor]:
         """``B x T`` masked input, ``B x T`` original tokens, ``B x T`` bool positions to predict -> dict:
-        ``generator_logits`` ``N x V``, ``sampled_tokens`` ``N``, ``discriminator_tokens`` ``B x T`` (the original
+        ``generator_logits`` ``N x V``, ``generator_targets`` ``N`` (the original tokens there), ``sampled_tokens``
+        ``N``, ``discriminator_tokens`` ``B x T`` (the original
         with the samples in place), ``replaced`` ``B x T`` bool (a sample equal to the original is not a
         replacement), ``discriminator_logits`` ``B x T``."""
         generator_logits = self.generator_logits(src_tokens, masked_tokens)
+        # Taken here, right after the generator's own masked positions: a boolean mask makes the host wait for the
+        # device, and here it waits for the generator only, not for the discriminator too.
+        generator_targets = original_tokens[masked_tokens]
         sampled = sample_replacements(generator_logits.detach(), self.forbidden, temperature, generator)
         corrupted = original_tokens.masked_scatter(masked_tokens, sampled)
         return {
             "generator_logits": generator_logits,
+            "generator_targets": generator_targets,
             "sampled_tokens": sampled,
             "discriminator_tokens": corrupted,
             "replaced": corrupted.ne(original_tokens),

@@ -114,10 +114,12 @@ class BatchMasker:
         targets = torch.where(chosen, tokens, torch.full_like(tokens, self.pad_idx))
         corrupted = torch.where(chosen & ~keep & ~randomize, torch.full_like(tokens, self.mask_idx), tokens)
         if self.random_token_prob > 0:
-            # One draw per position, used where a token is to be randomised: counting those first would read the
-            # count back to the host, which on a GPU waits for the device every update (issue 36).
+            # As many draws as positions, the k-th randomised position (row-major) taking draw k: the draws of
+            # counting the randomised positions first (a prefix of these), without reading that count back to the
+            # host, which on a GPU waits for the device every update (issue 36).
             draws = torch.multinomial(replacement_weights, tokens.numel(), replacement=True, generator=generator)
-            corrupted = torch.where(randomize, draws.view_as(tokens), corrupted)
+            rank = (randomize.flatten().cumsum(0) - 1).clamp_(min=0)
+            corrupted = torch.where(randomize, draws[rank].view_as(tokens), corrupted)
         return corrupted, targets
 
 

@@ -16,7 +16,7 @@ import torch
 from fairseq.tasks import register_task
 
 from ..errors import BioConfigError
-from .bio_masked_lm import BioMaskedLMConfig, BioMaskedLMTask
+from .bio_masked_lm import BioMaskedLMConfig, BioMaskedLMTask, first_id
 
 _SAMPLING = 1  # keys the replacement draws apart from the masks of the same batch
 
@@ -42,9 +42,9 @@ class BioElectraTask(BioMaskedLMTask):
 
     def mask_sample(self, sample, mask_prob: float, stream: int):
         masked = super().mask_sample(sample, mask_prob, stream)
-        tokens, ids = sample["net_input"]["src_tokens"], sample["id"]
+        tokens = sample["net_input"]["src_tokens"]
         # Integers only: hash() of a str differs between processes.
-        key = (self.cfg.seed, stream, int(ids[0]) if ids.numel() else 0, ids.numel(), tokens.size(1), _SAMPLING)
+        key = (self.cfg.seed, stream, first_id(sample), sample["id"].numel(), tokens.size(1), _SAMPLING)
         return {**masked, "original_tokens": tokens, "sampling_seed": hash(key) & 0x7FFF_FFFF_FFFF_FFFF}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):

@@ -246,11 +246,7 @@ class BioMaskedLMTask(MaskedLMTask):
         """A copy of ``sample`` with masked ``src_tokens`` and its ``target``; the randomness is fixed by
         the task seed, ``stream`` (the update number; -1 for validation) and the batch's sample ids."""
         tokens = sample["net_input"]["src_tokens"]
-        ids = sample["id"]
-        first = sample.get("first_id")  # the collater's, on the host: ids[0] of the device's copy is a GPU sync
-        if first is None:
-            first = int(ids[0]) if ids.numel() else 0
-        key = (self.cfg.seed, stream, first, ids.numel(), tokens.size(1))
+        key = (self.cfg.seed, stream, first_id(sample), sample["id"].numel(), tokens.size(1))
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
         corrupted, target = self.masker(tokens, mask_prob, generator)
@@ -321,6 +317,16 @@ def check_start_checkpoint(cfg) -> None:
     resuming = os.path.exists(os.path.join(getattr(cfg, "save_dir", None) or ".", "checkpoint_last.pt"))
     if start and not os.path.exists(start) and not resuming:
         raise BioFileNotFoundError(f"checkpoint.finetune_from_model={start}: no such checkpoint")
+
+
+def first_id(sample) -> int:
+    """The batch's first sample id, a key of its masks: the collater's ``first_id``, on the host (``ids[0]`` of the
+    copy the trainer moved to the GPU would wait for the device), else read from ``id``."""
+    first = sample.get("first_id")
+    if first is None:
+        ids = sample["id"]
+        first = int(ids[0]) if ids.numel() else 0
+    return first
 
 
 class FirstIdDataset(IdDataset):
