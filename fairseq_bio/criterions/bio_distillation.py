@@ -267,7 +267,7 @@ class BioDistillationCriterion(FairseqCriterion):
         batches = sum(log.get("sample_size", 0) for log in logging_outputs)
         for key in ("loss",) + TERMS:
             if any(key in log for log in logging_outputs):
-                total = sum(float(log.get(key, 0)) for log in logging_outputs)
+                total = sum(log.get(key, 0) for log in logging_outputs)  # tensors stay on their device
                 metrics.log_scalar(key, total / max(batches, 1), batches, round=4)
 
     @staticmethod

@@ -26,8 +26,12 @@ def _select(x: Tensor, mask: Optional[Tensor]) -> Tensor:
     return x[mask]
 
 
-def _mean(total: Tensor, count: int) -> Tensor:
-    # No position to average over (e.g. a batch without a masked token) contributes nothing, not NaN.
+def _mean(total: Tensor, count) -> Tensor:
+    """``total / count``; no position to average over (e.g. a batch without a masked token) contributes nothing,
+    not NaN. ``count``: an int, or a tensor on the device (reading it back would wait for a GPU), where the total
+    over no position is 0 anyway."""
+    if torch.is_tensor(count):
+        return total / count.clamp(min=1)
     return total / count if count > 0 else total * 0.0
 
 
@@ -40,7 +44,7 @@ def _masked_mean(values: Tensor, mask: Optional[Tensor], per_position: int = 1) 
     if mask.shape != values.shape[-mask.dim() :]:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not match values of shape {tuple(values.shape)}")
     weight = mask.to(values.dtype)
-    return _mean((values * weight).sum(), int(mask.sum()) * (values.numel() // mask.numel()) * per_position)
+    return _mean((values * weight).sum(), mask.sum() * ((values.numel() // mask.numel()) * per_position))
 
 
 def mlm_loss(logits: Tensor, target: Tensor, padding_idx: int) -> Tensor:
@@ -48,7 +52,7 @@ def mlm_loss(logits: Tensor, target: Tensor, padding_idx: int) -> Tensor:
     the masked positions, the task puts padding everywhere else)."""
     flat = logits.reshape(-1, logits.size(-1)).float()
     total = F.cross_entropy(flat, target.reshape(-1), ignore_index=padding_idx, reduction="sum")
-    return _mean(total, int(target.ne(padding_idx).sum()))
+    return _mean(total, target.ne(padding_idx).sum())
 
 
 def kl_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 1.0, mask: Optional[Tensor] = None):
