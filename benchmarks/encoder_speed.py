@@ -167,7 +167,7 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
-    from omegaconf import open_dict
+    from omegaconf import OmegaConf, open_dict
 
     spec, cuda, bf16 = VARIANTS[variant], args.device == "cuda", not args.fp32
     parser = options.get_training_parser()
@@ -184,9 +184,12 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
     model_options = dict(model or {})
     if "attention_dropout" in spec:
         model_options["attention_dropout"] = spec["attention_dropout"]
-    with open_dict(cfg.model):
-        for key, value in model_options.items():
-            cfg.model[key] = value
+    for key, value in model_options.items():  # (stock RoBERTa's model config is an argparse namespace)
+        if OmegaConf.is_config(cfg.model):
+            with open_dict(cfg.model):
+                cfg.model[key] = value
+        else:
+            setattr(cfg.model, key, value)
     utils.import_user_module(cfg.common)
     if task is None:
         task = tasks.setup_task(cfg.task)
