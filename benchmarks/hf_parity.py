@@ -297,9 +297,10 @@ def choose(points: List[Dict], side: str) -> Dict:
     """``side``'s mean dev score at each grid point, the chosen lr (the best dev score; a tie: the smaller lr) and
     the test score (mean ± std over seeds) at it."""
     dev = [statistics.fmean(e[side]["dev"] for e in p["runs"]) for p in points]
-    best = [p["lr"] for p in points].index(best_on_dev({(p["lr"],): d for p, d in zip(points, dev)})[0])
-    test = _mean_std([e[side]["score"] for e in points[best]["runs"]])
-    return {"dev": dev, "chosen": points[best]["lr"], "test": test}
+    by_lr = {p["lr"]: p for p in points}  # the grid's learning rates are distinct (parse_grid)
+    chosen = best_on_dev({(p["lr"],): d for p, d in zip(points, dev)})[0]
+    test = _mean_std([e[side]["score"] for e in by_lr[chosen]["runs"]])
+    return {"dev": dev, "chosen": chosen, "test": test}
 
 
 def parse_grid(text: Optional[str]) -> List[float]:

@@ -152,7 +152,7 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     budget = 60 * args.pretrain_minutes
     start = time.perf_counter()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    common = [*size_overrides(args.size), f"optimization.lr=[{PRETRAIN_LR[args.size]}]", "common.log_format=json",
+    common = [*size_overrides(args.size), f"optimization.lr=[{PRETRAIN_LR[args.size]}]",
               f"model.dropout={args.pretrain_dropout}", f"model.attention_dropout={args.pretrain_dropout}"]
     updates, overhead = args.pretrain_updates, STARTUP_ALLOWANCE
     if updates is None:  # 1. probe: updates/s of this size on this machine now, and the tool's start-up time
@@ -179,7 +179,7 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     cmd = train_command(str(data_bin), save_dir, log, [
         *common, f"optimization.max_update={updates}", f"lr_scheduler.warmup_updates={max(1, updates // 20)}",
         f"optimization.stop_time_hours={left / 3600:.5f}", f"dataset.validate_interval_updates={every}",
-        f"checkpoint.save_interval_updates={every}"])  # fmt: skip
+        f"checkpoint.save_interval_updates={every}"], log_format="json")  # fmt: skip
     run(cmd, "pretrain", save_dir)
     minutes = (time.perf_counter() - start) / 60
     done = last_update(log)
