@@ -161,8 +161,9 @@ def _status_kib(field: str) -> int:
 
 def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=(), model=None):
     """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
-    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``; ``model``: {model option: value}
-    set on the parsed config (options bio_roberta has only in its hydra schema, e.g. checkpoint_activations)."""
+    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``;
+    ``model``: {model option: value} set on the parsed config (options bio_roberta has only in its hydra schema,
+    e.g. checkpoint_activations)."""
     import torch
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -178,10 +179,9 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
         # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
         # to torch_xla; the hydra configs' precision=bf16 does not, and a GPU is what is measured here
         cfg.common.tpu = False
-    if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
-        with open_dict(cfg.model):
-            cfg.model.compile_encoder_layers = True
     model_options = dict(model or {})
+    if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
+        model_options["compile_encoder_layers"] = True
     if "attention_dropout" in spec:
         model_options["attention_dropout"] = spec["attention_dropout"]
     for key, value in model_options.items():  # (stock RoBERTa's model config is an argparse namespace)
@@ -298,6 +298,15 @@ def true_peak(cuda=None, read=None):
         cuda.reset_peak_memory_stats = reset
 
 
+@contextlib.contextmanager
+def rss_peak():
+    """The CPU's counterpart of ``true_peak``: yield a function giving the process's peak resident memory in bytes
+    (VmHWM), the kernel's counter restarted from the current resident memory on entry."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    yield lambda: _status_kib("VmHWM") * 1024
+
+
 def timing(variants, args) -> dict:
     """Every variant built in this process, their steps interleaved (A B C D A B C D ...) on the same batches."""
     import torch
@@ -335,14 +344,12 @@ def memory_worker(variant: str, args) -> dict:
     cuda = args.device == "cuda"
     task, step, _ = build(variant, args)
     samples, hashes = load_batches(task, args.batch, args.warmup + 1)
-    base_rss = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:  # restart the peak-RSS counter (VmHWM) from here
-        f.write("5")
-    with metrics.aggregate("train"), (true_peak() if cuda else contextlib.nullcontext()) as peak:
+    base = 0 if cuda else _status_kib("VmRSS") * 1024
+    with metrics.aggregate("train"), (true_peak() if cuda else rss_peak()) as peak:
         first = timed_step(step, samples[0], cuda)
         for sample in samples[1:]:
             timed_step(step, sample, cuda)
-        peak_mib = peak() / 2**20 if cuda else (_status_kib("VmHWM") - base_rss) / 1024
+        peak_mib = (peak() - base) / 2**20
     return {"variant": variant, "peak_mib": peak_mib, "first_step_seconds": first, "batch_hashes": hashes}
 
 

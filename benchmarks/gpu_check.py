@@ -21,8 +21,9 @@ Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny s
 so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
 changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock, bio, plain PyTorch
 reference and HF variants (the fused-AdamW and compiled ones swap the optimizer or compile, and the CPU compilation
-alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies of bio_roberta_tiny; the table goes to
-benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's table.
+alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies of
+bio_roberta_tiny; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's
+table.
 """
 
 import argparse
@@ -47,12 +48,12 @@ DATA_PARALLEL = "tests/gpu/test_gpu_data_parallel.py"
 FSDP = "tests/gpu/test_gpu_fsdp.py"
 BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
 TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
-# a fresh process per variant; the others only swap the optimizer or compile the layers
 COPIES_BUDGET_S = 45  # step 5 (about 15 s on a GPU), taken before the encoder speed's remaining time
 # issue 36's targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in the same run (and
 # stock fairseq and HF beside them), each variant's true peak memory from its own process
 GPU_SPEED = ["--device", "cuda", "--batch", "128", "--warmup", "3", "--steps", "10", "--variants",
              "stock,bio+adamw+comp,bio+adamw+comp+fused,reference+comp,hf"]  # fmt: skip
+# a fresh process per variant; the others only swap the optimizer or compile the layers
 DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants",
              "stock,bio,reference,hf"]
 
@@ -166,22 +167,17 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
         return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
     cmd = [sys.executable, REPO / "benchmarks" / "encoder_speed.py", "--data", data]
     cmd += DRY_SPEED if dry else GPU_SPEED
-    try:
-        rc = run(cmd, env, timeout - (time.time() - start))
-    except runs.RunTimeout:
-        return Step(name, "timeout", time.time() - start, f"stopped after {timeout:.0f} s")
-    seconds = time.time() - start
     record = RESULTS / ("encoder_speed_tiny.json" if dry else "encoder_speed_cuda.json")
-    if rc != 0 or not record.exists():
-        return Step(name, "FAIL", seconds, f"exit status {rc}")
-    rows = json.loads(record.read_text())["rows"]
-    details = "; ".join(
-        f"{r['variant']} {r['tokens_per_s']:,.0f} tokens/s, "
-        + "".join(f"{ratio:.2f}x {base}, " for base, (ratio, _, _) in r["ratios"].items() if base != r["variant"])
-        + f"MFU {'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'}, peak {r['peak_mib']:,.0f} MiB"
-        for r in rows
-    )
-    return Step(name, "pass", seconds, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
+
+    def describe(result):
+        return "; ".join(
+            f"{r['variant']} {r['tokens_per_s']:,.0f} tokens/s, "
+            + "".join(f"{ratio:.2f}x {base}, " for base, (ratio, _, _) in r["ratios"].items() if base != r["variant"])
+            + f"MFU {'%.1f %%' % (100 * r['mfu']) if r['mfu'] is not None else 'n/a'}, peak {r['peak_mib']:,.0f} MiB"
+            for r in result["rows"]
+        )
+
+    return benchmark_step(name, cmd, env, timeout, start, record, describe)
 
 
 def copies_step(dry: bool, env, timeout: float) -> Step:
@@ -192,19 +188,29 @@ def copies_step(dry: bool, env, timeout: float) -> Step:
     cmd = [sys.executable, REPO / "benchmarks" / "master_copies.py", "--out", stem]
     cmd += ["--archs", "bio_roberta_tiny", "--repeats", "2"] if dry else [
         "--device", "cuda", "--archs", "bio_roberta_base", "--repeats", "30"]  # fmt: skip
+
+    def describe(result):
+        return "; ".join(
+            f"{arch} ({r['tensors']} tensors): fairseq {r['fairseq']['launches']} ops {r['fairseq']['ms']:.2f} ms, "
+            f"plugin {r['plugin']['launches']} ops {r['plugin']['ms']:.2f} ms, {r['paired_speedup']:.2f}x"
+            for arch, r in result.items()
+        )
+
+    return benchmark_step(name, cmd, env, timeout, start, stem.with_suffix(".json"), describe)
+
+
+def benchmark_step(name: str, cmd, env, timeout: float, start: float, record: Path, describe) -> Step:
+    """Run a benchmark script with what is left of ``timeout`` (counted from ``start``): its row, "timeout", "FAIL" (an
+    exit status, or no ``record``), or "pass" with ``describe(the record's JSON)`` and the path of its table."""
     try:
-        rc = run(cmd, env, timeout)
+        rc = run(cmd, env, timeout - (time.time() - start))
     except runs.RunTimeout:
         return Step(name, "timeout", time.time() - start, f"stopped after {timeout:.0f} s")
-    record = stem.with_suffix(".json")
+    seconds = time.time() - start
     if rc != 0 or not record.exists():
-        return Step(name, "FAIL", time.time() - start, f"exit status {rc}")
-    details = "; ".join(
-        f"{arch} ({r['tensors']} tensors): fairseq {r['fairseq']['launches']} ops {r['fairseq']['ms']:.2f} ms, "
-        f"plugin {r['plugin']['launches']} ops {r['plugin']['ms']:.2f} ms, {r['paired_speedup']:.2f}x"
-        for arch, r in json.loads(record.read_text()).items()
-    )
-    return Step(name, "pass", time.time() - start, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
+        return Step(name, "FAIL", seconds, f"exit status {rc}")
+    details = describe(json.loads(record.read_text()))
+    return Step(name, "pass", seconds, f"{details} (table: {record.with_suffix('.md').relative_to(REPO)})")
 
 
 def device_name(dry: bool) -> str:

@@ -88,7 +88,8 @@ class Config:
         if self.cuda:
             torch.cuda.empty_cache()
         try:
-            with metrics.aggregate("train"), encoder_speed.true_peak() if self.cuda else _rss_peak() as peak:
+            measured = encoder_speed.true_peak() if self.cuda else encoder_speed.rss_peak()
+            with metrics.aggregate("train"), measured as peak:
                 for sample in samples:
                     start = time.perf_counter()
                     out = self.step.trainer.train_step([sample])
@@ -117,18 +118,6 @@ def stack(samples):
         "nsentences": sum(s["nsentences"] for s in samples),
         "ntokens": sum(s["ntokens"] for s in samples),
     }
-
-
-class _rss_peak:
-    """The CPU's stand-in for ``true_peak``: the process's peak resident memory (VmHWM, reset on entry)."""
-
-    def __enter__(self):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return lambda: encoder_speed._status_kib("VmHWM") * 1024
-
-    def __exit__(self, *exc):
-        return False
 
 
 def cap(limit_bytes: float):

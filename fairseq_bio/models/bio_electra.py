@@ -208,9 +208,8 @@ class BioElectraModel(BaseFairseqModel):
     ) -> Dict[str, Tensor]:
         """``B x T`` masked input, ``B x T`` original tokens, ``B x T`` bool positions to predict -> dict:
         ``generator_logits`` ``N x V``, ``generator_targets`` ``N`` (the original tokens there), ``sampled_tokens``
-        ``N``, ``discriminator_tokens`` ``B x T`` (the original
-        with the samples in place), ``replaced`` ``B x T`` bool (a sample equal to the original is not a
-        replacement), ``discriminator_logits`` ``B x T``."""
+        ``N``, ``discriminator_tokens`` ``B x T`` (the original with the samples in place), ``replaced`` ``B x T``
+        bool (a sample equal to the original is not a replacement), ``discriminator_logits`` ``B x T``."""
         generator_logits = self.generator_logits(src_tokens, masked_tokens)
         # Taken here, right after the generator's own masked positions: a boolean mask makes the host wait for the
         # device, and here it waits for the generator only, not for the discriminator too.
