@@ -12,6 +12,9 @@ registered bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron
                     only for bio_roberta_base and _large: fairseq has no stock model of the other shapes
     bio             --arch ARCH (fused QKV + scaled_dot_product_attention), --optimizer adam
     bio+adamw       bio, --optimizer bio_adamw (torch's fused AdamW)
+    bio+adamw+fused (opt-in, --variants) bio+adamw with the recipes' bio_masked_lm criterion (LM head matmul and loss
+                    fused, chunked), uncompiled: benchmarks/largest_batch.py's step (compiled layers exclude
+                    activation checkpointing)
     bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
     bio+adamw+comp+fused  bio+adamw+comp with the bio_masked_lm criterion (LM head matmul and loss fused, chunked)
     bio+adamw+comp+noattndrop  (opt-in, --variants) bio+adamw+comp with attention dropout 0: what the recipes' 0.1
@@ -86,6 +89,9 @@ VARIANTS = {
     "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
     "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
     "bio+adamw": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False),
+    # opt-in: the recipes' criterion without compilation (largest_batch.py, where checkpointing excludes compiling)
+    "bio+adamw+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False,
+                            criterion="bio_masked_lm", default=False),
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
     "bio+adamw+comp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
                                  criterion="bio_masked_lm"),
@@ -114,6 +120,7 @@ def label(variant: str, arch: str) -> str:
         "stock": f"stock {STOCK_ARCH.get(arch)} + fairseq adam",
         "bio": f"{arch} + fairseq adam",
         "bio+adamw": f"{arch} + bio_adamw (fused)",
+        "bio+adamw+fused": f"{arch} + bio_adamw, fused LM head + loss (bio_masked_lm)",
         "bio+adamw+comp": f"{arch} + bio_adamw, compiled layers",
         "bio+adamw+comp+fused": f"{arch} + bio_adamw, compiled layers, fused LM head + loss (bio_masked_lm)",
         "bio+adamw+comp+noattndrop": f"{arch} + bio_adamw, compiled layers, attention dropout 0 (recipes: 0.1)",

@@ -12,18 +12,23 @@
    exported) when there are 2+ GPUs, else skipped;
 5. benchmarks/master_copies.py --device cuda: one bf16 update's master-weight copies, fairseq's FP16Optimizer against
    the plugin's multi-tensor ones (what fairseq-train runs with the plugin), for base: ops launched and time;
+6. benchmarks/largest_batch.py --device cuda: issue 36's large-size targets, bio_roberta_large and bio_megatron_345m
+   without activation checkpointing: the largest batch of 512-token blocks in the GPU's memory (the recipes' step,
+   bf16) and its tokens/s, MFU and true peak (every size, 32 GiB and checkpointing: largest_batch.py alone);
 
-Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). Then one markdown table
-(step, result, time, details) with the device (nvidia-smi) and the date, printed and written to
-benchmarks/results/gpu_check.md; exits 1 when a step failed. Without CUDA it says so in one line and exits 0.
+Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). ``--only`` takes some of the
+parts (tests: 1, 3, 4; speed: 2; copies: 5; large: 6), e.g. a lent machine's second command, whose table goes to
+gpu_check[_dry]_<parts>.md beside the whole check's. Then one markdown table (step, result, time, details) with the
+device (nvidia-smi) and the date, printed and written to benchmarks/results/gpu_check.md; exits 1 when a step failed.
+Without CUDA it says so in one line and exits 0.
 
 Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny sizes, in under 3 minutes on 2 cores,
 so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
 changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock, bio, plain PyTorch
 reference and HF variants (the fused-AdamW and compiled ones swap the optimizer or compile, and the CPU compilation
-alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies of
-bio_roberta_tiny; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry run never overwrites a GPU's
-table.
+alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies and the largest batch
+(a check of its code, 1 GiB) of bio_roberta_tiny; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry
+run never overwrites a GPU's table.
 """
 
 import argparse
@@ -46,9 +51,15 @@ RESULTS = REPO / "benchmarks" / "results"
 GPU_TESTS = "tests/gpu"
 DATA_PARALLEL = "tests/gpu/test_gpu_data_parallel.py"
 FSDP = "tests/gpu/test_gpu_fsdp.py"
-BUDGET_S = 570  # under a GPU loan's 10-minute command limit, with room to write the table
-TESTS_BUDGET_S = 330  # so that the encoder speed gets at least 4 minutes
-COPIES_BUDGET_S = 45  # step 5 (about 15 s on a GPU), taken before the encoder speed's remaining time
+BUDGET_S = 540  # under a GPU loan's 10-minute command limit, with room for .gpu/run.sh's set-up and the table
+# each part's share of the budget; the encoder speed, run last, gets what the others left (at least 4 minutes of 540)
+PARTS = ("tests", "copies", "large", "speed")
+SHARES = {"tests": 250 / 540, "copies": 30 / 540, "large": 75 / 540}
+# issue 36's large-size targets: the largest batch in the GPU's memory without checkpointing, and its MFU
+GPU_LARGE = ["--device", "cuda", "--archs", "bio_roberta_large,bio_megatron_345m", "--checkpointing", "off",
+             "--steps", "3"]  # fmt: skip
+DRY_LARGE = ["--device", "cpu", "--archs", "bio_roberta_tiny", "--checkpointing", "off", "--limits-gib", "1",
+             "--steps", "1"]  # fmt: skip
 # issue 36's targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in the same run (and
 # stock fairseq and HF beside them), each variant's true peak memory from its own process
 GPU_SPEED = ["--device", "cuda", "--batch", "128", "--warmup", "3", "--steps", "10", "--variants",
@@ -118,7 +129,7 @@ def pytest_steps(dry: bool, env, timeout: float):
     over = "gloo on the CPU" if dry else "NCCL"
     names = (f"1. GPU tests ({GPU_TESTS}, fp16 + bf16)", f"3. 2-process data parallel, {over} ({DATA_PARALLEL})",
              f"4. fully sharded data parallel, PyTorch FSDP2 over {over} ({FSDP})")  # fmt: skip
-    workers = 2 if dry else 4  # the dry mode's 2 cores; on a GPU machine several runs share the one GPU
+    workers = 2 if dry else 6  # the dry mode's 2 cores; on a GPU machine (16 cores) several runs share the one GPU
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
@@ -199,6 +210,29 @@ def copies_step(dry: bool, env, timeout: float) -> Step:
     return benchmark_step(name, cmd, env, timeout, start, stem.with_suffix(".json"), describe)
 
 
+def large_step(dry: bool, env, timeout: float) -> Step:
+    name = "6. large sizes (benchmarks/largest_batch.py" + (" bio_roberta_tiny, CPU)" if dry else
+                                                             " --device cuda, bf16)")  # fmt: skip
+    start = time.time()
+    try:
+        data = demo_or_built_data(dry)
+    except Exception as e:
+        return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
+    stem = RESULTS / ("largest_batch_dry" if dry else "largest_batch_check")
+    cmd = [sys.executable, REPO / "benchmarks" / "largest_batch.py", "--data", data, "--out", stem]
+    cmd += DRY_LARGE if dry else GPU_LARGE
+
+    def describe(result):
+        return "; ".join(
+            f"{r['arch']} in {r['limit_gib']:.0f} GiB: batch {r['batch']}"
+            + (f", {r['tokens_per_s']:,.0f} tokens/s, MFU {100 * r['mfu']:.1f} %, peak {r['peak_mib']:,.0f} MiB"
+               if r.get("tokens_per_s") and r.get("mfu") else f" ({r.get('note', 'not timed')})")
+            for r in result["rows"]
+        )
+
+    return benchmark_step(name, cmd, env, timeout, start, stem.with_suffix(".json"), describe)
+
+
 def benchmark_step(name: str, cmd, env, timeout: float, start: float, record: Path, describe) -> Step:
     """Run a benchmark script with what is left of ``timeout`` (counted from ``start``): its row, "timeout", "FAIL" (an
     exit status, or no ``record``), or "pass" with ``describe(the record's JSON)`` and the path of its table."""
@@ -254,12 +288,29 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {seconds % 60:02.0f} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def plan(parts, budget: float) -> dict:
+    """{part: its seconds, None for "what is left"} in ``PARTS``' order: each its share of ``budget``, the last part
+    taken what the others left (without the encoder speed, the others' shares grow to fill the budget)."""
+    taken = [p for p in PARTS if p in parts]
+    scale = 1.0 if "speed" in taken else 1.0 / sum(SHARES[p] for p in taken)
+    return {p: None if p == taken[-1] else SHARES[p] * scale * budget for p in taken}
+
+
+STEPS = {"copies": (5, copies_step), "large": (6, large_step), "speed": (2, encoder_speed_step)}  # row, function
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dry", action="store_true", help="every step on the CPU at tiny sizes (or GPU_CHECK_DRY=1)")
     parser.add_argument("--budget", type=float, default=BUDGET_S,
-                        help=f"seconds for all steps (default {BUDGET_S}); the tests get {round(100 * TESTS_BUDGET_S / BUDGET_S)} %% of it")
+                        help=f"seconds for the parts taken (default {BUDGET_S}); each part's share: "
+                        + ", ".join(f"{k} {100 * v:.0f} %%" for k, v in SHARES.items()) + ", speed the rest")
+    parser.add_argument("--only", default=",".join(PARTS), metavar="PART,...",
+                        help=f"some of the parts ({', '.join(PARTS)}; default all): a lent machine's second command")
     args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.only.split(",") if p.strip()]
+    if not parts or any(p not in PARTS for p in parts):
+        parser.error(f"--only {args.only!r}: a comma-separated choice of {', '.join(PARTS)}")
     dry = args.dry or os.environ.get("GPU_CHECK_DRY") == "1"
     env = dict(os.environ)
     if dry:
@@ -273,13 +324,20 @@ def main(argv=None) -> int:
                   "GPU_CHECK_DRY=1 make gpu-check runs every step on the CPU at tiny sizes")  # fmt: skip
             return 0
     deadline = time.time() + args.budget
-    tests, parallel, sharded = pytest_steps(dry, env, TESTS_BUDGET_S * args.budget / BUDGET_S)
-    copies = copies_step(dry, env, COPIES_BUDGET_S * args.budget / BUDGET_S)
-    speed = encoder_speed_step(dry, env, deadline - time.time())
-    steps = [tests, speed, parallel, sharded, copies]
+    done = {}
+    for part, seconds in plan(parts, args.budget).items():
+        left = deadline - time.time()
+        timeout = left if seconds is None else min(left, seconds)
+        if part == "tests":
+            done[1], done[3], done[4] = pytest_steps(dry, env, timeout)
+        else:
+            number, function = STEPS[part]
+            done[number] = function(dry, env, timeout)
+    steps = [done[n] for n in sorted(done)]
     text = table(steps, dry)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / ("gpu_check_dry.md" if dry else "gpu_check.md")
+    some = "" if set(parts) == set(PARTS) else "_" + "_".join(p for p in PARTS if p in parts)  # never over all's
+    out = RESULTS / (f"gpu_check{'_dry' if dry else ''}{some}.md")
     from fairseq_bio.files import write_text
 
     write_text(out, text)

@@ -2,15 +2,17 @@
 activation checkpointing, and its speed there (issue 36: bio_roberta_large and the BioMegatron sizes on 80 GB and on
 the 32 GB of a V100).
 
-For each architecture (``--archs``), activation checkpointing off and on, and each limit (``--limits-gib``; default the
-GPU's memory and 32): the bio variant with ``bio_adamw`` (encoder_speed.py's ``bio+adamw``, bf16, the trainer
-fairseq-train builds with the plugin) trains 2 steps at 1 and at 2 blocks per batch, and the true peak memory
-(``encoder_speed.true_peak``: parameters, gradients, fp32 master weights, Adam's moments and activations) gives the
-fixed and the per-block memory; the batch predicted to fit in the limit (less 3 % for the allocator's fragmentation)
-is then trained for 2 steps with the allocator capped at the limit (``torch.cuda.set_per_process_memory_fraction``),
-and 10 % smaller until one fits; at that batch ``--steps`` more steps give tokens/s and MFU (encoder_speed.py's FLOP
-count and peak). On the CPU (``--device cpu``) this is a check of the code, not a measurement: the peak is the
-process's resident memory, which the allocator keeps high once reached, and nothing is capped.
+For each architecture (``--archs``), activation checkpointing off and on, and each limit (``--limits-gib``; default
+the GPU's memory and 32): the recipes' step (encoder_speed.py's ``bio+adamw+fused``: ``bio_adamw``, the
+``bio_masked_lm`` criterion's fused LM head and loss, which never holds the masked positions' logits; bf16, the
+trainer fairseq-train builds with the plugin; layers not compiled, which activation checkpointing excludes) trains 2
+steps at 1 and at 2 blocks per batch, and the true peak memory (``encoder_speed.true_peak``: parameters, gradients,
+fp32 master weights, Adam's moments and activations) gives the fixed and the per-block memory; the batch predicted to
+fit in the limit (less 3 % for the allocator's fragmentation) is then trained for 2 steps with the allocator capped at
+the limit (``torch.cuda.set_per_process_memory_fraction``), and 10 % smaller until one fits; at that batch ``--steps``
+more steps give tokens/s and MFU (encoder_speed.py's FLOP count and peak). On the CPU (``--device cpu``) this is a
+check of the code, not a measurement: the peak is the process's resident memory, which the allocator keeps high once
+reached, and nothing is capped.
 
     python benchmarks/largest_batch.py --device cuda                              # every size, ~10 min on an H100
     python benchmarks/largest_batch.py --device cuda --archs bio_roberta_large --limits-gib 80
@@ -33,6 +35,7 @@ RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
 
+VARIANT = "bio+adamw+fused"  # encoder_speed.py's variant: what the pretraining recipes train
 ARCHS = ["bio_roberta_large", "bio_megatron_345m", "bio_megatron_800m", "bio_megatron_1_2b"]
 PROBES = (1, 2)  # blocks per batch measured to fit the memory model
 MARGIN = 0.97  # of the limit: room for the caching allocator's fragmentation
@@ -63,7 +66,7 @@ class Config:
         self.args = argparse.Namespace(**{**vars(args), "arch": arch, "batch": 1, "tiny": False})
         self.cuda = args.device == "cuda"
         options = {"checkpoint_activations": True} if checkpointing else {}
-        self.task, self.step, self.sizes = encoder_speed.build("bio+adamw", self.args, model=options)
+        self.task, self.step, self.sizes = encoder_speed.build(VARIANT, self.args, model=options)
         self.checkpointing = checkpointing
         # fairseq's task hands out one cached batch iterator per dataset, so every batch is cut from one pool of
         # single full blocks (fewer in the data: repeated; a repeated block is the same work)
@@ -172,7 +175,7 @@ def mfu(config: Config, row: dict, peak_flops) -> float:
 
 def table(rows, device: str) -> str:
     lines = [
-        f"Largest batch of 512-token blocks within a memory limit, bf16, bio_adamw, {device}",
+        f"Largest batch of 512-token blocks within a memory limit, bf16, bio_adamw, fused LM head + loss, {device}",
         "",
         "| architecture | activation checkpointing | limit (GiB) | batch | tokens/s | MFU | peak (MiB) | note |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -223,7 +226,8 @@ def main(argv=None):
         for checkpointing in [c == "on" for c in args.checkpointing.split(",")]:
             config = Config(args, arch, checkpointing)
             for limit in limits:
-                row = {"arch": arch, "checkpointing": checkpointing, **measure(config, limit, args.steps)}
+                row = {"arch": arch, "checkpointing": checkpointing, **measure(config, limit, args.steps),
+                       "criterion": type(config.step.trainer.criterion).__name__}
                 row["mfu"] = mfu(config, row, peak_flops)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
