@@ -12,7 +12,7 @@ registered bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron
                     only for bio_roberta_base and _large: fairseq has no stock model of the other shapes
     bio             --arch ARCH (fused QKV + scaled_dot_product_attention), --optimizer adam
     bio+adamw       bio, --optimizer bio_adamw (torch's fused AdamW)
-    bio+adamw+fused (opt-in, --variants) bio+adamw with the recipes' bio_masked_lm criterion (LM head matmul and loss
+    bio+adamw+fused (opt-in, --variants) bio+adamw with the bio_masked_lm criterion (LM head matmul and loss
                     fused, chunked), uncompiled: benchmarks/largest_batch.py's step (compiled layers exclude
                     activation checkpointing)
     bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
@@ -89,7 +89,7 @@ VARIANTS = {
     "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
     "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
     "bio+adamw": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False),
-    # opt-in: the recipes' criterion without compilation (largest_batch.py, where checkpointing excludes compiling)
+    # opt-in: the fused head without compilation (largest_batch.py, where checkpointing excludes compiling)
     "bio+adamw+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False,
                             criterion="bio_masked_lm", default=False),
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),

@@ -11,10 +11,12 @@
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
    exported) when there are 2+ GPUs, else skipped;
 5. benchmarks/master_copies.py --device cuda: one bf16 update's master-weight copies, fairseq's FP16Optimizer against
-   the plugin's multi-tensor ones (what fairseq-train runs with the plugin), for base: ops launched and time;
+   the plugin's multi-tensor ones (what fairseq-train runs with the plugin), and fairseq adam's gradient norm and step,
+   fairseq's loops against the plugin's multi-tensor ones, for base: ops launched and time;
 6. benchmarks/largest_batch.py --device cuda: issue 36's large-size targets, bio_roberta_large and bio_megatron_345m
-   without activation checkpointing: the largest batch of 512-token blocks in the GPU's memory (the recipes' step,
-   bf16) and its tokens/s, MFU and true peak (every size, 32 GiB and checkpointing: largest_batch.py alone);
+   without activation checkpointing: the largest batch of 512-token blocks in the GPU's memory (bf16, bio_adamw,
+   the fused LM head and loss) and its tokens/s, MFU and true peak (every size, 32 GiB and checkpointing:
+   largest_batch.py alone);
 
 Steps 1, 3 and 4 run in one pytest session (the data built once, the files side by side). ``--only`` takes some of the
 parts (tests: 1, 3, 4; speed: 2; copies: 5; large: 6), e.g. a lent machine's second command, whose table goes to
@@ -192,7 +194,7 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
 
 
 def copies_step(dry: bool, env, timeout: float) -> Step:
-    name = "5. master-weight copies (benchmarks/master_copies.py" + (" bio_roberta_tiny, CPU)" if dry else
+    name = "5. master-weight copies, adam step (benchmarks/master_copies.py" + (" bio_roberta_tiny, CPU)" if dry else
                                                                       " --device cuda, bf16)")  # fmt: skip
     start = time.time()
     stem = RESULTS / ("master_copies_dry" if dry else "master_copies_cuda")
@@ -203,7 +205,10 @@ def copies_step(dry: bool, env, timeout: float) -> Step:
     def describe(result):
         return "; ".join(
             f"{arch} ({r['tensors']} tensors): fairseq {r['fairseq']['launches']} ops {r['fairseq']['ms']:.2f} ms, "
-            f"plugin {r['plugin']['launches']} ops {r['plugin']['ms']:.2f} ms, {r['paired_speedup']:.2f}x"
+            f"plugin {r['plugin']['launches']} ops {r['plugin']['ms']:.2f} ms, {r['paired_speedup']:.2f}x; "
+            f"adam's norm + step: fairseq {r['adam_step']['fairseq']['launches']} ops "
+            f"{r['adam_step']['fairseq']['ms']:.2f} ms, plugin {r['adam_step']['plugin']['launches']} ops "
+            f"{r['adam_step']['plugin']['ms']:.2f} ms, {r['adam_step']['paired_speedup']:.2f}x"
             for arch, r in result.items()
         )
 

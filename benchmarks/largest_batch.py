@@ -3,16 +3,17 @@ activation checkpointing, and its speed there (issue 36: bio_roberta_large and t
 the 32 GB of a V100).
 
 For each architecture (``--archs``), activation checkpointing off and on, and each limit (``--limits-gib``; default
-the GPU's memory and 32): the recipes' step (encoder_speed.py's ``bio+adamw+fused``: ``bio_adamw``, the
-``bio_masked_lm`` criterion's fused LM head and loss, which never holds the masked positions' logits; bf16, the
-trainer fairseq-train builds with the plugin; layers not compiled, which activation checkpointing excludes) trains 2
-steps at 1 and at 2 blocks per batch, and the true peak memory (``encoder_speed.true_peak``: parameters, gradients,
-fp32 master weights, Adam's moments and activations) gives the fixed and the per-block memory; the batch predicted to
-fit in the limit (less 3 % for the allocator's fragmentation) is then trained for 2 steps with the allocator capped at
-the limit (``torch.cuda.set_per_process_memory_fraction``), and 10 % smaller until one fits; at that batch ``--steps``
-more steps give tokens/s and MFU (encoder_speed.py's FLOP count and peak). On the CPU (``--device cpu``) this is a
-check of the code, not a measurement: the peak is the process's resident memory, which the allocator keeps high once
-reached, and nothing is capped.
+the GPU's memory and 32): ``--variant`` (encoder_speed.py's; default ``bio+adamw+fused``: ``bio_adamw`` and the
+``bio_masked_lm`` criterion's fused LM head and loss, which never holds the masked positions' N x V logits;
+``bio+adamw``: the recipes' ``masked_lm`` criterion, which does; bf16, the trainer fairseq-train builds with the
+plugin; layers not compiled, which activation checkpointing excludes) trains 2 steps at 1 and at 2 blocks per batch,
+and the true peak memory (``encoder_speed.true_peak``: parameters, gradients, fp32 master weights, Adam's moments and
+activations) gives the fixed and the per-block memory; the batch predicted to fit in the limit (less 3 % for the
+allocator's fragmentation) is then trained for 2 steps with the allocator capped at the limit
+(``torch.cuda.set_per_process_memory_fraction``), and 10 % smaller until one fits; at that batch ``--steps`` more
+steps give tokens/s and MFU (encoder_speed.py's FLOP count and peak). On the CPU (``--device cpu``) this is a check of
+the code, not a measurement: the peak is the process's resident memory, which the allocator keeps high once reached,
+and nothing is capped.
 
     python benchmarks/largest_batch.py --device cuda                              # every size, ~10 min on an H100
     python benchmarks/largest_batch.py --device cuda --archs bio_roberta_large --limits-gib 80
@@ -35,7 +36,7 @@ RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
 
-VARIANT = "bio+adamw+fused"  # encoder_speed.py's variant: what the pretraining recipes train
+VARIANTS = ("bio+adamw+fused", "bio+adamw")  # encoder_speed.py's: the fused LM head + loss, or fairseq's masked_lm
 ARCHS = ["bio_roberta_large", "bio_megatron_345m", "bio_megatron_800m", "bio_megatron_1_2b"]
 PROBES = (1, 2)  # blocks per batch measured to fit the memory model
 MARGIN = 0.97  # of the limit: room for the caching allocator's fragmentation
@@ -66,7 +67,7 @@ class Config:
         self.args = argparse.Namespace(**{**vars(args), "arch": arch, "batch": 1, "tiny": False})
         self.cuda = args.device == "cuda"
         options = {"checkpoint_activations": True} if checkpointing else {}
-        self.task, self.step, self.sizes = encoder_speed.build(VARIANT, self.args, model=options)
+        self.task, self.step, self.sizes = encoder_speed.build(args.variant, self.args, model=options)
         self.checkpointing = checkpointing
         # fairseq's task hands out one cached batch iterator per dataset, so every batch is cut from one pool of
         # single full blocks (fewer in the data: repeated; a repeated block is the same work)
@@ -173,9 +174,10 @@ def mfu(config: Config, row: dict, peak_flops) -> float:
     return flops / row["step_seconds"] / peak_flops
 
 
-def table(rows, device: str) -> str:
+def table(rows, device: str, variant: str = VARIANTS[0]) -> str:
+    step = encoder_speed.label(variant, "ARCH").removeprefix("ARCH + ")
     lines = [
-        f"Largest batch of 512-token blocks within a memory limit, bf16, bio_adamw, fused LM head + loss, {device}",
+        f"Largest batch of 512-token blocks within a memory limit, bf16, {step}, {device}",
         "",
         "| architecture | activation checkpointing | limit (GiB) | batch | tokens/s | MFU | peak (MiB) | note |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -197,6 +199,8 @@ def main(argv=None):
     parser.add_argument("--limits-gib", default=None, help="comma-separated (default: the GPU's memory, and 32)")
     parser.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
     parser.add_argument("--steps", type=int, default=3, help="timed steps at the batch found")
+    parser.add_argument("--variant", choices=VARIANTS, default=VARIANTS[0],
+                        help="the fused LM head and loss (criterion bio_masked_lm), or the recipes' masked_lm")
     parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/...)")
     args = parser.parse_args(argv)
     import torch
@@ -232,11 +236,11 @@ def main(argv=None):
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 write_text(stem.with_suffix(".json"), json.dumps({"device": device, "rows": rows}, indent=2) + "\n")
-                write_text(stem.with_suffix(".md"), table(rows, device))
+                write_text(stem.with_suffix(".md"), table(rows, device, args.variant))
             del config
             if args.device == "cuda":
                 torch.cuda.empty_cache()
-    print(table(rows, device))
+    print(table(rows, device, args.variant))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The master-weight copies of one bf16 update: fairseq's FP16Optimizer against the plugin's MultiTensorFP16Optimizer.
+"""The master-weight copies and fairseq adam's step of one bf16 update: fairseq's against the plugin's trainer.
 
 Every bf16 (or fp16) update, fairseq's wrapper zero-fills the fp32 master gradients, copies the model's gradients
 into them and, after the optimizer's step, the fp32 master weights back into the model: one kernel per tensor each
@@ -6,6 +6,11 @@ time. The plugin's trainer (``fairseq_bio/mixed_precision.py``) does the same co
 device each. This measures, for each architecture's real parameter tensors (their shapes, allocated in bf16
 on ``--device``): the ops dispatched per update (counted at torch's dispatcher: on a GPU, the kernel
 launches) and the wall time of the three copies, median of ``--repeats`` updates, the two wrappers alternating.
+
+The same for the optimizer's part of a bf16 update with fairseq's ``adam`` (the bio-lm recipe's and most fine-tuning
+recipes'): the gradient norm with clipping and the step on the fp32 master weights, fairseq's loops (one norm per
+tensor, about eight kernels per tensor for the step) against ``fairseq_bio/optim/foreach_adam.py``'s multi-tensor
+ones (the same bits).
 
 On a CPU the copies are memory-bound and torch runs a multi-tensor op as a loop of the same copies, so the time shows
 whether anything regressed; the launches are what a GPU pays for in host time (issue 36). On CUDA the time is the
@@ -54,9 +59,9 @@ def parameter_shapes(arch: str):
     return [tuple(p.shape) for p in model.parameters() if p.requires_grad]
 
 
-def wrapper(cls, shapes, device: str):
+def wrapper(cls, shapes, device: str, optimizer: str = "bio_adamw"):
     """fairseq's bf16 wrapper of ``cls`` (built by fairseq's ``build_optimizer``) around bf16 parameters of
-    ``shapes`` with bio_adamw inside, and gradients on the parameters."""
+    ``shapes`` with ``optimizer`` (bio_adamw or adam) inside, and gradients on the parameters."""
     import torch
     from omegaconf import OmegaConf
 
@@ -64,8 +69,9 @@ def wrapper(cls, shapes, device: str):
         "common": {"bf16": True, "fp16_scale_window": None, "model_parallel_size": 1},
         "optimization": {"update_freq": [1]},
         "distributed_training": {"distributed_world_size": 1},
-        "optimizer": {"_name": "bio_adamw", "lr": [1e-4], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-6,
-                      "weight_decay": 0.01, "fused": True},
+        "optimizer": {"_name": optimizer, "lr": [1e-4], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-6,
+                      "weight_decay": 0.01, **({"fused": True} if optimizer == "bio_adamw" else
+                                               {"use_old_adam": False, "fp16_adam_stats": False, "tpu": False})},
     })  # fmt: skip
     params = [torch.nn.Parameter(torch.zeros(s, dtype=torch.bfloat16, device=device)) for s in shapes]
     optimizer = cls.build_optimizer(cfg, params)
@@ -85,7 +91,17 @@ def copies(optimizer) -> None:
     optimizer._sync_fp32_params_to_fp16()
 
 
-def count_ops(optimizer) -> dict:
+def adam_step(optimizer) -> None:
+    """The optimizer's part of one update on the fp32 master weights: the gradient norm, clipped at 1, and the step
+    (fairseq's wrapper syncs the master gradients first: done once before, by ``copies``)."""
+    inner = optimizer.fp32_optimizer
+    inner.clip_grad_norm(1.0)
+    inner.step()
+
+
+def count_ops(optimizer, work=None, names=COPY_OPS) -> dict:
+    """{op: times dispatched} of ``work(optimizer)`` (default ``copies``) for ``names`` (None: every op that computes,
+    not ``.data``'s detached views)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -99,8 +115,27 @@ def count_ops(optimizer) -> dict:
             return func(*args, **(kwargs or {}))
 
     with Count() as seen:
-        copies(optimizer)
-    return {op: seen.ops.get(op, 0) for op in COPY_OPS}
+        (work or copies)(optimizer)
+    if names is None:
+        return {op: n for op, n in seen.ops.items() if op != "detach" and not op.startswith("_record_function")}
+    return {op: seen.ops.get(op, 0) for op in names}
+
+
+def timed(built: dict, work, device: str, repeats: int) -> dict:
+    """{name: seconds of ``work(optimizer)`` per repeat} for the ``built`` optimizers, alternating."""
+    import torch
+
+    times = {name: [] for name in built}
+    for _ in range(repeats):
+        for name, optimizer in built.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            work(optimizer)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def measure(arch: str, device: str, repeats: int) -> dict:
@@ -108,29 +143,36 @@ def measure(arch: str, device: str, repeats: int) -> dict:
     from fairseq.optim.fp16_optimizer import FP16Optimizer
 
     from fairseq_bio.mixed_precision import MultiTensorFP16Optimizer
+    from fairseq_bio.optim import foreach_adam
 
     shapes = parameter_shapes(arch)
     built = {"fairseq": wrapper(FP16Optimizer, shapes, device)}
     built["plugin"] = MultiTensorFP16Optimizer.adopt(wrapper(FP16Optimizer, shapes, device))
     assert type(built["plugin"]) is MultiTensorFP16Optimizer
     result = {"tensors": len(shapes), "parameters": sum(torch.Size(s).numel() for s in shapes)}
-    times = {name: [] for name in built}
     for name, optimizer in built.items():
         result[name] = {"ops": count_ops(optimizer)}
         copies(optimizer)  # warm
-    for _ in range(repeats):
-        for name, optimizer in built.items():
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            copies(optimizer)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - start)
+    times = timed(built, copies, device, repeats)
     for name in built:
         result[name]["ms"] = 1000 * statistics.median(times[name])
         result[name]["launches"] = sum(result[name]["ops"].values())
     result["paired_speedup"] = statistics.median(a / b for a, b in zip(times["fairseq"], times["plugin"]))
+    del built
+    # fairseq's adam: the gradient norm and the step, fairseq's loops against the plugin's trainer's
+    built = {"fairseq": wrapper(FP16Optimizer, shapes, device, "adam")}
+    built["plugin"] = foreach_adam.adopt(MultiTensorFP16Optimizer.adopt(wrapper(FP16Optimizer, shapes, device, "adam")))
+    assert type(built["plugin"].fp32_optimizer.optimizer) is foreach_adam.ForeachAdam
+    step = {}
+    for name, optimizer in built.items():
+        copies(optimizer)  # the master gradients
+        adam_step(optimizer)  # the optimizer's state exists from here on, as in training
+        step[name] = {"launches": sum(count_ops(optimizer, adam_step, None).values())}
+    times = timed(built, adam_step, device, repeats)
+    for name in built:
+        step[name]["ms"] = 1000 * statistics.median(times[name])
+    step["paired_speedup"] = statistics.median(a / b for a, b in zip(times["fairseq"], times["plugin"]))
+    result["adam_step"] = step
     return result
 
 
@@ -147,6 +189,19 @@ def table(results: dict, device: str) -> str:
         lines.append(f"| {arch} | {r['tensors']} | {r['parameters']:,} | {r['fairseq']['launches']} | "
                      f"{r['fairseq']['ms']:.2f} | {r['plugin']['launches']} | {r['plugin']['ms']:.2f} | "
                      f"{r['paired_speedup']:.2f}x |")  # fmt: skip
+    lines += [
+        "",
+        f"fairseq adam's gradient norm (clipped at 1) and step on the fp32 master weights ({device}): fairseq's loops "
+        "vs the plugin's multi-tensor ones (optim/foreach_adam.py)",
+        "",
+        "| architecture | tensors | fairseq: ops | fairseq: ms | plugin: ops | plugin: ms | speed-up (median of paired "
+        "updates) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for arch, r in results.items():
+        a = r["adam_step"]
+        lines.append(f"| {arch} | {r['tensors']} | {a['fairseq']['launches']} | {a['fairseq']['ms']:.2f} | "
+                     f"{a['plugin']['launches']} | {a['plugin']['ms']:.2f} | {a['paired_speedup']:.2f}x |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -163,12 +218,19 @@ def plot(results: dict, path: Path, device: str) -> None:
 
     archs = list(results)
     x = range(len(archs))
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title in ((axes[0], "launches", "copy ops dispatched per update"),
-                           (axes[1], "ms", f"copies' time per update, ms ({device})")):  # fmt: skip
-        for offset, name in ((-0.2, "fairseq"), (0.2, "plugin")):
-            ax.bar([i + offset for i in x], [results[a][name][key] for a in archs], width=0.4,
-                   label={"fairseq": "fairseq FP16Optimizer", "plugin": "MultiTensorFP16Optimizer"}[name])  # fmt: skip
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    panels = (
+        (axes[0][0], None, "launches", "copy ops dispatched per update"),
+        (axes[0][1], None, "ms", f"copies' time per update, ms ({device})"),
+        (axes[1][0], "adam_step", "launches", "adam: norm + step ops per update"),
+        (axes[1][1], "adam_step", "ms", f"adam: norm + step time per update, ms ({device})"),
+    )
+    labels = {None: ("fairseq FP16Optimizer", "MultiTensorFP16Optimizer"),
+              "adam_step": ("fairseq adam", "plugin: foreach_adam")}  # fmt: skip
+    for ax, part, key, title in panels:
+        for offset, name, text in ((-0.2, "fairseq", labels[part][0]), (0.2, "plugin", labels[part][1])):
+            values = [(results[a][part] if part else results[a])[name][key] for a in archs]
+            ax.bar([i + offset for i in x], values, width=0.4, label=text)
         ax.set_xticks(list(x), [a.replace("bio_", "") for a in archs], rotation=15)
         ax.set_title(title)
         ax.legend()

@@ -4,6 +4,9 @@
 - in bf16/fp16, fairseq's ``FP16Optimizer`` given multi-tensor copies between the model and its fp32 master weights
   (``mixed_precision.MultiTensorFP16Optimizer``: the same bits, state and checkpoints; 3 kernels per update instead
   of one per tensor each way);
+- fairseq's ``adam`` (alone, in those wrappers or in a composite) updating on CUDA with multi-tensor kernels, and its
+  and the composite's gradient norm too (``optim.foreach_adam``: the same numbers and state; fairseq's is a loop over
+  the parameters without apex);
 - a training update's logging that updates the same meters without reading their values back to the host.
 
 Everything else (the step, checkpoints, resume, the CPU path) is fairseq's. ``install()`` (called by
@@ -15,6 +18,7 @@ import torch
 from fairseq import metrics
 
 from .mixed_precision import MultiTensorFP16Optimizer
+from .optim import foreach_adam
 from .sharded import ShardedTrainer
 
 _MARK = "fairseq_bio_trainer"
@@ -25,7 +29,7 @@ class BioTrainer(ShardedTrainer):
 
     def _build_optimizer(self):
         super()._build_optimizer()
-        self._optimizer = MultiTensorFP16Optimizer.adopt(self._optimizer)
+        self._optimizer = MultiTensorFP16Optimizer.adopt(foreach_adam.adopt(self._optimizer))
 
     def _reduce_and_log_stats(self, logging_outputs, sample_size, grad_norm=None):
         """fairseq's, except after a training update: the same meters are updated (``ups``, ``gnorm``, ``clip``, the

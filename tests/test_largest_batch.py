@@ -35,12 +35,12 @@ def test_stacked_blocks_are_one_batch():
 
 def test_the_cpu_code_path_writes_a_row_per_configuration(data_bin, tmp_path):
     """bio_roberta_tiny with and without activation checkpointing on real PubMed blocks: a row each, marked as a code
-    check (nothing is capped on a CPU), trained with the recipes' criterion."""
+    check (nothing is capped on a CPU), trained with the fused LM head and loss by default."""
     stem = tmp_path / "largest"
     largest_batch.main(["--device", "cpu", "--data", str(data_bin()), "--archs", "bio_roberta_tiny", "--limits-gib",
                         "1", "--steps", "1", "--out", str(stem)])  # fmt: skip
     rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
     assert [(r["arch"], r["checkpointing"]) for r in rows] == [("bio_roberta_tiny", False), ("bio_roberta_tiny", True)]
     assert all(len(r["probe_peaks_mib"]) == 2 and r["verified"] is False for r in rows if r["batch"])
-    assert {r["criterion"] for r in rows} == {"BioMaskedLmLoss"}  # the recipes' fused head: no N x V logits held
+    assert {r["criterion"] for r in rows} == {"BioMaskedLmLoss"}  # the fused head: no N x V logits held
     assert "| bio_roberta_tiny | on | 1 |" in stem.with_suffix(".md").read_text()

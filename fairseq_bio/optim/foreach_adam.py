@@ -1,0 +1,143 @@
+"""fairseq's ``adam`` with its update and its gradient norm as multi-tensor kernels: the same numbers, state and
+checkpoints.
+
+Without apex or fairseq's CUDA extension (pip installs have neither) fairseq's ``adam`` updates each parameter in a
+Python loop: about eight elementwise kernels per tensor (1,600 launches per bio_roberta_base update, 3,100 for
+bio_roberta_large), and its gradient norm is one norm kernel per tensor ("amp_C fused kernels unavailable"). On a GPU
+the device waits while the host launches them (issue 36; the bio-lm recipe and most fine-tuning recipes train with
+``adam``). ``ForeachAdam.step`` does the same arithmetic in the same order with ``torch._foreach_*`` ops over the
+parameters that share a device and an update count (in chunks of at most ``CHUNK`` elements, which bounds the memory
+of the denominators made at once): about ten launches per chunk. ``clip_grad_norm`` becomes ``bio_adamw``'s
+``foreach_grad_norm`` (the same norm, one multi-tensor kernel per device and dtype).
+
+Only on ``DEVICES`` (CUDA): on a CPU there are no launches to save, and fairseq's loop is faster there, since each
+tensor's eight passes run while it is in the cache, where the multi-tensor ops stream every tensor through memory
+eight times (measured 0.76x for bio_roberta_base's step, ``benchmarks/master_copies.py``).
+
+``adopt`` (called by the plugin's trainer on every optimizer fairseq builds) gives these methods, by class, to
+exactly fairseq's ``FairseqAdam`` running fairseq's own ``Adam`` (not a fused one, not on a TPU) and to the composite
+optimizer's gradient norm, wherever they sit: alone, inside the fp16/bf16 wrappers or in a composite. A step with
+anything else in it (amsgrad, sparse or non-fp32 gradients or weights: the memory-efficient fp16 wrapper; a CPU) is
+fairseq's loop.
+"""
+
+import math
+from collections import defaultdict
+from typing import Iterable, List
+
+import torch
+from fairseq.optim.adam import Adam, FairseqAdam
+from fairseq.optim.composite import FairseqCompositeOptimizer
+
+from .bio_adamw import foreach_grad_norm
+
+CHUNK = 2**27  # elements per multi-tensor launch group (512 MiB of fp32 denominators at most)
+DEVICES = ("cuda",)  # where the multi-tensor step runs (elsewhere fairseq's loop)
+
+
+class ForeachAdam(Adam):
+    """fairseq's ``Adam`` (``fairseq.optim.adam.Adam``) with one multi-tensor op per step of its arithmetic."""
+
+    def step(self, closure=None):
+        if not all(_plain(group) for group in self.param_groups):
+            return super().step(closure)
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            buckets = defaultdict(list)  # (device, update count) -> parameters
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p.data)
+                    state["exp_avg_sq"] = torch.zeros_like(p.data)
+                else:  # as fairseq: a restored state moves to the parameter's device and dtype
+                    state["exp_avg"] = state["exp_avg"].to(p.data)
+                    state["exp_avg_sq"] = state["exp_avg_sq"].to(p.data)
+                state["step"] += 1
+                buckets[(p.device, state["step"])].append(p)
+            for (_, step), params in buckets.items():
+                for chunk in _chunks(params):
+                    self._update(group, step, chunk)
+        return loss
+
+    def _update(self, group: dict, step: int, params: List[torch.Tensor]) -> None:
+        """fairseq's update of ``params`` (all at update ``step``), statement by statement."""
+        grads = [p.grad.data for p in params]
+        weights = [p.data for p in params]
+        exp_avgs = [self.state[p]["exp_avg"] for p in params]
+        exp_avg_sqs = [self.state[p]["exp_avg_sq"] for p in params]
+        beta1, beta2 = group["betas"]
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        denoms = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_add_(denoms, group["eps"])
+        bias_correction1 = 1 - beta1**step
+        bias_correction2 = 1 - beta2**step
+        step_size = group["lr"] * math.sqrt(bias_correction2) / bias_correction1
+        if group["weight_decay"] != 0:
+            torch._foreach_add_(weights, weights, alpha=-group["weight_decay"] * group["lr"])
+        torch._foreach_addcdiv_(weights, exp_avgs, denoms, value=-step_size)
+
+
+def _plain(group: dict) -> bool:
+    """Whether fairseq's loop would do nothing but the fp32 arithmetic on this group (no amsgrad, no casts), on
+    ``DEVICES``."""
+    if group.get("amsgrad", False):
+        return False
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse or p.dtype != torch.float32 or p.grad.dtype != torch.float32:
+            return False
+        if p.device.type not in DEVICES:
+            return False
+    return True
+
+
+def _chunks(params: List[torch.Tensor]) -> Iterable[List[torch.Tensor]]:
+    """``params`` in order, cut into runs of at most ``CHUNK`` elements (a larger tensor alone)."""
+    chunk, size = [], 0
+    for p in params:
+        if chunk and size + p.numel() > CHUNK:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(p)
+        size += p.numel()
+    if chunk:
+        yield chunk
+
+
+class ForeachGradNorm:
+    """``clip_grad_norm`` by ``foreach_grad_norm``: for fairseq optimizers whose own is ``FairseqOptimizer``'s."""
+
+    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        return foreach_grad_norm(self.params, max_norm, aggregate_norm_fn)
+
+
+class ForeachFairseqAdam(ForeachGradNorm, FairseqAdam):
+    """fairseq's ``adam`` with the multi-tensor gradient norm (its ``ForeachAdam`` set by ``adopt``)."""
+
+
+class ForeachCompositeOptimizer(ForeachGradNorm, FairseqCompositeOptimizer):
+    """fairseq's ``composite`` with the multi-tensor gradient norm over all its groups' parameters."""
+
+
+def adopt(optimizer):
+    """Give the optimizer fairseq's trainer built, and those inside it, the multi-tensor methods, in place (state,
+    the learning-rate scheduler's reference and checkpoints unchanged). Returns ``optimizer``."""
+    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None)
+    if inner is not None:  # fairseq's fp16/bf16 wrappers: the optimizer of the fp32 (or low-precision) weights
+        adopt(inner)
+    elif type(optimizer) is FairseqCompositeOptimizer:
+        optimizer.__class__ = ForeachCompositeOptimizer
+        for sub in optimizer.optimizers.values():
+            adopt(sub)
+    elif type(optimizer) is FairseqAdam and not getattr(optimizer.cfg, "tpu", False):
+        optimizer.__class__ = ForeachFairseqAdam
+        if type(optimizer._optimizer) is Adam:  # not apex's or fairseq's fused kernels
+            optimizer._optimizer.__class__ = ForeachAdam
+    return optimizer
