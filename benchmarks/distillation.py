@@ -215,26 +215,19 @@ def memory_worker(sizes_json: str, device: str, data, workdir: str) -> None:
 
     task = setup(vocabulary(Path(workdir) / "vocab", data))
     tokens = to(batch(task, 32, 128, seed=2, data=data), device)["net_input"]["src_tokens"]
-    base_rss = _status_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:  # restart the peak-RSS counter (VmHWM) from here
-        f.write("5")
+    from encoder_speed import resident_bytes, rss_peak
+
+    base_rss = resident_bytes()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base_cuda = torch.cuda.memory_allocated()
-    torch.manual_seed(0)
-    model = build(task, json.loads(sizes_json)).to(device).eval()
-    with torch.no_grad():
-        model(tokens, features_only=True)
-    if device == "cuda":
-        peak = (torch.cuda.max_memory_allocated() - base_cuda) / 2**20
-    else:
-        peak = (_status_kib("VmHWM") - base_rss) / 1024
+    with rss_peak() as rss:  # the peak-RSS counter (VmHWM) restarted from here
+        torch.manual_seed(0)
+        model = build(task, json.loads(sizes_json)).to(device).eval()
+        with torch.no_grad():
+            model(tokens, features_only=True)
+        peak = (torch.cuda.max_memory_allocated() - base_cuda if device == "cuda" else rss() - base_rss) / 2**20
     print(json.dumps({"peak_mib": peak, "params": sum(p.numel() for p in model.parameters())}))
-
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def inference(sizes, data, steps: int, device: str, workdir: Path):

@@ -166,6 +166,11 @@ def _status_kib(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
+def resident_bytes() -> int:
+    """The process's resident memory now (VmRSS), in bytes."""
+    return _status_kib("VmRSS") * 1024
+
+
 def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=(), model=None):
     """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
     reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``;
@@ -351,7 +356,7 @@ def memory_worker(variant: str, args) -> dict:
     cuda = args.device == "cuda"
     task, step, _ = build(variant, args)
     samples, hashes = load_batches(task, args.batch, args.warmup + 1)
-    base = 0 if cuda else _status_kib("VmRSS") * 1024
+    base = 0 if cuda else resident_bytes()
     with metrics.aggregate("train"), (true_peak() if cuda else rss_peak()) as peak:
         first = timed_step(step, samples[0], cuda)
         for sample in samples[1:]:
