@@ -148,3 +148,22 @@ def test_the_plugins_trainer_updates_as_fairseqs_with_clipping(precision, vocab_
     for p, q in zip(ours.model.parameters(), theirs.model.parameters(), strict=True):
         assert torch.equal(p, q)
     assert_same_state(ours.optimizer.state_dict(), theirs.optimizer.state_dict())
+
+
+def test_a_resumed_run_continues_fairseqs_updates(on_cpu):
+    """fairseq's Adam for 3 updates, its state dict loaded into the multi-tensor step (a checkpoint written by fairseq
+    or by the plugin, resumed with the plugin), 3 more: the weights and state of 6 updates of fairseq's loop."""
+    theirs, their_optimizer, _ = run(Adam)
+    params, first, _ = run(Adam, updates=3)
+    resumed = ForeachAdam(first.param_groups, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.0)
+    resumed.load_state_dict(copy.deepcopy(first.state_dict()))
+    g = torch.Generator().manual_seed(1)
+    for update in range(6):  # the same gradients as run()'s, the first 3 drawn and dropped
+        grads = [None if (p is params[-1] and update < 2) else torch.randn(p.shape, generator=g) for p in params]
+        if update >= 3:
+            for p, grad in zip(params, grads):
+                p.grad = grad
+            resumed.step()
+    for p, q in zip(params, theirs, strict=True):
+        assert torch.equal(p, q)
+    assert_same_state(resumed.state_dict(), their_optimizer.state_dict())
