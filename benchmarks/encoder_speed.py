@@ -17,6 +17,8 @@ registered bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron
                     activation checkpointing)
     bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
     bio+adamw+comp+fused  bio+adamw+comp with the bio_masked_lm criterion (LM head matmul and loss fused, chunked)
+    bio+adamw+wholecomp+fused  (opt-in, --variants) bio+adamw with model.compile_model=true (torch.compile of the
+                    whole model: embeddings, layers and heads) and the bio_masked_lm criterion
     bio+adamw+comp+noattndrop  (opt-in, --variants) bio+adamw+comp with attention dropout 0: what the recipes' 0.1
                     costs
     reference       the same shape in plain PyTorch, no fairseq: fused QKV, SDPA, LM head only on the masked
@@ -95,6 +97,9 @@ VARIANTS = {
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
     "bio+adamw+comp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
                                  criterion="bio_masked_lm"),
+    # opt-in: the whole model compiled (model.compile_model=true) instead of each layer, with the fused head and loss
+    "bio+adamw+wholecomp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile="model",
+                                      criterion="bio_masked_lm", default=False),
     # opt-in (--variants): what the recipes' attention dropout of 0.1 costs (dropout inside the attention kernel)
     "bio+adamw+comp+noattndrop": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
                                       attention_dropout=0.0, default=False),
@@ -123,6 +128,7 @@ def label(variant: str, arch: str) -> str:
         "bio+adamw+fused": f"{arch} + bio_adamw, fused LM head + loss (bio_masked_lm)",
         "bio+adamw+comp": f"{arch} + bio_adamw, compiled layers",
         "bio+adamw+comp+fused": f"{arch} + bio_adamw, compiled layers, fused LM head + loss (bio_masked_lm)",
+        "bio+adamw+wholecomp+fused": f"{arch} + bio_adamw, whole model compiled, fused LM head + loss (bio_masked_lm)",
         "bio+adamw+comp+noattndrop": f"{arch} + bio_adamw, compiled layers, attention dropout 0 (recipes: 0.1)",
         "reference": "plain PyTorch reference (fused QKV, SDPA, fused AdamW)",
         "reference+comp": "plain PyTorch reference, torch.compile",
@@ -193,7 +199,7 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
         cfg.common.tpu = False
     model_options = dict(model or {})
     if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
-        model_options["compile_encoder_layers"] = True
+        model_options["compile_model" if spec["compile"] == "model" else "compile_encoder_layers"] = True
     if "attention_dropout" in spec:
         model_options["attention_dropout"] = spec["attention_dropout"]
     for key, value in model_options.items():  # (stock RoBERTa's model config is an argparse namespace)

@@ -2,10 +2,10 @@
 
 1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq's hydra entry point
    in fp16 and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
-2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base (compiled layers, with and without the fused LM head
-   and loss) against stock roberta_base, the compiled plain PyTorch reference and HF RobertaForMaskedLM at issue 36's
-   128 x 512, bf16: tokens/s, MFU, true peak memory (on `make demo`'s runs/demo/data-bin, else on PubMed data built
-   here);
+2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base (with the fused LM head and loss, compiled layer by
+   layer and as a whole model) against stock roberta_base, the compiled plain PyTorch reference and HF
+   RobertaForMaskedLM at issue 36's 128 x 512, bf16: tokens/s, MFU, true peak memory (on `make demo`'s
+   runs/demo/data-bin, else on PubMed data built here);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
@@ -69,7 +69,7 @@ DRY_LARGE = ["--device", "cpu", "--archs", "bio_roberta_tiny", "--checkpointing"
 # issue 36's targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in the same run (and
 # stock fairseq and HF beside them), each variant's true peak memory from its own process
 GPU_SPEED = ["--device", "cuda", "--batch", "128", "--warmup", "3", "--steps", "10", "--variants",
-             "stock,bio+adamw+comp,bio+adamw+comp+fused,reference+comp,hf"]  # fmt: skip
+             "stock,bio+adamw+comp+fused,bio+adamw+wholecomp+fused,reference+comp,hf"]  # fmt: skip
 # a fresh process per variant; the others only swap the optimizer or compile the layers
 DRY_SPEED = ["--device", "cpu", "--tiny", "--batch", "1", "--steps", "2", "--warmup", "1", "--variants",
              "stock,bio,reference,hf"]

@@ -7,7 +7,9 @@
 - fairseq's ``adam`` (alone, in those wrappers or in a composite) updating on CUDA with multi-tensor kernels, and its
   and the composite's gradient norm too (``optim.foreach_adam``: the same numbers and state; fairseq's is a loop over
   the parameters without apex);
-- a training update's logging that updates the same meters without reading their values back to the host.
+- a training update's logging that updates the same meters without reading their values back to the host, and
+  fairseq's ``AverageMeter`` taking a weight that is a device tensor (a criterion's masked-token count) without
+  reading it (``update_meter``).
 
 Everything else (the step, checkpoints, resume, the CPU path) is fairseq's. ``install()`` (called by
 ``compat.install()``) makes ``fairseq_cli.train.Trainer`` this class: fairseq-train's ``main`` builds its trainer
@@ -16,6 +18,7 @@ from that name, and a ``--user-dir`` plugin has no other hook.
 
 import torch
 from fairseq import metrics
+from fairseq.logging import meters
 
 from .mixed_precision import MultiTensorFP16Optimizer
 from .optim import foreach_adam
@@ -54,10 +57,27 @@ class BioTrainer(ShardedTrainer):
         return {"sample_size": sample_size}
 
 
+_FAIRSEQ_UPDATE = meters.AverageMeter.update
+
+
+def update_meter(meter, val, n=1):
+    """fairseq's ``AverageMeter.update``, except for a tensor weight ``n``: fairseq's ``if n > 0`` reads it back to
+    the host (on a GPU a wait for the device, in every aggregate the value is logged to: three per update for
+    masked_lm's loss, weighted by its masked-token count). Here a weight of 0 adds ``0`` to the sum instead of being
+    skipped (its value, often 0 / 0, is not added) and 0 to the count: the same sum, count and average."""
+    if val is None or not torch.is_tensor(n):
+        return _FAIRSEQ_UPDATE(meter, val, n)
+    meter.val = val
+    meter.sum = meters.type_as(meter.sum, val) + torch.where(n > 0, val * n, torch.zeros_like(n, dtype=torch.float))
+    meter.count = meters.type_as(meter.count, n) + n
+
+
 def install() -> None:
-    """Make fairseq-train / fairseq-hydra-train build ``BioTrainer``. Idempotent."""
+    """Make fairseq-train / fairseq-hydra-train build ``BioTrainer``, and fairseq's meters take device weights
+    without reading them (``update_meter``). Idempotent."""
     from fairseq_cli import train as module
 
+    meters.AverageMeter.update = update_meter
     if getattr(module.Trainer, _MARK, False):
         return
     setattr(BioTrainer, _MARK, True)

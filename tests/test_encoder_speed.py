@@ -126,12 +126,15 @@ def test_reference_and_hf_have_bio_robertas_shape(data_bin, arch):
 
 def test_stock_and_the_attention_dropout_variant_build(data_bin):
     """Stock RoBERTa's model config is an argparse namespace, bio_roberta's a DictConfig: both take the variants'
-    model options (the opt-in variant sets attention dropout 0; the recipes' is 0.1)."""
+    model options (the opt-in variants set attention dropout 0, the recipes' being 0.1, or compile the whole model)."""
     common = dict(data=data_bin(), batch=1, device="cpu", fp32=True, tiny=True, arch="bio_roberta_base")
     task, stock, _ = encoder_speed.build("stock", types.SimpleNamespace(**common))
     assert type(stock.model).__name__ == "RobertaModel"
     _, fast, _ = encoder_speed.build("bio+adamw+comp+noattndrop", types.SimpleNamespace(**common), task)
     assert fast.trainer.cfg.model.attention_dropout == 0.0 and fast.trainer.cfg.model.compile_encoder_layers
+    _, whole, _ = encoder_speed.build("bio+adamw+wholecomp+fused", types.SimpleNamespace(**common), task)
+    model, criterion = whole.trainer.cfg.model, whole.trainer.cfg.criterion
+    assert model.compile_model and not model.compile_encoder_layers and criterion._name == "bio_masked_lm"
 
 
 def test_tiny_run_and_profile_on_cpu(data_bin, tmp_path, capsys):

@@ -161,14 +161,14 @@ def test_checkpoints_load_both_ways(task, tmp_path):
 
 
 def test_checkpoint_config_from_before_the_options_builds(task):
-    """A model config saved before compile_encoder_layers / lm_head_vocab_multiple existed builds with their
-    defaults (eager layers, padding to 64 on CUDA)."""
+    """A model config saved before compile_encoder_layers / compile_model / lm_head_vocab_multiple existed builds with
+    their defaults (eager layers, padding to 64 on CUDA)."""
     args = _args("roberta", False)  # fairseq's roberta defaults only: none of bio_roberta's newer options
     args.arch = args._name = "bio_roberta_tiny"
-    for key in ("compile_encoder_layers", "lm_head_vocab_multiple"):
+    for key in ("compile_encoder_layers", "compile_model", "lm_head_vocab_multiple"):
         assert not hasattr(args, key)
     model = BioRobertaModel.build_model(args, task)
-    assert args.compile_encoder_layers is False and args.lm_head_vocab_multiple == 64
+    assert args.compile_encoder_layers is False and args.compile_model is False and args.lm_head_vocab_multiple == 64
     assert isinstance(model.encoder.lm_head, BioRobertaLMHead) and model.encoder.lm_head.vocab_multiple == 64
 
 
@@ -350,26 +350,32 @@ def test_bio_adamw_refuses_bad_betas():
         parse_betas("0.9")
 
 
-def test_compiled_layers_equal_eager_on_cpu(task):
-    """model.compile_encoder_layers=true trains on CPU (inductor): eager's logits and gradients, one compiled graph
-    for all layers, and the state dict keeps its keys."""
+@pytest.mark.parametrize("key", ["compile_encoder_layers", "compile_model"])
+def test_compiled_model_equals_eager_on_cpu(task, key):
+    """model.compile_encoder_layers=true (each layer) and model.compile_model=true (the whole model, padding and the
+    masked positions its graph breaks) train on CPU (inductor): eager's logits and gradients, and the state dict
+    keeps its keys; either refuses checkpoint_activations and the other."""
     _, eager = stock_and_bio(task)
     torch.manual_seed(0)
-    compiled = BioRobertaModel.build_model(_args("bio_roberta_tiny", False, compile_encoder_layers=True), task)
+    compiled = BioRobertaModel.build_model(_args("bio_roberta_tiny", False, **{key: True}), task)
     compiled.load_state_dict(eager.state_dict())
     assert compiled.state_dict().keys() == eager.state_dict().keys()
     compiled.train()
     eager.train()
-    tokens, masked = tokens_and_mask(task, padded=False)
+    tokens, masked = tokens_and_mask(task, padded=key == "compile_model")
     weights = torch.randn(int(masked.sum()), len(task.source_dictionary), generator=torch.Generator().manual_seed(3))
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     logits = compiled(tokens, masked_tokens=masked)[0]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # it did compile
     close(logits, eager(tokens, masked_tokens=masked)[0], rtol=1e-4)  # inductor reorders reductions
     (logits * weights).sum().backward()
     (eager(tokens, masked_tokens=masked)[0] * weights).sum().backward()
     assert_same_gradients(compiled, eager, rtol=1e-4)
-    with pytest.raises(ValueError, match="compile_encoder_layers=true with checkpoint_activations"):
+    with pytest.raises(ValueError, match=f"{key}=true with checkpoint_activations"):
+        BioRobertaModel.build_model(_args("bio_roberta_tiny", False, **{key: True}, checkpoint_activations=True), task)
+    with pytest.raises(ValueError, match="compile_encoder_layers=true with model.compile_model=true"):
         BioRobertaModel.build_model(
-            _args("bio_roberta_tiny", False, compile_encoder_layers=True, checkpoint_activations=True), task
+            _args("bio_roberta_tiny", False, compile_encoder_layers=True, compile_model=True), task
         )
 
 

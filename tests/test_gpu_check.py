@@ -29,3 +29,12 @@ def test_an_unknown_part_is_one_line(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--only", "tests,profile"])
     assert "--only 'tests,profile': a comma-separated choice of speed, large, copies, tests" in capsys.readouterr().err
+
+
+def test_the_gpu_commands_name_only_known_variants():
+    """The GPU run's encoder-speed variants exist (the dry run takes other ones)."""
+    import encoder_speed
+
+    variants = gpu_check.GPU_SPEED[gpu_check.GPU_SPEED.index("--variants") + 1]
+    assert encoder_speed.choose_variants(variants, "bio_roberta_base") == variants.split(",")
+    assert "bio+adamw+wholecomp+fused" in variants

@@ -3,6 +3,7 @@ to Python, each a wait for the device on a GPU (issue 36). The step of the recip
 ``masked_lm`` criterion, the plugin's trainer) on real PubMed blocks, counted on the CPU."""
 
 import argparse
+import collections
 import copy
 import sys
 
@@ -14,34 +15,37 @@ import host_reads  # noqa: E402
 
 # What a step still reads, by (file, function), per step, and why it stays:
 REMAINING = {
-    # fairseq's meters: the task's loss is weighted by the masked-token count, a device tensor, and AverageMeter
-    # checks the weight is positive (loss, nll_loss and the criterion's other weighted values)
-    ("fairseq/logging/meters.py", "update"): 3,
     # fairseq's masked_lm: on the CPU "is anything masked" (torch.where on a GPU, no read), and the masked targets
     ("fairseq/criterions/masked_lm.py", "forward"): 2,
     # fairseq's train_step: `sample_size or 1.0` and `isfinite(grad_norm).all()` (raise on NaN/inf)
     ("fairseq/trainer.py", "train_step"): 2,
-    # the LM head on the masked positions only (their number sizes the head's matmul)
-    ("fairseq_bio/models/bio_roberta.py", "forward"): 1,
+    # the LM head on the masked positions only, fairseq's boolean mask (their number sizes the head's matmul)
+    ("fairseq_bio/modules/masking.py", "take_positions"): 1,
     # whether the batch has padding, once (no padding mask: the fused attention kernels)
     ("fairseq_bio/modules/transformer_encoder.py", "forward"): 1,
 }
 
+# The fused head and loss (criterion bio_masked_lm): the masked positions read once, before the forward, as indices
+REMAINING_FUSED = {
+    ("fairseq/trainer.py", "train_step"): 2,
+    ("fairseq_bio/modules/masking.py", "flat_positions"): 1,
+    ("fairseq_bio/modules/transformer_encoder.py", "forward"): 1,
+}
 
 # ELECTRA's step (bio_electra task and criterion): its counts stay on the device; what remains, per step:
 REMAINING_ELECTRA = {
     ("fairseq/trainer.py", "train_step"): 1,  # isfinite(grad_norm).all() (its sample size is a Python 1)
-    ("fairseq_bio/models/bio_electra.py", "generator_logits"): 1,  # the generator's head on the masked positions
-    ("fairseq_bio/models/bio_electra.py", "forward"): 1,  # the original tokens there, right after
+    # how many masked positions (the generator's head, the targets, the replacements), once, before the generator
+    ("fairseq_bio/modules/masking.py", "flat_positions"): 1,
     ("fairseq_bio/modules/transformer_encoder.py", "forward"): 2,  # padding or not, once per encoder
 }
 
 
-def reads_of(data: str, layers: int, task="bio_masked_lm"):
+def reads_of(data: str, layers: int, task="bio_masked_lm", criterion="masked_lm"):
     electra = task == "bio_electra"
     args = argparse.Namespace(data=data, device="cpu", arch="bio_electra_tiny" if electra else "bio_roberta_base",
                               tiny=not electra, layers=layers, batch=2, steps=2, task=task,
-                              criterion="bio_electra" if electra else "masked_lm", fp32=False)  # fmt: skip
+                              criterion="bio_electra" if electra else criterion, fp32=False)  # fmt: skip
     return host_reads.measure(args)
 
 
@@ -59,6 +63,7 @@ def test_a_pretraining_step_reads_back_only_what_remains(data_bin):
     per-step logging read nothing back any more; what remains is ``REMAINING``, whatever the number of layers."""
     two, four = by_function(reads_of(data_bin(), 2)), by_function(reads_of(data_bin(), 4))
     assert two == four == REMAINING
+    assert by_function(reads_of(data_bin(), 2, criterion="bio_masked_lm")) == REMAINING_FUSED
 
 
 def test_the_masks_key_comes_from_the_host(data_bin):
@@ -92,3 +97,28 @@ def test_an_electra_step_reads_back_only_what_remains(data_bin):
     data = data_bin()
     four, two = (by_function(reads_of(data, layers, "bio_electra")) for layers in (None, 2))
     assert four == two == REMAINING_ELECTRA
+
+
+def test_meters_take_a_device_weight_without_reading_it():
+    """fairseq's AverageMeter as the plugin installs it (``trainer.update_meter``): a tensor weight (masked_lm's loss
+    weighted by its masked-token count) is never read back, and the sum, count and average are fairseq's, an update
+    of weight 0 (whose value is 0 / 0) included."""
+    from fairseq.logging import meters
+
+    from fairseq_bio import trainer
+
+    updates = [(torch.tensor(2.5), torch.tensor(4)), (torch.tensor(float("nan")), torch.tensor(0)),
+               (torch.tensor(1.0), torch.tensor(2)), (None, torch.tensor(3)), (0.5, 1)]  # fmt: skip
+    ours, theirs = meters.AverageMeter(round=3), meters.AverageMeter(round=3)
+    with host_reads.host_read_mode() as counted:
+        for val, n in updates:
+            trainer.update_meter(ours, val, n)
+    assert counted.reads == collections.Counter()
+    for val, n in updates:
+        trainer._FAIRSEQ_UPDATE(theirs, val, n)
+    assert float(ours.sum) == float(theirs.sum) == 2.5 * 4 + 1.0 * 2 + 0.5
+    assert int(ours.count) == int(theirs.count) == 7 and ours.smoothed_value == theirs.smoothed_value == 1.786
+    assert meters.AverageMeter.update is trainer.update_meter  # installed with the plugin
+    first_empty = meters.AverageMeter()
+    trainer.update_meter(first_empty, torch.tensor(float("nan")), torch.tensor(0))
+    assert first_empty.avg.isnan() and float(first_empty.count) == 0  # fairseq: count 0, so its avg is val (nan)

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..errors import BioError
 from ..modules import distillation as losses
+from ..modules.masking import flat_positions, take_positions
 
 logger = logging.getLogger(__name__)
 
@@ -208,12 +209,13 @@ class BioDistillationCriterion(FairseqCriterion):
         states = bool(self.on & {"embed_loss", "hidden_loss"})
         attn = "attn_loss" in self.on
         kl_all = "kl_loss" in self.on and self.cfg.kl_positions == "all"
-        positions = nonpad if kl_all else target.ne(self.padding_idx)
+        # the predicted positions as indices: one host read (their number sizes the heads), not one per use
+        positions = flat_positions(nonpad if kl_all else target.ne(self.padding_idx))
 
         features, extra = model(tokens, features_only=True, return_all_hiddens=states, return_attn=attn)
         logits = None
         if self.on & {"mlm_loss", "kl_loss"}:
-            logits = model.encoder.output_layer(features, masked_tokens=positions)  # N x V
+            logits = model.encoder.output_layer(take_positions(features, positions))  # N x V
         teacher_out = None
         if self.on - {"mlm_loss"}:
             teacher = self._teacher_like(model)
@@ -221,12 +223,12 @@ class BioDistillationCriterion(FairseqCriterion):
                 t_features, t_extra = teacher(tokens, features_only=True, return_all_hiddens=states, return_attn=attn)
                 t_logits = None
                 if "kl_loss" in self.on:
-                    t_logits = teacher.encoder.output_layer(t_features, masked_tokens=positions)
+                    t_logits = teacher.encoder.output_layer(take_positions(t_features, positions))
             teacher_out = (t_features, t_extra, t_logits)
 
         terms: Dict[str, torch.Tensor] = {}
         if "mlm_loss" in self.on:
-            terms["mlm_loss"] = losses.mlm_loss(logits, target[positions], self.padding_idx)
+            terms["mlm_loss"] = losses.mlm_loss(logits, take_positions(target, positions), self.padding_idx)
         if teacher_out is not None:
             t_features, t_extra, t_logits = teacher_out
             if "kl_loss" in self.on:

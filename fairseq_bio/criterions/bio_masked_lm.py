@@ -16,6 +16,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
 from ..models.bio_roberta import BioRobertaEncoder
+from ..modules.masking import flat_positions
 
 
 @dataclass
@@ -34,15 +35,16 @@ class BioMaskedLmLoss(MaskedLmLoss):
         self.fused_head = cfg.fused_head
 
     def forward(self, model, sample, reduce=True):
+        if not self.fused_head or self.tpu or not isinstance(getattr(model, "encoder", None), BioRobertaEncoder):
+            return super().forward(model, sample, reduce)
         masked_tokens = sample["target"].ne(self.padding_idx)
-        unfused = not self.fused_head or self.tpu or not isinstance(getattr(model, "encoder", None), BioRobertaEncoder)
-        if unfused or (masked_tokens.device.type == "cpu" and not masked_tokens.any()):
-            return super().forward(model, sample, reduce)  # (on CPU fairseq's rare case: nothing masked)
         sample_size = masked_tokens.int().sum()
-        if masked_tokens.device.type != "cpu":  # fairseq's rare case without a device-to-host transfer, as fairseq
-            masked_tokens = torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
-        targets = sample["target"][masked_tokens]
-        loss, _ = model(**sample["net_input"], masked_tokens=masked_tokens, lm_targets=targets,
+        # fairseq's rare case, nothing masked: every position, whose targets are all padding (a loss of 0), as fairseq
+        # on a GPU (on a CPU fairseq reads "anything masked?" back; the same result)
+        masked_tokens = torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
+        positions = flat_positions(masked_tokens)  # the step's one read, before the forward: waits for the masking
+        targets = sample["target"].flatten()[positions]
+        loss, _ = model(**sample["net_input"], masked_tokens=positions, lm_targets=targets,
                         lm_ignore_index=self.padding_idx)  # fmt: skip
         logging_output = {
             "loss": loss.data,

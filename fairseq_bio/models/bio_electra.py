@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ..data.word_boundaries import special_symbols
 from ..modules.electra import DiscriminatorHead, GeneratorHead, ProjectedTransformerEncoder, sample_replacements
+from ..modules.masking import flat_positions, take_positions
 from .bio_roberta import set_layer_norm_eps
 
 logger = logging.getLogger(__name__)
@@ -189,9 +190,10 @@ class BioElectraModel(BaseFairseqModel):
         return self.cfg.max_positions
 
     def generator_logits(self, src_tokens: Tensor, masked_tokens: Tensor) -> Tensor:
-        """``B x T`` generator input, ``B x T`` bool -> ``N x V`` logits at the ``N`` masked positions."""
+        """``B x T`` generator input, ``B x T`` bool or ``N`` flat indices (``flat_positions``) -> ``N x V`` logits
+        at the ``N`` masked positions."""
         features = self.generator(src_tokens)["encoder_out"][0].transpose(0, 1)  # B x T x H
-        return self.generator_head(features[masked_tokens])
+        return self.generator_head(take_positions(features, masked_tokens))
 
     def discriminator_logits(self, src_tokens: Tensor) -> Tensor:
         """``B x T`` tokens -> ``B x T`` replaced-token logits."""
@@ -210,12 +212,13 @@ class BioElectraModel(BaseFairseqModel):
         ``generator_logits`` ``N x V``, ``generator_targets`` ``N`` (the original tokens there), ``sampled_tokens``
         ``N``, ``discriminator_tokens`` ``B x T`` (the original with the samples in place), ``replaced`` ``B x T``
         bool (a sample equal to the original is not a replacement), ``discriminator_logits`` ``B x T``."""
-        generator_logits = self.generator_logits(src_tokens, masked_tokens)
-        # Taken here, right after the generator's own masked positions: a boolean mask makes the host wait for the
-        # device, and here it waits for the generator only, not for the discriminator too.
-        generator_targets = original_tokens[masked_tokens]
+        # The step's one host read (how many positions), before the generator's forward is queued: on a GPU the host
+        # waits for the masking only; the positions then select without reading anything back.
+        positions = flat_positions(masked_tokens)
+        generator_logits = self.generator_logits(src_tokens, positions)
+        generator_targets = take_positions(original_tokens, positions)
         sampled = sample_replacements(generator_logits.detach(), self.forbidden, temperature, generator)
-        corrupted = original_tokens.masked_scatter(masked_tokens, sampled)
+        corrupted = original_tokens.flatten().index_copy(0, positions, sampled).view_as(original_tokens)
         return {
             "generator_logits": generator_logits,
             "generator_targets": generator_targets,

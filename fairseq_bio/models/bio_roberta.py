@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..data.tokenizer_files import BPE_JSON, load_bpe_json
 from ..errors import BioConfigError
+from ..modules.masking import take_positions
 from ..modules.tagging_head import TokenClassificationHead, head_options
 from ..modules.transformer_encoder import BioTransformerEncoder
 
@@ -124,6 +125,15 @@ class BioRobertaConfig(FairseqDataclass):
             "each shape compile for seconds to minutes; not with checkpoint_activations)"
         },
     )
+    compile_model: bool = field(
+        default=False,
+        metadata={
+            "help": "torch.compile the whole model in place (embeddings, every layer, the heads: fusions across "
+            "layers, one call instead of one per layer); graph breaks where a step reads a value (padding or not, "
+            "the masked positions); the first batches of each shape compile for minutes; not with "
+            "compile_encoder_layers or checkpoint_activations"
+        },
+    )
     lm_head_vocab_multiple: int = field(
         default=64,
         metadata={
@@ -152,6 +162,8 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
     # Checkpoints from before these options hold none: they get the defaults.
     if getattr(cfg, "compile_encoder_layers", None) is None:
         cfg.compile_encoder_layers = False
+    if getattr(cfg, "compile_model", None) is None:
+        cfg.compile_model = False
     if getattr(cfg, "lm_head_vocab_multiple", None) is None:
         cfg.lm_head_vocab_multiple = 64
 
@@ -212,8 +224,11 @@ class BioRobertaModel(RobertaModel):
             OmegaConf.set_struct(cfg, False)  # fairseq's encoder adds its own defaults below
         apply_architecture(cfg, getattr(cfg, "_name", None) or getattr(cfg, "arch", None))
         base_architecture(cfg)
-        if cfg.compile_encoder_layers and getattr(cfg, "checkpoint_activations", False):
-            raise BioConfigError("model.compile_encoder_layers=true with checkpoint_activations: choose one")
+        for key in ("compile_encoder_layers", "compile_model"):
+            if getattr(cfg, key) and getattr(cfg, "checkpoint_activations", False):
+                raise BioConfigError(f"model.{key}=true with checkpoint_activations: choose one")
+        if cfg.compile_encoder_layers and cfg.compile_model:
+            raise BioConfigError("model.compile_encoder_layers=true with model.compile_model=true: choose one")
         if cfg.lm_head_vocab_multiple < 1:
             raise BioConfigError(f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1")
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
@@ -223,7 +238,10 @@ class BioRobertaModel(RobertaModel):
                 layer.compile()  # in place: parameter names and state-dict keys stay as they are
         if OmegaConf.is_config(cfg):
             OmegaConf.set_struct(cfg, True)
-        return cls(cfg, encoder)
+        model = cls(cfg, encoder)
+        if cfg.compile_model:
+            model.compile()  # in place, as the layers above: the state dict keeps its keys
+        return model
 
     def register_tagging_head(self, name: str, num_classes: int, **options):
         """Register a per-token head (``TokenClassificationHead``; ``options``: its dropout, crf, lstm_layers,
@@ -340,8 +358,8 @@ class BioRobertaLMHead(RobertaLMHead):
     def forward(self, features, masked_tokens=None, targets=None, ignore_index: int = -100, **kwargs):
         """Logits, or with ``targets`` (one per predicted position) the summed cross-entropy of them, computed by
         ``fused_lm_loss`` without the logits (the criterion ``bio_masked_lm``)."""
-        if masked_tokens is not None:  # only the predicted positions (fairseq's masked_lm criterion passes them)
-            features = features[masked_tokens, :]
+        if masked_tokens is not None:  # only the predicted positions: fairseq masked_lm's B x T mask, bio_masked_lm's
+            features = take_positions(features, masked_tokens)  # flat indices (flat_positions)
         x = self.layer_norm(self.activation_fn(self.dense(features)))
         if targets is not None:
             return fused_lm_loss(x, self.weight, self.bias, targets, ignore_index)

@@ -123,6 +123,22 @@ class BatchMasker:
         return corrupted, targets
 
 
+def flat_positions(mask: torch.Tensor) -> torch.Tensor:
+    """``B x T`` bool -> the flat row-major indices of its true positions (``N``): the one host read a masked-LM step
+    needs (their number sizes the LM head's matmul). Taken before the forward pass is queued, the host waits on a GPU
+    for the masking only; ``take_positions`` then selects with these indices without reading anything back, where a
+    boolean mask reads its count again at every use (issue 36)."""
+    return mask.flatten().nonzero().squeeze(1)
+
+
+def take_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """``B x T x ...`` -> ``N x ...`` at ``positions``: a ``B x T`` bool mask (fairseq's way, a host read) or ``N``
+    indices from ``flat_positions`` (the same rows in the same order, no read)."""
+    if positions.dtype == torch.bool:
+        return x[positions]
+    return x.flatten(0, 1)[positions]
+
+
 def _fill_token_budget(
     starts: torch.Tensor, lengths: torch.Tensor, rand: torch.Tensor, budget: torch.Tensor
 ) -> torch.Tensor:
