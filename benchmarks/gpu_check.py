@@ -177,13 +177,6 @@ def demo_or_built_data(dry: bool) -> Path:
 
 def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
     name = "2. encoder speed (benchmarks/encoder_speed.py" + (" --tiny, CPU)" if dry else " --device cuda, bf16)")
-    start = time.time()
-    try:
-        data = demo_or_built_data(dry)
-    except Exception as e:  # no PubMed sample, say: the other steps' rows still get written
-        return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
-    cmd = [sys.executable, REPO / "benchmarks" / "encoder_speed.py", "--data", data]
-    cmd += DRY_SPEED if dry else GPU_SPEED
     record = RESULTS / ("encoder_speed_tiny.json" if dry else "encoder_speed_cuda.json")
 
     def describe(result):
@@ -194,7 +187,7 @@ def encoder_speed_step(dry: bool, env, timeout: float) -> Step:
             for r in result["rows"]
         )
 
-    return benchmark_step(name, cmd, env, timeout, start, record, describe)
+    return data_step(name, dry, env, timeout, "encoder_speed.py", DRY_SPEED if dry else GPU_SPEED, record, describe)
 
 
 def copies_step(dry: bool, env, timeout: float) -> Step:
@@ -222,14 +215,8 @@ def copies_step(dry: bool, env, timeout: float) -> Step:
 def large_step(dry: bool, env, timeout: float) -> Step:
     name = "6. large sizes (benchmarks/largest_batch.py" + (" bio_roberta_tiny, CPU)" if dry else
                                                              " --device cuda, bf16)")  # fmt: skip
-    start = time.time()
-    try:
-        data = demo_or_built_data(dry)
-    except Exception as e:
-        return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
     stem = RESULTS / ("largest_batch_dry" if dry else "largest_batch_check")
-    cmd = [sys.executable, REPO / "benchmarks" / "largest_batch.py", "--data", data, "--out", stem]
-    cmd += DRY_LARGE if dry else GPU_LARGE
+    options = ["--out", stem, *(DRY_LARGE if dry else GPU_LARGE)]
 
     def describe(result):
         return "; ".join(
@@ -239,7 +226,19 @@ def large_step(dry: bool, env, timeout: float) -> Step:
             for r in result["rows"]
         )
 
-    return benchmark_step(name, cmd, env, timeout, start, stem.with_suffix(".json"), describe)
+    return data_step(name, dry, env, timeout, "largest_batch.py", options, stem.with_suffix(".json"), describe)
+
+
+def data_step(name: str, dry: bool, env, timeout: float, script: str, options, record: Path, describe) -> Step:
+    """``benchmark_step`` for a benchmark that reads PubMed blocks (``--data``): the data-bin found or built first,
+    within the same ``timeout``; without it a FAIL row (the other steps' rows still get written)."""
+    start = time.time()
+    try:
+        data = demo_or_built_data(dry)
+    except Exception as e:  # no PubMed sample in the cache and no PyPI, say
+        return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
+    cmd = [sys.executable, REPO / "benchmarks" / script, "--data", data, *options]
+    return benchmark_step(name, cmd, env, timeout, start, record, describe)
 
 
 def benchmark_step(name: str, cmd, env, timeout: float, start: float, record: Path, describe) -> Step:
