@@ -16,7 +16,7 @@ from fairseq.criterions import register_criterion
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 
 from ..models.bio_roberta import BioRobertaEncoder
-from ..modules.masking import flat_positions
+from ..modules.masking import flat_positions, take_positions
 
 
 @dataclass
@@ -43,7 +43,7 @@ class BioMaskedLmLoss(MaskedLmLoss):
         # on a GPU (on a CPU fairseq reads "anything masked?" back; the same result)
         masked_tokens = torch.where(masked_tokens.any(), masked_tokens, masked_tokens.new([True]))
         positions = flat_positions(masked_tokens)  # the step's one read, before the forward: waits for the masking
-        targets = sample["target"].flatten()[positions]
+        targets = take_positions(sample["target"], positions)
         loss, _ = model(**sample["net_input"], masked_tokens=positions, lm_targets=targets,
                         lm_ignore_index=self.padding_idx)  # fmt: skip
         logging_output = {

@@ -143,6 +143,10 @@ class BioRobertaConfig(FairseqDataclass):
     )
 
 
+# Options added after checkpoints were first saved, with the defaults such a checkpoint's config gets.
+LATER_OPTIONS = {"compile_encoder_layers": False, "compile_model": False, "lm_head_vocab_multiple": 64}
+
+
 def apply_architecture(cfg, name: Optional[str]) -> None:
     """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not one)."""
     sizes = ARCHITECTURES.get(name, ARCHITECTURES[DEFAULT_ARCHITECTURE])
@@ -160,12 +164,9 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
     if getattr(cfg, "offload_activations", False):
         cfg.checkpoint_activations = True
     # Checkpoints from before these options hold none: they get the defaults.
-    if getattr(cfg, "compile_encoder_layers", None) is None:
-        cfg.compile_encoder_layers = False
-    if getattr(cfg, "compile_model", None) is None:
-        cfg.compile_model = False
-    if getattr(cfg, "lm_head_vocab_multiple", None) is None:
-        cfg.lm_head_vocab_multiple = 64
+    for key, default in LATER_OPTIONS.items():
+        if getattr(cfg, key, None) is None:
+            setattr(cfg, key, default)
 
 
 def is_bio_roberta(name: Optional[str]) -> bool:
