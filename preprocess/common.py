@@ -1,9 +1,11 @@
-"""Helpers of the corpus scripts: one-line user errors, a bounded ordered parallel map, text normalisation.
+"""Helpers of the corpus scripts: one-line user errors, worker pools and a bounded ordered parallel map, text
+normalisation.
 
 Atomic outputs and directory replacement are the plugin's (``fairseq_bio.files``), used here as everywhere.
 """
 
 import collections
+import multiprocessing
 import os
 from typing import Callable, Iterable, Iterator
 
@@ -11,6 +13,16 @@ from fairseq_bio.files import InputError
 
 # The scripts' name for the plugin's input error: one class, so every command prints it in one line.
 PreprocessError = InputError
+
+
+def worker_pool(workers: int, initializer: Callable, initargs: tuple):
+    """A ``multiprocessing.Pool`` of ``workers`` processes started fresh ("spawn"), never forked from the caller.
+
+    Forking copies the caller's locks but not the threads that hold them: a caller that has threads (torch's OpenMP
+    and compile workers, a notebook, the test suite's workers) can fork a pool worker that waits forever on a lock
+    nobody will release, and the pool then hangs. Spawned workers import the module and take ``initargs`` pickled.
+    """
+    return multiprocessing.get_context("spawn").Pool(workers, initializer=initializer, initargs=initargs)
 
 
 def ordered_map(pool, func: Callable, items: Iterable, max_in_flight: int) -> Iterator:

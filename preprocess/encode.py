@@ -10,7 +10,6 @@ first (fastBPE splits words at " " only; fairseq's dictionary at any whitespace)
 """
 
 import json
-import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from fairseq_bio.files import atomic_write
 from fairseq_bio.outputs import check_output
 
 from .bpe import UNK, Encoder, read_chunks
-from .common import PreprocessError, default_workers, ordered_map
+from .common import PreprocessError, default_workers, ordered_map, worker_pool
 
 CHUNK_LINES = 4000
 ENCODE = "fairseq-bio-encode"  # the script, and what the encoded files are recorded as made by (fairseq_bio.files)
@@ -81,7 +80,7 @@ def encode_files(
     vocab_dir = str(vocab_dir)
     pool = None
     if workers > 1:
-        pool = multiprocessing.Pool(workers, initializer=_init_worker, initargs=(vocab_dir,))
+        pool = worker_pool(workers, _init_worker, (vocab_dir,))
         encode_chunks = lambda chunks: ordered_map(pool, _encode_chunk, chunks, max_in_flight=2 * workers)  # noqa
     else:
         encoder = Encoder(vocab_dir)

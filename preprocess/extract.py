@@ -33,7 +33,6 @@ so memory holds per-record ids and flags, never the corpus text.
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -54,7 +53,7 @@ from fairseq_bio.files import (
     replace_dir,
 )
 
-from .common import PreprocessError
+from .common import PreprocessError, worker_pool
 from .mimic import DEID_MODES, NOTES_SUFFIXES, NoteOptions, NoteStats, note_options
 from .sources import Deletion, Document, InputFile, Stripe, describe_error, find_input_files, iter_records
 
@@ -452,7 +451,7 @@ def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_doc
                 _init_worker(splitter)
                 _collect(map(_process_file, queue), results, bar, skip_bad_files)
             else:
-                with multiprocessing.Pool(workers, initializer=_init_worker, initargs=(splitter,)) as pool:
+                with worker_pool(workers, _init_worker, (splitter,)) as pool:
                     _collect(pool.imap_unordered(_process_file, queue), results, bar, skip_bad_files)
         good = []
         for source, parts in zip(files, results):

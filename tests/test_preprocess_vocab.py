@@ -2,13 +2,15 @@
 
 import collections
 import json
+import os
+import sys
 
 import pytest
 from omegaconf import OmegaConf
 
 from fairseq_bio_preprocess import fetch
 from fairseq_bio_preprocess.bpe import bpe_options
-from fairseq_bio_preprocess.common import PreprocessError
+from fairseq_bio_preprocess.common import PreprocessError, worker_pool
 from fairseq_bio_preprocess.encode import encode_file
 from fairseq_bio_preprocess.extract import extract
 from fairseq_bio_preprocess.vocab import learn_vocab
@@ -159,6 +161,19 @@ def test_encode_with_workers_matches_single_process(vocabs, corpus, tmp_path):
         encode_file(vocabs[kind], corpus / "train.txt", tmp_path / "one", progress=False)
         encode_file(vocabs[kind], corpus / "train.txt", tmp_path / "two", workers=2, chunk_lines=300, progress=False)
         assert (tmp_path / "one").read_bytes() == (tmp_path / "two").read_bytes()
+
+
+def test_pool_workers_start_fresh_rather_than_forked():
+    """encode's and extract's pool workers are new interpreters, not forks of the caller: a fork copies a caller's
+    held locks without the threads that would release them (torch's, the suite's), and a pool so made can hang.
+    A forked worker would also carry the caller's interpreter state, here its recursion limit."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(before + 77)
+    try:
+        with worker_pool(2, os.getpid, ()) as pool:
+            assert pool.apply(sys.getrecursionlimit) != before + 77
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def test_sample_lines_trains_on_a_sample_but_counts_everything(corpus, tmp_path):
