@@ -19,6 +19,10 @@ SLICE_DOCS = 1500  # abstracts read from one real MEDLINE baseline file
 # expensive fixtures are built once, by the first worker that needs them, and reused by the other (build_once).
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 THREADS = "1" if XDIST_WORKER else "2"
+if XDIST_WORKER:
+    # torch.compile's inductor compiles in a pool of one process per core by default, kept alive with reader threads
+    # for the rest of the worker's life: in-process here, as the one thread per worker above.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 
 def pytest_configure(config):
