@@ -52,6 +52,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from filelock import FileLock
+
 from fairseq_bio.runner.report import best_on_dev
 from fairseq_bio.runs import command
 
@@ -514,9 +516,10 @@ def main(argv=None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     run = Runner(work, args.threads)
     imported = work / "minilm-fairseq" / "model.pt"
-    if not imported.exists():
-        run(command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent), "import",
-            cwd=work)  # fmt: skip
+    with FileLock(str(work / "minilm-fairseq.lock")):  # `--only ours` and `--only hf` may start side by side
+        if not imported.exists():
+            run(command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent), "import",
+                cwd=work)  # fmt: skip
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
     if args.device == "cuda":
