@@ -24,7 +24,7 @@ from pathlib import Path
 from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from parity_tasks import minilm_dir  # noqa: E402
+from parity_tasks import imported_minilm  # noqa: E402
 from tagging import REPO, RESULTS  # noqa: E402
 
 DATASETS = "all"  # in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)
@@ -62,9 +62,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()
-    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm-fairseq" / "model.pt"
-    if not args.checkpoint and not checkpoint.exists():
-        runs.run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", checkpoint.parent))
+    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else imported_minilm(out / "minilm-fairseq")
     command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", args.data, "--tasks", args.tasks,
                            "--out", out)  # fmt: skip
     seeds = args.seeds or (1 if args.budget == "cpu" else None)

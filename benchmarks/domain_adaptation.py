@@ -38,7 +38,7 @@ from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb_scores import CPU_BUDGETS  # noqa: E402
-from parity_tasks import minilm_dir  # noqa: E402
+from parity_tasks import imported_minilm  # noqa: E402
 from tagging import REPO, RESULTS, save_report  # noqa: E402
 
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
@@ -72,9 +72,7 @@ def run(cmd: List[str], log: Optional[Path] = None) -> None:
 
 def imported(out: Path) -> Dict:
     """MiniLM imported once into ``out/minilm``; its import_info.json."""
-    target = out / "minilm"
-    if not (target / "model.pt").exists():
-        run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target))
+    target = imported_minilm(out / "minilm", run).parent
     return json.loads((target / "import_info.json").read_text(encoding="utf-8"))
 
 

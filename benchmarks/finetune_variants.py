@@ -26,7 +26,7 @@ from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb_scores import CPU_BUDGETS  # noqa: E402
-from parity_tasks import minilm_dir  # noqa: E402
+from parity_tasks import imported_minilm  # noqa: E402
 from tagging import REPO, RESULTS, save_report  # noqa: E402
 
 # (dataset, variant, overrides, the paper's number for that row, where it comes from). The first variant of each
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
-        runs.run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", checkpoint.parent))
+        imported_minilm(checkpoint.parent)
     rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
     paired(rows)
     text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(rows, args.seeds)

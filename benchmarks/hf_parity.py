@@ -52,17 +52,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from filelock import FileLock
-
 from fairseq_bio.runner.report import best_on_dev
-from fairseq_bio.runs import command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import (  # noqa: E402
     TAGGING,
     blurb_recipe,
     hf_worker,
-    minilm_dir,
+    imported_minilm,
     predict_hf,
     predict_ours,
     run_hf,
@@ -515,11 +512,7 @@ def main(argv=None) -> None:
     work = (REPO / args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     run = Runner(work, args.threads)
-    imported = work / "minilm-fairseq" / "model.pt"
-    with FileLock(str(work / "minilm-fairseq.lock")):  # `--only ours` and `--only hf` may start side by side
-        if not imported.exists():
-            run(command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", imported.parent), "import",
-                cwd=work)  # fmt: skip
+    imported = imported_minilm(work / "minilm-fairseq", lambda cmd: run(cmd, "import", cwd=work))
     threads = args.threads or torch.get_num_threads()
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
     if args.device == "cuda":

