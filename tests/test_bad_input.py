@@ -11,11 +11,13 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from unicodedata import combining, normalize
 
 import pytest
 from conftest import BIN, FINE_TUNE, REPO, SHARED_DATA, run_cli
 
 from fairseq_bio import runs
+from fairseq_bio.data.conll import read_conll
 
 TINY = ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
         "model.encoder_attention_heads=2"]  # a pretraining run that only has to start
@@ -94,6 +96,28 @@ def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
     last = one_line(predict(checkpoint, conll, ours, "--overwrite", cwd=tmp_path))
     assert f"{ours}: exists and was changed since fairseq-bio-predict wrote it" in last
     assert ours.read_text(encoding="utf-8").endswith("my note\n")
+
+
+def test_raw_text_spans_never_cut_a_character(ner_model, tmp_path):
+    """Decomposed text (letters and combining accents as separate code points): predict cuts it into the composed
+    text's words and tags them as the composed text, each span a whole number of characters of the line."""
+    checkpoint = ner_model[0] / "checkpoint_best.pt"
+    sentences = [" ".join(s.words) for s in read_conll(ncbi_sentences(tmp_path / "test.tsv", 40))]
+    composed = [f"Ménière and Sjögren cases : {line}" for line in sentences]
+    decomposed = [normalize("NFD", line) for line in composed]
+    assert all(len(d) >= len(c) + 3 for d, c in zip(decomposed, composed))
+    spans = {}
+    for name, lines in (("composed", composed), ("decomposed", decomposed)):
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        result = predict(checkpoint, tmp_path / f"{name}.txt", tmp_path / f"{name}.jsonl", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        records = [json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+        for line, record in zip(lines, records):
+            for span in record["spans"]:
+                assert span["text"] == line[span["start"] : span["end"]]
+                assert not combining(line[span["start"]]) and not combining(line[span["end"] : span["end"] + 1] or "x")
+        spans[name] = [[(normalize("NFC", s["text"]), s["type"]) for s in r["spans"]] for r in records]
+    assert spans["decomposed"] == spans["composed"] and any(spans["composed"])
 
 
 def test_predict_never_writes_over_the_vocabulary_beside_its_checkpoint(ner_model, tmp_path):

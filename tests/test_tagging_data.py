@@ -2,6 +2,7 @@
 kind, and windows that give every word exactly one prediction (real NCBI-disease sentences)."""
 
 import random
+import unicodedata
 
 import numpy as np
 import pytest
@@ -84,6 +85,20 @@ def test_raw_text_words_carry_offsets():
     words = words_with_offsets(text)
     assert [w for w, _, _ in words][:4] == ["BRCA1", "-", "associated", "breast"]
     assert all(text[a:b] == w for w, a, b in words)
+
+
+def test_raw_text_words_keep_combining_marks_with_their_characters():
+    """Decomposed text (a base letter and its combining mark, as macOS and some PDF extractors write it) is cut into
+    the same words as its composed form: no word, and so no predicted span, ends between a letter and its accent."""
+    composed = "Sjögren syndrome and Ménière's disease in São Paulo (n=12); α-synucleinopathy, naïve cases."
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert decomposed != composed
+    words, reference = words_with_offsets(decomposed), words_with_offsets(composed)
+    assert [unicodedata.normalize("NFC", w) for w, _, _ in words] == [w for w, _, _ in reference]
+    assert all(decomposed[a:b] == w for w, a, b in words)
+    marks = {i for i, c in enumerate(decomposed) if unicodedata.combining(c)}
+    assert marks and not {a for _, a, _ in words} & marks and not {b for _, _, b in words} & marks
+    assert [w for w, _, _ in words_with_offsets("\u0301x")] == ["\u0301", "x"]  # a mark with no base: alone
 
 
 # --- label alignment -------------------------------------------------------------------------------------------

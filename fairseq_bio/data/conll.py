@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
+import regex
+
 from ..errors import BioError
 from ..metrics.tagging import get_entities
 
@@ -205,8 +207,10 @@ def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:
 
 
 # Words as BLURB's NER corpora are tokenised: runs of letters/digits, and every other non-space character alone
-# ("ataxia-telangiectasia" -> "ataxia", "-", "telangiectasia").
-_WORD = re.compile(r"[^\W_]+|\S", re.UNICODE)
+# ("ataxia-telangiectasia" -> "ataxia", "-", "telangiectasia"). The units are grapheme clusters (\X), not code
+# points, so that a combining mark stays with its base character: decomposed "Sjo\u0308gren" is one word, and no
+# span boundary cuts a character in two.
+_WORD = regex.compile(r"(?:(?=[\p{L}\p{N}])\X)+|(?!\s)\X")
 
 
 def words_with_offsets(text: str) -> List[Tuple[str, int, int]]:

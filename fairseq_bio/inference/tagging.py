@@ -5,6 +5,7 @@ import codecs
 import json
 import sys
 from typing import Dict, List, Optional, Sequence
+from unicodedata import normalize
 
 import torch
 
@@ -100,7 +101,9 @@ def predict_text(task, model, input_path: str, output_path: str, documents: bool
     if lines and lines[-1] == "":
         lines.pop()
     per_line = split_text(lines, documents)
-    flat = [Sentence(words=[w for w, _, _ in s]) for sentences in per_line for s in sentences]
+    # The model reads each word in its composed form (NFC, as PubMed and the NER corpora are written), so decomposed
+    # input is tagged as its composed form would be; the spans' offsets stay the input's own.
+    flat = [Sentence(words=[normalize("NFC", w) for w, _, _ in s]) for sentences in per_line for s in sentences]
     predictions = predict_tags(task, model, flat, **kwargs) if flat else []
     count, k = 0, 0
     with atomic_write(output_path, by=PREDICT) as f:
