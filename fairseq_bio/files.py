@@ -3,17 +3,23 @@
 A crash or an exception leaves the old file (or none), never a partial file under the final name. Temp names carry
 the host and process id, so the next write beside them removes what a killed process left (``remove_stale``).
 
-What a command made is recorded in ``.fairseq_bio-made.json`` in the directory that holds it (``record_made``; a
-directory's record lists its entries, so the directory itself holds only the command's files):
-``--overwrite`` replaces an existing output only when that record says the same command made it (and, for a file,
-that it has not changed size since), so a mistyped output never replaces a user's file or folder. A replaced
-directory keeps the entries the command did not make (``replace_dir``). Everything that writes a user-visible result
-uses these: the plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``checkpoint_safety.py``) adds fsync
-and fairseq's ``.tmp`` naming on top of ``publish``.
+What a command made is recorded in ``.fairseq_bio-made.json`` in the directory that holds it
+(``record_made``): the command, and the size and sha256 of each file it wrote (a directory: of
+every file under each of its entries, so the directory itself holds only the command's files).
+``--overwrite`` replaces an existing output only when that record says the same command made it and
+nothing in it has changed since (``made_by``, ``check_destination``), so a mistyped output never
+replaces a user's file or folder, nor what a user edited in an output. A replaced directory keeps
+the entries the command did not make (``replace_dir``), and an output is never replaced by an empty
+one. A folder's record is updated under a lock (``_record_lock``), so commands writing into one
+folder at once each keep their entry. Everything that writes a user-visible result uses these: the
+plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``checkpoint_safety.py``) adds
+fsync and fairseq's ``.tmp`` naming on top of ``publish``.
 """
 
 import contextlib
 import errno
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -21,7 +27,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, Optional, Sequence
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from .errors import BioError
 
@@ -30,8 +36,42 @@ class InputError(BioError):
     """A failure caused by the input or the environment (a file, a directory, an option); one line, no traceback."""
 
 
-# Per directory: {"made": {entry name: {"by": command, "size": a file's bytes, "entries": a directory's entries}}}
+class NoSpaceError(InputError):
+    """The disk (or quota) filled up while an output was written; nothing has its name."""
+
+
+# Per directory: {"made": {entry name: record}}. A file's record: {"by": command, "size": bytes,
+# "sha256": hex}; a directory's: {"by": command, "entries": [names], "files": {relative path:
+# {"size", "sha256"} or {"symlink": target}}}. Sizes and hashes, not modification times: an edit
+# within one timestamp tick of a coarse filesystem, or a copy that keeps times (cp -p, rsync -t),
+# leaves the time as it was.
 MADE = ".fairseq_bio-made.json"
+_LOCK = f"{MADE}.lock"
+# A record without hashes (written before they were kept) cannot show that nothing changed: such
+# outputs are refused and the user moves them away once (a wrongly refused replacement costs a
+# command; a wrongly allowed one costs the user's edits).
+_NO_HASHES = "no hashes"
+
+# sha256 of the files read in this process, by (device, inode, size, mtime, ctime): an output
+# checked before a long run and again just before it is replaced is read once (any write changes
+# its ctime, which no user can set).
+_HASHED: Dict[tuple, str] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def file_sha256(path) -> str:
+    """The sha256 of ``path``'s content, read in blocks (data-bins and checkpoints can be GBs)."""
+    with open(path, "rb") as f:
+        before = _stat_key(os.fstat(f.fileno()))
+        if before in _HASHED:
+            return _HASHED[before]
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if _stat_key(os.fstat(f.fileno())) == before:  # not written to while it was read
+            _HASHED[before] = digest
+    return digest
 
 
 def _made_records(directory) -> Dict[str, dict]:
@@ -44,31 +84,155 @@ def _made_records(directory) -> Dict[str, dict]:
     return made if isinstance(made, dict) else {}
 
 
-def _write_made_records(directory, made: Dict[str, dict]) -> None:
-    path = os.path.join(directory, MADE)
-    remove_stale(path)
+@contextlib.contextmanager
+def _record_lock(directory) -> Iterator[None]:
+    """Hold the exclusive lock on ``directory``'s record: its read-modify-write, one at a time.
+
+    The lock file is removed on release (by its holder, still locked), so a waiter may lock a file
+    that is gone: it then tries again on the current one. The kernel releases the lock of a process
+    that dies."""
+    path = os.path.join(directory, _LOCK)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            held = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _prepare_records(directory, made: Dict[str, dict]) -> str:
+    """``made`` written to a temp file beside ``directory``'s record (returned), to be renamed onto
+    it; written first, so that a full disk fails before the output it records is moved in place."""
+    remove_stale(os.path.join(directory, MADE))
     tmp = os.path.join(directory, f".{MADE}.{_owner_tag()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"made": made}, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"made": made}, f, indent=1, sort_keys=True)
+            f.write("\n")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
+def _record(directory, name: str, entry: dict, move: Callable[[], None] = lambda: None) -> None:
+    """Record ``entry`` for ``name`` in ``directory`` (under its lock, other entries kept);
+    ``move`` (the output into place) runs between writing the record and renaming it into place."""
+    with _record_lock(directory):
+        made = _made_records(directory)
+        made[name] = entry
+        tmp = _prepare_records(directory, made)
+        try:
+            move()
+            os.replace(tmp, os.path.join(directory, MADE))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def _file_entry(path) -> Optional[dict]:
+    """What a record keeps of a file (size, sha256) or a link (its target); None for others."""
+    if os.path.islink(path):
+        return {"symlink": os.readlink(path)}
+    if os.path.isfile(path):
+        return {"size": os.path.getsize(path), "sha256": file_sha256(path)}
+    return None
+
+
+def _tree(root: Path, name: str) -> Iterator[Tuple[str, Path]]:
+    """(path relative to ``root``, path) of ``root/name`` (a file or link), or of each file and
+    link under it."""
+    top = root / name
+    if top.is_symlink() or not top.is_dir():
+        yield name, top
+        return
+    for parent, dirs, files in os.walk(top):  # links to directories: listed in dirs, not followed
+        relative = Path(parent).relative_to(root).as_posix()
+        links = [d for d in dirs if os.path.islink(os.path.join(parent, d))]
+        for child in sorted(files) + sorted(links):
+            yield f"{relative}/{child}", Path(parent, child)
+
+
+def _made_entry(path: Path, by: str) -> dict:
+    """The record of ``path`` as made by ``by`` (a directory: its entries, their files)."""
+    if path.is_dir() and not path.is_symlink():
+        names = sorted(entry.name for entry in path.iterdir())
+        files = {}
+        for name in names:
+            for relative, file in _tree(path, name):
+                entry = _file_entry(file)
+                if entry is not None:
+                    files[relative] = entry
+        return {"by": by, "entries": names, "files": files}
+    return {"by": by, **(_file_entry(path) or {})}
+
+
+def _file_change(path: Path, entry: dict) -> Optional[str]:
+    """How the file (or link) ``path`` differs from its record ``entry``; None when it does not."""
+    if "symlink" in entry:
+        same = path.is_symlink() and os.readlink(path) == entry["symlink"]
+        return None if same else "it is not the link that was written"
+    if "sha256" not in entry:
+        return _NO_HASHES
+    if path.is_symlink() or not path.is_file():
+        return "it is no longer a file"
+    size = path.stat().st_size
+    if size != entry.get("size"):
+        return f"{size:,} bytes, {entry.get('size', 0):,} when written"
+    return None if file_sha256(path) == entry["sha256"] else "its content differs"
+
+
+def _change(path: Path, entry: dict) -> Optional[str]:
+    """What in ``path`` differs from its record ``entry`` (a file: how; a directory: the first file
+    edited or added under one of its recorded entries); None when nothing did. A recorded file
+    deleted since is no change: replacing it loses nothing."""
+    if "entries" not in entry:
+        return _file_change(path, entry)
+    files = entry.get("files")
+    if not isinstance(files, dict):
+        return _NO_HASHES
+    if path.is_symlink() or not path.is_dir():
+        return "it is no longer a directory"
+    for name in entry["entries"]:
+        if not os.path.lexists(path / name):
+            continue
+        for relative, file in _tree(path, name):
+            if relative not in files:
+                return f"{file} was added"
+            if _file_change(file, files[relative]) is not None:
+                return f"{file} differs"
+    return None
 
 
 def record_made(path, by: str) -> None:
-    """Record in ``path``'s directory that command ``by`` made ``path`` (a file: with its size)."""
+    """Record in ``path``'s directory that command ``by`` made ``path`` (a file: with its size and
+    sha256; a directory: those of every file under it)."""
     path = Path(path)
-    made = _made_records(path.parent)
-    made[path.name] = {"by": by, **({"size": path.stat().st_size} if path.is_file() else {})}
-    _write_made_records(path.parent, made)
+    _record(path.parent, path.name, _made_entry(path, by))
 
 
 def made_by(path, by: str) -> bool:
-    """Whether the record beside ``path`` says command ``by`` made it (a file: and it has kept its size since)."""
+    """Whether the record beside ``path`` says command ``by`` made it, unchanged since."""
     path = Path(path)
     entry = _made_records(path.parent).get(path.name)
-    if not isinstance(entry, dict) or entry.get("by") != by:
-        return False
-    return not path.is_file() or entry.get("size") == path.stat().st_size
+    return isinstance(entry, dict) and entry.get("by") == by and _change(path, entry) is None
 
 
 def not_made_reason(path, by: str) -> str:
@@ -76,7 +240,11 @@ def not_made_reason(path, by: str) -> str:
     path = Path(path)
     entry = _made_records(path.parent).get(path.name)
     if isinstance(entry, dict) and entry.get("by") == by:
-        return f"was changed since {by} wrote it"
+        change = _change(path, entry)
+        if change == _NO_HASHES:
+            return (f"has a record ({MADE}) from an older fairseq_bio, without the content hash "
+                    f"that would show it unchanged since {by} wrote it")  # fmt: skip
+        return f"was changed since {by} wrote it ({change})"
     if isinstance(entry, dict) and entry.get("by"):
         return f"was made by {entry['by']}, not {by}"
     return f"was not made by {by}"
@@ -128,18 +296,28 @@ def discard_failed_write(tmp, path, error: BaseException) -> None:
         raise full from None
 
 
-def no_space(error: BaseException, path) -> Optional[InputError]:
-    """A one-line ``InputError`` for a full disk (or quota) while writing ``path``; None for other errors. torch's
+# How the Rust writers (safetensors, tokenizers) report a full disk: exceptions of their own, with
+# the OS's message.
+_FULL_MESSAGES = ("No space left on device", "StorageFull", "Disk quota exceeded", "QuotaExceeded")
+
+
+def no_space(error: BaseException, path) -> Optional[NoSpaceError]:
+    """A one-line ``NoSpaceError`` for a full disk (or quota) while writing ``path`` (also when
+    ``error`` is one for a file inside it); None for other errors. torch's
     writer raises a RuntimeError without errno ("file write failed", "unexpected pos"): that counts when the disk
     has under 1 MiB left (ask before removing the partial file)."""
     full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+    full = full or isinstance(error, NoSpaceError)
+    if not full and not isinstance(error, (OSError, BioError)):
+        full = any(message in str(error) for message in _FULL_MESSAGES)
     if not full and isinstance(error, RuntimeError):
         try:
             full = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < (1 << 20)
         except OSError:
             full = False
     if full:
-        return InputError(f"{path}: no space left on the device (nothing was written under that name)")
+        message = "no space left on the device (nothing was written under that name)"
+        return NoSpaceError(f"{path}: {message}")
     return None
 
 
@@ -164,11 +342,30 @@ def publish(tmp, path, durable: bool = False) -> None:
         os.close(fd)
 
 
+def _empty(path: Path) -> bool:
+    """Whether ``path`` holds no bytes: an empty file, or a directory with no file that has any."""
+    if path.is_symlink() or not path.exists():
+        return False
+    if path.is_file():
+        return path.stat().st_size == 0
+    sizes = (os.path.getsize(os.path.join(parent, name)) for parent, _, names in os.walk(path)
+             for name in names)  # fmt: skip
+    return not any(sizes)
+
+
+def _refuse_empty(new: Path, path: Path, by: str) -> None:
+    """An output is never replaced by an empty one (a run that found nothing to write failed)."""
+    if _empty(new) and os.path.lexists(path) and not _empty(path):
+        raise InputError(f"{path}: the new output of {by} is empty; not replacing the existing "
+                         "one with it (nothing was written)")  # fmt: skip
+
+
 @contextlib.contextmanager
 def atomic_path(path, by: Optional[str] = None) -> Iterator[Path]:
     """A temp path beside ``path`` (same suffix, so writers that look at it, like matplotlib, still do the right
     thing) for a writer that wants a name rather than a file object; renamed onto ``path`` if the block succeeds,
-    and recorded as made by command ``by`` when given. A full disk is an ``InputError`` naming ``path``."""
+    and recorded as made by command ``by`` when given (an empty result then never replaces a
+    non-empty file). A full disk is an ``InputError`` naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path)
@@ -178,9 +375,12 @@ def atomic_path(path, by: Optional[str] = None) -> Iterator[Path]:
         yield Path(tmp)
         # mkstemp creates 0600 files; give the result the permissions a plain open() would.
         os.chmod(tmp, 0o666 & ~_umask())
-        publish(tmp, path)
-        if by is not None:
-            record_made(path, by)
+        if by is None:
+            publish(tmp, path)
+        else:
+            _refuse_empty(Path(tmp), path, by)
+            entry = _made_entry(Path(tmp), by)
+            _record(path.parent, path.name, entry, lambda: publish(tmp, path))
     except BaseException as e:
         discard_failed_write(tmp, path, e)
         raise
@@ -203,8 +403,6 @@ def write_text(path, text: str) -> None:
 
 def write_json(path, obj, indent: int = 2) -> None:
     """``obj`` as indented JSON with one final newline, atomically."""
-    import json
-
     with atomic_write(path) as f:
         json.dump(obj, f, indent=indent)
         f.write("\n")
@@ -221,20 +419,15 @@ def make_temp_dir(dest: Path) -> Path:
     return tmp
 
 
-def _ours(dest: Path, markers: Sequence[str], by: str) -> bool:
-    entry = _made_records(dest.parent).get(dest.name)
-    return (isinstance(entry, dict) and entry.get("by") == by
-            and any((dest / m).exists() for m in markers))  # fmt: skip
-
-
 def _is_empty_dir(dest: Path) -> bool:
     return dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir())
 
 
 def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
-    """Refuse an existing ``dest`` (an empty directory is fine) unless ``overwrite`` and this project's record in
-    it says command ``by`` wrote one of ``markers`` there; so a mistyped destination never replaces a user's
-    directory, nor one another command made."""
+    """Refuse an existing ``dest`` (an empty directory is fine) unless ``overwrite``, this
+    project's record says command ``by`` wrote one of ``markers`` there, and nothing it wrote there
+    has changed since; so a mistyped destination never replaces a user's directory, nor one another
+    command made, nor a user's edits."""
     dest = Path(dest)
     if not os.path.lexists(dest) or _is_empty_dir(dest):
         return
@@ -242,42 +435,60 @@ def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: s
         raise InputError(f"{dest}: exists and is not a directory; name a directory to create")
     if not overwrite:
         raise InputError(f"{dest}: already exists (pass --overwrite to replace it)")
-    if not _ours(dest, markers, by):
+    entry = _made_records(dest.parent).get(dest.name)
+    ours = isinstance(entry, dict) and entry.get("by") == by
+    if not (ours and any((dest / m).exists() for m in markers)):
         raise InputError(
             f"{dest}: has no record that {by} made it ({MADE}), so it was not made by this tool; not replacing it "
             "(move it away or choose another output)"
         )
+    change = _change(dest, entry)
+    if change == _NO_HASHES:
+        raise InputError(f"{dest}: has a record ({MADE}) from an older fairseq_bio, without the "
+                         f"content hashes that would show nothing in it changed since {by} "
+                         "wrote it; not replacing it (move it away once)")  # fmt: skip
+    if change is not None:
+        raise InputError(f"{dest}: changed since {by} wrote it ({change}); not replacing it (move "
+                         "your changes out of it, or choose another output)")  # fmt: skip
 
 
 def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
-    """Move the finished ``tmp`` directory onto ``dest`` (see ``check_destination``), recorded as made by ``by``
-    (with the entries it holds) in the folder that holds ``dest``, so that ``dest`` holds only its own files.
+    """Move the finished ``tmp`` directory onto ``dest`` (see ``check_destination``, checked again
+    under the record's lock), recorded as made by ``by`` (with its entries and their files' hashes)
+    in the folder that holds ``dest``, so that ``dest`` holds only its own files.
 
-    Replacing an earlier output keeps the entries of ``dest`` the command did not make (a user's notes, another
-    command's files); one that the new output would replace is refused, and ``dest`` is left as it was."""
+    Replacing an earlier output keeps the entries of ``dest`` the command did not make (a user's
+    notes, another command's files); one that the new output would replace is refused, and ``dest``
+    is left as it was; so is an output with something in it that the new one leaves empty."""
     dest, tmp = Path(dest), Path(tmp)
-    check_destination(dest, overwrite, markers, by)
-    new = sorted(entry.name for entry in tmp.iterdir())
-    if dest.exists() and not _is_empty_dir(dest):
-        made = set((_made_records(dest.parent).get(dest.name) or {}).get("entries") or [])
-        keep = [e for e in dest.iterdir() if e.name not in made]
-        clash = [e.name for e in keep if e.name in new]
-        if clash:
-            raise InputError(f"{dest / clash[0]}: was not made by {by}; the new output has this name; not "
-                             "replacing it")  # fmt: skip
-        for entry in keep:  # moved into the new directory first: a crash in between leaves them in the temp directory
-            os.replace(entry, tmp / entry.name)
-        old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-{_owner_tag()}."))
-        os.replace(dest, old / dest.name)
-        os.replace(tmp, dest)
-        shutil.rmtree(old)
-    else:
-        if dest.exists():
-            dest.rmdir()
-        os.replace(tmp, dest)
-    records = _made_records(dest.parent)
-    records[dest.name] = {"by": by, "entries": new}
-    _write_made_records(dest.parent, records)
+    check_destination(dest, overwrite, markers, by)  # before the new output is hashed: cheap
+    _refuse_empty(tmp, dest, by)
+    entry = _made_entry(tmp, by)  # outside the lock: the new output is this process's until moved
+    new = entry["entries"]
+
+    def move() -> None:
+        check_destination(dest, overwrite, markers, by)
+        if dest.exists() and not _is_empty_dir(dest):
+            made = set((_made_records(dest.parent).get(dest.name) or {}).get("entries") or [])
+            keep = [e for e in dest.iterdir() if e.name not in made]
+            clash = [e.name for e in keep if e.name in new]
+            if clash:
+                raise InputError(f"{dest / clash[0]}: was not made by {by}; the new output has "
+                                 "this name; not replacing it")  # fmt: skip
+            # moved into the new directory first: a crash in between leaves them in the temp one
+            for kept in keep:
+                os.replace(kept, tmp / kept.name)
+            prefix = f".{dest.name}.tmp-{_owner_tag()}."
+            old = Path(tempfile.mkdtemp(dir=dest.parent, prefix=prefix))
+            os.replace(dest, old / dest.name)
+            os.replace(tmp, dest)
+            shutil.rmtree(old)
+        else:
+            if dest.exists():
+                dest.rmdir()
+            os.replace(tmp, dest)
+
+    _record(dest.parent, dest.name, entry, move)
 
 
 def remove_temp_dir(tmp: Path) -> None:

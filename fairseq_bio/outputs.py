@@ -1,6 +1,7 @@
-"""Where a command writes the file the user names: never onto one of its inputs, and never over an existing file
-unless the user asked (``--overwrite``) and the same command made it (``files.made_by``). Checked before any work
-starts, so a refusal costs nothing."""
+"""Where a command writes the file the user names: never onto one of its inputs, and never over an
+existing file unless the user asked (``--overwrite``) and the same command made it, unchanged since
+(``files.made_by``: its recorded size and sha256). Checked before any work starts, so a refusal
+costs nothing."""
 
 import os
 from typing import Iterable, List, Optional
@@ -39,7 +40,8 @@ def check_output(
 ) -> None:
     """Refuse to write ``path`` when it is one of ``inputs`` (or a file in an input directory), whatever
     ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and
-    ``by`` did not make it (a user's file, a vocabulary, another command's output: ``--overwrite`` or not).
+    ``by`` did not make it or it changed since (a user's file or edit, a vocabulary, another
+    command's output: ``--overwrite`` or not).
     One-line ``OutputError``s naming ``option``."""
     if os.path.isdir(path):
         raise OutputError(f"{path}: is a directory; {option} names the file to write")

@@ -24,7 +24,7 @@ from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
 from fairseq_bio.data.tokenizer_files import bpe_file_options
 from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
 
-from .common import PreprocessError, default_workers
+from .common import PreprocessError, default_workers, has_text
 
 BINARIZED_MARKERS = ("bpe.json", "shard0/bpe.json")
 BINARIZE = "fairseq-bio-binarize"  # the script, and what a data directory is recorded as made by (fairseq_bio.files)
@@ -176,6 +176,10 @@ def binarize(
     for path in (vocab_dir / "dict.txt", vocab_dir / "bpe.json", train, valid):
         if not path.is_file():
             raise PreprocessError(f"{path}: no such file")
+    for path, option in ((train, "--train"), (valid, "--valid")):
+        if not has_text(path):  # fairseq-preprocess writes an empty .bin that training cannot mmap
+            message = f"empty (no line with text); {option} needs encoded text, nothing written"
+            raise PreprocessError(f"{path}: {message}")
     if not 0 <= max_unknown <= 1:
         raise PreprocessError(f"--max-unknown {max_unknown}: a fraction in [0, 1]")
     check_destination(dest, overwrite, BINARIZED_MARKERS, by=BINARIZE)

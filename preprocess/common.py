@@ -44,6 +44,16 @@ def normalize_space(line: str) -> str:
     return " ".join(line.split())
 
 
+def has_text(path) -> bool:
+    """Whether ``path`` has a line with more than whitespace (and a byte-order mark); read up to
+    that line only."""
+    with open(path, "rb") as f:
+        for line in f:
+            if line.replace(b"\xef\xbb\xbf", b"").strip():
+                return True
+    return False
+
+
 def default_workers() -> int:
     """The number of CPUs this process may use."""
     try:

@@ -20,7 +20,7 @@ from fairseq_bio.files import atomic_write
 from fairseq_bio.outputs import check_output
 
 from .bpe import UNK, Encoder, read_chunks
-from .common import PreprocessError, default_workers, ordered_map, worker_pool
+from .common import PreprocessError, default_workers, has_text, ordered_map, worker_pool
 
 CHUNK_LINES = 4000
 ENCODE = "fairseq-bio-encode"  # the script, and what the encoded files are recorded as made by (fairseq_bio.files)
@@ -75,6 +75,9 @@ def encode_files(
     for path in inputs:
         if not Path(path).is_file():
             raise PreprocessError(f"{path}: no such file")
+        if not has_text(path):  # carried on, an empty split fails in training ("cannot mmap ...")
+            message = "empty (no line with text); nothing to encode, nothing written"
+            raise PreprocessError(f"{path}: {message}")
     for output_path in outputs:  # an encoded file written over a corpus (or the vocabulary) would destroy it
         check_output(output_path, [*inputs, vocab_dir], overwrite=True, option="--out")
     vocab_dir = str(vocab_dir)

