@@ -26,33 +26,23 @@ import logging
 import os
 import shutil
 import time
-import zipfile
-from typing import Optional, Tuple
 
 import torch
 
+from .checkpoints import (  # noqa: F401  (also read from here)
+    FALLBACK_ENV,
+    CorruptCheckpointError,
+    checkpoint_problem,
+    corrupt_error,
+    newest_intact_checkpoint,
+    resume_point,
+)
 from .errors import BioError
 from .files import discard_failed_write, no_space, publish
 
 logger = logging.getLogger(__name__)
 
-FALLBACK_ENV = "FAIRSEQ_BIO_RESUME_FALLBACK"
 _TMP = ".tmp"  # fairseq's own suffix, so that one clean-up covers its temp files and ours
-
-
-class CorruptCheckpointError(BioError, RuntimeError):
-    """A checkpoint file is empty, truncated or damaged; ``fallback`` is the newest intact one beside it (or None)."""
-
-    def __init__(
-        self,
-        path: str,
-        problem: str,
-        advice: str,
-        fallback: Optional[str] = None,
-        fallback_updates: Optional[int] = None,
-    ):
-        super().__init__(f"{path}: corrupt checkpoint, {problem}; {advice}")
-        self.path, self.problem, self.fallback, self.fallback_updates = path, problem, fallback, fallback_updates
 
 
 def save_atomically(obj, path) -> None:
@@ -105,93 +95,6 @@ def _remove_quietly(path: str) -> None:
         os.remove(path)
     except OSError:
         pass
-
-
-def checkpoint_problem(path) -> Optional[str]:
-    """What makes ``path`` unreadable as a checkpoint (empty, truncated, damaged, not one), or None if nothing shows."""
-    path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError:
-        return None  # missing or unreadable: the loader's own error says so
-    if size == 0:
-        return "an empty file (0 bytes)"
-    if head.startswith(b"\x80"):
-        return None  # torch's legacy pickle format: its completeness cannot be checked from outside
-    if head != b"PK\x03\x04":
-        return f"not a PyTorch checkpoint ({size:,} bytes starting {head!r}, not a zip archive)"
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError):  # the zip directory is the last thing written
-        return f"truncated: {size:,} bytes and no complete zip directory at its end"
-    with archive:
-        try:
-            damaged = _crc_failure(archive)
-        except (zipfile.BadZipFile, EOFError, OSError) as e:
-            return f"damaged: {e}"
-    return f"damaged: {damaged} fails its CRC check" if damaged else None
-
-
-def _crc_failure(archive: zipfile.ZipFile) -> Optional[str]:
-    """The first member whose bytes differ from its CRC; skipped when the file was saved without CRCs."""
-    # torch.serialization.set_crc32_options(False) writes CRC 0 for every member.
-    if any(info.CRC == 0 and info.file_size > 0 for info in archive.infolist()):
-        return None
-    return archive.testzip()
-
-
-def resume_point(path) -> Optional[int]:
-    """The update count a training checkpoint records, read without its tensors' bytes; None if its archive is
-    incomplete or its state does not unpickle under ``weights_only``."""
-    try:
-        # mmap: only the pickled structure is read, not the tensors
-        state = torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True)
-        return int(state["optimizer_history"][-1]["num_updates"])
-    except Exception:
-        return None
-
-
-def newest_intact_checkpoint(directory, exclude=None) -> Optional[Tuple[str, int]]:
-    """(path, update count) of the intact ``checkpoint*.pt`` in ``directory`` with the most updates (ties: the newer
-    file), ``exclude`` left out; None if there is none. Intact: complete archive, CRCs match, state unpickles."""
-    exclude = os.path.abspath(exclude) if exclude else None
-    candidates = []
-    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), "checkpoint*.pt")):
-        if os.path.abspath(path) == exclude or not os.path.isfile(path):
-            continue
-        updates = resume_point(path)
-        if updates is not None:
-            candidates.append((updates, os.path.getmtime(path), path))
-    # The CRC check reads a whole file: only as many as it takes, newest first.
-    for updates, _, path in sorted(candidates, reverse=True):
-        if checkpoint_problem(path) is None:
-            return path, updates
-    return None
-
-
-def corrupt_error(path, error: BaseException, resuming: bool = False) -> Optional[CorruptCheckpointError]:
-    """A ``CorruptCheckpointError`` for ``path`` if that is why loading it raised ``error``, else None. Only a
-    training run that is ``resuming`` is told which intact checkpoint beside it to resume from; a command that
-    reads a checkpoint (predict, export, a fine-tuning's encoder) is told the file itself is the problem."""
-    path = os.fspath(path)
-    problem = checkpoint_problem(path)
-    if problem is None:
-        return None
-    if not resuming:
-        return CorruptCheckpointError(path, problem, "copy it again from where it came from, or name another one")
-    directory = os.path.dirname(os.path.abspath(path))
-    newest = newest_intact_checkpoint(directory, exclude=path)
-    if newest is None:
-        advice = f"no intact checkpoint in {directory} to resume from (move it away to start afresh)"
-        return CorruptCheckpointError(path, problem, advice)
-    fallback, updates = newest
-    advice = (
-        f"the newest intact checkpoint in {directory} is {os.path.basename(fallback)} (update {updates}): resume "
-        f"from it with checkpoint.restore_file={fallback}, or set {FALLBACK_ENV}=1 to fall back to it automatically"
-    )
-    return CorruptCheckpointError(path, problem, advice, fallback, updates)
 
 
 def fallback_enabled() -> bool:
@@ -283,8 +186,11 @@ def _resuming_with_fallback(load_checkpoint):
     def resume(cfg, trainer, **passthrough_args):
         if cfg.save_dir and trainer.should_save_checkpoint_on_current_rank and os.path.isdir(cfg.save_dir):
             remove_interrupted_writes(cfg.save_dir)
+        from .checkpoint_fit import check_run_start
+
         try:
-            return load_checkpoint(cfg, trainer, **passthrough_args)
+            path, state = check_run_start(cfg, trainer)
+            return _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrough_args)
         except CorruptCheckpointError as corrupt:
             e = corrupt_error(corrupt.path, corrupt, resuming=True) or corrupt  # with what to resume from
             in_save_dir = os.path.dirname(os.path.abspath(e.path)) == os.path.abspath(cfg.save_dir)
@@ -297,9 +203,27 @@ def _resuming_with_fallback(load_checkpoint):
         restore_file, finetune_from_model = cfg.restore_file, cfg.finetune_from_model
         cfg.restore_file, cfg.finetune_from_model = fallback, None
         try:
-            return load_checkpoint(cfg, trainer, **passthrough_args)
+            return _explaining_failures(load_checkpoint, cfg, trainer, fallback, None, **passthrough_args)
         finally:
             cfg.restore_file, cfg.finetune_from_model = restore_file, finetune_from_model
 
     setattr(resume, _MARK, True)
     return resume
+
+
+def _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrough_args):
+    """fairseq's ``load_checkpoint``, whose "please ensure that the architectures match" (a traceback of two
+    chained exceptions) becomes one line naming what differs (``checkpoint_fit.load_failure``)."""
+    try:
+        return load_checkpoint(cfg, trainer, **passthrough_args)
+    except BioError:
+        raise
+    except Exception as e:
+        if path is None or "architectures match" not in str(e):
+            raise
+        from .checkpoint_fit import load_failure, read_state
+
+        explained = load_failure(path, read_state(path) if state is None else state, trainer)
+        if explained is None:
+            raise
+        raise explained from None

@@ -9,18 +9,9 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .checkpoint_fit import ELECTRA_STRUCTURAL_OPTIONS, STRUCTURAL_OPTIONS  # noqa: F401  (also read from here)
+from .checkpoints import checkpoint_section  # noqa: F401  (also read from here)
 from .files import atomic_path
-
-# Model options that decide the parameter shapes or the computation: a training run restoring an imported
-# checkpoint must set them (on top of any primary config).
-STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
-                      "encoder_normalize_before", "layernorm_embedding", "layer_norm_eps", "activation_fn",
-                      "max_positions", "untie_weights_roberta")  # fmt: skip
-# The same for a bio_electra checkpoint: both encoders' sizes and the shared embedding width.
-ELECTRA_STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
-                              "generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
-                              "generator_attention_heads", "embedding_dim", "encoder_normalize_before",
-                              "layernorm_embedding", "layer_norm_eps", "activation_fn", "max_positions")  # fmt: skip
 
 
 def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:
@@ -83,20 +74,37 @@ def encoder_checkpoint(cfg: Dict, model_state: Dict[str, torch.Tensor], extra: D
 
 
 def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueError, by: Optional[str] = None) -> None:
-    """Write ``state`` to ``out`` with the vocabulary (dict.txt, bpe.json) beside it; the checkpoint appears only
-    once complete (temp file, then rename), recorded as made by command ``by``. A different dict.txt already in that
-    directory raises ``error``."""
+    """Write ``state`` to ``out`` with the vocabulary (dict.txt, bpe.json) beside it and the record of its dictionary
+    in it (``checkpoint_fit``); the checkpoint appears only once complete (temp file, then rename), recorded as made
+    by command ``by``. A different dict.txt already in that directory raises ``error``."""
     import filecmp
 
+    from .checkpoint_fit import RECORD
     from .tasks.fine_tuning import DICT_TXT, copy_vocab
 
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / DICT_TXT
     if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
         raise error(f"{beside}: a different vocabulary is already there; choose another output directory")
+    extra = state.setdefault("extra_state", {})
+    if RECORD not in extra:  # the dictionary the tasks build from that dict.txt, as their checkpoints record it
+        extra[RECORD] = vocabulary_record(Path(vocab_dir) / DICT_TXT, beside)
     with atomic_path(out, by) as tmp:
         torch.save(state, tmp)
         copy_vocab(vocab_dir, str(out.parent))
+
+
+def vocabulary_record(dict_file, recorded_as=None) -> Dict:
+    """The dictionary record (``checkpoint_fit``) of the dictionary a task builds from ``dict_file`` (its symbols
+    and ``<mask>``), naming ``recorded_as`` (default ``dict_file``): the copy that goes beside the checkpoint."""
+    from fairseq.data import Dictionary
+
+    from .checkpoint_fit import dictionary_record
+    from .data.dictionary import load_dictionary
+
+    dictionary = load_dictionary(dict_file, Dictionary)
+    dictionary.add_symbol("<mask>")
+    return dictionary_record(dictionary, str(recorded_as or dict_file))
 
 
 def build_model(cfg: Dict, data_dir: str):
@@ -118,7 +126,7 @@ def build_model(cfg: Dict, data_dir: str):
 def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
     """Where dict.txt and bpe.json of the checkpoint's vocabulary are: ``data`` when given, else beside the
     checkpoint (an encoder checkpoint, or a fine-tuned run's save_dir), else its ``task.vocab`` or the first
-    directory of its ``task.data``."""
+    directory of its ``task.data``; checked against the checkpoint (``check_vocab_fits``)."""
     from .hf.common import HFConvertError  # here: the hf package imports this module
 
     if data is not None:
@@ -129,20 +137,28 @@ def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
         candidates = [checkpoint.parent] + [Path(d) for d in (task.get("vocab"), first) if d]
     for directory in candidates:
         if (directory / "dict.txt").is_file() and (directory / "bpe.json").is_file():
+            check_vocab_fits(checkpoint, state, directory, HFConvertError)
             return directory
     raise HFConvertError(
         f"{checkpoint}: no dict.txt + bpe.json in {' or '.join(map(str, candidates))} (pass --vocab <vocabulary dir>)"
     )
 
 
-def checkpoint_section(state: Dict, name: str) -> Dict:
-    """Section ``name`` of a loaded checkpoint's settings as a dict."""
-    # Hydra-trained checkpoints hold plain dicts; argparse-trained ones an argparse.Namespace per section.
-    cfg = state.get("cfg") or {}
-    section = cfg.get(name) if isinstance(cfg, dict) else None
-    if section is None and state.get("args") is not None:
-        section = state["args"]
-    return section if isinstance(section, dict) else vars(section) if section is not None else {}
+def check_vocab_fits(checkpoint, state: Dict, vocab_dir, error=ValueError) -> None:
+    """Refuse, as ``error``, a checkpoint that is a shard or was trained with another dictionary than the one the
+    tasks build from ``vocab_dir``'s dict.txt (``checkpoint_fit.check_fits``; without the record: its embedding rows,
+    the entity markers of a sentence-level checkpoint counted)."""
+    from fairseq.data import Dictionary
+
+    from .checkpoint_fit import check_fits
+    from .data.dictionary import load_dictionary
+
+    dict_file = os.path.join(vocab_dir, "dict.txt")
+    dictionary = load_dictionary(dict_file, Dictionary)
+    dictionary.add_symbol("<mask>")
+    task_state = state.get("task_state") or {}
+    rows = len(dictionary) + len(task_state.get("entity_markers") or ())  # markers: rows after the dictionary's
+    check_fits(checkpoint, state, dictionary, dict_file, rows=rows, error=error)
 
 
 def load_fairseq_model(checkpoint: Path, vocab_dir: Path):

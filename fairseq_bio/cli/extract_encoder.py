@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from ..compat import load_checkpoint
+from ..checkpoints import load_checkpoint
 from ..errors import BioError
 from ..outputs import check_output
 from ..tasks.fine_tuning import resolve_vocab

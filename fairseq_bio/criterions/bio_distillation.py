@@ -169,6 +169,12 @@ class BioDistillationCriterion(FairseqCriterion):
         """The frozen teacher (a ``BioRobertaModel``)."""
         return self._teacher
 
+    @property
+    def reads(self) -> Dict[str, str]:
+        """The files the run reads besides its data ({option: path}), which its ``checkpoint.save_dir`` must not
+        hold under a name fairseq writes there (checked before training: ``checkpoint_fit.check_run_start``)."""
+        return {"criterion.teacher": self.cfg.teacher}
+
     def load_state_dict(self, state_dict, strict=True):
         # A student initialised from an encoder checkpoint (fairseq-bio-init-student, a pretrained model) has no
         # criterion state: the projections then start from their initialisation.
@@ -317,6 +323,7 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     from fairseq.data import Dictionary
     from omegaconf import OmegaConf
 
+    from ..checkpoint_fit import check_fits
     from ..data.dictionary import load_dictionary
     from ..models.bio_roberta import BioRobertaModel, read_bio_roberta_checkpoint
 
@@ -324,12 +331,9 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     dict_file = _teacher_dict_file(path, state, teacher_vocab)
     dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")  # as the masked-LM task the teacher was trained with
-    rows = weights["encoder.sentence_encoder.embed_tokens.weight"].size(0)
-    if rows != len(dictionary):
-        raise DistillationError(
-            f"criterion.teacher={path}: {rows} embedding rows but {dict_file} gives {len(dictionary)} symbols "
-            "(with <mask>): that is not the teacher's dictionary"
-        )
+    # its recorded dictionary, else its embedding rows; a shard is refused, not blamed on the dictionary
+    check_fits(f"criterion.teacher={path}", state, dictionary, dict_file, rows=len(dictionary),
+               error=DistillationError)  # fmt: skip
     model_cfg = OmegaConf.create(dict(model_cfg))
     teacher = BioRobertaModel.build_model(model_cfg, _Vocabulary(dictionary))
     teacher.load_state_dict(weights, strict=True, model_cfg=model_cfg)
@@ -347,15 +351,12 @@ class _Vocabulary:
 
 def check_same_dictionary(teacher_dict, teacher_file: str, student_dict, student_file: str) -> None:
     """Refuse dictionaries that differ, naming both and the first differing symbol."""
+    from ..checkpoint_fit import first_difference
+
     a, b = teacher_dict.symbols, student_dict.symbols
     if a == b:
         return
-    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    first = (
-        f"symbol {i} is {a[i]!r} in the teacher's and {b[i]!r} in the task's"
-        if i < min(len(a), len(b))
-        else f"the teacher's has {len(a)} symbols and the task's {len(b)}"
-    )
+    first = first_difference(a, b, "the teacher's", "the task's")
     raise DistillationError(
         f"teacher and student dictionaries differ: {teacher_file} (teacher) vs {student_file} (task): {first}"
     )

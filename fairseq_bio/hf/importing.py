@@ -111,7 +111,8 @@ def import_hf(
             )
         if converted.dropped:
             log(f"{hf_dir}: dropped {'; '.join(converted.dropped)}")
-        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": {k: info[k] for k in ("source", "mlm_head")}})
+        extra = {"hf_import": {k: info[k] for k in ("source", "mlm_head")}, **_dictionary(task, out_dir)}
+        state = encoder_checkpoint(cfg, model.state_dict(), extra)
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
             info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance)
@@ -186,7 +187,8 @@ def import_electra_pair(
         if unexpected or set(missing) - shared:
             raise HFConvertError(f"{paths['discriminator']}: bio_electra's parameters differ: {unexpected or missing}")
         source = {"source": info["source"]["discriminator"], "generator": info["source"]["generator"]}
-        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": source}, "BioElectraCriterion")
+        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": source, **_dictionary(task, out_dir)},
+                                   "BioElectraCriterion")  # fmt: skip
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
             info["check"] = _verify_pair(dirs, tmp, vocab, sentences, tolerance)
@@ -204,6 +206,13 @@ def _require_transformers() -> None:
         import transformers  # noqa: F401
     except ImportError:
         raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+
+
+def _dictionary(task, out_dir: Path) -> Dict:
+    """The record of the dictionary a run restoring the import will compare with its own (``checkpoint_fit``)."""
+    from ..checkpoint_fit import RECORD, dictionary_record
+
+    return {RECORD: dictionary_record(task.source_dictionary, str(out_dir / "dict.txt"))}
 
 
 def _check_dictionary(dictionary, vocab) -> None:

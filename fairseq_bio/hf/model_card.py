@@ -4,7 +4,7 @@ training, metrics, the exactness check, what HF does not do as fairseq_bio does,
 from pathlib import Path
 from typing import Dict, List
 
-from ..encoder_checkpoints import checkpoint_section
+from ..checkpoints import checkpoint_section
 from .config import MEGATRON, PRE_LN, position_offset
 from .heads import TARGETS
 from .weights import HFModel

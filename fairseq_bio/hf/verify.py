@@ -93,7 +93,7 @@ def compare_with_hf(
     hidden_diff, logits_diff, n_tokens = 0.0, 0.0, 0
     for text in sentences:
         texts = (text,) if isinstance(text, str) else tuple(text)
-        hf_ids, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, texts, encode(text))
+        hf_ids, fs_ids = _within_positions(hub, *_token_ids(tokenizer, hub, hf_to_fs, texts, encode(text)))
         with torch.no_grad():
             hf_out = model(hf_ids[None], output_hidden_states=True)
             fs_logits, extra = hub.model(
@@ -122,13 +122,22 @@ def compare_with_hf(
 
 def _token_ids(tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], fs_ids: torch.Tensor):
     """(HF ids, fairseq ids) of ``texts``, refused in one line unless they correspond one to one."""
-    hf_ids = torch.tensor(tokenizer(*texts)["input_ids"])
+    hf_ids = torch.tensor(tokenizer(*texts, verbose=False)["input_ids"])  # longer than the model: _within_positions
     if not torch.equal(hf_to_fs[hf_ids], fs_ids):
         fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
         raise HFConvertError(
             f"token ids differ from HF's on {texts[0][:60]!r}{' (a pair)' if len(texts) == 2 else ''}...: "
             f"HF {tokenizer.convert_ids_to_tokens(hf_ids)}, fairseq {fs_tokens}"
         )
+    return hf_ids, fs_ids
+
+
+def _within_positions(hub, hf_ids: torch.Tensor, fs_ids: torch.Tensor):
+    """Both id rows cut to the model's positions: a check text longer than a small model's is compared on its first
+    tokens (the ids were compared whole), not refused."""
+    limit = hub.model.max_positions()
+    if isinstance(limit, int) and len(fs_ids) > limit:
+        return hf_ids[:limit], fs_ids[:limit]
     return hf_ids, fs_ids
 
 
@@ -178,7 +187,7 @@ def compare_electra_with_hf(dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequen
         worst[part] = max(worst[part], (hf_logits - logits).abs().max().item())
 
     for text in sentences:
-        hf_ids, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text))
+        hf_ids, fs_ids = _within_positions(hub, *_token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text)))
         compare("discriminator", hf_ids, fs_ids)
         compare("generator", hf_ids, fs_ids)
         chosen = torch.arange(1, len(hf_ids) - 1, MASK_EVERY)  # never <s> or </s>

@@ -20,21 +20,34 @@ PREDICT = "fairseq-bio-predict"  # the command the prediction files are recorded
 def load_fine_tuned(
     checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE, QA)
 ):
-    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode."""
+    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode; a checkpoint that is no such
+    checkpoint, a shard, or was trained with another dictionary than the vocabulary's is refused in one line."""
     from fairseq import checkpoint_utils
+    from fairseq import tasks as fairseq_tasks
 
     import fairseq_bio  # noqa: F401  (registers the plugin)
 
-    from ..tasks.fine_tuning import has_vocab
+    from ..checkpoint_fit import check_fits, read_state
+    from ..checkpoints import checkpoint_section
+    from ..tasks.fine_tuning import DICT_TXT, has_vocab
 
     if not os.path.exists(checkpoint):
         raise PredictError(f"{checkpoint}: not found")
+    contents = read_state(checkpoint)  # the tensors' bytes stay on disk: a look before fairseq loads it
+    if not isinstance(contents, dict) or "model" not in contents or not (contents.get("cfg") or contents.get("args")):
+        raise PredictError(f"{checkpoint}: not a fairseq checkpoint (no model and settings in it)")
+    name = checkpoint_section(contents, "task").get("_name") or checkpoint_section(contents, "task").get("task")
+    if name not in tasks:
+        raise PredictError(f"{checkpoint}: a {name} checkpoint, not a {' or '.join(tasks)} one")
     beside = os.path.dirname(os.path.abspath(checkpoint))
     overrides = {"vocab": vocab or (beside if has_vocab(beside) else None), "cache_dir": None}
     overrides = {k: v for k, v in overrides.items() if v is not None or k == "cache_dir"}
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
-    if cfg.task._name not in tasks:
-        raise PredictError(f"{checkpoint}: a {cfg.task._name} checkpoint, not a {' or '.join(tasks)} one")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
+    task = fairseq_tasks.setup_task(state["cfg"].task, from_checkpoint=True)
+    rows = len(task.source_dictionary)  # the entity markers a sentence-level task appends included
+    check_fits(checkpoint, contents, task.dictionary, os.path.join(task.vocab_dir, DICT_TXT), rows=rows,
+               error=PredictError)  # fmt: skip
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], task=task, state=state)
     model = models[0].eval()
     if fp16:
         model.half()

@@ -179,7 +179,7 @@ def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
     """(state, weights, recorded model cfg) of a ``bio_roberta`` checkpoint, read with ``weights_only=True``; an
     ELECTRA checkpoint (extract its discriminator first) or anything else is refused as ``error`` in one line that
     starts with ``label`` (the option or path the user gave)."""
-    from ..compat import load_checkpoint
+    from ..checkpoints import load_checkpoint
 
     if not path or not os.path.isfile(path):
         raise error(f"{label}: no such checkpoint")

@@ -19,7 +19,7 @@ import torch
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..compat import load_checkpoint
+from ..checkpoints import load_checkpoint
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
 from ..data.tagging_dataset import fingerprint

@@ -144,6 +144,7 @@ class BioMaskedLMTask(MaskedLMTask):
         super().__init__(cfg, dictionary)
         self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
         self._decay_checked = False  # task.exempt_from_weight_decay: the optimizer is checked at the first update
+        self._dictionary_record = None  # get_checkpoint_dict's, made once
         if cfg.head_warmup_updates < 0 or (cfg.head_warmup_updates and not self.head_warmup_supported):
             raise BioConfigError(
                 f"task.head_warmup_updates={cfg.head_warmup_updates}: must be >= 0, and 0 for {cfg._name}"
@@ -178,6 +179,17 @@ class BioMaskedLMTask(MaskedLMTask):
         dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"))  # fairseq's load_dict, one-line errors
         logger.info("dictionary: %d types", len(dictionary))
         return dictionary
+
+    def get_checkpoint_dict(self):
+        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary (the first data
+        directory's dict.txt and ``<mask>``), which a later run or command compares with its own
+        (``checkpoint_fit``)."""
+        from ..checkpoint_fit import RECORD, dictionary_record
+
+        if self._dictionary_record is None:  # the dictionary is fixed once the task is set up
+            dict_file = os.path.join(utils.split_paths(self.cfg.data)[0], "dict.txt")
+            self._dictionary_record = dictionary_record(self.dictionary, dict_file)
+        return {RECORD: self._dictionary_record}
 
     def build_model(self, cfg, from_checkpoint=False):
         if not from_checkpoint:  # a training run (a checkpoint being loaded builds its model from_checkpoint)

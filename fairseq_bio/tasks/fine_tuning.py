@@ -78,7 +78,7 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
 
 
 def _recorded_vocab_dirs(checkpoint: str) -> List[str]:
-    from ..compat import load_checkpoint
+    from ..checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
     task = (state.get("cfg") or {}).get("task") or {}
@@ -110,7 +110,7 @@ def adopt_encoder_architecture(model_cfg, encoder: str) -> None:
     """Set ``model_cfg``'s architecture keys to those the encoder checkpoint was built with."""
     from omegaconf import OmegaConf
 
-    from ..compat import load_checkpoint
+    from ..checkpoints import load_checkpoint
 
     state = load_checkpoint(encoder)
     recorded = (state.get("cfg") or {}).get("model") or state.get("args")
@@ -139,10 +139,11 @@ def load_vocab(vocab_dir: str):
 
 
 def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
-    """Refuse an encoder checkpoint whose embedding rows or recorded dictionary differ from ``vocab_dir``'s."""
-    from ..compat import load_checkpoint
+    """Refuse an encoder checkpoint that is no encoder, a shard, or trained with another dictionary than
+    ``vocab_dir``'s (its recorded one, else its embedding rows and the dict.txt of the data it records)."""
+    from ..checkpoint_fit import check_dictionary, check_whole, read_state
 
-    state = load_checkpoint(encoder)
+    state = read_state(encoder)
     weights = state.get("model") or {}
     embed = weights.get("encoder.sentence_encoder.embed_tokens.weight")
     if embed is None and "discriminator.embed_tokens.weight" in weights:
@@ -153,24 +154,9 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
         )
     if embed is None:
         raise FineTuningError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
-    if embed.size(0) != len(dictionary):
-        raise FineTuningError(
-            f"{encoder}: its embeddings have {embed.size(0)} rows but {vocab_dir}/{DICT_TXT} gives {len(dictionary)} "
-            "symbols (with <mask>): the checkpoint was trained with another vocabulary"
-        )
-    for directory in _recorded_vocab_dirs(encoder):
-        other = os.path.join(directory, DICT_TXT)
-        if os.path.exists(other) and os.path.abspath(directory) != os.path.abspath(vocab_dir):
-            if _read(other) != _read(os.path.join(vocab_dir, DICT_TXT)):
-                raise FineTuningError(
-                    f"{encoder}: was pretrained with {other}, which differs from {vocab_dir}/{DICT_TXT}"
-                )
-            break
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    check_whole(encoder, state, FineTuningError)  # a shard's rows are not a vocabulary's
+    check_dictionary(encoder, state, dictionary, os.path.join(vocab_dir, DICT_TXT), rows=len(dictionary),
+                     verb="was pretrained", error=FineTuningError)  # fmt: skip
 
 
 def copy_vocab(vocab_dir: str, save_dir: str) -> None:
@@ -359,6 +345,7 @@ class FineTuningTask(FairseqTask):
         self.labels: List[str] = []
         self._word_encoder = None
         self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
+        self._dictionary_record = None  # get_checkpoint_dict's, made once
         if cfg.head_hidden_layers < 0 or cfg.head_hidden_size < 0:
             raise FineTuningError(
                 f"task.head_hidden_layers={cfg.head_hidden_layers}, task.head_hidden_size={cfg.head_hidden_size}: "
@@ -373,9 +360,16 @@ class FineTuningTask(FairseqTask):
         self.labels = list(labels)
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
 
-    @staticmethod
-    def encoder_vocab(cfg: FineTuningConfig, from_checkpoint: bool):
-        """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the fine-tuned run)."""
+    @classmethod
+    def encoder_vocab(cls, cfg: FineTuningConfig, from_checkpoint: bool):
+        """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the fine-tuned run);
+        a training run's ``checkpoint.save_dir`` is checked first (it must not hold that encoder)."""
+        if not from_checkpoint:
+            from ..checkpoint_fit import check_start_kept
+
+            # before the task writes its encoded cache or vocabulary there; the reset flags, which a task does not
+            # see, are checked when fairseq loads the checkpoint
+            check_start_kept(cfg, cls.task_name)
         encoder = start_checkpoint_path(cfg.restore_file, cfg.finetune_from_model)
         vocab = cfg.vocab
         if not vocab and from_checkpoint and has_vocab(cfg.save_dir):
@@ -398,6 +392,15 @@ class FineTuningTask(FairseqTask):
         if self._word_encoder is None:
             self._word_encoder = WordEncoder(self.dictionary, self.bpe_spec)
         return self._word_encoder
+
+    def get_checkpoint_dict(self):
+        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary, which a later run
+        or command compares with the one it is given (``checkpoint_fit``)."""
+        from ..checkpoint_fit import RECORD, dictionary_record
+
+        if self._dictionary_record is None:  # the dictionary is fixed once the task is set up
+            self._dictionary_record = dictionary_record(self.dictionary, os.path.join(self.vocab_dir, DICT_TXT))
+        return {RECORD: self._dictionary_record}
 
     def register_head(self, model) -> None:
         """Add the task's head to ``model`` (a ``bio_roberta``) under ``self.cfg.head_name``."""
