@@ -1,103 +1,45 @@
-"""Load fairseq checkpoints with ``torch.load(weights_only=True)``; ``install()`` makes the plugin's changes to fairseq.
-
-Under torch >= 2.6 ``torch.load`` refuses every pickled global it does not know, and fairseq 0.12 writes
-some: an ``argparse.Namespace`` (``cfg.model`` of argparse-built models) and, in a state that was loaded and
-saved again (``scripts/average_checkpoints.py``, the rank-0 broadcast of a checkpoint when resuming on many
-GPUs), the omegaconf containers of its config. Upstream fairseq "fixed" this with ``weights_only=False``,
-which runs arbitrary code from the file. Here exactly the classes fairseq writes are allowlisted, and a file
-that pickles anything else is refused with a one-line error.
+"""``install()`` makes the plugin's changes to fairseq and torch; ``load_checkpoint`` (``checkpoints``'s) reads a
+checkpoint with torch's ``weights_only=True`` and the classes fairseq pickles allowlisted.
 
 ``install()``, run when the plugin is imported, makes the changes to fairseq and torch that docs/stack.md lists ("What
 `import fairseq_bio` changes": each with why it must happen at import and the test that shows it): this allowlist,
 narrow repairs of fairseq 0.12 breaks that are not ours (each ``_install_*`` function below says what it repairs), and
-the changes of ``checkpoint_safety``, ``fp16_diagnosis``, ``preemption``, ``sharded`` and ``trainer`` (see their module
-docstrings).
+the changes of ``checkpoint_safety``, ``fp16_diagnosis``, ``preemption``, ``settings``, ``sharded`` and ``trainer`` (see
+their module docstrings).
 """
 
-import argparse
-import collections
 import copy
 import functools
 import os
 import pickle
-import re
 import types
-import typing
 
 import torch
-from omegaconf import DictConfig, ListConfig, open_dict
-from omegaconf.base import ContainerMetadata, Metadata
-from omegaconf.nodes import AnyNode
+from omegaconf import open_dict
 
-from .errors import BioError
-
-# What fairseq 0.12 pickles into checkpoints besides tensors and plain containers (measured on checkpoints
-# written by fairseq-train, fairseq-hydra-train, and on states loaded and saved again; see
-# tests/test_compat.py). The builtin types and typing.Any appear as omegaconf's type metadata
-# (key/element/object types), defaultdict as its resolver cache.
-FAIRSEQ_SAFE_GLOBALS = [
-    argparse.Namespace,
-    DictConfig,
-    ListConfig,
-    ContainerMetadata,
-    Metadata,
-    AnyNode,
-    typing.Any,
-    dict,
-    list,
-    int,
-    collections.defaultdict,
-]
-
-
-class UnsafeCheckpointError(BioError, pickle.UnpicklingError):
-    """A checkpoint pickles a global outside ``FAIRSEQ_SAFE_GLOBALS``."""
-
-
-def _refusal(path, error: Exception) -> str:
-    try:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # not a zip checkpoint: fall back to what torch's message names
-        unsafe = re.findall(r"GLOBAL (\S+)", str(error))[:1]
-    what = ", ".join(unsafe) if unsafe else "an object torch cannot load safely"
-    return (
-        f"{path}: refused to load: it pickles {what}, which is none of the classes fairseq writes "
-        "(fairseq_bio.compat.FAIRSEQ_SAFE_GLOBALS); only load checkpoints with weights_only=True"
-    )
-
-
-def load_checkpoint(path, map_location="cpu", mmap: bool = False):
-    """``torch.load`` a fairseq checkpoint with ``weights_only=True`` and the fairseq allowlist; ``mmap``: the tensors
-    mapped from the file rather than read (for a look at the checkpoint's other entries)."""
-    # torch's safe_globals() context manager drops globals added before it on exit: allowlist for good.
-    install()
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
-        from .checkpoint_safety import corrupt_error
-
-        corrupt = corrupt_error(path, e)  # an empty or truncated file is not an unsafe one
-        if corrupt is not None:
-            raise corrupt from None
-        if isinstance(e, pickle.UnpicklingError):
-            raise UnsafeCheckpointError(_refusal(path, e)) from None
-        raise
+from .checkpoints import (  # noqa: F401  (load_checkpoint and the allowlist: also read from here)
+    FAIRSEQ_SAFE_GLOBALS,
+    UnsafeCheckpointError,
+    load_checkpoint,
+    unsafe_refusal,
+)
 
 
 def install() -> None:
     """Make the changes to fairseq and torch listed in docs/stack.md ("What `import fairseq_bio` changes"), all but
-    ``errors``'s. Idempotent; run when the plugin is imported, and by ``load_checkpoint``."""
+    ``errors``'s. Idempotent; run when the plugin is imported."""
     _install_numpy1_names()
     _install_masked_lm_dictionary_load()
     _install_one_log_file_handler()
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
     _install_installed_user_dir()
-    from . import checkpoint_safety, fp16_diagnosis, preemption, sharded, trainer
+    from . import checkpoint_safety, fp16_diagnosis, preemption, settings, sharded, trainer
 
     checkpoint_safety.install()
     fp16_diagnosis.install()
     preemption.install()
+    settings.install()
     sharded.install()
     trainer.install()
     known = set(map(id, torch.serialization.get_safe_globals()))
@@ -122,7 +64,7 @@ def install() -> None:
         except UnsafeCheckpointError:
             raise
         except pickle.UnpicklingError as e:
-            raise UnsafeCheckpointError(_refusal(path, e)) from None
+            raise UnsafeCheckpointError(unsafe_refusal(path, e)) from None
 
     load_checkpoint_to_cpu.fairseq_bio_refuses_unsafe = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
@@ -219,11 +161,13 @@ def _install_one_log_file_handler():
 
 
 def _install_installed_user_dir():
-    """fairseq looks for a relative ``--user-dir`` (the shipped configs' ``user_dir: fairseq_bio``) that is not in the
-    working directory at ``fairseq/../fairseq_bio``: after a non-editable ``pip install``, the plugin in
-    site-packages. It then refuses it as "not globally unique", because the plugin is already imported (by the
-    configs' hydra callback) from the same directory spelt without the ``fairseq/..``. A ``user_dir`` that is this
-    plugin's own directory, however spelt, is now recognised as already imported; any other goes to fairseq."""
+    """The shipped configs name the plugin ``user_dir: fairseq_bio``, which fairseq reads as a path: relative to the
+    working directory, else to fairseq's own (``fairseq/../fairseq_bio``: the plugin in site-packages after a
+    non-editable ``pip install``, which fairseq then refuses as "not globally unique", because the configs' hydra
+    callback has already imported it from the same directory spelt without the ``fairseq/..``); anywhere else, a
+    ``FileNotFoundError``. A ``user_dir`` that is this plugin's own directory, however spelt, and a bare
+    ``fairseq_bio`` that names no directory at all (a run started outside the checkout), are now this plugin, already
+    imported, so that the shipped configs work from any working directory; any other goes to fairseq."""
     from fairseq import utils
 
     original = utils.import_user_module
@@ -241,6 +185,8 @@ def _install_installed_user_dir():
             found = next((c for c in candidates if os.path.exists(c)), None)
             if found is not None and os.path.realpath(found) == here:
                 return
+            if found is None and os.path.normpath(user_dir) == os.path.basename(here):
+                return  # the configs' name for the plugin, found nowhere as a path
         return original(args)
 
     import_user_module.fairseq_bio_installed_user_dir = True

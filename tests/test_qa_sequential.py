@@ -96,13 +96,14 @@ def test_a_second_qa_run_from_a_qa_checkpoint_trains_from_its_head(first_run, tm
     """The real command: fairseq-hydra-train from the first run's checkpoint logs the restore, and its dev loss at
     the first validation starts where the first run left off rather than from a new head."""
     second = tmp_path / "second"
-    log = fine_tune_qa(first_run, second, "optimizer.groups.default.lr_float=0.0", updates=1)
+    log = fine_tune_qa(first_run, second, "optimizer.groups.default.lr_float=1e-30", updates=1)
     assert f"span head bio_qa: restored from {first_run} (task.restore_head=null)" in hydra_log(second)
-    # lr 0: one update changes nothing, so the saved head is the first run's
+    # lr 1e-30 (0 is refused as a setting that cannot train): one update changes no fp32 weight, so the saved
+    # head is the first run's
     after = weights(second / "checkpoint_last.pt")
     assert all(torch.equal(v, after[k]) for k, v in head_of(weights(first_run)).items())
     fresh = tmp_path / "fresh"
-    fresh_log = fine_tune_qa(first_run, fresh, "optimizer.groups.default.lr_float=0.0", "task.restore_head=false",
+    fresh_log = fine_tune_qa(first_run, fresh, "optimizer.groups.default.lr_float=1e-30", "task.restore_head=false",
                              updates=1)  # fmt: skip
     assert f"span head bio_qa: initialised, not restored from {first_run} (task.restore_head=false: not asked for)" \
         in hydra_log(fresh)

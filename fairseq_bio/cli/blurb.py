@@ -26,6 +26,7 @@ command is ``fairseq_bio.runner``.
 
 import argparse
 import logging
+import math
 import shlex
 import signal
 import sys
@@ -45,8 +46,8 @@ def _floats(value: str) -> List[float]:
         values = [float(v) for v in value.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of numbers") from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{value!r}: learning rates must be positive")
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{value!r}: learning rates must be positive, finite numbers")
     return sorted(set(values))
 
 

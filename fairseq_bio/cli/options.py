@@ -13,7 +13,8 @@ An older spelling of one of them (``--outputs``, ``--destdir``, ``--output``, ``
 prints one line on stderr, ``<script>: --outputs is deprecated; use --out``.
 
 ``run_cli`` is every script's ``cli_main``: a user error (``BioError``) ends the command as
-``<script>: <message>``, the script named as in its ``--help`` (``Parser(prog)``).
+``<script>: <message>``, the script named as in its ``--help`` (``Parser(prog)``); so does a bad option value
+(``<script>: --lr-grid: 'nan': ...``, ``Parser.error``).
 
 Only the standard library and ``fairseq_bio.errors``: a corpus command answers ``--help`` without torch or fairseq.
 """
@@ -82,6 +83,14 @@ class Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         with self._required(True):
             return super().format_help()
+
+    def error(self, message: str):
+        """argparse's error, except that a bad value of one option is one line, ``<prog>: --option: <why>``
+        (status 2, as argparse's); an error about the command line as a whole keeps argparse's usage line."""
+        option, colon, why = message.partition(": ")
+        if option.startswith("argument ") and colon:
+            self.exit(2, f"{self.prog}: {option[len('argument '):]}: {why}\n")
+        super().error(message)
 
     def parse_known_args(self, args=None, namespace=None):
         with self._required(False):

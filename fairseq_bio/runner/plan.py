@@ -80,6 +80,19 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
     return OmegaConf.to_container(cfg, resolve=False)
 
 
+def check_overrides(name: str, cfg: Dict[str, Any]) -> None:
+    """A dataset's composed config whose settings cannot train (``fairseq_bio.settings``: a learning rate of nan, a
+    batch size of 0 among the overrides) stops the runner before it starts anything, not each of its runs."""
+    from omegaconf import OmegaConf
+
+    from ..settings import check_settings
+
+    try:
+        check_settings(OmegaConf.create(cfg))
+    except BioError as e:
+        raise BlurbError(f"{name}: {e}") from None
+
+
 def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
     """{split: path} of the files a run reads (a split cut from train, or PubMedQA's split file, as the task does)."""
     data = str(task["data"])
@@ -268,6 +281,7 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             raise BlurbError(f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both")
         given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
         cfg = compose(recipe, given)
+        check_overrides(task.name, cfg)
         k = fold_count(args.folds, recipe)
         absent = [p for p in needed_files(recipe.config, cfg["task"], bool(k)) if not os.path.exists(p)]
         if absent and recipe.alternative is not None:  # the dataset in its other form (BLUE's HoC: abstracts)
