@@ -5,7 +5,7 @@ master copy of the low-precision model and, every update, zero-fills the master 
 them and, after the step, every master weight back into the model: three Python loops over the parameters, each
 launching one small kernel per tensor (about 200 tensors for bio_roberta_base, 600 launches per update, ~400 for
 bio_megatron_345m). On a GPU those launches cost more host time than the copies cost the device, and the device waits
-for them between the backward pass and the next forward (issue 36's profile of a bio_roberta_base step: ``aten::copy_``
+for them between the backward pass and the next forward (the profile of a bio_roberta_base step: ``aten::copy_``
 ~11 ms and zero-filling ~2 ms of 161 ms, and the GPU idle 17 % of the step).
 
 ``MultiTensorFP16Optimizer`` is that wrapper with the three loops replaced by ``torch._foreach_copy_`` /

@@ -39,8 +39,8 @@ class BioTrainer(ShardedTrainer):
         task's), but without fairseq's ``isfinite(grad_norm)`` guard (a non-finite norm never gets here: fairseq
         raises or skips the update first) and without computing every meter's smoothed value for the return value,
         one host read each, which nothing reads (fairseq-train reads the meters at its log interval; fairseq returns
-        ``{}`` on TPUs for the same reason). On a GPU each read waits for the device (issue 36,
-        benchmarks/host_reads.py). Returns ``{"sample_size": ...}``."""
+        ``{}`` on TPUs for the same reason). On a GPU each read waits for the device
+        (benchmarks/host_reads.py). Returns ``{"sample_size": ...}``."""
         if grad_norm is None or not torch.is_tensor(grad_norm):
             return super()._reduce_and_log_stats(logging_outputs, sample_size, grad_norm)
         metrics.log_speed("ups", 1.0, priority=100, round=2)

@@ -116,7 +116,7 @@ class BatchMasker:
         if self.random_token_prob > 0:
             # As many draws as positions, the k-th randomised position (row-major) taking draw k: the draws of
             # counting the randomised positions first (a prefix of these), without reading that count back to the
-            # host, which on a GPU waits for the device every update (issue 36).
+            # host, which on a GPU waits for the device every update.
             draws = torch.multinomial(replacement_weights, tokens.numel(), replacement=True, generator=generator)
             rank = (randomize.flatten().cumsum(0) - 1).clamp_(min=0)
             corrupted = torch.where(randomize, draws[rank].view_as(tokens), corrupted)
@@ -127,7 +127,7 @@ def flat_positions(mask: torch.Tensor) -> torch.Tensor:
     """``B x T`` bool -> the flat row-major indices of its true positions (``N``): the one host read a masked-LM step
     needs (their number sizes the LM head's matmul). Taken before the forward pass is queued, the host waits on a GPU
     for the masking only; ``take_positions`` then selects with these indices without reading anything back, where a
-    boolean mask reads its count again at every use (issue 36)."""
+    boolean mask reads its count again at every use."""
     return mask.flatten().nonzero().squeeze(1)
 
 

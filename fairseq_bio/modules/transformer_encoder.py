@@ -139,7 +139,7 @@ class BioTransformerEncoder(TransformerEncoder):
         asked for."""
         padding_mask = src_tokens.eq(self.padding_idx)
         # Read once: a tensor's truth value waits for the GPU, and this encoder (as fairseq's) asked it again before
-        # every layer, so the host stopped launching at each layer boundary until the device had caught up (issue 36).
+        # every layer, so the host stopped launching at each layer boundary until the device had caught up.
         has_pads = bool(padding_mask.any())
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
         if has_pads:

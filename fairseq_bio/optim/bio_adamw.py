@@ -10,7 +10,7 @@ sqrt(1 - beta2^t)`` of torch's; afterwards the two are the same update.
 Unlike fairseq's ``adam`` it reads a parameter's weight-decay scale (``weight_decay_groups``), which is how the
 pretraining tasks' ``task.exempt_from_weight_decay`` leaves biases and LayerNorm weights undecayed, and it takes the
 gradient norm with torch's multi-tensor kernel (``foreach_grad_norm``) where fairseq, without apex's ``amp_C``, runs
-one norm kernel per parameter (about 10 ms of a 161 ms bio_roberta_base step on an H100, issue 36).
+one norm kernel per parameter (about 10 ms of a 161 ms bio_roberta_base step on an H100).
 """
 
 import ast

@@ -4,7 +4,7 @@ checkpoints.
 Without apex or fairseq's CUDA extension (pip installs have neither) fairseq's ``adam`` updates each parameter in a
 Python loop: about eight elementwise kernels per tensor (1,600 launches per bio_roberta_base update, 3,100 for
 bio_roberta_large), and its gradient norm is one norm kernel per tensor ("amp_C fused kernels unavailable"). On a GPU
-the device waits while the host launches them (issue 36; the bio-lm recipe and most fine-tuning recipes train with
+the device waits while the host launches them (the bio-lm recipe and most fine-tuning recipes train with
 ``adam``). ``ForeachAdam.step`` does the same arithmetic in the same order with ``torch._foreach_*`` ops over the
 parameters that share a device and an update count (in chunks of at most ``CHUNK`` elements, which bounds the memory
 of the denominators made at once): about ten launches per chunk. ``clip_grad_norm`` becomes ``bio_adamw``'s
