@@ -94,6 +94,30 @@ def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueE
         copy_vocab(vocab_dir, str(out.parent))
 
 
+def random_init_checkpoint(checkpoint: Path, out: Path, seed: int = 1, error=ValueError,
+                           by: Optional[str] = None) -> Path:  # fmt: skip
+    """The architecture of the ``bio_roberta`` ``checkpoint`` (its structural options, vocabulary and positions)
+    freshly built with fairseq's initialisation under ``seed``, written to ``out`` as an encoder checkpoint at update 0
+    with that vocabulary beside it: the random-init side of a pretrained-against-random comparison, which every
+    consumer of encoder checkpoints (fine-tuning, the BLURB runner) takes as it takes the pretrained one."""
+    import argparse
+
+    from .models.bio_roberta import apply_architecture, read_bio_roberta_checkpoint
+    from .tasks.fine_tuning import resolve_vocab
+
+    state, _, recorded = read_bio_roberta_checkpoint(str(checkpoint), str(checkpoint), error)
+    model_cfg = argparse.Namespace(**recorded)
+    apply_architecture(model_cfg, recorded.get("_name"))
+    options = {key: getattr(model_cfg, key) for key in STRUCTURAL_OPTIONS}
+    vocab_dir = resolve_vocab(None, str(checkpoint))
+    cfg = encoder_checkpoint_cfg(vocab_dir, options, tokens_per_sample=options["max_positions"])
+    torch.manual_seed(seed)
+    _, model = build_model(cfg, vocab_dir)
+    extra = {"random_init": {"architecture_of": str(Path(checkpoint).absolute()), "seed": seed}}
+    save_encoder_checkpoint(encoder_checkpoint(cfg, model.state_dict(), extra), Path(out), vocab_dir, error, by=by)
+    return Path(out)
+
+
 def vocabulary_record(dict_file, recorded_as=None) -> Dict:
     """The dictionary record (``checkpoint_fit``) of the dictionary a task builds from ``dict_file`` (its symbols
     and ``<mask>``), naming ``recorded_as`` (default ``dict_file``): the copy that goes beside the checkpoint."""

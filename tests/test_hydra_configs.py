@@ -41,6 +41,15 @@ def test_tiny_demo_config_runs_on_cpu():
     assert cfg["lr_scheduler"]["warmup_updates"] == 0.05 * cfg["optimization"]["max_update"]
 
 
+def test_demo_config_is_the_tiny_model_with_the_demo_recipe():
+    tiny, demo = composed("bio_roberta_tiny", "task.data=/data"), composed("bio_roberta_demo", "task.data=/data")
+    assert demo["model"]["_name"] == tiny["model"]["_name"] and demo["task"] == tiny["task"]
+    assert demo["model"]["dropout"] == demo["model"]["attention_dropout"] == 0.0
+    assert demo["optimization"]["max_update"] > tiny["optimization"]["max_update"]
+    assert demo["lr_scheduler"]["warmup_updates"] == 0.05 * demo["optimization"]["max_update"]
+    assert demo["dataset"]["batch_size"] == tiny["dataset"]["batch_size"] and demo["common"]["cpu"] is True
+
+
 def _keys(node, prefix=""):
     for key, value in node.items():
         if key == "defaults":
@@ -68,7 +77,8 @@ def test_tagging_config_composes_to_the_fine_tuning_recipes(recipe, lr):
     assert cfg["optimization"]["max_epoch"] == 20
 
 
-@pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large", "bio_roberta_tiny", "bio_tagging_ner"])
+@pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large", "bio_roberta_tiny", "bio_roberta_demo",
+                                  "bio_tagging_ner"])
 def test_primary_and_recipe_never_set_the_same_key(name):
     """fairseq-hydra-train merges its schema with the primary config, so the recipe comes after it: a key
     both set would silently take the recipe's value."""
