@@ -333,7 +333,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data", help="a binarised PubMed data dir to pretrain on instead of preparing one (a "
                         "workdir's masked LM is reused whatever this says: give a new --workdir)")  # fmt: skip
     parser.add_argument("--max-docs-per-file", type=int, help="pretraining corpus: documents per input file")
-    parser.add_argument("--vocab-size", type=int, help="byte-level BPE size (default 16000, the demo's)")
+    parser.add_argument("--vocab-size", type=int, help="byte-level BPE size (default 16000)")
     parser.add_argument("--dataset", default="NCBI-disease", help=f"NER set (a folder of {tools.NER_DATA}, or a path)")
     parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
     parser.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")

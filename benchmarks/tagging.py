@@ -179,7 +179,7 @@ def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
     cmd = train_command(str(data_bin), save_dir, log, [
         *common, f"optimization.max_update={updates}", f"lr_scheduler.warmup_updates={max(1, updates // 20)}",
         f"optimization.stop_time_hours={left / 3600:.5f}", f"dataset.validate_interval_updates={every}",
-        f"checkpoint.save_interval_updates={every}"], log_format="json")  # fmt: skip
+        f"checkpoint.save_interval_updates={every}"], log_format="json", config="bio_roberta_tiny")  # fmt: skip
     run(cmd, "pretrain", save_dir)
     minutes = (time.perf_counter() - start) / 60
     done = last_update(log)
@@ -397,7 +397,7 @@ def main(argv=None):
     parser.add_argument("--pretrain-minutes", type=float, help="pretraining wall-clock budget (default 30)")
     parser.add_argument("--size", choices=sorted(SIZES), help="encoder size (default tiny: 4 x 256)")
     parser.add_argument("--max-docs-per-file", type=int, help="pretraining corpus: documents per input file")
-    parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size (the demo's)")
+    parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size")
     parser.add_argument("--new-encoder", action="store_true", help="pretrain again even if the workdir has one")
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), help=f"folders of {NER_DATA}")
     parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
