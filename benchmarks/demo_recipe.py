@@ -2,11 +2,12 @@
 pretraining on the PubMed sample, each pretrained for the same updates and fine-tuned on NCBI-disease with the demo's
 fine-tuning budget beside the same architecture from random initialisation, as ``fairseq-bio-demo`` does.
 
-A variant is a vocabulary size and hydra overrides on ``bio_roberta_tiny`` (4 x 256, recipe/cpu_demo, dropout 0 in
-all). Pretraining and fine-tuning go through the tools a user runs (``fairseq-hydra-train`` via ``fairseq_bio.runs``,
-``fairseq-bio-blurb``); ``--parallel 2`` runs two pretrainings at once with one thread each (what the measurements in
-docs/index.md did on 2 cores). Reported per variant: its vocabulary's unigram entropy (the loss of a model that
-ignores the context), the valid loss by update, updates/s, and NCBI-disease test F1 of it and of random init.
+A variant is a vocabulary size and hydra overrides on ``bio_roberta_tiny`` (4 x 256, 16 x 128-token blocks,
+recipe/cpu_demo, dropout 0 in all). Pretraining and fine-tuning go through the tools a user runs
+(``fairseq-hydra-train`` via ``fairseq_bio.runs``, ``fairseq-bio-blurb``); ``--parallel 2`` runs two pretrainings at
+once with one thread each (what the measurements in docs/index.md did on 2 cores). Reported per variant: its
+vocabulary's unigram entropy (the loss of a model that ignores the context), the valid loss by update, updates/s, and
+NCBI-disease test F1 of it and of random init.
 
     python benchmarks/demo_recipe.py --variants v4k-lr1e-3,v16k-lr1e-3 --parallel 2
 
@@ -39,7 +40,16 @@ VARIANTS = {  # name -> (vocabulary size, overrides of bio_roberta_tiny)
     "v8k-lr1e-3": (8000, ["optimization.lr=[0.001]"]),
     "v4k-lr1e-3": (4000, ["optimization.lr=[0.001]"]),
     "v4k-lr2e-3": (4000, ["optimization.lr=[0.002]"]),
+    "v4k-lr1e-3-2layers": (4000, ["optimization.lr=[0.001]", "model.encoder_layers=2"]),
+    "v4k-lr1e-3-block64": (4000, ["optimization.lr=[0.001]", "task.tokens_per_sample=64", "dataset.batch_size=32"]),
 }
+
+
+def architecture(name: str) -> str:
+    """What a variant's random-init twin is named by: its vocabulary and the model options it changes."""
+    vocab, overrides = VARIANTS[name]
+    return "-".join([str(vocab)] + [o.split("=")[0].split(".")[-1] + o.split("=")[1] for o in overrides
+                                    if o.startswith("model.encoder_")])  # fmt: skip
 
 
 def pretrain_command(name: str, data_bin: Path, out: Path, updates: int) -> List[str]:
@@ -102,7 +112,8 @@ def speed(log: Path) -> float:
 
 
 def report(rows: List[Dict], updates: int, budget: Dict) -> str:
-    lines = [f"Each variant pretrained for {updates} updates of 16 x 128-token blocks (bio_roberta_tiny, dropout 0), "
+    lines = [f"Each variant pretrained for {updates} updates of 16 x 128-token blocks unless it says otherwise "
+             "(bio_roberta_tiny, dropout 0), "
              f"then fine-tuned on NCBI-disease for {budget['updates']} updates of {budget['batch']} at lr "
              f"{budget['lr']:g} (one seed), as is the same architecture from random initialisation; – : a run "
              "stopped early, not fine-tuned.", "",
@@ -185,12 +196,13 @@ def main(argv=None) -> None:
                "ups": speed(out / "train.log"), "reached": reached(out), "f1": None, "random_f1": None}  # fmt: skip
         row["valid"] = row["curve"][max(row["curve"])]
         if row["reached"] >= args.updates or args.fine_tune_stopped:
-            if vocab not in random_f1:
-                twin = workdir / f"random-init-{vocab}" / "model.pt"
+            shape = architecture(name)
+            if shape not in random_f1:
+                twin = workdir / f"random-init-{shape}" / "model.pt"
                 if not twin.exists():
                     random_init_checkpoint(checkpoint, twin, seed=1)
-                random_f1[vocab] = fine_tune(twin, workdir / f"ft-random-init-{vocab}", budget)
-            row.update(f1=fine_tune(checkpoint, workdir / f"ft-{name}", budget), random_f1=random_f1[vocab])
+                random_f1[shape] = fine_tune(twin, workdir / f"ft-random-init-{shape}", budget)
+            row.update(f1=fine_tune(checkpoint, workdir / f"ft-{name}", budget), random_f1=random_f1[shape])
         rows.append(row)
     table = report(rows, args.updates, budget)
     (workdir / "demo_recipe.md").write_text(table, encoding="utf-8")
