@@ -43,11 +43,14 @@ def test_tiny_demo_config_runs_on_cpu():
 
 def test_demo_config_is_the_tiny_model_with_the_demo_recipe():
     tiny, demo = composed("bio_roberta_tiny", "task.data=/data"), composed("bio_roberta_demo", "task.data=/data")
-    assert demo["model"]["_name"] == tiny["model"]["_name"] and demo["task"] == tiny["task"]
+    assert demo["model"]["_name"] == tiny["model"]["_name"] and demo["model"]["max_positions"] == 128
+    assert {**demo["task"], "tokens_per_sample": 128} == tiny["task"] and demo["task"]["tokens_per_sample"] == 64
     assert demo["model"]["dropout"] == demo["model"]["attention_dropout"] == 0.0
     assert demo["optimization"]["max_update"] > tiny["optimization"]["max_update"]
     assert demo["lr_scheduler"]["warmup_updates"] == 0.05 * demo["optimization"]["max_update"]
-    assert demo["dataset"]["batch_size"] == tiny["dataset"]["batch_size"] and demo["common"]["cpu"] is True
+    # the same tokens per update as the tiny config, in blocks half as long
+    tokens = [c["dataset"]["batch_size"] * c["task"]["tokens_per_sample"] for c in (demo, tiny)]
+    assert tokens[0] == tokens[1] and demo["common"]["cpu"] is True
 
 
 def _keys(node, prefix=""):
