@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from fairseq_bio import runs
-from fairseq_bio_preprocess.demo import FINE_TUNING, train_command
+from fairseq_bio_preprocess.demo import FINE_TUNING, blurb, train_command
 from fairseq_bio_preprocess.demo_report import unigram_entropy
 from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
@@ -92,17 +92,10 @@ def pretrain_all(names: List[str], data: Dict[int, Path], workdir: Path, updates
 
 
 def fine_tune(checkpoint: Path, out: Path, budget: Dict) -> float:
-    """NCBI-disease test entity F1 of ``checkpoint`` after the demo's fine-tuning (fairseq-bio-blurb, one seed)."""
-    import json
-
-    from fairseq_bio.cli import blurb
-
-    argv = ["--checkpoint", str(checkpoint), "--data", str(REPO.parent / "shared" / "data"), "--tasks", "ncbi",
-            "--seeds", "1", "--max-update", str(budget["updates"]), "--lr-grid", f"{budget['lr']:g}", "--out",
-            str(out), "--cpu", "--", f"dataset.batch_size={budget['batch']}"]  # fmt: skip
-    if blurb.main(argv) != 0:
-        raise SystemExit(f"fine-tuning {checkpoint} failed; see {out}")
-    return json.loads((out / "results.json").read_text())["datasets"]["ncbi-disease"]["mean"]
+    """NCBI-disease test entity F1 of ``checkpoint`` after the demo's fine-tuning (the demo's own BLURB step)."""
+    results = blurb(out.name, checkpoint, REPO.parent / "shared" / "data", out, "ncbi", budget["updates"],
+                    budget["batch"], budget["lr"])  # fmt: skip
+    return results["datasets"]["ncbi-disease"]["mean"]
 
 
 def speed(log: Path) -> float:
