@@ -388,7 +388,7 @@ FINDINGS = [
             "on one NER set, the paper's in BLURB points (13 tasks)",
             SHORT + "minutes of pretraining each (about a thousand updates of 16 x 128 tokens: the discriminator "
             "separates replaced tokens while the generator's samples are near random, and loses most of it once the "
-            "generator reaches the unigram stage, benchmarks/README.md), against the paper's 1M steps of 512 "
+            "generator reaches the unigram stage, benchmarks/HISTORY.md), against the paper's 1M steps of 512 "
             "sequences (as many sequences as PubMedBERT saw); a 64-wide generator; one NER set fine-tuned on 1,000 "
             "sentences; and the paper's baseline is PubMedBERT itself, not a masked LM trained beside it",
             unit="points (paper BLURB, ours F1)"),
