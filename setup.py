@@ -15,7 +15,7 @@ setup(
     packages=find_packages(include=["fairseq_bio", "fairseq_bio.*"])
     + ["fairseq_bio_preprocess", "fairseq_bio.hydra_configs"],
     # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout they stay the
-    # top-level hydra_configs/ (fairseq_bio.configs finds either).
+    # top-level hydra_configs/ (fairseq_bio.runs.shipped_config_dir finds either).
     package_dir={"fairseq_bio_preprocess": "preprocess", "fairseq_bio.hydra_configs": "hydra_configs"},
     package_data={
         "fairseq_bio.hydra_configs": ["*.yaml", "*/*.yaml"],
@@ -65,7 +65,7 @@ setup(
             "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
             "fairseq-bio-vocab-report = fairseq_bio_preprocess.commands:vocab_report",
             "fairseq-bio-blurb = fairseq_bio.cli.blurb:cli_main",
-            "fairseq-bio-config-dir = fairseq_bio.configs:cli_main",
+            "fairseq-bio-config-dir = fairseq_bio.cli.config_dir:cli_main",
         ]
     },
 )

@@ -3,15 +3,29 @@ fairseq-bio-extract-encoder, fairseq-bio-init-student) writes and the bio_electr
 in fairseq's layout, with the model options a run restoring them must set; and reading the checkpoint an export
 starts from, with its vocabulary."""
 
+import argparse
+import filecmp
 import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
+from fairseq.data import Dictionary
+from fairseq.dataclass.configs import FairseqConfig
+from fairseq.tasks import setup_task
+from omegaconf import OmegaConf, open_dict
 
-from .checkpoint_fit import ELECTRA_STRUCTURAL_OPTIONS, STRUCTURAL_OPTIONS  # noqa: F401  (also read from here)
+from .checkpoint_fit import ELECTRA_STRUCTURAL_OPTIONS  # noqa: F401  (also read from here)
+from .checkpoint_fit import RECORD, STRUCTURAL_OPTIONS, check_fits, dictionary_record
 from .checkpoints import checkpoint_section  # noqa: F401  (also read from here)
+from .criterions.bio_electra import BioElectraCriterionConfig
+from .data.dictionary import load_dictionary
 from .files import atomic_path
+from .models.bio_electra import BioElectraConfig
+from .models.bio_roberta import BioRobertaConfig, BioRobertaModel, apply_architecture, read_bio_roberta_checkpoint
+from .tasks.bio_electra import BioElectraTaskConfig
+from .tasks.bio_masked_lm import BioMaskedLMConfig
+from .tasks.fine_tuning import DICT_TXT, copy_vocab, resolve_vocab
 
 
 def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:
@@ -22,9 +36,6 @@ def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:
 
 def encoder_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
     """A complete fairseq config (plain containers) of a ``bio_roberta`` + ``bio_masked_lm`` checkpoint."""
-    from .models.bio_roberta import BioRobertaConfig
-    from .tasks.bio_masked_lm import BioMaskedLMConfig
-
     task = BioMaskedLMConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
     return _checkpoint_cfg(("bio_masked_lm", task), ("bio_roberta", BioRobertaConfig(**options)),
                            ("masked_lm", {"tpu": False}))  # fmt: skip
@@ -32,10 +43,6 @@ def encoder_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int)
 
 def electra_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int) -> Dict:
     """A complete fairseq config (plain containers) of a ``bio_electra`` model + task + criterion checkpoint."""
-    from .criterions.bio_electra import BioElectraCriterionConfig
-    from .models.bio_electra import BioElectraConfig
-    from .tasks.bio_electra import BioElectraTaskConfig
-
     task = BioElectraTaskConfig(data=data_dir, tokens_per_sample=tokens_per_sample)
     return _checkpoint_cfg(("bio_electra", task), ("bio_electra", BioElectraConfig(**options)),
                            ("bio_electra", BioElectraCriterionConfig()))  # fmt: skip
@@ -43,9 +50,6 @@ def electra_checkpoint_cfg(data_dir: str, options: Dict, tokens_per_sample: int)
 
 def _checkpoint_cfg(*sections) -> Dict:
     """FairseqConfig with the task, model and criterion given as (registered name, dataclass or dict) pairs."""
-    from fairseq.dataclass.configs import FairseqConfig
-    from omegaconf import OmegaConf, open_dict
-
     cfg = OmegaConf.structured(FairseqConfig)
     with open_dict(cfg):
         for key, (name, options) in zip(("task", "model", "criterion"), sections):
@@ -77,11 +81,6 @@ def save_encoder_checkpoint(state: Dict, out: Path, vocab_dir: str, error=ValueE
     """Write ``state`` to ``out`` with the vocabulary (dict.txt, bpe.json) beside it and the record of its dictionary
     in it (``checkpoint_fit``); the checkpoint appears only once complete (temp file, then rename), recorded as made
     by command ``by``. A different dict.txt already in that directory raises ``error``."""
-    import filecmp
-
-    from .checkpoint_fit import RECORD
-    from .tasks.fine_tuning import DICT_TXT, copy_vocab
-
     out.parent.mkdir(parents=True, exist_ok=True)
     beside = out.parent / DICT_TXT
     if beside.exists() and not filecmp.cmp(beside, Path(vocab_dir) / DICT_TXT, shallow=False):
@@ -100,11 +99,6 @@ def random_init_checkpoint(checkpoint: Path, out: Path, seed: int = 1, error=Val
     freshly built with fairseq's initialisation under ``seed``, written to ``out`` as an encoder checkpoint at update 0
     with that vocabulary beside it: the random-init side of a pretrained-against-random comparison, which every
     consumer of encoder checkpoints (fine-tuning, the BLURB runner) takes as it takes the pretrained one."""
-    import argparse
-
-    from .models.bio_roberta import apply_architecture, read_bio_roberta_checkpoint
-    from .tasks.fine_tuning import resolve_vocab
-
     state, _, recorded = read_bio_roberta_checkpoint(str(checkpoint), str(checkpoint), error)
     model_cfg = argparse.Namespace(**recorded)
     apply_architecture(model_cfg, recorded.get("_name"))
@@ -121,11 +115,6 @@ def random_init_checkpoint(checkpoint: Path, out: Path, seed: int = 1, error=Val
 def vocabulary_record(dict_file, recorded_as=None) -> Dict:
     """The dictionary record (``checkpoint_fit``) of the dictionary a task builds from ``dict_file`` (its symbols
     and ``<mask>``), naming ``recorded_as`` (default ``dict_file``): the copy that goes beside the checkpoint."""
-    from fairseq.data import Dictionary
-
-    from .checkpoint_fit import dictionary_record
-    from .data.dictionary import load_dictionary
-
     dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")
     return dictionary_record(dictionary, str(recorded_as or dict_file))
@@ -133,26 +122,20 @@ def vocabulary_record(dict_file, recorded_as=None) -> Dict:
 
 def build_model(cfg: Dict, data_dir: str):
     """The ``bio_masked_lm`` task (dictionary from ``data_dir``) and its freshly built ``bio_roberta``."""
-    from fairseq import tasks
-    from omegaconf import OmegaConf
-
-    import fairseq_bio  # noqa: F401  (registration)
-
     cfg = OmegaConf.create(cfg)
     cfg.task.data = data_dir
-    task = tasks.setup_task(cfg.task)
+    task = setup_task(cfg.task)
     return task, task.build_model(cfg.model)
 
 
 # ------------------------------------------------------------------------------------------------- reading
 
 
-def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
+def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str], error=ValueError) -> Path:
     """Where dict.txt and bpe.json of the checkpoint's vocabulary are: ``data`` when given, else beside the
     checkpoint (an encoder checkpoint, or a fine-tuned run's save_dir), else its ``task.vocab`` or the first
-    directory of its ``task.data``; checked against the checkpoint (``check_vocab_fits``)."""
-    from .hf.common import HFConvertError  # here: the hf package imports this module
-
+    directory of its ``task.data``; checked against the checkpoint (``check_vocab_fits``). Neither found, or a
+    vocabulary that does not fit, raises ``error`` (the caller's: hf's export raises ``HFConvertError``)."""
     if data is not None:
         candidates = [Path(data)]
     else:
@@ -161,9 +144,9 @@ def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str]) -> Path:
         candidates = [checkpoint.parent] + [Path(d) for d in (task.get("vocab"), first) if d]
     for directory in candidates:
         if (directory / "dict.txt").is_file() and (directory / "bpe.json").is_file():
-            check_vocab_fits(checkpoint, state, directory, HFConvertError)
+            check_vocab_fits(checkpoint, state, directory, error)
             return directory
-    raise HFConvertError(
+    raise error(
         f"{checkpoint}: no dict.txt + bpe.json in {' or '.join(map(str, candidates))} (pass --vocab <vocabulary dir>)"
     )
 
@@ -172,11 +155,6 @@ def check_vocab_fits(checkpoint, state: Dict, vocab_dir, error=ValueError) -> No
     """Refuse, as ``error``, a checkpoint that is a shard or was trained with another dictionary than the one the
     tasks build from ``vocab_dir``'s dict.txt (``checkpoint_fit.check_fits``; without the record: its embedding rows,
     the entity markers of a sentence-level checkpoint counted)."""
-    from fairseq.data import Dictionary
-
-    from .checkpoint_fit import check_fits
-    from .data.dictionary import load_dictionary
-
     dict_file = os.path.join(vocab_dir, "dict.txt")
     dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")
@@ -187,8 +165,6 @@ def check_vocab_fits(checkpoint, state: Dict, vocab_dir, error=ValueError) -> No
 
 def load_fairseq_model(checkpoint: Path, vocab_dir: Path):
     """The checkpoint as fairseq's hub interface (BPE from the vocabulary's bpe.json), in eval mode."""
-    from .models.bio_roberta import BioRobertaModel
-
     # ``vocab`` points a fine-tuning task at the vocabulary (other tasks have no such option and ignore it).
     hub = BioRobertaModel.from_pretrained(
         str(checkpoint.parent), checkpoint.name, data_name_or_path=str(vocab_dir), vocab=str(vocab_dir)

@@ -1,8 +1,9 @@
 """Running fairseq and reading its logs, in one place.
 
 - Command lines: ``hydra_train`` (fairseq's hydra entry point, ``fairseq-hydra-train``, on a shipped config with
-  the plugin as its user dir), ``train`` / ``validate`` (fairseq's argparse entry points) and ``command`` (any
-  console script of this environment: fairseq's, or the plugin's own ``fairseq-bio-*``).
+  the plugin as its user dir; ``shipped_config_dir`` is where those configs are), ``train`` / ``validate`` (fairseq's
+  argparse entry points) and ``command`` (any console script of this environment: fairseq's, or the plugin's own
+  ``fairseq-bio-*``).
 - Processes: ``Run`` starts one (its output in a file, optionally in a process group of its own), watches its JSON
   log for an update, signals, waits for or kills it; ``run`` runs one to its end. A failure is a ``RunError`` whose
   message ends with the tail of the output.
@@ -10,9 +11,8 @@
   ``train``, ``valid``); ``last_validation`` is the last validation of a log in the JSON or the simple format;
   ``tensorboard_curve`` reads one scalar of a run's tensorboard logs, whatever format its console log had.
 
-Only the standard library (and ``configs``, which imports nothing else) is imported, so that the BLURB runner, the
-demo, the benchmarks and the tests build and read runs without loading torch or fairseq (``tensorboard_curve`` loads
-tensorboard's event reader when it is called).
+Only the standard library is imported, so that the BLURB runner, the demo, the benchmarks and the tests build and
+read runs without loading torch or fairseq (``tensorboard_curve`` loads tensorboard's event reader when it is called).
 """
 
 import contextlib
@@ -25,16 +25,28 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Sequence, Union
 
-from . import configs
-
 BIN = Path(sys.executable).parent  # the console scripts of this environment: fairseq's and the plugin's
 PLUGIN_DIR = Path(__file__).resolve().parent  # the user dir (common.user_dir, --user-dir) fairseq loads
+CONFIGS = "hydra_configs"  # the shipped hydra configs' directory, inside the installed plugin or beside the checkout's
 HYDRA_TRAIN = "fairseq-hydra-train"
 TAIL_CHARS = 4000  # of a run's output, in its errors
 PathLike = Union[str, os.PathLike]
 
 
 # --- command lines -----------------------------------------------------------------------------------------------
+
+
+def shipped_config_dir() -> Path:
+    """The directory of the shipped hydra configs (``fairseq-bio-config-dir`` prints it). A ``pip install .`` puts
+    ``hydra_configs/`` inside the package (``fairseq_bio/hydra_configs``, see setup.py); in a checkout (and an
+    editable install) they are the repository's top-level ``hydra_configs/``, so the README's ``--config-dir
+    hydra_configs`` keeps working there. The installed copy is looked for first."""
+    for candidate in (PLUGIN_DIR / CONFIGS, PLUGIN_DIR.parent / CONFIGS):
+        if (candidate / "bio_roberta_tiny.yaml").is_file():
+            return candidate
+    from .errors import BioError  # here: errors imports hydra, and this module only the standard library
+
+    raise BioError(f"{PLUGIN_DIR}: no {CONFIGS}/ beside or inside the package; reinstall fairseq_bio")
 
 
 def executable(name: str) -> str:
@@ -61,7 +73,7 @@ def hydra_train(config: str, *overrides: Any, save_dir: Optional[PathLike] = Non
         fixed.append(f"checkpoint.save_dir={save_dir}")
     if log is not None:
         fixed += [f"common.log_file={log}"] + ([f"common.log_format={log_format}"] if log_format else [])
-    config_dir = configs.config_dir() if config_dir is None else config_dir
+    config_dir = shipped_config_dir() if config_dir is None else config_dir
     return command(HYDRA_TRAIN, "--config-dir", config_dir, "--config-name", config, *fixed, *overrides)
 
 

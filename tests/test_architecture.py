@@ -2,8 +2,13 @@
 
 - ``fairseq_bio`` (the plugin) never imports ``fairseq_bio_preprocess`` (the corpus commands, the checkout's
   ``preprocess/``) or ``benchmarks``; ``fairseq_bio_preprocess`` may import the plugin but never ``benchmarks``.
-- No import cycle among the modules of ``fairseq_bio`` and ``fairseq_bio_preprocess``, counting imports inside functions too (a
-  lazy import still ties two modules together).
+- No import cycle among the modules of ``fairseq_bio`` and ``fairseq_bio_preprocess``, counting imports inside
+  functions too (a lazy import still ties two modules together), and counting the package ``__init__`` files an
+  import runs: Python runs ``a/b/__init__.py`` before ``a/b/c.py``, so a module outside package ``a.b`` that imports
+  ``a.b.c`` depends on all that ``a/b/__init__.py`` imports (``from ..hf.common import x`` runs ``hf/__init__.py``,
+  which imports the whole hf package). The root package's own ``__init__`` is not counted: ``fairseq_bio/__init__.py``
+  is the plugin's registration entry (patches, tasks, models, criterions), which Python runs before any module of the
+  plugin, whoever imports it; it is above every one of them by design, not through an import a module chose.
 - No module over ``MAX_LINES`` lines except the ones named in ``LONG_MODULES``, each with why it is one thing.
 """
 
@@ -45,8 +50,19 @@ def imported_names(name: str, path: Path, known) -> Iterator[str]:
                 yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
 
 
+def packages_run(importer: str, target: str) -> Iterator[str]:
+    """The packages whose ``__init__`` importing ``target`` runs when ``importer`` is not inside them yet: each
+    package above ``target`` except the root (see the module's docstring)."""
+    parts = target.split(".")
+    for depth in range(2, len(parts)):
+        package = ".".join(parts[:depth])
+        if importer != package and not importer.startswith(package + "."):
+            yield package
+
+
 def import_graph() -> Dict[str, Set[str]]:
-    """{module: the modules of ours it imports}, each import resolved to the longest module name that exists."""
+    """{module: the modules of ours it imports}, each import resolved to the longest module name that exists, plus
+    the package ``__init__`` files that import runs."""
     mods = modules()
     graph = {}
     for name, path in mods.items():
@@ -54,8 +70,10 @@ def import_graph() -> Dict[str, Set[str]]:
         for target in imported_names(name, path, mods):
             while target and target not in mods:
                 target = target.rpartition(".")[0]
-            if target and target != name:
+            if target:
+                deps.update(p for p in packages_run(name, target) if p in mods)
                 deps.add(target)
+        deps.discard(name)
         graph[name] = deps
     return graph
 
@@ -116,6 +134,16 @@ def test_the_plugin_never_imports_the_scripts_or_benchmarks():
 
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
+
+
+def test_an_import_from_outside_a_package_runs_its_init():
+    """``runner/execute.py``'s ``from ..inference.predictions import ...`` runs ``inference/__init__.py`` first; an
+    import inside the package (``hf/export.py``'s ``from .common import ...``) does not run its ``__init__`` again."""
+    graph = import_graph()
+    assert {"fairseq_bio.inference.predictions", "fairseq_bio.inference"} <= graph["fairseq_bio.runner.execute"]
+    assert "fairseq_bio.hf.common" in graph["fairseq_bio.hf.export"]
+    assert "fairseq_bio.hf" not in graph["fairseq_bio.hf.export"]
+    assert "fairseq_bio" not in graph["fairseq_bio.hf.export"]
 
 
 def test_cycle_finder_finds_a_cycle():

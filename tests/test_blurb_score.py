@@ -225,9 +225,9 @@ def test_the_dataset_table_is_checked_in_one_line(tmp_path):
     """The shipped table is the benchmarks' own (every dataset has its recipe); a table with a bad entry is refused
     in one line naming the file and the entry."""
     from fairseq_bio.runner.datasets import RECIPES, DatasetTableError, load_table
-    from fairseq_bio.configs import config_dir
+    from fairseq_bio.runs import shipped_config_dir
 
-    shipped = config_dir() / "runner" / "datasets.yaml"
+    shipped = shipped_config_dir() / "runner" / "datasets.yaml"
     benchmarks, recipes = load_table(shipped)
     assert benchmarks["blurb"] == BLURB and benchmarks["blue"] == BLUE and recipes == RECIPES
     assert list(recipes["blurb"]) == list(BLURB.names()) and list(recipes["blue"]) == list(BLUE.names())

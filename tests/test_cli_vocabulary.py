@@ -97,7 +97,7 @@ ERRORS = {
 def test_errors_name_the_script_in_full(script, tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("a file\n", encoding="utf-8")
     if script == "fairseq-bio-config-dir":
-        monkeypatch.setattr("fairseq_bio.configs.PACKAGE_DIR", tmp_path)
+        monkeypatch.setattr("fairseq_bio.runs.PLUGIN_DIR", tmp_path)
     argv, named = ERRORS[short(script)](tmp_path)
     code, _, err = run_script(script, argv, monkeypatch, capsys)
     assert isinstance(code, str) and code.startswith(f"{script}: ") and named in code, (code, err[-1000:])

@@ -11,7 +11,7 @@ import pytest
 from conftest import ENCODER_SIZE, build_once
 
 import fairseq_bio
-from fairseq_bio import configs, runs
+from fairseq_bio import runs
 
 PLUGIN = Path(fairseq_bio.__file__).resolve().parent
 
@@ -20,7 +20,7 @@ def test_hydra_train_command_line():
     command = runs.hydra_train("bio_roberta_tiny", "task.data=/d", "optimization.max_update=3", save_dir="/s",
                                log="/s.log")  # fmt: skip
     assert command == [
-        str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(configs.config_dir()),
+        str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(runs.shipped_config_dir()),
         "--config-name", "bio_roberta_tiny", f"common.user_dir={PLUGIN}", "checkpoint.save_dir=/s",
         "common.log_file=/s.log", "common.log_format=json", "task.data=/d", "optimization.max_update=3",
     ]  # fmt: skip

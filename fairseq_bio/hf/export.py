@@ -36,6 +36,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
+from ..checkpoints import load_checkpoint
 from ..data.tokenizer_files import require_fastbpe
 from ..files import (
     check_destination,
@@ -83,7 +84,6 @@ def export_hf(
     outputs were checked against fairseq's on ``sentences``, default ``CHECK_SENTENCES``, and ``CHECK_PAIRS`` for a
     sentence-level head); ``head`` picks one of several classification heads; ``log`` gets one line per warning;
     returns the check's numbers."""
-    from .. import compat
     from ..models.bio_roberta import is_bio_roberta
 
     checkpoint, out_dir = Path(checkpoint).absolute(), Path(out_dir).absolute()
@@ -93,7 +93,7 @@ def export_hf(
         import transformers  # noqa: F401
     except ImportError:
         raise HFConvertError("the export checks its output with transformers: pip install transformers") from None
-    state = compat.load_checkpoint(checkpoint)
+    state = load_checkpoint(checkpoint)
     model_cfg = checkpoint_section(state, "model")
     model_name = str(model_cfg.get("_name") or model_cfg.get("arch") or "")
     if model_name.startswith("bio_electra"):
@@ -109,7 +109,7 @@ def export_hf(
             f"{checkpoint}: task.entity_representation={markers}: not exported: {why}; fairseq-bio-predict serves "
             "this checkpoint"
         )
-    vocab_dir = find_vocab_dir(checkpoint, state, data)
+    vocab_dir = find_vocab_dir(checkpoint, state, data, HFConvertError)
     check_destination(out_dir, overwrite, MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
     hub = load_fairseq_model(checkpoint, vocab_dir)
@@ -195,7 +195,7 @@ def _export_electra(checkpoint: Path, state: Dict, out_dir: Path, data, overwrit
     if "discriminator.embed_tokens.weight" not in (state.get("model") or {}):
         raise HFConvertError(f"{checkpoint}: model 'bio_electra' but no discriminator parameters; not a bio_electra "
                              "checkpoint")  # fmt: skip
-    vocab_dir = find_vocab_dir(checkpoint, state, data)
+    vocab_dir = find_vocab_dir(checkpoint, state, data, HFConvertError)
     check_destination(out_dir, overwrite, ELECTRA_MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
     hub = load_fairseq_model(checkpoint, vocab_dir)

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..configs import config_dir
 from ..errors import BioError
 from ..metrics.benchmark_scores import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
+from ..runs import shipped_config_dir
 from .folds import MIN_FOLDS
 
 TAGGING = "bio_tagging_ner"  # the configs a recipe runs (fairseq-hydra-train --config-name)
@@ -147,7 +147,7 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
     one); a table that does not read is a one-line ``DatasetTableError`` naming the file and entry."""
     import yaml
 
-    path = Path(path) if path is not None else config_dir() / "runner" / "datasets.yaml"
+    path = Path(path) if path is not None else shipped_config_dir() / "runner" / "datasets.yaml"
     try:
         table = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:

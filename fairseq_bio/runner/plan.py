@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..configs import config_dir
 from ..errors import BioError
 from ..metrics.benchmark_scores import Benchmark, BenchmarkTask
-from ..runs import PLUGIN_DIR, command, hydra_train
+from ..runs import PLUGIN_DIR, command, hydra_train, shipped_config_dir
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
 from .folds import Fold, write_folds
 
@@ -68,9 +67,10 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
     from omegaconf import OmegaConf
 
     hydra_init(recipe.config)
+    configs = str(shipped_config_dir())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # hydra 1.1's note on schemas registered under the config's name
-        with initialize_config_dir(config_dir=str(config_dir()), job_name="fairseq-bio-blurb", version_base="1.1"):
+        with initialize_config_dir(config_dir=configs, job_name="fairseq-bio-blurb", version_base="1.1"):
             try:
                 overrides = merge_overrides(recipe.command_base()[2:], recipe.overrides, overrides)
                 cfg = hydra_compose(recipe.config, overrides=overrides)
