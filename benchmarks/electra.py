@@ -145,13 +145,6 @@ def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Di
     return entries
 
 
-def atomic_write(path: Path, write) -> None:
-    from fairseq_bio.files import atomic_path
-
-    with atomic_path(path) as tmp:
-        write(tmp)
-
-
 def plot(curves: Dict[str, Dict], path: Path) -> None:
     import matplotlib
 
@@ -175,7 +168,10 @@ def plot(curves: Dict[str, Dict], path: Path) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110, format="png")
+    from fairseq_bio.files import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
 
 
@@ -245,9 +241,11 @@ def main(argv=None):
                 curves[variant] = curve(data, variant, updates, Path(tmp))
                 command = curve_command(Path("<slice>"), variant, updates, Path("<dir>"), Path("<log>"))
                 commands.append(" ".join([Path(command[0]).name, *command[1:]]).replace(str(REPO) + "/", ""))
-        atomic_write(RESULTS / "electra.png", lambda p: plot(curves, p))
+        plot(curves, RESULTS / "electra.png")
     text = report(args, times, curves, commands)
-    atomic_write(RESULTS / "electra.md", lambda p: p.write_text(text, encoding="utf-8"))
+    from fairseq_bio.files import write_text
+
+    write_text(RESULTS / "electra.md", text)
     print(text)
 
 

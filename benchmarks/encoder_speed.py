@@ -520,6 +520,7 @@ def choose_variants(given, arch: str):
 
 
 def main(argv=None):
+    from fairseq_bio.files import write_text
     from fairseq_bio.models.bio_roberta import ARCHITECTURES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -566,7 +567,7 @@ def main(argv=None):
         choose_variants(args.profile, args.arch)
         text = profile(args.profile, args)
         path = stem.with_name(f"{stem.name}_profile_{args.profile.replace('+', '_')}.md")
-        _atomic_write(path, text)
+        write_text(path, text)
         print(text + f"\nwrote {path}")
         return
     variants = choose_variants(args.variants, args.arch)
@@ -642,18 +643,12 @@ def main(argv=None):
         "already holds it).",
         "",
     ]  # fmt: skip
-    _atomic_write(stem.with_suffix(".md"), "\n".join(lines))
+    write_text(stem.with_suffix(".md"), "\n".join(lines))
     record = {"rows": rows, "timing": timed, "memory": memory, "peak": peak_note, "argv": sys.argv[1:]}
-    _atomic_write(stem.with_suffix(".json"), json.dumps(record, indent=1))
+    write_text(stem.with_suffix(".json"), json.dumps(record, indent=1))
     plot(rows, stem.with_suffix(".png"), f"{args.arch}, {device}, {timed['dtype']}, {args.batch} x {SEQ}")
     print("\n".join(lines))
     print(f"wrote {stem}.md, .json and .png")
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    from fairseq_bio.files import write_text
-
-    write_text(path, text)
 
 
 def plot(rows, path: Path, title: str) -> None:

@@ -271,23 +271,16 @@ def predict(run: Runner, name: str, checkpoint: Path, test: Path, tmp: Path) -> 
 
 def architecture(checkpoint: Path) -> Dict[str, tuple]:
     """Name -> shape of every weight of a checkpoint's model (what "the same architecture" has to mean)."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     return {k: tuple(v.shape) for k, v in load_checkpoint(checkpoint)["model"].items()}
 
 
 def encoder_parameters(checkpoint: Path) -> int:
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     weights = load_checkpoint(checkpoint)["model"]
     return sum(v.numel() for k, v in weights.items() if k.startswith("encoder.sentence_encoder."))
-
-
-def atomic_bytes(path: Path, write) -> None:
-    from fairseq_bio.files import atomic_write
-
-    with atomic_write(path, "wb") as f:
-        write(f)
 
 
 def save_report(out: Path, results: Dict, text: str, plot: Callable[[Path], None], copies: Path, name: str) -> None:
@@ -385,7 +378,10 @@ def plot(rows: List[Dict], datasets: Sequence[str], path: Path) -> None:
     ax2.set_title("Throughput (mean over runs)")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    atomic_bytes(path, lambda f: fig.savefig(f, format="png", dpi=120))
+    from fairseq_bio.files import atomic_write
+
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
 
 
 def main(argv=None):

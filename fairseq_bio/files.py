@@ -12,8 +12,12 @@ replaces a user's file or folder, nor what a user edited in an output. A replace
 the entries the command did not make (``replace_dir``), and an output is never replaced by an empty
 one. A folder's record is updated under a lock (``_record_lock``), so commands writing into one
 folder at once each keep their entry. Everything that writes a user-visible result uses these: the
-plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``checkpoint_safety.py``) adds
+plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``patches/checkpoint_safety.py``) adds
 fsync and fairseq's ``.tmp`` naming on top of ``publish``.
+
+Whether a command may write where the user pointed it is asked here too, before any work starts, so a
+refusal costs nothing: ``check_output`` for a file (never one of the command's inputs), ``check_destination``
+for a directory; both refuse an existing output without ``--overwrite`` in the same words.
 """
 
 import contextlib
@@ -27,7 +31,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .errors import BioError
 
@@ -38,6 +42,10 @@ class InputError(BioError):
 
 class NoSpaceError(InputError):
     """The disk (or quota) filled up while an output was written; nothing has its name."""
+
+
+class OutputError(InputError, ValueError):
+    """An output path that would destroy an input or a file the user did not ask to replace."""
 
 
 # Per directory: {"made": {entry name: record}}. A file's record: {"by": command, "size": bytes,
@@ -423,6 +431,53 @@ def _is_empty_dir(dest: Path) -> bool:
     return dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir())
 
 
+def _already_exists(path) -> str:
+    """The refusal of an existing output when ``--overwrite`` was not given (a file or a directory)."""
+    return f"{path}: already exists; pass --overwrite to replace it"
+
+
+def same_file(a, b) -> bool:
+    """Whether ``a`` and ``b`` are one file (also through a symbolic or hard link); False if either is missing."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _protected(inputs: Iterable[Optional[str]]) -> List[str]:
+    """The files of ``inputs``: a file itself, a directory's files (what a command may read from it)."""
+    files = []
+    for item in inputs:
+        if item is None:
+            continue
+        if os.path.isdir(item):
+            files.extend(os.path.join(item, name) for name in sorted(os.listdir(item)))
+        else:
+            files.append(os.fspath(item))
+    return files
+
+
+def check_output(
+    path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--out", by: Optional[str] = None
+) -> None:
+    """Refuse to write the file ``path`` when it is one of ``inputs`` (or a file in an input directory), whatever
+    ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and
+    ``by`` did not make it or it changed since (a user's file or edit, a vocabulary, another
+    command's output: ``--overwrite`` or not).
+    One-line ``OutputError``s naming ``option``."""
+    if os.path.isdir(path):
+        raise OutputError(f"{path}: is a directory; {option} names the file to write")
+    for item in _protected(inputs):
+        if same_file(path, item):
+            how = "" if os.path.abspath(path) == os.path.abspath(item) else " (through a link)"
+            raise OutputError(f"{path}: is the input {item}{how}; {option} must name another file")
+    if os.path.lexists(path) and not overwrite:
+        raise OutputError(_already_exists(path))
+    if os.path.lexists(path) and by is not None and not made_by(path, by):
+        raise OutputError(f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
+                          f"(move it away or choose another {option})")  # fmt: skip
+
+
 def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
     """Refuse an existing ``dest`` (an empty directory is fine) unless ``overwrite``, this
     project's record says command ``by`` wrote one of ``markers`` there, and nothing it wrote there
@@ -434,7 +489,7 @@ def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: s
     if not dest.is_dir() or dest.is_symlink():
         raise InputError(f"{dest}: exists and is not a directory; name a directory to create")
     if not overwrite:
-        raise InputError(f"{dest}: already exists (pass --overwrite to replace it)")
+        raise InputError(_already_exists(dest))
     entry = _made_records(dest.parent).get(dest.name)
     ours = isinstance(entry, dict) and entry.get("by") == by
     if not (ours and any((dest / m).exists() for m in markers)):

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 from fairseq_bio.cli.options import Parser, add_no_progress, add_out, add_overwrite, run_cli
-from fairseq_bio.files import atomic_write
-from fairseq_bio.outputs import check_output
+from fairseq_bio.files import atomic_write, check_output
 
 from .bpe import UNK, Encoder, read_chunks
 from .common import PreprocessError, default_workers, has_text, ordered_map, worker_pool

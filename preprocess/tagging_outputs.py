@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Tuple
 
 from fairseq_bio.data.conll import write_conll
-from fairseq_bio.files import atomic_write
-from fairseq_bio.outputs import check_output
+from fairseq_bio.files import atomic_write, check_output
 
 from .common import PreprocessError
 
@@ -68,13 +67,12 @@ def decode(data: bytes, where: str, encoding: str, hint: str = "") -> str:
 
 
 def check_outputs(out_dir: Path, splits: Iterable[str], overwrite: bool) -> List[Path]:
-    """The files a conversion writes; refuse to replace any of them without ``overwrite``, and with it any that an
-    earlier conversion did not write (``fairseq_bio.outputs.check_output``)."""
+    """The files a conversion writes: ``<split>.tsv`` and ``<split>.pmids`` of each split, then the stats; each
+    checked by ``fairseq_bio.files.check_output`` (none replaced without ``overwrite``, and with it only what an
+    earlier conversion wrote, unchanged since)."""
     targets = [out_dir / f"{s}{ext}" for s in splits for ext in (".tsv", ".pmids")] + [out_dir / STATS_FILE]
     for target in targets:
-        if target.exists() and not overwrite:
-            raise PreprocessError(f"{target}: already exists (pass --overwrite to replace it)")
-        check_output(target, [], overwrite=True, option="output folder", by=CONVERT)  # only what a conversion made
+        check_output(target, [], overwrite, option="output folder", by=CONVERT)
     return targets
 
 

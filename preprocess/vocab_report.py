@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_bio.cli.options import Parser, add_data, add_out, add_overwrite, run_cli
-from fairseq_bio.files import atomic_write
-from fairseq_bio.outputs import check_output
+from fairseq_bio.files import atomic_write, check_output
 
 from .common import PreprocessError
 

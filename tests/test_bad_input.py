@@ -80,7 +80,7 @@ def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
     mine = tmp_path / "results.tsv"
     mine.write_text("my own results\n", encoding="utf-8")
     last = one_line(predict(checkpoint, conll, mine, cwd=tmp_path))
-    assert last == f"fairseq-bio-predict: {mine}: exists; pass --overwrite to replace it"
+    assert last == f"fairseq-bio-predict: {mine}: already exists; pass --overwrite to replace it"
     last = one_line(predict(checkpoint, conll, mine, "--overwrite", cwd=tmp_path))
     assert last == (f"fairseq-bio-predict: {mine}: exists and was not made by fairseq-bio-predict; not replacing it, "
                     "--overwrite or not (move it away or choose another --out)")  # fmt: skip
@@ -137,7 +137,7 @@ def test_predict_never_writes_over_the_vocabulary_beside_its_checkpoint(ner_mode
 def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder, tmp_path):
     from fairseq_bio.cli.extract_encoder import extract_encoder
     from fairseq_bio.cli.init_student import init_student
-    from fairseq_bio.outputs import OutputError
+    from fairseq_bio.files import OutputError
 
     checkpoint = tmp_path / "model.pt"
     shutil.copy(tiny_encoder, checkpoint)
@@ -167,7 +167,7 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
                "--no-progress"]  # fmt: skip
     assert (
         one_line(run_cli(command, cwd=tmp_path, check=False))
-        == f"fairseq-bio-encode: {mine}: exists; pass --overwrite to replace it"
+        == f"fairseq-bio-encode: {mine}: already exists; pass --overwrite to replace it"
     )
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
     last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
@@ -404,7 +404,7 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     before = {p.name: digest(p) for p in corpus.iterdir()}
     assert {"train.txt", "valid.txt", "extract_stats.json"} <= set(before)
     last = one_line(_extract(pubmed_sample, corpus, cwd=tmp_path))
-    assert last == f"fairseq-bio-extract: {corpus}: already exists (pass --overwrite to replace it)"
+    assert last == f"fairseq-bio-extract: {corpus}: already exists; pass --overwrite to replace it"
     assert {p.name: digest(p) for p in corpus.iterdir()} == before
 
     # a folder holding a corpus extract did not make: refused, --overwrite or not, left byte-identical
@@ -412,7 +412,7 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     theirs.mkdir()
     (theirs / "train.txt").write_text("my corpus\n", encoding="utf-8")
     last = one_line(_extract(pubmed_sample, theirs, cwd=tmp_path))
-    assert last == f"fairseq-bio-extract: {theirs}: already exists (pass --overwrite to replace it)"
+    assert last == f"fairseq-bio-extract: {theirs}: already exists; pass --overwrite to replace it"
     last = one_line(_extract(pubmed_sample, theirs, "--overwrite", cwd=tmp_path))
     assert last.startswith(f"fairseq-bio-extract: {theirs}: has no record that fairseq-bio-extract made it"), last
     assert "not made by this tool; not replacing it" in last

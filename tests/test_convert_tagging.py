@@ -265,7 +265,7 @@ def test_ebm_nlp_bad_arguments(release, tmp_path):
     with pytest.raises(PreprocessError, match=r"--dev-fraction 1.0"):
         convert_ebm_nlp(release, tmp_path / "c", dev_fraction=1.0)
     convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "103"))
-    with pytest.raises(PreprocessError, match=r"d/train\.tsv: already exists \(pass --overwrite"):
+    with pytest.raises(PreprocessError, match=r"d/train\.tsv: already exists; pass --overwrite to replace it"):
         convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "103"))
     convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "104"), overwrite=True)
     assert read(tmp_path / "d" / "devel.pmids") == "104\n"

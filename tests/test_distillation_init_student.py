@@ -11,8 +11,8 @@ from conftest import run_cli
 from test_distillation_criterion import TEACHER, save_teacher
 
 from fairseq_bio.cli.init_student import InitStudentError, init_student
-from fairseq_bio.compat import load_checkpoint
-from fairseq_bio.outputs import OutputError
+from fairseq_bio.checkpoints import load_checkpoint
+from fairseq_bio.files import OutputError
 
 FOUR = {**TEACHER, "encoder_layers": 4}
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
@@ -32,7 +32,7 @@ def test_exactly_the_expected_teacher_tensors_are_copied(teacher, tmp_path, spec
     info = init_student(teacher, tmp_path / "student" / "init.pt", layers=spec)
     assert info["layers"] == chosen and info["options"]["encoder_layers"] == len(chosen)
     source = load_checkpoint(teacher)["model"]
-    student = load_checkpoint(tmp_path / "student" / "init.pt")["model"]  # weights_only=True through compat
+    student = load_checkpoint(tmp_path / "student" / "init.pt")["model"]  # weights_only=True through fairseq_bio.checkpoints
     expected = {}
     for key in source:
         match = LAYER.match(key)
@@ -76,7 +76,7 @@ def test_shapes_that_cannot_be_copied_are_refused(teacher, tmp_path):
             init_student(teacher, tmp_path / "s.pt", **kwargs)
     assert not (tmp_path / "s.pt").exists()
     init_student(teacher, tmp_path / "s.pt", embed_dim=32, ffn_dim=64, heads=4)  # the teacher's own sizes are fine
-    with pytest.raises(OutputError, match="s.pt: exists; pass --overwrite to replace it"):
+    with pytest.raises(OutputError, match="s.pt: already exists; pass --overwrite to replace it"):
         init_student(teacher, tmp_path / "s.pt")
 
 

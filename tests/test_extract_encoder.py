@@ -7,7 +7,7 @@ from conftest import fine_tune, logged, run_cli
 
 from fairseq_bio import runs
 from fairseq_bio.cli.extract_encoder import ExtractError, extract_encoder
-from fairseq_bio.outputs import OutputError
+from fairseq_bio.files import OutputError
 
 SMALL = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=128",
          "model.encoder_attention_heads=2", "model.generator_ffn_embed_dim=64", "model.generator_attention_heads=1",
@@ -75,7 +75,7 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
     assert refused.returncode == 1 and last.startswith("fairseq-bio-extract-encoder: ") and "cannot hold" in last
     assert "Traceback" not in refused.stderr
     assert not (tmp_path / "g.pt").exists()
-    with pytest.raises(OutputError, match="exists; pass --overwrite to replace it"):
+    with pytest.raises(OutputError, match="already exists; pass --overwrite to replace it"):
         extract_encoder(narrow, out)
     with pytest.raises(ExtractError, match="already a bio_roberta encoder checkpoint"):
         extract_encoder(out, tmp_path / "again.pt")
@@ -84,7 +84,7 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
 def test_an_earlier_best_checkpoint_is_extracted_with_a_note(electra_ckpts, tmp_path):
     """fairseq picks ELECTRA's checkpoint_best.pt by the summed validation loss, which rises as the generator learns
     (a tiny run here: update 133 of 1,070): extracting it says so in one line and names checkpoint_last.pt."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     _, narrow, _ = electra_ckpts
     run_dir = tmp_path / "run"

@@ -16,7 +16,7 @@ import torch
 from conftest import run_cli
 from test_fastbpe_vocab import FASTBPE_MISSING
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
 from fairseq_bio.cli.export_hf import cli_main
 from fairseq_bio.hf import (
     CRF_FILE,
@@ -101,7 +101,7 @@ def trained_bytebpe(data_bin, tmp_path_factory):
         cwd=work,
     )  # fmt: skip
     path = work / "ckpt" / "checkpoint_last.pt"
-    state = compat.load_checkpoint(path)
+    state = checkpoints.load_checkpoint(path)
     state["model"] = randomise(state["model"])
     torch.save(state, path)
     return path, data
@@ -202,7 +202,7 @@ def test_pre_ln_exports_to_roberta_prelayernorm_or_megatron_bert(data_bin, pubme
 
 def save_with(checkpoint, path, edit):
     """A copy of ``checkpoint`` changed by ``edit(state)``, saved at ``path``."""
-    state = compat.load_checkpoint(checkpoint)
+    state = checkpoints.load_checkpoint(checkpoint)
     edit(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)
@@ -269,7 +269,7 @@ def test_command_line(wordpiece_checkpoint, tmp_path, capsys):
                      check=False)  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
-        f"fairseq-bio-export-hf: {tmp_path / 'hf'}: already exists (pass --overwrite to replace it)"
+        f"fairseq-bio-export-hf: {tmp_path / 'hf'}: already exists; pass --overwrite to replace it"
     )
 
 
@@ -440,7 +440,7 @@ def test_tagging_checkpoint_exports_to_token_classification(exported_tagger, ncb
     assert result["architecture"] == "RobertaForTokenClassification" and result["logits_max_abs_diff"] <= TOL
     assert result["files"] == ["README.md", "config.json", "merges.txt", "model.safetensors", "tokenizer.json",
                                "tokenizer_config.json", "vocab.json"] and not warnings  # fmt: skip
-    state = compat.load_checkpoint(checkpoint)
+    state = checkpoints.load_checkpoint(checkpoint)
     labels = state["task_state"]["labels"]
     config = json.loads((out / "config.json").read_text())
     assert config["id2label"] == {str(i): label for i, label in enumerate(labels)}
@@ -527,7 +527,7 @@ def test_crf_tagger_exports_its_emissions_and_transitions(ner_model, ncbi_slice,
     assert result["logits_max_abs_diff"] <= TOL and CRF_FILE in result["files"]
     assert len(warnings) == 1 and "has a CRF, which HF has no layer for" in warnings[0] and "\n" not in warnings[0]
     crf = json.loads((tmp_path / "hf" / CRF_FILE).read_text())
-    state = compat.load_checkpoint(checkpoint)["model"]
+    state = checkpoints.load_checkpoint(checkpoint)["model"]
     assert torch.equal(torch.tensor(crf["transitions"]), state["classification_heads.bio_tagging.crf.transitions"])
     assert crf["labels"] == ["O", "B-Disease", "I-Disease"] and crf["allowed"][0][2] is False  # O -> I-X
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -670,7 +670,7 @@ def test_sentence_classification_exports_with_its_labels(gad_model, tmp_path):
     assert result["logits_max_abs_diff"] <= TOL and result["pairs"] == 2 and result["sentences"] == 7
     assert result["files"] == ["README.md", "config.json", "merges.txt", "model.safetensors", "tokenizer.json",
                                "tokenizer_config.json", "vocab.json"] and not result["warnings"]  # fmt: skip
-    labels = compat.load_checkpoint(checkpoint)["task_state"]["labels"]
+    labels = checkpoints.load_checkpoint(checkpoint)["task_state"]["labels"]
     tokenizer, model = load_hf_classifier(out)
     assert type(model).__name__ == "RobertaForSequenceClassification" and model.num_labels == len(labels) == 2
     assert model.config.id2label == dict(enumerate(labels)) and model.config.label2id == {"0": 0, "1": 1}
@@ -777,7 +777,7 @@ def test_wordpiece_pre_ln_pairs_export_to_roberta_prelayernorm(biosses_model, da
     data = data_bin("wordpiece")
     checkpoint = make_checkpoint(data, tmp_path / "wp" / "model.pt", seed=3, encoder_normalize_before=True,
                                  layernorm_embedding=True)  # fmt: skip
-    biosses_task = compat.load_checkpoint(biosses_model / "checkpoint_best.pt")["cfg"]["task"]
+    biosses_task = checkpoints.load_checkpoint(biosses_model / "checkpoint_best.pt")["cfg"]["task"]
     labels = ["dissimilar", "related", "similar"]
     g = torch.Generator().manual_seed(4)
 
@@ -835,7 +835,7 @@ def test_two_heads_need_head_to_pick_one(gad_model, tmp_path):
     from safetensors.torch import load_file
 
     exported = load_file(str(tmp_path / "hf" / "model.safetensors"))
-    head = compat.load_checkpoint(save_dir / "checkpoint_best.pt")["model"][
+    head = checkpoints.load_checkpoint(save_dir / "checkpoint_best.pt")["model"][
         "classification_heads.bio_sentence.dense.weight"
     ]
     assert torch.equal(exported["classifier.dense.weight"], head)

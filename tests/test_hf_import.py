@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import logged, run_cli
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
 from fairseq_bio.cli.import_hf import cli_main
 from fairseq_bio.hf import import_hf
 from fairseq_bio.models.bio_roberta import BioRobertaModel
@@ -105,7 +105,7 @@ def test_minilm_import_writes_an_encoder_checkpoint_and_says_the_head_is_new(min
     from fairseq import checkpoint_utils
 
     state = checkpoint_utils.load_checkpoint_to_cpu(str(out / "model.pt"))  # weights_only, fairseq allowlist
-    assert compat.load_checkpoint(out / "model.pt")["cfg"]["task"]["data"] == str(out)
+    assert checkpoints.load_checkpoint(out / "model.pt")["cfg"]["task"]["data"] == str(out)
     cfg = state["cfg"]
     assert cfg.task._name == "bio_masked_lm" and cfg.task.data == str(out)
     assert cfg.model._name == "bio_roberta" and cfg.model.layer_norm_eps == 1e-12
@@ -222,8 +222,8 @@ def test_continued_mlm_pretraining_from_minilm_lowers_valid_loss(minilm, pubmed_
     valid = logged(log, "valid")
     assert sorted(valid) == [10, 20]
     assert float(valid[20]["loss"]) < float(valid[10]["loss"])
-    before = compat.load_checkpoint(out / "model.pt")["model"]
-    after = compat.load_checkpoint(save / "checkpoint_last.pt")["model"]
+    before = checkpoints.load_checkpoint(out / "model.pt")["model"]
+    after = checkpoints.load_checkpoint(save / "checkpoint_last.pt")["model"]
     assert set(before) == set(after)
     name = "encoder.sentence_encoder.layers.3.fc1.weight"
     change = (after[name] - before[name]).norm() / before[name].norm()
@@ -419,7 +419,7 @@ def test_existing_directory_is_refused(tiny_bert, tmp_path):
     out = tmp_path / "taken"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    for extra, message in [([], f"{out}: already exists (pass --overwrite to replace it)"),
+    for extra, message in [([], f"{out}: already exists; pass --overwrite to replace it"),
                            (["--overwrite"], "was not made by this tool; not replacing it")]:  # fmt: skip
         with pytest.raises(SystemExit) as exit_info:
             cli_main(["--checkpoint", str(tiny_bert), "--out", str(out), "--no-verify", *extra])

@@ -11,7 +11,7 @@ import torch
 
 from ..checkpoints import load_checkpoint
 from ..errors import BioError
-from ..outputs import check_output
+from ..files import check_output
 from ..tasks.fine_tuning import resolve_vocab
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 

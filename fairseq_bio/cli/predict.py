@@ -30,11 +30,11 @@ import logging
 import os
 import time
 
+from ..files import check_output
 from ..inference.loading import PREDICT, QA, PredictError, load_fine_tuned
 from ..inference.qa import predict_qa_file
 from ..inference.sentence_level import predict_sentence_file
 from ..inference.tagging import predict_conll, predict_text
-from ..outputs import check_output
 from .options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite, run_cli
 
 
