@@ -90,7 +90,7 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
     half = updates // 2
     done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt",
             updates: save / "checkpoint_last.pt"}  # fmt: skip
-    from fairseq_bio.checkpoint_safety import resume_point
+    from fairseq_bio.checkpoints import resume_point
 
     last = done[updates]
     if not (last.exists() and (resume_point(last) or 0) >= updates):  # its update count, without the tensors
@@ -135,7 +135,7 @@ def general_data(out: Path, text: Path) -> Path:
 def encoder_change(start: Path, checkpoint: Path) -> Dict[str, float]:
     """How far the encoder moved from the import: ||w - w0|| / ||w0|| over the token embeddings ("embeddings"),
     over each layer's weights ("layer <i>") and over the whole encoder ("encoder"); the MLM head left out."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     before, after = load_checkpoint(start)["model"], load_checkpoint(checkpoint)["model"]
     sums: Dict[str, List[float]] = {}
@@ -326,7 +326,7 @@ def main(argv=None) -> int:
                         help="also report how well the pretraining corpus covers each NER set's entity mentions")
     parser.add_argument("--general-text", default=None,
                         help="a non-biomedical plain-text file: MLM perplexity on half of it at every checkpoint "
-                        "(drift; benchmarks/README.md says how to make one from Debian's fortunes)")  # fmt: skip
+                        "(drift; benchmarks/HISTORY.md says how to make one from Debian's fortunes)")  # fmt: skip
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()

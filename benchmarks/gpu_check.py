@@ -8,7 +8,7 @@
    with a 16k byte-level BPE);
 3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
 4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
-   fairseq_bio.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
+   fairseq_bio.patches.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
    exported) when there are 2+ GPUs, else skipped;
 5. benchmarks/master_copies.py --device cuda: one bf16 update's master-weight copies, fairseq's FP16Optimizer against
    the plugin's multi-tensor ones (what fairseq-train runs with the plugin), and fairseq adam's gradient norm and step,

@@ -2,14 +2,14 @@
 
 Every bf16 (or fp16) update, fairseq's wrapper zero-fills the fp32 master gradients, copies the model's gradients
 into them and, after the optimizer's step, the fp32 master weights back into the model: one kernel per tensor each
-time. The plugin's trainer (``fairseq_bio/mixed_precision.py``) does the same copies with one multi-tensor kernel per
+time. The plugin's trainer (``fairseq_bio/patches/mixed_precision.py``) does the same copies with one multi-tensor kernel per
 device each. This measures, for each architecture's real parameter tensors (their shapes, allocated in bf16
 on ``--device``): the ops dispatched per update (counted at torch's dispatcher: on a GPU, the kernel
 launches) and the wall time of the three copies, median of ``--repeats`` updates, the two wrappers alternating.
 
 The same for the optimizer's part of a bf16 update with fairseq's ``adam`` (the bio-lm recipe's and most fine-tuning
 recipes'): the gradient norm with clipping and the step on the fp32 master weights, fairseq's loops (one norm per
-tensor, about eight kernels per tensor for the step) against ``fairseq_bio/optim/foreach_adam.py``'s multi-tensor
+tensor, about eight kernels per tensor for the step) against ``fairseq_bio/patches/foreach_adam.py``'s multi-tensor
 ones (the same bits).
 
 On a CPU the copies are memory-bound and torch runs a multi-tensor op as a loop of the same copies, so the time shows
@@ -142,8 +142,8 @@ def measure(arch: str, device: str, repeats: int) -> dict:
     import torch
     from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-    from fairseq_bio.mixed_precision import MultiTensorFP16Optimizer
-    from fairseq_bio.optim import foreach_adam
+    from fairseq_bio.patches.mixed_precision import MultiTensorFP16Optimizer
+    from fairseq_bio.patches import foreach_adam
 
     shapes = parameter_shapes(arch)
     built = {"fairseq": wrapper(FP16Optimizer, shapes, device)}
@@ -192,7 +192,7 @@ def table(results: dict, device: str) -> str:
     lines += [
         "",
         f"fairseq adam's gradient norm (clipped at 1) and step on the fp32 master weights ({device}): fairseq's loops "
-        "vs the plugin's multi-tensor ones (optim/foreach_adam.py)",
+        "vs the plugin's multi-tensor ones (patches/foreach_adam.py)",
         "",
         "| architecture | tensors | fairseq: ops | fairseq: ms | plugin: ops | plugin: ms | speed-up (median of paired "
         "updates) |",

@@ -5,7 +5,7 @@ Under torch >= 2.6 ``torch.load`` refuses every pickled global it does not know,
 ``argparse.Namespace`` (``cfg.model`` of argparse-built models) and, in a state that was loaded and saved again, the
 omegaconf containers of its config. Upstream fairseq "fixed" this with ``weights_only=False``, which runs arbitrary
 code from the file. Here exactly the classes fairseq writes are allowlisted. Reading a checkpoint changes nothing
-else in fairseq or torch: the plugin's changes are ``compat.install()``'s.
+else in fairseq or torch: the plugin's changes are ``patches.install()``'s.
 """
 
 import argparse

@@ -7,8 +7,8 @@ file and line (or the option) and says what to change. How it reaches the user:
   (``OneLineErrors``, through its subclass in ``settings``), which prints a failed job's ``BioError`` as one line on stderr and exits with status 1, before
   hydra's own report (an "Error executing job" line, the traceback, a ``HYDRA_FULL_ERROR`` hint). With other
   configs hydra still shortens it: ``BioError`` is a ``CompactHydraException``, printed without a traceback.
-- ``fairseq-train``, ``fairseq-validate`` and the other argparse entry points: ``install`` (run when the plugin is
-  imported) adds a ``sys.excepthook`` that prints an uncaught ``BioError`` as its message alone (status 1).
+- ``fairseq-train``, ``fairseq-validate`` and the other argparse entry points: ``patches.excepthook``, installed at
+  plugin import, adds a ``sys.excepthook`` that prints an uncaught ``BioError`` as its message alone (status 1).
 - The plugin's own console scripts print ``<script>: <message>`` (``fairseq_bio.cli.options.run_cli``).
 
 Settings that cannot train are ``BioConfigError``s of ``fairseq_bio.settings``, raised in fairseq-train's ``main``
@@ -79,24 +79,3 @@ class OneLineErrors(Callback):
     def named(self, config, error: BaseException) -> BaseException:
         """The error to report for a job of ``config`` that failed with ``error``: here ``error`` itself."""
         return error
-
-
-def _one_line_hook(previous):
-    def hook(kind, value, tb):
-        if isinstance(value, BioError) and not traceback_requested():
-            sys.stderr.write(f"{value}\n")
-            sys.stderr.flush()
-            return
-        previous(kind, value, tb)
-
-    hook.fairseq_bio_one_line = True
-    return hook
-
-
-def install() -> None:
-    """Print uncaught ``BioError``s in one line (``sys.excepthook``); with ``FAIRSEQ_BIO_TRACEBACK=1``, ask hydra
-    for full tracebacks too. Idempotent; called when the plugin is imported."""
-    if not getattr(sys.excepthook, "fairseq_bio_one_line", False):
-        sys.excepthook = _one_line_hook(sys.excepthook)
-    if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
-        os.environ.setdefault("HYDRA_FULL_ERROR", "1")

@@ -8,13 +8,11 @@ reads each registry section (``optimizer``, ``task``, ...) against its dataclass
 that is not a number (``optimizer.adam_eps=abc``) is named in one line rather than in omegaconf's traceback; the
 composite optimizer's groups, which fairseq reads only when it builds the optimizer, are read here too.
 
-``install()`` (called by ``compat.install()`` at plugin import) runs it in fairseq-train's ``main``, which
-fairseq-train and fairseq-hydra-train both run, right after fairseq has filled in the registry defaults
-(``fairseq_cli.train.add_defaults``) and before it makes the checkpoint directory, the task, datasets or model.
+``patches.settings_check`` runs it in fairseq-train's ``main`` (which fairseq-hydra-train runs too), before fairseq
+makes the checkpoint directory, the task, datasets or model.
 """
 
 import argparse
-import functools
 import math
 from typing import Any, Iterator, Tuple
 
@@ -22,9 +20,6 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import BioConfigError, BioError, OneLineErrors
-
-_MARK = "fairseq_bio_settings"
-
 
 def _get(cfg, key: str):
     """``cfg``'s value at the dotted ``key`` (None when absent or unresolvable), containers as Python ones."""
@@ -230,25 +225,6 @@ def check_settings(cfg) -> None:
     _check_masking(completed)
     for key, node in sections.items():  # a top-level section from the completed config: its interpolations resolve
         _check_section(key, completed[key] if key in completed else node)
-
-
-def _checking_settings(add_defaults):
-    @functools.wraps(add_defaults)
-    def checked(cfg):
-        add_defaults(cfg)
-        check_settings(cfg)
-
-    setattr(checked, _MARK, True)
-    return checked
-
-
-def install() -> None:
-    """Check the settings in fairseq-train's ``main`` as soon as fairseq has completed them (see the module
-    docstring). Idempotent."""
-    from fairseq_cli import train as module
-
-    if not getattr(module.add_defaults, _MARK, False):
-        module.add_defaults = _checking_settings(module.add_defaults)
 
 
 class OneLineSettingErrors(OneLineErrors):

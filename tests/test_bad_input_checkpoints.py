@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import ENCODER_SIZE, ENCODER_UPDATES, FINE_TUNE, run_cli
 
-from fairseq_bio import checkpoint_fit, compat, runs
+from fairseq_bio import checkpoint_fit, checkpoints, runs
 from fairseq_bio.checkpoint_fit import CheckpointMismatchError
 
 
@@ -157,7 +157,7 @@ def test_predict_with_a_same_size_shuffled_vocabulary_is_refused(ner_model, ncbi
     result = run_cli(["fairseq-bio-predict", "--checkpoint", checkpoint, "--vocab", vocab, "--input",
                       ncbi_slice / "test.tsv", "--out", out], cwd=tmp_path, check=False)  # fmt: skip
     line = refusal(result)
-    recorded = compat.load_checkpoint(checkpoint)["extra_state"][checkpoint_fit.RECORD]["file"]
+    recorded = checkpoints.load_checkpoint(checkpoint)["extra_state"][checkpoint_fit.RECORD]["file"]
     ours, theirs = symbols(save_dir / "dict.txt", 10), symbols(vocab / "dict.txt", 10)
     assert line == (
         f"fairseq-bio-predict: {checkpoint}: was trained with {recorded}, which differs from {vocab / 'dict.txt'}: "
@@ -178,7 +178,7 @@ def test_fine_tuning_from_an_encoder_with_a_same_size_shuffled_vocabulary_is_ref
         fine_tuning.check_encoder_fits(str(tiny_encoder), dictionary, str(vocab))
     assert str(e.value).startswith(f"{tiny_encoder}: was pretrained with {data_bin('bytebpe') / 'dict.txt'}, which "
                                    f"differs from {vocab / 'dict.txt'}: symbol 23 (line 20)")  # fmt: skip
-    older = compat.load_checkpoint(tiny_encoder)
+    older = checkpoints.load_checkpoint(tiny_encoder)
     del older["extra_state"][checkpoint_fit.RECORD]
     torch.save(older, tmp_path / "older.pt")
     with pytest.raises(fine_tuning.FineTuningError, match="was pretrained with .*dict.txt, which differs from"):
@@ -240,7 +240,7 @@ def test_a_data_bin_of_another_size_without_the_record_is_one_line(resumable, da
     save, resume = resumable
     last = save / "checkpoint_last.pt"
     smaller = rebinarised(data_bin("bytebpe"), tmp_path / "smaller", drop_last=True)
-    older = compat.load_checkpoint(last)
+    older = checkpoints.load_checkpoint(last)
     del older["extra_state"][checkpoint_fit.RECORD]
     older["cfg"]["task"]["data"] = str(smaller)  # re-binarised where it was: no other dict.txt to compare with
     torch.save(older, last)
@@ -257,7 +257,7 @@ def shard_of(checkpoint: Path, dest: Path) -> Path:
     """The first of two shards of ``checkpoint``'s model, each tensor cut along its first dimension (what one rank
     of a sharded run holds), with its vocabulary beside it."""
     copy_vocab(checkpoint.parent, dest)
-    state = compat.load_checkpoint(checkpoint)
+    state = checkpoints.load_checkpoint(checkpoint)
     state["model"] = {k: v.chunk(2)[0].clone() if v.dim() else v for k, v in state["model"].items()}
     torch.save(state, dest / "checkpoint_best.pt")
     return dest / "checkpoint_best.pt"
@@ -282,7 +282,7 @@ def test_a_shard_given_to_export_predict_or_fine_tuning_is_one_line(ner_model, n
         fine_tuning.check_encoder_fits(str(shard), dictionary, str(shard.parent))
     assert "vocabulary" not in str(e.value)
     # fairscale's unconsolidated state: flat parameters and their metadata
-    state = compat.load_checkpoint(shard)
+    state = checkpoints.load_checkpoint(shard)
     state["model"] = {"_fsdp_wrapped_module.flat_param_0": torch.zeros(8)}
     state["fsdp_metadata"] = {"param_metadata": []}
     flat = tmp_path / "shard" / "checkpoint_last.pt"
@@ -316,7 +316,7 @@ ARCHIVES = {
 
 
 def test_an_archive_named_checkpoint_best_is_one_line(ner_model, ncbi_slice, tmp_path):
-    from fairseq_bio.checkpoint_safety import CorruptCheckpointError
+    from fairseq_bio.checkpoints import CorruptCheckpointError
     from fairseq_bio.inference.loading import load_fine_tuned
     from fairseq_bio.tasks import fine_tuning
 
@@ -359,7 +359,7 @@ def test_an_hf_model_with_fewer_positions_than_the_check_sentences_imports(learn
     info = import_hf(hf, tmp_path / "imported", log=lambda line: None)
     positions = info["model"]["max_positions"]
     assert positions <= 16 and info["check"]["tokens"] == positions * len(CHECK_SENTENCES)
-    state = compat.load_checkpoint(tmp_path / "imported" / "model.pt")
+    state = checkpoints.load_checkpoint(tmp_path / "imported" / "model.pt")
     record = state["extra_state"][checkpoint_fit.RECORD]
     assert record["file"] == str(tmp_path / "imported" / "dict.txt") and record["symbols"][-1] == "<mask>"
     assert record["size"] == len(record["symbols"]) == checkpoint_fit.embedding_rows(state)

@@ -145,7 +145,7 @@ def test_bilstm_crf_learns_on_real_ncbi_and_predicts_as_it_validated(bilstm_run,
     """Train and dev loss fall and dev entity F1 ends far above an untagged model's 0 (measured here: 31.0 after
     150 updates; the linear head: 14.4 after 100 at lr 5e-4). Tagging the dev file with fairseq-bio-predict's code
     (other batches) gives the F1 the run logged for the same checkpoint."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
     from fairseq_bio.inference.tagging import load_tagger, predict_conll
 
     save_dir, log = bilstm_run
@@ -168,7 +168,7 @@ def test_bilstm_crf_learns_on_real_ncbi_and_predicts_as_it_validated(bilstm_run,
 def test_older_linear_head_checkpoint_without_the_options_still_loads(bilstm_run, tmp_path):
     """A checkpoint from before the options (no task.lstm_* in its config, a linear head's parameters: the run's
     checkpoint with those taken out) loads with a linear head, as it was trained."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
     from fairseq_bio.inference.tagging import load_tagger
 
     save_dir, _ = bilstm_run

@@ -11,7 +11,7 @@ from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 from helpers import SMALL, DictionaryTask, make_dictionary, model_args
 
 from fairseq_bio import runs
-from fairseq_bio.compat import load_checkpoint
+from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.criterions.bio_masked_lm import BioMaskedLmConfig, BioMaskedLmLoss
 from fairseq_bio.models import bio_roberta
 from fairseq_bio.models.bio_roberta import BioRobertaModel

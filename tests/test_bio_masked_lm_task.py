@@ -91,7 +91,7 @@ def test_head_warmup_trains_only_the_mlm_head_first(data_bin, tiny_encoder, tmp_
     from conftest import ENCODER_SIZE, run_cli
 
     from fairseq_bio import runs
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
     from fairseq_bio.tasks.bio_masked_lm import HEAD_PREFIX
 
     run_cli(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}",
@@ -120,7 +120,7 @@ def test_freeze_embeddings_keeps_the_token_embeddings_for_the_whole_run(data_bin
     from conftest import ENCODER_SIZE, run_cli
 
     from fairseq_bio import runs
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     done = run_cli(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}",
                                     f"checkpoint.finetune_from_model={tiny_encoder}", *ENCODER_SIZE,

@@ -1,4 +1,4 @@
-"""Kill-safe checkpoints (fairseq_bio.checkpoint_safety): a kill in the middle of any checkpoint write, the copy to
+"""Kill-safe checkpoints (fairseq_bio.patches.checkpoint_safety): a kill in the middle of any checkpoint write, the copy to
 checkpoint_last.pt included, leaves the old file in place and a run that resumes; a corrupt checkpoint_last.pt is
 named in one line with the newest intact checkpoint, and FAIRSEQ_BIO_RESUME_FALLBACK=1 resumes from it. Also: raw
 text as task.data is refused in one line, and the pre-LN encoder pretrains and fine-tunes end to end."""
@@ -15,7 +15,8 @@ import torch
 from conftest import ENCODER_SIZE, fine_tune, logged
 from training_processes import first_update_after_restart
 
-from fairseq_bio import checkpoint_safety, compat, runs
+from fairseq_bio import checkpoints, runs
+from fairseq_bio.patches import checkpoint_safety
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
 
@@ -65,7 +66,7 @@ def train(data, save_dir, *overrides, env=None, check=True):
 
 
 def updates_of(path):
-    return int(compat.load_checkpoint(path)["optimizer_history"][-1]["num_updates"])
+    return int(checkpoints.load_checkpoint(path)["optimizer_history"][-1]["num_updates"])
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +164,7 @@ def test_atomic_copy_and_save_write_whole_files(killed_and_resumed, tmp_path):
     src = save / "checkpoint_1_30.pt"
     checkpoint_safety.copy_atomically(src, tmp_path / "copy.pt")
     assert (tmp_path / "copy.pt").read_bytes() == src.read_bytes()
-    state = compat.load_checkpoint(src)
+    state = checkpoints.load_checkpoint(src)
     checkpoint_safety.save_atomically(state, tmp_path / "saved.pt")
     assert updates_of(tmp_path / "saved.pt") == 30
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.pt", "saved.pt"]
@@ -214,19 +215,19 @@ def test_corruption_is_diagnosed_by_kind(killed_and_resumed, tmp_path, monkeypat
     flipped[len(good) // 2] ^= 0xFF  # inside a tensor: torch itself loads this without noticing
     for name, (data, problem) in cases.items():
         (tmp_path / name).write_bytes(data)
-        with pytest.raises(checkpoint_safety.CorruptCheckpointError) as error:
-            compat.load_checkpoint(tmp_path / name)  # not an UnsafeCheckpointError
+        with pytest.raises(checkpoints.CorruptCheckpointError) as error:
+            checkpoints.load_checkpoint(tmp_path / name)  # not an UnsafeCheckpointError
         # read by a command (not a resuming run): the file is the problem, no resume advice
         assert str(error.value) == f"{tmp_path / name}: corrupt checkpoint, {problem}; copy it again from where it " \
             "came from, or name another one"
-        resuming = checkpoint_safety.corrupt_error(tmp_path / name, error.value, resuming=True)
+        resuming = checkpoints.corrupt_error(tmp_path / name, error.value, resuming=True)
         assert str(resuming).startswith(f"{tmp_path / name}: corrupt checkpoint, {problem}; no intact checkpoint")
     (tmp_path / "flipped.pt").write_bytes(flipped)
-    assert checkpoint_safety.checkpoint_problem(tmp_path / "flipped.pt").endswith("fails its CRC check")
-    assert checkpoint_safety.newest_intact_checkpoint(tmp_path) is None
+    assert checkpoints.checkpoint_problem(tmp_path / "flipped.pt").endswith("fails its CRC check")
+    assert checkpoints.newest_intact_checkpoint(tmp_path) is None
     # checkpoint_last.pt and checkpoint_1_30.pt both hold update 30; the tie goes to the newer file.
-    assert checkpoint_safety.newest_intact_checkpoint(save) == (str(save / "checkpoint_last.pt"), 30)
-    assert checkpoint_safety.newest_intact_checkpoint(save, exclude=save / "checkpoint_last.pt") == (
+    assert checkpoints.newest_intact_checkpoint(save) == (str(save / "checkpoint_last.pt"), 30)
+    assert checkpoints.newest_intact_checkpoint(save, exclude=save / "checkpoint_last.pt") == (
         str(save / "checkpoint_1_30.pt"),
         30,
     )
@@ -273,7 +274,7 @@ def test_pre_layer_norm_pretrains_reloads_and_fine_tunes(data_bin, ncbi_slice, t
     train(data_bin("bytebpe"), save, "model.encoder_normalize_before=true", "optimization.max_update=40")
     losses = [float(entry["loss"]) for _, entry in sorted(logged(f"{save}.log", "train_inner").items())]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.8, losses
-    pretrained = compat.load_checkpoint(save / "checkpoint_last.pt")
+    pretrained = checkpoints.load_checkpoint(save / "checkpoint_last.pt")
     assert pretrained["cfg"]["model"]["encoder_normalize_before"] is True
     norms = {k for k in pretrained["model"] if "norm" in k and ".layers." not in k and "lm_head" not in k}
     assert norms == {"encoder.sentence_encoder.layer_norm.weight", "encoder.sentence_encoder.layer_norm.bias"}
@@ -284,7 +285,7 @@ def test_pre_layer_norm_pretrains_reloads_and_fine_tunes(data_bin, ncbi_slice, t
     log = fine_tune(ncbi_slice, tuned_dir, f"checkpoint.restore_file={save / 'checkpoint_last.pt'}", updates=10)
     inner = logged(log, "train_inner")
     assert sorted(inner) == [10] and float(inner[10]["loss"]) > 0
-    tuned = compat.load_checkpoint(tuned_dir / "checkpoint_last.pt")
+    tuned = checkpoints.load_checkpoint(tuned_dir / "checkpoint_last.pt")
     assert tuned["cfg"]["model"]["encoder_normalize_before"] is True
     for name, before in pretrained["model"].items():
         if name.startswith("encoder.sentence_encoder."):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import REPO, run_cli
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
 
 ARGPARSE_TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
                  "--encoder-attention-heads", "4", "--tokens-per-sample", "64", "--batch-size", "8",
@@ -59,9 +59,9 @@ def written_checkpoints(data_bin, tmp_path_factory):
 def test_allowlist_is_exactly_what_fairseq_writes(written_checkpoints):
     _, _, paths = written_checkpoints
     found = set().union(*(unsafe_globals(p) for p in paths))
-    assert found == {global_name(g) for g in compat.FAIRSEQ_SAFE_GLOBALS}
+    assert found == {global_name(g) for g in checkpoints.FAIRSEQ_SAFE_GLOBALS}
     for path in paths:
-        state = compat.load_checkpoint(path)
+        state = checkpoints.load_checkpoint(path)
         assert "model" in state and state["optimizer_history"]
 
 
@@ -94,8 +94,8 @@ def test_stock_roberta_checkpoint_starts_continued_pretraining(written_checkpoin
                   "--arch", "bio_roberta_base", "--max-positions", "64", "--seed", "2", "--restore-file", stock,
                   "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader", "--reset-meters",
                   "--lr", "1e-7", max_update=1)  # fmt: skip
-    before = compat.load_checkpoint(stock)["model"]
-    after = compat.load_checkpoint(tmp_path / "continued" / "checkpoint_last.pt")["model"]
+    before = checkpoints.load_checkpoint(stock)["model"]
+    after = checkpoints.load_checkpoint(tmp_path / "continued" / "checkpoint_last.pt")["model"]
     assert set(before) == set(after)
     for name, tensor in before.items():
         if tensor.is_floating_point():  # one update at lr 1e-7 from the stock weights, not a fresh init (seed 2)
@@ -122,9 +122,9 @@ def test_planted_malicious_checkpoint_is_refused(written_checkpoints, tmp_path):
     torch.save(state, save / "checkpoint_last.pt")
 
     with pytest.raises(
-        compat.UnsafeCheckpointError, match=r"checkpoint_last.pt: refused to load: it pickles posix.system"
+        checkpoints.UnsafeCheckpointError, match=r"checkpoint_last.pt: refused to load: it pickles posix.system"
     ):
-        compat.load_checkpoint(save / "checkpoint_last.pt")
+        checkpoints.load_checkpoint(save / "checkpoint_last.pt")
 
     result = fairseq_train(data, save, tmp_path, "--task", "bio_masked_lm", "--criterion", "masked_lm",
                            "--arch", "bio_roberta_base", max_update=6, check=False)  # fmt: skip
@@ -174,7 +174,7 @@ def test_log_file_written_once_per_entry_across_epochs(tmp_path):
 
 
 def test_fairseq_code_that_uses_numpy1_names_runs_as_far_as_fairseq_lets_it():
-    """compat.NUMPY1_NAMES at work in fairseq's own code (each call below fails on the removed numpy name without the
+    """fairseq_repairs.NUMPY1_NAMES at work in fairseq's own code (each call below fails on the removed numpy name without the
     plugin): TokenBlockDataset's eos mode and DynamicCRF run; compute_mask_indices(no_overlap=True) gets past np.int
     and stops at fairseq's own bug (``rng.randint`` on a numpy Generator); LanguagePairDataset's buckets stop before
     np.compat.long, at np.percentile(interpolation=...), which numpy 2.4 removed. docs/stack.md says so."""

@@ -16,7 +16,7 @@ from conftest import logged, run_cli
 from test_distillation_configs import composed
 
 from fairseq_bio import runs
-from fairseq_bio.compat import load_checkpoint
+from fairseq_bio.checkpoints import load_checkpoint
 
 CPU = ["common.cpu=true", "common.fp16=false", "task.tokens_per_sample=128", "model.max_positions=128",
        "dataset.batch_size=16", "optimization.update_freq=[1]", "dataset.num_workers=0", "dataset.max_valid_steps=5",

@@ -12,8 +12,8 @@ import torch
 from conftest import SHARED_DATA, conll_slice, logged
 from training_processes import MLM, MLM_UPDATES, Run, losses, mlm_reference, updates_in
 
-from fairseq_bio import compat
-from fairseq_bio.preemption import PREEMPTED_EXIT_STATUS
+from fairseq_bio import checkpoints
+from fairseq_bio.patches.preemption import PREEMPTED_EXIT_STATUS
 
 SCONTROL = """#!/bin/sh
 # Stand-in for SLURM's scontrol: what fairseq (show hostnames) and fairseq_bio (requeue) ask of it.
@@ -66,7 +66,7 @@ def two_tasks(config, save_dir, slurm, *overrides):
 
 
 def parameters(checkpoint):
-    return compat.load_checkpoint(checkpoint)["model"]
+    return checkpoints.load_checkpoint(checkpoint)["model"]
 
 
 def assert_same_parameters(a, b):

@@ -9,7 +9,7 @@ import sys
 
 from conftest import REPO, SHARED_DATA, conll_slice, logged
 
-from fairseq_bio import compat
+from fairseq_bio import checkpoints
 
 GENERAL = [
     "The train was late again this morning, so we walked to the harbour and watched the boats come in.",
@@ -48,7 +48,7 @@ def test_import_encode_continue_fine_tune_score(pubmed_sample, tmp_path):
     # the continued checkpoint is the import's model: same vocabulary, architecture, parameters' names and shapes
     imported, continued = out / "minilm" / "model.pt", out / "pretrain" / "checkpoint_last.pt"
     assert (continued.parent / "dict.txt").read_bytes() == (imported.parent / "dict.txt").read_bytes()
-    before, after = compat.load_checkpoint(imported), compat.load_checkpoint(continued)
+    before, after = checkpoints.load_checkpoint(imported), checkpoints.load_checkpoint(continued)
     assert {k: before["cfg"]["model"][k] for k in SIZES} == {k: after["cfg"]["model"][k] for k in SIZES}
     assert {k: v.shape for k, v in before["model"].items()} == {k: v.shape for k, v in after["model"].items()}
     assert after["optimizer_history"][-1]["num_updates"] == 8

@@ -26,7 +26,7 @@ from conftest import logged, run_cli
 from test_compat import global_name, unsafe_globals
 from training_processes import first_update_after_restart, killed_at
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
 
 SIZES = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
          "model.encoder_attention_heads=1", "model.generator_embed_dim=32", "model.generator_ffn_embed_dim=128",
@@ -78,8 +78,8 @@ def test_tiny_electra_learns_to_detect_replaced_tokens_on_pubmed(electra_run, da
 def test_electra_checkpoint_loads_with_weights_only(electra_run):
     save, _ = electra_run
     path = save / "checkpoint_last.pt"
-    assert unsafe_globals(path) <= {global_name(g) for g in compat.FAIRSEQ_SAFE_GLOBALS}
-    state = compat.load_checkpoint(path)
+    assert unsafe_globals(path) <= {global_name(g) for g in checkpoints.FAIRSEQ_SAFE_GLOBALS}
+    state = checkpoints.load_checkpoint(path)
     assert state["cfg"]["model"]["_name"] == "bio_electra_tiny" and state["cfg"]["criterion"]["_name"] == "bio_electra"
     weights = state["model"]
     assert "generator.embed_tokens.weight" not in weights and "generator_head.weight" not in weights

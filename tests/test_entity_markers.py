@@ -138,7 +138,7 @@ def markers_run(tiny_encoder, tmp_path_factory):
 
 
 def test_marker_checkpoint_carries_the_grown_dictionary_and_the_encoder_is_unchanged(markers_run, tiny_encoder):
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
 
     save_dir, log, _, before = markers_run
     assert hashlib.sha256(tiny_encoder.read_bytes()).hexdigest() == before
@@ -170,7 +170,7 @@ def test_restoring_the_encoder_adds_mean_rows_and_the_head_reads_the_start_marke
     fairseq-hydra-train does at the start) keeps its rows and gives each marker the mean of its rows (padding left
     out). The head's input is the concatenated top states at [E1] and [E2]: pooling equals that computed by hand."""
     from fairseq_bio.inference.loading import load_fine_tuned
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
     from fairseq_bio.criterions.bio_sentence_prediction import BioSentencePredictionCriterion
 
     task, model = load_fine_tuned(str(markers_run[0] / "checkpoint_last.pt"), cpu=True)  # its weights are replaced

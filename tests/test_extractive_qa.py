@@ -409,9 +409,9 @@ def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(
     train = logged(log, "train")
     assert train[max(train)]["loss"] < train[min(train)]["loss"]
     assert (save_dir / "checkpoint_best.pt").exists() and (save_dir / "dict.txt").exists()
-    from fairseq_bio import compat
+    from fairseq_bio import checkpoints
 
-    state = compat.load_checkpoint(save_dir / "checkpoint_last.pt")
+    state = checkpoints.load_checkpoint(save_dir / "checkpoint_last.pt")
     assert state["task_state"] == {"labels": ["start", "end"], "kind": "extractive_qa"}
     assert state["model"]["classification_heads.bio_qa.out_proj.weight"].shape == (2, 128)
 

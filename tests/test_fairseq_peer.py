@@ -1,6 +1,6 @@
 """Stock fairseq workflows run unchanged with the plugin loaded (issue 11; the CI part of ``make peer-test``):
 fairseq's own eos-mode token-block and legacy masked-LM tests, and a stock ``masked_lm`` + ``roberta_base`` epoch
-with ``--sample-break-mode eos``, fail without fairseq_bio and pass with it; the numpy-1 names ``compat`` gives
+with ``--sample-break-mode eos``, fail without fairseq_bio and pass with it; the numpy-1 names ``patches.fairseq_repairs`` gives
 fairseq are exactly the ones the installed fairseq uses, and numpy itself is untouched."""
 
 import importlib
@@ -17,7 +17,8 @@ import pytest
 import torch
 from conftest import REPO, logged, run_cli
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
+from fairseq_bio.patches import fairseq_repairs
 
 PEER = REPO.parent / "shared" / "peer" / "fairseq_tests"
 EOS_TEST = "tests/test_token_block_dataset.py::TestTokenBlockDataset::test_eos_break_mode"
@@ -46,13 +47,13 @@ def fairseq_numpy1_uses():
 
 
 def test_numpy1_names_are_exactly_those_fairseq_uses():
-    assert fairseq_numpy1_uses() == compat.NUMPY1_NAMES
+    assert fairseq_numpy1_uses() == fairseq_repairs.NUMPY1_NAMES
 
 
 def test_fairseq_modules_see_numpy1_names_and_numpy_is_unchanged():
     import fairseq_bio  # noqa: F401
 
-    for module_name, names in compat.NUMPY1_NAMES.items():
+    for module_name, names in fairseq_repairs.NUMPY1_NAMES.items():
         view = importlib.import_module(module_name).np
         assert {n for n in vars(view) if not n.startswith("__")} == {*names, "fairseq_bio_numpy1_names"}
         assert view.zeros is numpy.zeros and view.random is numpy.random and view.__version__ == numpy.__version__
@@ -130,7 +131,7 @@ def test_stock_masked_lm_roberta_epoch_in_eos_mode(data_bin, tmp_path):
     [(valid_updates, valid)] = logged(log, "valid").items()
     assert updates == valid_updates == max(logged(log, "train_inner")) >= 5
     assert math.isfinite(float(valid["loss"]))
-    state = compat.load_checkpoint(tmp_path / "ckpt" / "checkpoint_last.pt")
+    state = checkpoints.load_checkpoint(tmp_path / "ckpt" / "checkpoint_last.pt")
     assert state["extra_state"]["train_iterator"]["epoch"] == 2  # epoch 1 complete, epoch 2 not begun
     assert state["extra_state"]["train_iterator"]["iterations_in_epoch"] == 0
     assert state["optimizer_history"][-1]["num_updates"] == updates

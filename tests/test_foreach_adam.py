@@ -1,4 +1,4 @@
-"""``fairseq_bio.optim.foreach_adam``: fairseq's ``adam`` updating with multi-tensor kernels. What it must keep is
+"""``fairseq_bio.patches.foreach_adam``: fairseq's ``adam`` updating with multi-tensor kernels. What it must keep is
 fairseq's arithmetic and state, bit for bit (a step is the same statements in the same order, over lists of tensors);
 what it must change is the number of ops launched per update. The multi-tensor step runs on CUDA only (on a CPU
 fairseq's loop is faster); here the tests that check its arithmetic let it run on the CPU (``on_cpu``)."""
@@ -15,9 +15,9 @@ from test_mixed_precision import assert_same_state, plugin_trainer, trained
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fairseq_bio  # noqa: F401  (registration; installs the plugin's trainer)
-from fairseq_bio.optim import foreach_adam
+from fairseq_bio.patches import foreach_adam
 from fairseq_bio.optim.bio_adamw import BioAdamW
-from fairseq_bio.optim.foreach_adam import ForeachAdam, ForeachCompositeOptimizer, ForeachFairseqAdam
+from fairseq_bio.patches.foreach_adam import ForeachAdam, ForeachCompositeOptimizer, ForeachFairseqAdam
 
 
 class Ops(TorchDispatchMode):

@@ -28,7 +28,7 @@ What fairseq 0.12 allows on CPU tensors (read in ``fairseq/optim/fp16_optimizer.
   ``clip_grad_norm``, ``step``, and on ``OverflowError`` ``zero_grad`` and no step (trainer.py:1010-1024).
 - ``FairseqCompositeOptimizer`` keeps its per-group ``optimizers`` and ``lr_schedulers`` in class attributes
   (composite.py:52-53) that every instance fills (composite.py:156-161): a second composite optimizer in the same
-  process would step and clip the first one's groups too; ``fairseq_bio.compat`` gives each instance its own.
+  process would step and clip the first one's groups too; ``fairseq_bio.patches.fairseq_repairs`` gives each instance its own.
 
 CPU kernels are not CUDA's (no tensor cores; torch's CPU flash-attention kernel, not CUDA's): what these tests pin
 down is the arithmetic fairseq and the plugin do around the kernels: padding, master weights, loss scaling and
@@ -51,7 +51,7 @@ from test_fast_encoder import assert_same_gradients, close
 import fairseq_bio  # noqa: F401  (registration, the loss-scale diagnosis)
 from fairseq_bio.data.tagging_dataset import IGNORE
 from fairseq_bio.errors import BioError
-from fairseq_bio.fp16_diagnosis import LossScaleError
+from fairseq_bio.patches.fp16_diagnosis import LossScaleError
 from fairseq_bio.models.bio_roberta import BioRobertaLMHead, BioRobertaModel
 
 SIZES = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
@@ -282,7 +282,7 @@ def test_fine_tuning_with_layer_lr_decay_trains_in_mixed_precision(precision, vo
     as fp32, each group at its own learning rate."""
     from fairseq.optim.composite import FairseqCompositeOptimizer
 
-    def setup(p):  # a second composite optimizer in this process: fairseq_bio.compat gives each its own groups
+    def setup(p):  # a second composite optimizer in this process: fairseq_bio.patches gives each its own groups
         return tagging_setup(vocab_dir, tmp_path / p, p)
 
     trainer, initial, final = check_against_fp32(setup, precision)

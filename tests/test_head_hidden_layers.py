@@ -10,7 +10,7 @@ from fairseq.models.roberta.model import RobertaClassificationHead
 from helpers import small_model, small_task
 
 import fairseq_bio  # noqa: F401
-from fairseq_bio.compat import load_checkpoint
+from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.modules.sentence_head import SentenceClassificationHead
 from fairseq_bio.modules.tagging_head import TokenClassificationHead, head_options
 

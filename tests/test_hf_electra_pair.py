@@ -16,7 +16,7 @@ from conftest import logged, run_cli
 from omegaconf import OmegaConf
 from test_hf_import import BERT_SPECIALS, _randomise, fairseq_ids_of_hf_tokens, real_sentences
 
-from fairseq_bio import compat, runs
+from fairseq_bio import checkpoints, runs
 from fairseq_bio.cli.export_hf import cli_main as export_main
 from fairseq_bio.cli.import_hf import cli_main as import_main
 from fairseq_bio.hf import import_electra_pair, import_hf
@@ -161,7 +161,7 @@ def test_imported_pair_equals_transformers_on_pubmed(style, pairs, imported, pub
         assert f"--config-name bio_electra_base task.data=<data-bin encoded with --vocab {out}> " in printed
         assert f"checkpoint.restore_file={out}/model.pt checkpoint.reset_optimizer=true" in printed
 
-    state = compat.load_checkpoint(out / "model.pt")
+    state = checkpoints.load_checkpoint(out / "model.pt")
     assert {state["cfg"][k]["_name"] for k in ("model", "task", "criterion")} == {"bio_electra"}
     assert "generator.embed_tokens.weight" not in state["model"] and "generator_head.weight" not in state["model"]
     assert ("discriminator.embed_proj.weight" in state["model"]) == (style == "small")
@@ -231,7 +231,7 @@ def test_export_gives_back_the_original_pair(style, pairs, imported, pubmed_corp
         again = import_electra_pair(tmp_path / "hf" / "discriminator", tmp_path / "hf" / "generator",
                                     tmp_path / "again", log=lambda line: None)  # fmt: skip
         assert again["check"]["logits_max_abs_diff"] <= TOL
-        first, second = (compat.load_checkpoint(d / "model.pt")["model"] for d in (out, tmp_path / "again"))
+        first, second = (checkpoints.load_checkpoint(d / "model.pt")["model"] for d in (out, tmp_path / "again"))
         assert set(first) == set(second) and all(torch.equal(first[k], second[k]) for k in first)
 
 
@@ -273,8 +273,8 @@ def test_continued_electra_pretraining_from_the_import(imported, pubmed_corpus, 
     print("gen_loss / disc_loss per 10 updates:", losses)
     assert all(torch.isfinite(torch.tensor(v)).all() for v in losses.values())
     assert losses[40][0] < losses[10][0] and float(inner[40]["loss"]) < float(inner[10]["loss"])
-    before = compat.load_checkpoint(out / "model.pt")["model"]
-    after = compat.load_checkpoint(save / "checkpoint_last.pt")["model"]
+    before = checkpoints.load_checkpoint(out / "model.pt")["model"]
+    after = checkpoints.load_checkpoint(save / "checkpoint_last.pt")["model"]
     assert set(before) == set(after)
     for name in ("discriminator.layers.1.fc1.weight", "generator.layers.1.fc1.weight"):
         change = (after[name] - before[name]).norm() / before[name].norm()
@@ -354,7 +354,7 @@ def test_electra_small_discriminator_alone_still_points_at_the_pair_import(pairs
 
 def test_export_refusals(imported, tmp_path):
     out, _ = imported["base"]
-    state = compat.load_checkpoint(out / "model.pt")
+    state = checkpoints.load_checkpoint(out / "model.pt")
     # pre-LN: each encoder also has its final LayerNorm (at the layers' width)
     final_norms = {f"{part}.layer_norm.{p}": torch.ones(width) for part, width in (("discriminator", 32),
                    ("generator", 16)) for p in ("weight", "bias")}  # fmt: skip

@@ -17,7 +17,7 @@ from test_hf_import import (
     real_sentences,
 )
 
-from fairseq_bio import compat
+from fairseq_bio import checkpoints
 from fairseq_bio.cli.import_hf import cli_main
 from fairseq_bio.models.bio_roberta import BioRobertaModel
 
@@ -122,7 +122,7 @@ def test_distilbert_variants(variant, learned_vocab, pubmed_corpus, tmp_path, ca
 
         table = load_file(str(hf / "model.safetensors"))["distilbert.embeddings.position_embeddings.weight"]
         assert table[1, 0].item() == pytest.approx(torch.sin(torch.tensor(1.0)).item())
-        imported = compat.load_checkpoint(out / "model.pt")["model"]
+        imported = checkpoints.load_checkpoint(out / "model.pt")["model"]
         assert torch.equal(imported["encoder.sentence_encoder.embed_positions.weight"][2:], table)
     states, logits = compare_on_pubmed(hf, out, real_sentences(pubmed_corpus, 16, start=100), logits=head)
     assert states <= TOL and logits <= TOL

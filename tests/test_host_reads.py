@@ -105,7 +105,7 @@ def test_meters_take_a_device_weight_without_reading_it():
     of weight 0 (whose value is 0 / 0) included."""
     from fairseq.logging import meters
 
-    from fairseq_bio import trainer
+    from fairseq_bio.patches import trainer
 
     updates = [(torch.tensor(2.5), torch.tensor(4)), (torch.tensor(float("nan")), torch.tensor(0)),
                (torch.tensor(1.0), torch.tensor(2)), (None, torch.tensor(3)), (0.5, 1)]  # fmt: skip

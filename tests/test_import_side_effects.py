@@ -18,6 +18,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "stack.md"
+PATCHES = REPO / "fairseq_bio" / "patches"
 HEADING = "## What `import fairseq_bio` changes"
 COLUMNS = ["attribute", "by", "what it fixes or adds", "why at plugin import", "test"]
 
@@ -110,7 +111,7 @@ def test_import_changes_exactly_the_rows_of_the_table():
 def test_each_row_names_its_module_says_why_and_names_existing_tests():
     for attribute, row in table().items():
         modules = re.findall(r"`(\w+)`", row["by"])
-        assert modules and all((REPO / "fairseq_bio" / f"{m}.py").is_file() for m in modules), (attribute, row["by"])
+        assert modules and all((PATCHES / f"{m}.py").is_file() for m in modules), (attribute, row["by"])
         assert row["what it fixes or adds"] and row["why at plugin import"], attribute
         tests = re.findall(r"`(test_\w+\.py)::(test_\w+)`", row["test"])
         assert tests, f"{attribute}: no test named as `test_file.py::test_name`"
@@ -120,3 +121,68 @@ def test_each_row_names_its_module_says_why_and_names_existing_tests():
             defined = {n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if
                        isinstance(n, ast.FunctionDef)}  # fmt: skip
             assert name in defined, f"{attribute}: {file} has no {name}"
+
+
+def installed_in_order() -> list:
+    """The modules whose ``install()`` ``patches.install()`` calls, in its order; ``__init__`` (the module's own
+    warning filter, set as it is imported) first."""
+    tree = ast.parse((PATCHES / "__init__.py").read_text(encoding="utf-8"))
+    install = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "install")
+    calls = [s.value.func for s in install.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)]
+    return ["__init__"] + [c.value.id for c in calls if isinstance(c, ast.Attribute) and c.attr == "install"]
+
+
+def test_the_rows_run_in_the_order_patches_install_makes_them():
+    order = installed_in_order()
+    by = [re.findall(r"`(\w+)`", row["by"])[0] for row in table().values()]
+    assert set(by) <= set(order), f"rows by modules that patches.install() does not call: {set(by) - set(order)}"
+    assert by == sorted(by, key=order.index), f"{DOC.name}'s rows are not in patches.install()'s order {order}"
+
+
+HOSTS = ("fairseq", "fairseq_cli", "torch")
+
+
+def host_names(tree: ast.Module) -> set:
+    """The names a module binds to fairseq's or torch's modules and objects by its imports (anywhere in it)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in HOSTS}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in HOSTS:
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def host_assignments(path: Path) -> list:
+    """``path``'s assignments to an attribute of a fairseq or torch name: ``x.attr = ...``, ``setattr(x, ...)``,
+    ``del x.attr``, where ``x`` (the root of the attribute chain) was imported from fairseq or torch."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hosts = host_names(tree)
+
+    def root(node):
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return node.id if isinstance(node, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        found += [f"{path.relative_to(REPO)}:{node.lineno}" for t in targets
+                  if isinstance(t, ast.Attribute) and root(t) in hosts]  # fmt: skip
+    return found
+
+
+def test_only_the_patches_folder_assigns_to_fairseq_or_torch():
+    outside = [p for p in (REPO / "fairseq_bio").rglob("*.py") if PATCHES not in p.parents]
+    found = [hit for path in outside for hit in host_assignments(path)]
+    assert found == [], "assignments to fairseq's or torch's attributes outside fairseq_bio/patches/"
+    # The check sees the patches themselves: every module of the table that changes fairseq by assignment.
+    assigning = {Path(hit.split(":")[0]).stem for path in PATCHES.glob("*.py") for hit in host_assignments(path)}
+    by = {re.findall(r"`(\w+)`", row["by"])[0] for row in table().values()}
+    assert by - {"__init__", "excepthook"} <= assigning  # those two change warnings, sys and os, not fairseq or torch

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import _pretrain_tiny, build_once, fine_tune, run_cli
 
-from fairseq_bio import compat
+from fairseq_bio import checkpoints
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 TOL = 1e-4
@@ -33,7 +33,7 @@ def megatron_tagger(megatron, ncbi_slice, tmp_path_factory):
 
 
 def test_pretraining_records_the_megatron_architecture(megatron):
-    state = compat.load_checkpoint(megatron)
+    state = checkpoints.load_checkpoint(megatron)
     model = state["cfg"]["model"]
     assert model["_name"] == "bio_megatron_345m"
     weights = state["model"]
@@ -42,8 +42,8 @@ def test_pretraining_records_the_megatron_architecture(megatron):
 
 
 def test_fine_tuned_tagger_keeps_the_megatron_layout_and_predicts(megatron, megatron_tagger, ncbi_slice, tmp_path):
-    state = compat.load_checkpoint(megatron_tagger / "checkpoint_last.pt")
-    encoder = compat.load_checkpoint(megatron)["model"]
+    state = checkpoints.load_checkpoint(megatron_tagger / "checkpoint_last.pt")
+    encoder = checkpoints.load_checkpoint(megatron)["model"]
     assert state["cfg"]["model"]["encoder_normalize_before"] and not state["cfg"]["model"]["layernorm_embedding"]
     assert state["model"]["encoder.sentence_encoder.layer_norm.weight"].shape == (64,)
     assert not torch.equal(state["model"]["encoder.sentence_encoder.layers.0.fc1.weight"],
@@ -68,8 +68,8 @@ def test_distillation_teacher_and_init_student(megatron, tmp_path):
     info = init_student(megatron, tmp_path / "student" / "init.pt", layers="1")
     assert info["layers"] == [1]
     assert info["options"]["encoder_normalize_before"] and not info["options"]["layernorm_embedding"]
-    student = compat.load_checkpoint(tmp_path / "student" / "init.pt")["model"]
-    weights = compat.load_checkpoint(megatron)["model"]
+    student = checkpoints.load_checkpoint(tmp_path / "student" / "init.pt")["model"]
+    weights = checkpoints.load_checkpoint(megatron)["model"]
     for key in ("layers.1.fc1.weight", "layer_norm.weight", "embed_tokens.weight"):
         source = weights[f"encoder.sentence_encoder.{key}"]
         assert torch.equal(student[f"encoder.sentence_encoder.{key.replace('layers.1', 'layers.0')}"], source)

@@ -140,7 +140,7 @@ def loaded(mention_run):
 def test_mention_run_keeps_the_dictionary_and_pools_the_mentions(mention_run, loaded, tiny_encoder):
     """No token is added (the embeddings keep the encoder's rows), the head takes 2 x 128, and the criterion's
     pooled logits equal the head applied by hand to the max-pooled placeholder pieces of real dev rows."""
-    from fairseq_bio.compat import load_checkpoint
+    from fairseq_bio.checkpoints import load_checkpoint
     from fairseq_bio.criterions.bio_sentence_prediction import BioSentencePredictionCriterion
 
     save_dir, log, _ = mention_run

@@ -10,7 +10,7 @@ from test_convert_standoff import write
 from test_gpu_paths_on_cpu import CPU, TINY, composed
 
 from fairseq_bio import runs
-from fairseq_bio.compat import load_checkpoint
+from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.data.conll import TaggingDataError, merge_types, parse_type_merge, read_conll
 from fairseq_bio.metrics.tagging import get_entities
 from fairseq_bio.tasks.fine_tuning import FineTuningError

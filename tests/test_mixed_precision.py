@@ -1,4 +1,4 @@
-"""``MultiTensorFP16Optimizer`` (fairseq_bio/mixed_precision.py): fairseq's fp16/bf16 wrapper with multi-tensor
+"""``MultiTensorFP16Optimizer`` (fairseq_bio/patches/mixed_precision.py): fairseq's fp16/bf16 wrapper with multi-tensor
 copies. What it must keep is fairseq's arithmetic, bit for bit: the same master weights, model weights, optimizer
 state and loss scale after the same updates, in both of fairseq's layouts; what it must change is the number of
 copies launched per update."""
@@ -14,7 +14,7 @@ from fairseq.optim.fp16_optimizer import FP16Optimizer
 from test_gpu_paths_on_cpu import STEPS, pretraining_setup, vocab_dir  # noqa: F401  (vocab_dir: a fixture)
 
 import fairseq_bio  # noqa: F401  (registration; installs the plugin's trainer)
-from fairseq_bio.mixed_precision import MultiTensorFP16Optimizer
+from fairseq_bio.patches.mixed_precision import MultiTensorFP16Optimizer
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import master_copies  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import REPO, logged
 
-from fairseq_bio import compat
+from fairseq_bio import checkpoints
 
 PRIMARY = sorted(p.stem for p in (REPO / "hydra_configs").glob("*.yaml"))
 FLAGS = ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16")
@@ -62,7 +62,7 @@ def test_bf16_fine_tuning_runs_on_cpu(tiny_encoder, ncbi_slice, tmp_path):
                     "dataset.disable_validation=true", "common.log_interval=1", updates=3)  # fmt: skip
     losses = [float(entry["loss"]) for entry in logged(log, "train_inner").values()]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses), losses
-    state = compat.load_checkpoint(tmp_path / "checkpoint_last.pt")
+    state = checkpoints.load_checkpoint(tmp_path / "checkpoint_last.pt")
     assert state["cfg"]["common"]["bf16"] is True
     weights = [v for k, v in state["model"].items() if k.endswith("fc1.weight")]
     assert weights and all(w.dtype == torch.float32 for w in weights)

@@ -1,4 +1,4 @@
-"""Pre-emption (fairseq_bio.preemption): a signal to a real fairseq-hydra-train saves checkpoint_last.pt at the next
+"""Pre-emption (fairseq_bio.patches.preemption): a signal to a real fairseq-hydra-train saves checkpoint_last.pt at the next
 update and ends the run, and the run started again (or requeued by submitit) resumes from it with the losses and
 parameters of an uninterrupted run. SIGUSR1 to one rank of a two-task SLURM job: tests/test_distributed.py."""
 
@@ -10,7 +10,8 @@ import torch
 from conftest import logged
 from training_processes import MLM, MLM_UPDATES, Run, hydra_command, losses, mlm_reference, updates_in
 
-from fairseq_bio import compat, preemption
+from fairseq_bio import checkpoints
+from fairseq_bio.patches import preemption
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +24,8 @@ def assert_resumed_exactly(reference, save_dir):
     got, want = losses(f"{save_dir}.log"), losses(reference / "train.log")
     assert sorted(got) == sorted(want) == list(range(1, MLM_UPDATES + 1))
     assert got == pytest.approx(want, abs=2e-3)  # logged with 3 decimals
-    a = compat.load_checkpoint(reference / "checkpoint_last.pt")["model"]
-    b = compat.load_checkpoint(save_dir / "checkpoint_last.pt")["model"]
+    a = checkpoints.load_checkpoint(reference / "checkpoint_last.pt")["model"]
+    b = checkpoints.load_checkpoint(save_dir / "checkpoint_last.pt")["model"]
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5, rtol=0), name
 

@@ -50,9 +50,9 @@ def hydra_log(save_dir):
 
 
 def weights(checkpoint):
-    from fairseq_bio import compat
+    from fairseq_bio import checkpoints
 
-    return compat.load_checkpoint(checkpoint)["model"]
+    return checkpoints.load_checkpoint(checkpoint)["model"]
 
 
 def head_of(state):

@@ -12,7 +12,7 @@ import torch
 from conftest import SHARED_DATA, fine_tune_sentence, logged, run_cli
 
 from fairseq_bio import runs
-from fairseq_bio.compat import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
+from fairseq_bio.checkpoints import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
 from fairseq_bio.criterions.bio_sentence_prediction import (
     BioSentencePredictionCriterion,
     BioSentencePredictionCriterionConfig,

@@ -1,5 +1,5 @@
 """Fully sharded data parallel (``distributed_training.ddp_backend=fully_sharded``, PyTorch's FSDP2 through
-``fairseq_bio.sharded``) on this CPU: two real fairseq-hydra-train processes over gloo, started as the two tasks of a
+``fairseq_bio.patches.sharded``) on this CPU: two real fairseq-hydra-train processes over gloo, started as the two tasks of a
 SLURM job step (test_distributed's ``slurm``), on the suite's PubMed data-bin and its tiny encoder size.
 
 - The sharded run and plain data parallel (torch DDP), same two ranks and batches, end with the same parameters
@@ -20,7 +20,7 @@ from conftest import logged, run_cli
 from test_distributed import assert_same_parameters, parameters, slurm, slurm_job, two_tasks  # noqa: F401 (fixture)
 from training_processes import MLM, MLM_UPDATES, hydra_command, losses, updates_in
 
-from fairseq_bio import compat
+from fairseq_bio import checkpoints
 
 SHARDED = "distributed_training.ddp_backend=fully_sharded"
 SAVE_EVERY = 5  # the killed run's scheduled checkpoint
@@ -55,7 +55,7 @@ def test_sharded_equals_plain_data_parallel(runs):
     assert total / 2 - 200 < mine <= total / 2 + 200, (mine, total)  # rows split in two (odd row counts: one more)
 
     assert_same_parameters(plain / "checkpoint_last.pt", sharded / "checkpoint_last.pt")
-    a, b = (compat.load_checkpoint(d / "checkpoint_last.pt") for d in (plain, sharded))
+    a, b = (checkpoints.load_checkpoint(d / "checkpoint_last.pt") for d in (plain, sharded))
     # a consolidated checkpoint: what plain data parallel writes, full plain tensors
     assert {k: tuple(v.shape) for k, v in b["model"].items()} == {k: tuple(v.shape) for k, v in a["model"].items()}
     assert all(type(v) is torch.Tensor for v in b["model"].values())

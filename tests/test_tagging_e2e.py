@@ -10,7 +10,7 @@ import torch
 from conftest import fine_tune, logged, run_cli
 
 from fairseq_bio import runs
-from fairseq_bio.compat import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
+from fairseq_bio.checkpoints import FAIRSEQ_SAFE_GLOBALS, load_checkpoint
 
 
 def best_valid_f1(log):

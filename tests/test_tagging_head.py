@@ -164,7 +164,7 @@ def test_head_learns_at_its_own_rate_beside_layer_decay(task):
 
 @pytest.mark.parametrize("decay", [1.0, 0.8])
 def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
-    """Through fairseq's own composite optimizer (with compat's fix of its ignored weight_decay_scale): biases and
+    """Through fairseq's own composite optimizer (with fairseq_repairs' fix of its ignored weight_decay_scale): biases and
     LayerNorm weights get weight decay 0, every other weight the recipe's 0.01, each at its layer-wise lr; a step with
     zero gradients (AdamW: only the decay moves a weight) shrinks the decayed weights and leaves the exempt ones. The
     BiLSTM head's biases (bias_ih_l0, bias_hh_l0_reverse, ...) count as biases, as in HF's Trainer."""

@@ -58,9 +58,9 @@ def losses(log_file):
 
 
 def updates_in(checkpoint) -> int:
-    from fairseq_bio import compat
+    from fairseq_bio import checkpoints
 
-    return int(compat.load_checkpoint(checkpoint)["optimizer_history"][-1]["num_updates"])
+    return int(checkpoints.load_checkpoint(checkpoint)["optimizer_history"][-1]["num_updates"])
 
 
 # The MLM run every launch test compares with: bio_roberta_tiny at the suite's encoder size, dropout off (so that

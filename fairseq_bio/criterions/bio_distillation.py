@@ -319,7 +319,7 @@ def _teacher_dict_file(path: str, state: dict, explicit: Optional[str]) -> str:
 
 def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     """(frozen teacher in eval mode on the CPU, its dict.txt) from a bio_roberta checkpoint, loaded with
-    ``weights_only=True`` through ``fairseq_bio.compat``."""
+    ``weights_only=True`` through ``fairseq_bio.checkpoints``."""
     from fairseq.data import Dictionary
     from omegaconf import OmegaConf
 

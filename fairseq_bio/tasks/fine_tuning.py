@@ -228,7 +228,7 @@ def scale_head_lr(model, scale: float) -> List[str]:
 def exempt_from_weight_decay(model) -> List[str]:
     """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer`` do, through
     fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept beside any lr scale of
-    ``apply_layer_lr_decay``; ``compat`` makes fairseq apply it). A bias is any parameter whose own name starts with
+    ``apply_layer_lr_decay``; ``patches.fairseq_repairs`` makes fairseq apply it). A bias is any parameter whose own name starts with
     ``bias``: ``nn.Linear``'s ``bias`` and ``nn.LSTM``'s ``bias_ih_l0`` / ``bias_hh_l0_reverse`` alike. Returns the
     exempted parameters' names."""
     norms = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.LayerNorm)}

@@ -1,5 +1,5 @@
 """Fully sharded data parallel over NCCL (``distributed_training.ddp_backend=fully_sharded``: PyTorch's FSDP2 through
-``fairseq_bio.sharded``, the memory saving the BioMegatron sizes need): bio_roberta_base masked LM in fp32, two real
+``fairseq_bio.patches.sharded``, the memory saving the BioMegatron sizes need): bio_roberta_base masked LM in fp32, two real
 fairseq-hydra-train processes, one GPU each, started as the two tasks of a SLURM job step (what the run_config=slurm_*
 presets launch, as test_gpu_data_parallel.py does). The sharded run logs the losses of plain data parallel (torch DDP)
 on the same two ranks and batches; its checkpoint is consolidated (the plain run's parameter names and shapes) and
@@ -27,7 +27,7 @@ from test_gpu_training import BATCH, BLOCK, CUDA, DEVICE, ENCODER, FINE_TUNE, LR
 from test_gpu_training import ncbi  # noqa: E402, F401 (a fixture)
 from training_processes import Run, losses  # noqa: E402
 
-from fairseq_bio import compat  # noqa: E402
+from fairseq_bio import checkpoints  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 SHARDED = "distributed_training.ddp_backend=fully_sharded"
@@ -63,7 +63,7 @@ def test_sharded_trains_as_plain_data_parallel_and_saves_a_consolidated_checkpoi
     assert sharded_losses == pytest.approx(plain_losses, abs=2e-2 if CUDA else 2e-3)
 
     checkpoint = tmp_path / "sharded" / "checkpoint_last.pt"
-    plain, ours = (compat.load_checkpoint(p)["model"] for p in (tmp_path / "plain" / checkpoint.name, checkpoint))
+    plain, ours = (checkpoints.load_checkpoint(p)["model"] for p in (tmp_path / "plain" / checkpoint.name, checkpoint))
     assert {k: tuple(v.shape) for k, v in ours.items()} == {k: tuple(v.shape) for k, v in plain.items()}
     log = train("bio_tagging_ner", tmp_path / "ner", f"task.data={ncbi}", f"checkpoint.restore_file={checkpoint}",
                 "dataset.batch_size=16", *FINE_TUNE)  # fmt: skip

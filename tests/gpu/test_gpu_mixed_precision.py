@@ -1,4 +1,4 @@
-"""The plugin's mixed-precision copies (fairseq_bio/mixed_precision.py) against fairseq's on a GPU, bit for bit: the
+"""The plugin's mixed-precision copies (fairseq_bio/patches/mixed_precision.py) against fairseq's on a GPU, bit for bit: the
 pretraining recipe in fp16 with fairseq's default flat fp32 master tensor (which fairseq builds only on CUDA) and in
 bf16. ``GPU_CHECK_DRY=1``: the same on the CPU with one master tensor per parameter (the main suite's
 tests/test_mixed_precision.py covers the flat layout's copies there by hand)."""
@@ -43,8 +43,8 @@ def test_fairseqs_adam_as_multi_tensor_kernels_on_the_device(monkeypatch):
             self.names.add(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    from fairseq_bio.optim import foreach_adam
-    from fairseq_bio.optim.foreach_adam import ForeachAdam
+    from fairseq_bio.patches import foreach_adam
+    from fairseq_bio.patches.foreach_adam import ForeachAdam
 
     device = "cuda" if CUDA else "cpu"
     if not CUDA:  # the dry mode: the multi-tensor step on the CPU (fairseq's loop runs there otherwise)

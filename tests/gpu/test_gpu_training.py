@@ -33,7 +33,8 @@ import torch
 from conftest import SHARED_DATA, build_once, conll_slice, logged, run_cli
 from training_processes import Run, hydra_command, updates_in
 
-from fairseq_bio import compat, preemption
+from fairseq_bio import checkpoints
+from fairseq_bio.patches import preemption
 
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
 CUDA = torch.cuda.is_available() and not DRY  # the dry mode runs on the CPU even where a GPU is
@@ -88,7 +89,7 @@ def assert_trained_in(precision, log, checkpoint, updates, first=1):
     assert sorted(inner) == list(range(first, updates + 1))
     assert all(math.isfinite(float(e["loss"])) for e in inner.values()), inner
     assert all(("loss_scale" in e) == (precision == "fp16") for e in inner.values())
-    state = compat.load_checkpoint(checkpoint)
+    state = checkpoints.load_checkpoint(checkpoint)
     assert state["cfg"]["common"][precision] is True and updates_in(checkpoint) == updates
     weights = [v for k, v in state["model"].items() if k.endswith("fc1.weight")]
     assert weights and all(w.dtype == torch.float32 for w in weights)
@@ -271,7 +272,7 @@ def test_preemption_saves_and_the_same_command_resumes_with_the_loss_scale(data_
     assert run.finish() == preemption.PREEMPTED_EXIT_STATUS, run.output()
     stopped = updates_in(save_dir / "checkpoint_last.pt")
     assert 6 <= stopped < total and max(logged(run.log, "train_inner")) == stopped
-    scale = compat.load_checkpoint(save_dir / "checkpoint_last.pt")["last_optimizer_state"]["loss_scale"]
+    scale = checkpoints.load_checkpoint(save_dir / "checkpoint_last.pt")["last_optimizer_state"]["loss_scale"]
     assert scale == float(logged(run.log, "train_inner")[stopped]["loss_scale"]) and scale > 4  # doubled at update 4
 
     again = Run.train(*args)
@@ -294,6 +295,6 @@ def test_hf_export_of_an_fp16_checkpoint_gives_fairseqs_logits(pretrained, pubme
     out = tmp_path / "hf"
     printed = run_cli(["fairseq-bio-export-hf", "--checkpoint", checkpoint, "--out", out], cwd=tmp_path).stdout
     assert "RobertaForMaskedLM" in printed and "token ids equal fairseq's" in printed
-    data = compat.load_checkpoint(checkpoint)["cfg"]["task"]["data"]
+    data = checkpoints.load_checkpoint(checkpoint)["cfg"]["task"]["data"]
     diff, _, model = check_against_hf(out, checkpoint, data, real_sentences(pubmed_corpus, 16))
     assert diff <= 1e-4 and next(model.parameters()).dtype == torch.float32

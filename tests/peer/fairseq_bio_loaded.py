@@ -4,7 +4,7 @@ exist without us as expected failures (``--runxfail`` reports them as plain resu
 
 import pytest
 
-import fairseq_bio  # noqa: F401  (registration and fairseq_bio.compat.install(): the point of this plugin)
+import fairseq_bio  # noqa: F401  (registration and fairseq_bio.patches.install(): the point of this plugin)
 
 _RESUME_FLAKE = (
     "fairseq test bug (flaky): a resumed run ends within 1.2e-7 of the uninterrupted one, bitwise the same without "

@@ -1,44 +1,33 @@
 """Kill-safe fairseq checkpoints, and one line naming a corrupt one (and what to resume from instead).
 
-fairseq 0.12's ``save_checkpoint`` writes the first file through ``torch_persistent_save`` (``<name>.tmp``, then a
-rename, without fsync) and then makes ``checkpoint_last.pt``, ``checkpoint_best.pt`` and the others with
-``PathManager.copy``: a plain copy into the final name. A pre-emption during that copy (seconds for a large model
-with its optimizer state) leaves a truncated ``checkpoint_last.pt``, and the requeued job dies in torch's
-"PytorchStreamReader failed reading zip archive". ``install()`` (called by ``compat.install()``) repairs, narrowly:
-
-- every local checkpoint file appears atomically: written (or copied) into ``<name>.tmp`` in the same directory,
-  fsynced, ``os.replace``d onto the name, directory fsynced. The copies stay copies (the kernel's ``sendfile``): a
-  hard link would be instant, but then a later in-place write to one name (``torch.save`` over
-  ``checkpoint_best.pt`` to strip its optimizer state, a ``truncate``) would change the other too.
-- a checkpoint that torch cannot read because it is empty, truncated or damaged raises ``CorruptCheckpointError``:
-  one line naming the file, what is wrong with it, and (for a run that resumes) the newest intact checkpoint beside
-  it (by update count); a checkpoint write that fails on a full disk is one line naming the file.
-- resuming (``checkpoint_utils.load_checkpoint``) removes the ``*.pt.tmp`` files an interrupted save left in
-  ``checkpoint.save_dir``, and with ``FAIRSEQ_BIO_RESUME_FALLBACK=1`` restores that newest intact checkpoint instead
-  of a corrupt one in ``checkpoint.save_dir``.
-
-Remote paths (iopath handlers) and ``checkpoint.write_checkpoints_asynchronously`` are left to fairseq as they are.
-"""
+fairseq 0.12 makes ``checkpoint_last.pt`` and the other copies with a plain copy into the final
+name, so a pre-emption during the copy leaves a truncated file the requeued job cannot load.
+``install()`` makes every local checkpoint write and copy atomic, answers a corrupt checkpoint with
+one line naming the newest intact one beside it, and on resume removes the ``*.pt.tmp`` files a
+killed save left (with ``FAIRSEQ_BIO_RESUME_FALLBACK=1`` it resumes from that intact one). Remote
+(iopath) paths and asynchronous writes stay fairseq's (docs/reliability.md)."""
 
 import functools
 import glob
 import logging
 import os
+import pickle
 import shutil
 import time
 
 import torch
 
-from .checkpoints import (  # noqa: F401  (also read from here)
+from ..checkpoint_fit import check_run_start, load_failure, read_state
+from ..checkpoints import (
+    FAIRSEQ_SAFE_GLOBALS,
     FALLBACK_ENV,
     CorruptCheckpointError,
-    checkpoint_problem,
+    UnsafeCheckpointError,
     corrupt_error,
-    newest_intact_checkpoint,
-    resume_point,
+    unsafe_refusal,
 )
-from .errors import BioError
-from .files import discard_failed_write, no_space, publish
+from ..errors import BioError
+from ..files import discard_failed_write, no_space, publish
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +35,9 @@ _TMP = ".tmp"  # fairseq's own suffix, so that one clean-up covers its temp file
 
 
 def save_atomically(obj, path) -> None:
-    """``torch.save(obj)`` into ``path`` so that ``path`` holds either its old content or all of the new one."""
+    """``torch.save(obj)`` into ``path`` so that ``path`` holds either its old content or all of
+    the new one: written into ``<name>.tmp`` in the same directory, fsynced, ``os.replace``d onto
+    the name, directory fsynced."""
     path = os.fspath(path)
     tmp = path + _TMP
     try:
@@ -73,6 +64,9 @@ def copy_atomically(src, dst) -> None:
     src, dst = os.fspath(src), os.fspath(dst)
     tmp = dst + _TMP
     try:
+        # A copy, not a hard link: a link would be instant, but a later in-place write to one
+        # name (torch.save over checkpoint_best.pt to strip its optimizer state, a truncate)
+        # would change the other too.
         shutil.copyfile(src, tmp)  # sendfile on Linux: the bytes never pass through Python
         fd = os.open(tmp, os.O_RDONLY)
         try:
@@ -134,6 +128,39 @@ def install() -> None:
         checkpoint_utils.load_checkpoint_to_cpu = _naming_corrupt(checkpoint_utils.load_checkpoint_to_cpu)
     if not getattr(checkpoint_utils.load_checkpoint, _MARK, False):
         checkpoint_utils.load_checkpoint = _resuming_with_fallback(checkpoint_utils.load_checkpoint)
+    _install_safe_globals()
+
+
+def _install_safe_globals() -> None:
+    """Allowlist the classes fairseq pickles for torch's ``weights_only`` loading, and refuse a checkpoint that
+    pickles anything else in one line naming it (fairseq's own loader would show torch's unpickling traceback)."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed.utils import _TensorPlaceholder
+
+    known = set(map(id, torch.serialization.get_safe_globals()))
+    # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
+    # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's
+    # default, weights_only=True: without it every rank but 0 fails to resume. Never written to a file, so not in
+    # FAIRSEQ_SAFE_GLOBALS (what checkpoint files hold).
+    allowed = FAIRSEQ_SAFE_GLOBALS + [_TensorPlaceholder]
+    torch.serialization.add_safe_globals([g for g in allowed if id(g) not in known])
+    loader = checkpoint_utils.load_checkpoint_to_cpu
+    if not getattr(loader, "fairseq_bio_refuses_unsafe", False):
+        checkpoint_utils.load_checkpoint_to_cpu = _refusing_unsafe(loader)
+
+
+def _refusing_unsafe(loader):
+    @functools.wraps(loader)
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        try:
+            return loader(path, *args, **kwargs)
+        except UnsafeCheckpointError:
+            raise
+        except pickle.UnpicklingError as e:
+            raise UnsafeCheckpointError(unsafe_refusal(path, e)) from None
+
+    load_checkpoint_to_cpu.fairseq_bio_refuses_unsafe = True
+    return load_checkpoint_to_cpu
 
 
 def _atomic_torch_persistent_save(original, path_manager):
@@ -186,8 +213,6 @@ def _resuming_with_fallback(load_checkpoint):
     def resume(cfg, trainer, **passthrough_args):
         if cfg.save_dir and trainer.should_save_checkpoint_on_current_rank and os.path.isdir(cfg.save_dir):
             remove_interrupted_writes(cfg.save_dir)
-        from .checkpoint_fit import check_run_start
-
         try:
             path, state = check_run_start(cfg, trainer)
             return _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrough_args)
@@ -221,8 +246,6 @@ def _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrou
     except Exception as e:
         if path is None or "architectures match" not in str(e):
             raise
-        from .checkpoint_fit import load_failure, read_state
-
         explained = load_failure(path, read_state(path) if state is None else state, trainer)
         if explained is None:
             raise

@@ -1,33 +1,11 @@
 """fairseq's ``distributed_training.ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``torch.distributed.fsdp``'s
 ``fully_shard``) instead of fairscale, inside fairseq's own Trainer, on GPUs (NCCL) and CPUs (gloo) alike.
 
-Why not fairscale's (fairseq's engine for that value): fairscale 0.4.13 (its last release, 2022) runs only on CUDA.
-Its FSDP creates its CUDA streams only when CUDA is there and then uses them unconditionally in every forward and
-backward (``KeyError: 'all_gather'`` on a CPU, gloo, two processes, torch 2.13), so it cannot be tested on the CPU,
-and fairseq refuses it with bf16. fairseq 0.12 validates ``ddp_backend`` against its own choices when hydra
-composes the config, before the plugin is imported, so the plugin cannot add a value of its own: it gives
-fairseq's ``fully_sharded`` another engine.
-
-``install()`` (called by ``compat.install()``) replaces ``fairseq_cli.train.fsdp_enable_wrap``, and ``trainer.py``
-makes ``fairseq_cli.train.Trainer`` a subclass of ``ShardedTrainer``:
-
-- ``ShardedTrainer``: fairseq's Trainer unchanged unless ``ddp_backend=fully_sharded``. Then fairseq's
-  fairscale branches are off (``is_fsdp`` is False) and, on two or more processes:
-
-  - the model is sharded in place by ``shard_model``: each layer of every ``layers`` module list (the transformer
-    blocks) is one FSDP unit, the rest (embeddings, the tied LM head, heads) the root unit. Each rank holds
-    1/world of every parameter, gradient and optimizer state; a unit's full parameters exist only while it runs;
-  - the gradient norm is the norm over every rank's shards (fairseq's would be one shard's);
-  - a checkpoint is consolidated: every rank gathers each parameter and optimizer-state tensor in turn, rank 0
-    keeps the full tensor (on the CPU) and writes a normal checkpoint, the one plain data parallel writes: the same
-    keys, shapes and optimizer-state layout. Fine-tuning (``checkpoint.restore_file``), the HF export, one process
-    or plain data parallel read it; a sharded run resumes from it (or from a plain one): fairseq hands every rank
-    the full state and each keeps its shard;
-- ``fsdp_enable_wrap``: a no-op, so that fairseq builds the plain model (fairseq's would need fairscale).
-
-Precision: fp32 only for now (``common.fp16`` and ``common.bf16`` are refused in one line: fairseq would cast the
-model and flatten the shards into its FP16Optimizer; FSDP2's own mixed precision is the way to add them).
-"""
+``ShardedTrainer`` (the base of ``trainer.BioTrainer``) shards the model on two or more processes,
+takes the gradient norm over every rank's shards and writes consolidated checkpoints, the ones
+plain data parallel writes; ``install()`` makes fairseq's ``fsdp_enable_wrap`` a no-op. Why FSDP2
+and not fairscale, why under fairseq's own ``fully_sharded``, and why fp32 only for now:
+docs/cluster.md, "Fully sharded data parallel"."""
 
 import contextlib
 import logging
@@ -38,7 +16,7 @@ import torch.distributed as dist
 from fairseq.trainer import Trainer
 from torch import nn
 
-from .errors import BioConfigError
+from ..errors import BioConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +31,8 @@ def _dtensor():
 
 
 def shard_model(model: nn.Module, mesh) -> nn.Module:
-    """Shard ``model`` in place with FSDP2: one unit per layer of each ``layers`` module list, then the root."""
+    """Shard ``model`` in place with FSDP2: one unit per layer of each ``layers`` module list (the
+    transformer blocks), then the root (embeddings, the tied LM head, heads)."""
     from torch.distributed.fsdp import fully_shard
 
     options = {"mesh": mesh}
@@ -131,6 +110,8 @@ FAIRSCALE_ONLY = ("cpu_offload", "use_sharded_state", "no_reshard_after_forward"
 
 
 def refuse_fairscale_options(cfg) -> None:
+    # fp16 / bf16: fairseq would cast the model and flatten the shards into its FP16Optimizer;
+    # FSDP2's own mixed precision is the way to add them
     if cfg.common.fp16 or cfg.common.bf16:
         raise BioConfigError("distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
                              "only: use precision=fp32")  # fmt: skip
@@ -147,8 +128,15 @@ def sharded_backend(cfg) -> bool:
 
 
 class ShardedTrainer(Trainer):
-    """fairseq's Trainer; with ``ddp_backend=fully_sharded`` on several processes, PyTorch's FSDP2 (see the module).
-    fairseq-train builds its subclass ``trainer.BioTrainer``."""
+    """fairseq's Trainer; with ``ddp_backend=fully_sharded`` on several processes, PyTorch's FSDP2
+    (see the module). fairseq-train builds its subclass ``trainer.BioTrainer``.
+
+    Sharded, each rank holds 1/world of every parameter, gradient and optimizer state, and a unit's
+    full parameters exist only while it runs. A checkpoint is consolidated: every rank gathers each
+    tensor in turn and rank 0 writes a normal checkpoint (the same keys, shapes and optimizer-state
+    layout), which fine-tuning, the HF export, one process or plain data parallel read; a sharded
+    run resumes from it, or from a plain one: fairseq hands every rank the full state and each
+    keeps its shard."""
 
     def __init__(self, cfg, task, model, criterion, quantizer=None):
         if sharded_backend(cfg):
@@ -209,7 +197,8 @@ class ShardedTrainer(Trainer):
 
 @contextlib.contextmanager
 def fsdp_enable_wrap(cfg):
-    """fairseq's ``fsdp_enable_wrap`` replaced: nothing (the model is sharded by ``ShardedTrainer``)."""
+    """fairseq's ``fsdp_enable_wrap`` replaced: nothing, so fairseq builds the plain model (its own
+    would need fairscale) and ``ShardedTrainer`` shards it."""
     yield
 
 

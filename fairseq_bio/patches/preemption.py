@@ -1,34 +1,11 @@
 """Pre-emption: a checkpoint at the next update boundary on SIGUSR1, SIGUSR2 or SIGTERM, then an exit that resumes.
 
-SLURM warns a job before its time limit with the signal of ``--signal`` (submitit asks for SIGUSR2, plain sbatch
-scripts usually SIGUSR1) and stops it with SIGTERM. fairseq 0.12 handles none of them: SIGTERM and SIGUSR1 kill
-the trainer, and submitit's own handler requeues the job without letting fairseq save, so each requeue loses up to
-``checkpoint.save_interval_updates`` of work. ``install()`` (called by ``compat.install()`` at plugin import) wraps
-``fairseq_cli.train``'s ``train()`` and ``validate_and_save()``, which fairseq-train and fairseq-hydra-train run, and
-fairseq's ``checkpoint_utils.save_checkpoint``, to know which update was saved last:
-
-- the first ``train()`` of a process installs the handlers (main thread only), keeping the ones it replaces; a
-  handler only records the signal (writing a checkpoint from inside an update is not safe), and a forked DataLoader
-  worker ignores it so that it can still feed the trainer the batches it needs to reach the boundary;
-- after every update the ranks agree whether any of them was signalled (one all-reduce of a scalar when there are
-  several). If so, whatever this update has anyway runs first (a scheduled validation or save: an uninterrupted
-  run has them too); then, unless the run ends here, ``checkpoint_last.pt`` is saved (if that update was not saved
-  already), every rank waits for the write, and the process ends:
-
-  - a handler that was there before (submitit's, in a submitit job) gets the signal: submitit's, on rank 0, pickles
-    the job and requeues it (``scontrol requeue``; its local executor starts it again);
-  - otherwise, under SLURM, SIGUSR1 and SIGUSR2 (the time-limit warning) requeue the job with ``scontrol requeue``
-    from rank 0; SIGTERM does not (SLURM requeues a pre-empted job itself when its partition says so);
-  - rank 0 then exits with ``PREEMPTED_EXIT_STATUS`` (75, EX_TEMPFAIL: run the same command again to resume), the
-    other ranks with 0, so that a cluster's kill-on-bad-exit cannot stop rank 0 before it has requeued.
-
-The resumed run starts from that ``checkpoint_last.pt`` with fairseq's own resume: the data position within the
-epoch, optimizer, schedule and update count are in it, so it logs the losses an uninterrupted run logs.
-
-``train()`` also refuses a ``distributed_training.distributed_world_size`` above 1 in a process that is not part of a
-process group: fairseq then trains every task alone on the whole data (under SLURM without ``scontrol`` on PATH,
-fairseq's ``infer_init_method`` silently falls back to that).
-"""
+SLURM warns a job before its time limit with the signal of ``--signal`` (submitit asks for SIGUSR2,
+sbatch scripts usually SIGUSR1) and stops it with SIGTERM. fairseq 0.12 handles none of them, and
+submitit's handler requeues without letting fairseq save. ``install()`` wraps fairseq_cli.train's
+``train()`` and ``validate_and_save()`` and fairseq's ``save_checkpoint`` so that the run saves
+``checkpoint_last.pt``, ends, and resumes with fairseq's own resume as if never stopped
+(docs/cluster.md, "Pre-emption and time limits")."""
 
 import functools
 import logging
@@ -70,6 +47,8 @@ def received_signal() -> int:
 
 
 def _handler(signum, frame) -> None:
+    """Record the signal: writing a checkpoint from inside an update is not safe, so the save waits
+    for the update boundary (``_validate_and_save_or_leave``)."""
     if os.getpid() != _state.pid:
         return  # a DataLoader worker: the trainer saves and ends, the worker keeps serving it until then
     if not _state.signum:
@@ -126,7 +105,15 @@ def _requeue_slurm_job(job_id: str) -> None:
 
 
 def _leave(signum: int, rank: int) -> None:
-    """End the process after the pre-emption checkpoint: hand over to the handler we replaced, requeue, exit."""
+    """After the pre-emption checkpoint: call the handler we replaced, requeue, exit.
+
+    A handler that was there before (submitit's, in a submitit job) gets the signal: on rank 0 it
+    pickles the job and requeues it (``scontrol requeue``; its local executor starts it again).
+    Otherwise, under SLURM, SIGUSR1 and SIGUSR2 (the time-limit warning) requeue the job from rank
+    0; SIGTERM does not (SLURM requeues a pre-empted job itself when its partition says so). Rank 0
+    then exits with ``PREEMPTED_EXIT_STATUS`` (run the same command again to resume), the other
+    ranks with 0, so that a cluster's kill-on-bad-exit cannot stop rank 0 before it has
+    requeued."""
     own = _state.signum or signum
     previous = _state.previous.get(own)
     if callable(previous):
@@ -142,6 +129,7 @@ def _validate_and_save_or_leave(original):
         signum = _agreed_signal(trainer)
         # What this update has anyway (validation, scheduled saves, the end of the run) happens first, as in an
         # uninterrupted run: skipping an epoch's validation would change which checkpoint is the best one.
+        # A run that ends here just ends; else checkpoint_last.pt is saved unless this update was.
         valid_losses, should_stop = original(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
         if not signum or should_stop:
             return valid_losses, should_stop
@@ -181,7 +169,9 @@ def _recording_saves(original):
 
 
 def check_distributed(cfg) -> None:
-    """Refuse ``distributed_world_size`` > 1 in a process outside any process group (each would train alone)."""
+    """Refuse ``distributed_world_size`` > 1 in a process outside any process group (each would
+    train alone on the whole data: fairseq's ``infer_init_method`` silently falls back to that, for
+    one, under SLURM without ``scontrol`` on PATH)."""
     world_size = cfg.distributed_training.distributed_world_size
     if world_size <= 1 or cfg.common.tpu or torch.distributed.is_initialized():
         return
@@ -213,8 +203,9 @@ def _train_with_handlers(original):
 
 
 def install() -> None:
-    """Wrap fairseq_cli.train's train() and validate_and_save(), and record fairseq's checkpoint saves (see the
-    module docstring). Idempotent."""
+    """Wrap fairseq_cli.train's train() (the first one of a process installs the handlers, main
+    thread only) and validate_and_save() (after every update the ranks agree on a signal, then save
+    and leave), and record fairseq's checkpoint saves. Idempotent."""
     from fairseq_cli import train as module
 
     if not getattr(module.train, _MARK, False):

@@ -1,21 +1,11 @@
 """fairseq's fp16/bf16 optimizer wrapper with its per-parameter copies done by torch's multi-tensor kernels.
 
-With ``common.bf16`` or ``common.fp16`` (the precisions a GPU trains in), fairseq's ``FP16Optimizer`` keeps an fp32
-master copy of the low-precision model and, every update, zero-fills the master gradients, copies every gradient into
-them and, after the step, every master weight back into the model: three Python loops over the parameters, each
-launching one small kernel per tensor (about 200 tensors for bio_roberta_base, 600 launches per update, ~400 for
-bio_megatron_345m). On a GPU those launches cost more host time than the copies cost the device, and the device waits
-for them between the backward pass and the next forward (the profile of a bio_roberta_base step: ``aten::copy_``
-~11 ms and zero-filling ~2 ms of 161 ms, and the GPU idle 17 % of the step).
-
-``MultiTensorFP16Optimizer`` is that wrapper with the three loops replaced by ``torch._foreach_copy_`` /
-``torch._foreach_zero_`` over each device's tensors: the same values in the same tensors (bit for bit: a copy with the
-same rounding), the same state dict and checkpoints, the same loss scaling. It covers both of fairseq's layouts: one
-fp32 tensor per parameter (bf16 always; fp16 with ``common.fp16_no_flatten_grads``) and one flat fp32 tensor per device
-(fp16's default). ``BioTrainer._build_optimizer`` (the plugin's trainer, ``trainer.py``) gives fairseq's wrapper
-these methods when fairseq chose exactly ``FP16Optimizer``; the memory-efficient and AMP wrappers, BMUF and the CPU's
-fp32 path are left as they are.
-"""
+Every update fairseq's ``FP16Optimizer`` zero-fills its fp32 master gradients, copies every
+gradient into them and every master weight back: three Python loops of one small kernel per tensor
+(about 600 launches per bio_roberta_base update), host time the GPU waits for between the backward
+pass and the next forward (benchmarks/README.md, "Master-weight copies in bf16").
+``MultiTensorFP16Optimizer`` does each loop as one multi-tensor kernel per device: the same bits,
+state dict, checkpoints and loss scaling."""
 
 from collections import defaultdict
 from typing import Dict, List, Tuple
@@ -25,13 +15,21 @@ from fairseq.optim.fp16_optimizer import FP16Optimizer
 
 
 class MultiTensorFP16Optimizer(FP16Optimizer):
-    """``FP16Optimizer`` whose gradient and weight copies run as one multi-tensor kernel per device."""
+    """``FP16Optimizer`` with its gradient and weight copies as one multi-tensor kernel per device.
+
+    ``torch._foreach_copy_`` / ``torch._foreach_zero_`` over each device's tensors give the same
+    values in the same tensors (a copy with the same rounding). Both of fairseq's layouts are
+    covered: one fp32 tensor per parameter (bf16 always; fp16 with
+    ``common.fp16_no_flatten_grads``) and one flat fp32 tensor per device (fp16's default)."""
 
     @classmethod
     def adopt(cls, optimizer: FP16Optimizer) -> FP16Optimizer:
         """Give the ``FP16Optimizer`` fairseq built these methods, in place (its state and the learning-rate
         scheduler's reference to it stay): only an instance of exactly that class, not a subclass it may have been
-        given by someone else."""
+        given by someone else.
+
+        ``BioTrainer._build_optimizer`` (``trainer.py``) calls it; the memory-efficient and AMP
+        wrappers, BMUF and the CPU's fp32 path are left as they are."""
         if type(optimizer) is FP16Optimizer and not torch.is_tensor(optimizer.fp32_params):  # (a dict when flat)
             optimizer.__class__ = cls
         return optimizer

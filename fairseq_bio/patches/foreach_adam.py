@@ -1,25 +1,11 @@
 """fairseq's ``adam`` with its update and its gradient norm as multi-tensor kernels: the same numbers, state and
 checkpoints.
 
-Without apex or fairseq's CUDA extension (pip installs have neither) fairseq's ``adam`` updates each parameter in a
-Python loop: about eight elementwise kernels per tensor (1,600 launches per bio_roberta_base update, 3,100 for
-bio_roberta_large), and its gradient norm is one norm kernel per tensor ("amp_C fused kernels unavailable"). On a GPU
-the device waits while the host launches them (the bio-lm recipe and most fine-tuning recipes train with
-``adam``). ``ForeachAdam.step`` does the same arithmetic in the same order with ``torch._foreach_*`` ops over the
-parameters that share a device and an update count (in chunks of at most ``CHUNK`` elements, which bounds the memory
-of the denominators made at once): about ten launches per chunk. ``clip_grad_norm`` becomes ``bio_adamw``'s
-``foreach_grad_norm`` (the same norm, one multi-tensor kernel per device and dtype).
-
-Only on ``DEVICES`` (CUDA): on a CPU there are no launches to save, and fairseq's loop is faster there, since each
-tensor's eight passes run while it is in the cache, where the multi-tensor ops stream every tensor through memory
-eight times (measured 0.76x for bio_roberta_base's step, ``benchmarks/master_copies.py``).
-
-``adopt`` (called by the plugin's trainer on every optimizer fairseq builds) gives these methods, by class, to
-exactly fairseq's ``FairseqAdam`` running fairseq's own ``Adam`` (not a fused one, not on a TPU) and to the composite
-optimizer's gradient norm, wherever they sit: alone, inside the fp16/bf16 wrappers or in a composite. A step with
-anything else in it (amsgrad, sparse or non-fp32 gradients or weights: the memory-efficient fp16 wrapper; a CPU) is
-fairseq's loop.
-"""
+Without apex or fairseq's CUDA extension (pip installs have neither) fairseq's ``adam`` updates
+each parameter in a Python loop, about eight elementwise kernels per tensor, and takes its gradient
+norm one kernel per tensor; on a GPU the device waits while the host launches them. ``ForeachAdam``
+does the same arithmetic in the same order with ``torch._foreach_*`` ops, and ``adopt`` gives it to
+the optimizers fairseq's trainer builds (docs/pretraining.md, "Precision and memory")."""
 
 import math
 from collections import defaultdict
@@ -29,10 +15,14 @@ import torch
 from fairseq.optim.adam import Adam, FairseqAdam
 from fairseq.optim.composite import FairseqCompositeOptimizer
 
-from .bio_adamw import foreach_grad_norm
+from ..optim.bio_adamw import foreach_grad_norm
 
-CHUNK = 2**27  # elements per multi-tensor launch group (512 MiB of fp32 denominators at most)
-DEVICES = ("cuda",)  # where the multi-tensor step runs (elsewhere fairseq's loop)
+# Elements per multi-tensor launch group: bounds the denominators made at once (512 MiB of fp32).
+CHUNK = 2**27
+# Where the multi-tensor step runs. On a CPU there are no launches to save and fairseq's loop is
+# faster: each tensor's eight passes run while it is in the cache, where the multi-tensor ops
+# stream every tensor through memory eight times.
+DEVICES = ("cuda",)
 
 
 class ForeachAdam(Adam):
@@ -85,7 +75,8 @@ class ForeachAdam(Adam):
 
 def _plain(group: dict) -> bool:
     """Whether fairseq's loop would do nothing but the fp32 arithmetic on this group (no amsgrad, no casts), on
-    ``DEVICES``."""
+    ``DEVICES``: sparse or non-fp32 gradients or weights (the memory-efficient fp16 wrapper) are
+    not."""
     if group.get("amsgrad", False):
         return False
     for p in group["params"]:
@@ -128,7 +119,13 @@ class ForeachCompositeOptimizer(ForeachGradNorm, FairseqCompositeOptimizer):
 
 def adopt(optimizer):
     """Give the optimizer fairseq's trainer built, and those inside it, the multi-tensor methods, in place (state,
-    the learning-rate scheduler's reference and checkpoints unchanged). Returns ``optimizer``."""
+    the learning-rate scheduler's reference and checkpoints unchanged). Returns ``optimizer``.
+
+    The plugin's trainer calls it on every optimizer fairseq builds. It changes, by class, exactly
+    fairseq's ``FairseqAdam`` running fairseq's own ``Adam`` (not a fused one, not on a TPU) and
+    the composite optimizer's gradient norm, wherever they sit: alone, inside the fp16/bf16
+    wrappers or in a composite. A step with anything else in it (``_plain``) stays fairseq's
+    loop."""
     inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None)
     if inner is not None:  # fairseq's fp16/bf16 wrappers: the optimizer of the fp32 (or low-precision) weights
         adopt(inner)

@@ -1,73 +1,22 @@
-"""``install()`` makes the plugin's changes to fairseq and torch; ``load_checkpoint`` (``checkpoints``'s) reads a
-checkpoint with torch's ``weights_only=True`` and the classes fairseq pickles allowlisted.
-
-``install()``, run when the plugin is imported, makes the changes to fairseq and torch that docs/stack.md lists ("What
-`import fairseq_bio` changes": each with why it must happen at import and the test that shows it): this allowlist,
-narrow repairs of fairseq 0.12 breaks that are not ours (each ``_install_*`` function below says what it repairs), and
-the changes of ``checkpoint_safety``, ``fp16_diagnosis``, ``preemption``, ``settings``, ``sharded`` and ``trainer`` (see
-their module docstrings).
-"""
+"""Narrow repairs of fairseq 0.12 breaks that are not the plugin's own: each ``_install_*`` function says what it
+repairs; docs/stack.md has the table of them with their tests."""
 
 import copy
 import functools
 import os
-import pickle
 import types
 
-import torch
 from omegaconf import open_dict
-
-from .checkpoints import (  # noqa: F401  (load_checkpoint and the allowlist: also read from here)
-    FAIRSEQ_SAFE_GLOBALS,
-    UnsafeCheckpointError,
-    load_checkpoint,
-    unsafe_refusal,
-)
 
 
 def install() -> None:
-    """Make the changes to fairseq and torch listed in docs/stack.md ("What `import fairseq_bio` changes"), all but
-    ``errors``'s. Idempotent; run when the plugin is imported."""
-    _install_numpy1_names()
-    _install_masked_lm_dictionary_load()
-    _install_one_log_file_handler()
+    """Make every repair below. Idempotent."""
     _install_cpu_ddp()
     _install_composite_weight_decay_scale()
+    _install_one_log_file_handler()
     _install_installed_user_dir()
-    from . import checkpoint_safety, fp16_diagnosis, preemption, settings, sharded, trainer
-
-    checkpoint_safety.install()
-    fp16_diagnosis.install()
-    preemption.install()
-    settings.install()
-    sharded.install()
-    trainer.install()
-    known = set(map(id, torch.serialization.get_safe_globals()))
-    # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
-    # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's
-    # default, weights_only=True: without it every rank but 0 fails to resume. Never written to a file, so not in
-    # FAIRSEQ_SAFE_GLOBALS (what checkpoint files hold).
-    from fairseq.distributed.utils import _TensorPlaceholder
-
-    allowed = FAIRSEQ_SAFE_GLOBALS + [_TensorPlaceholder]
-    torch.serialization.add_safe_globals([g for g in allowed if id(g) not in known])
-    from fairseq import checkpoint_utils
-
-    loader = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(loader, "fairseq_bio_refuses_unsafe", False):
-        return
-
-    @functools.wraps(loader)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        try:
-            return loader(path, *args, **kwargs)
-        except UnsafeCheckpointError:
-            raise
-        except pickle.UnpicklingError as e:
-            raise UnsafeCheckpointError(unsafe_refusal(path, e)) from None
-
-    load_checkpoint_to_cpu.fairseq_bio_refuses_unsafe = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+    _install_numpy1_names()
+    _install_masked_lm_dictionary_load()
 
 
 # The names numpy 2 removed that the installed fairseq uses, per module (fairseq/examples/ is left alone: no
@@ -94,7 +43,7 @@ def _numpy_with(names):
     """A view of numpy that adds ``names`` with their numpy-1 values; every other name is numpy's own."""
     import numpy
 
-    view = types.ModuleType("numpy", f"numpy plus numpy 1's {', '.join(names)} for fairseq (fairseq_bio.compat).")
+    view = types.ModuleType("numpy", f"numpy plus numpy 1's {', '.join(names)} for fairseq (fairseq_bio.patches.fairseq_repairs).")
     # PEP 562: consulted only for names the view lacks, so every other lookup is numpy's own, current attribute.
     view.__getattr__ = functools.partial(getattr, numpy)
     for name in names:
@@ -173,7 +122,7 @@ def _install_installed_user_dir():
     original = utils.import_user_module
     if getattr(original, "fairseq_bio_installed_user_dir", False):
         return
-    here = os.path.realpath(os.path.dirname(__file__))
+    here = os.path.realpath(os.path.dirname(os.path.dirname(__file__)))  # the plugin's package
 
     @functools.wraps(original)
     def import_user_module(args):

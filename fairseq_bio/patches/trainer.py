@@ -1,27 +1,17 @@
-"""The trainer fairseq-train builds once the plugin is imported: ``BioTrainer``, fairseq's Trainer with
-
-- ``ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``sharded.ShardedTrainer``, its base);
-- in bf16/fp16, fairseq's ``FP16Optimizer`` given multi-tensor copies between the model and its fp32 master weights
-  (``mixed_precision.MultiTensorFP16Optimizer``: the same bits, state and checkpoints; 3 kernels per update instead
-  of one per tensor each way);
-- fairseq's ``adam`` (alone, in those wrappers or in a composite) updating on CUDA with multi-tensor kernels, and its
-  and the composite's gradient norm too (``optim.foreach_adam``: the same numbers and state; fairseq's is a loop over
-  the parameters without apex);
-- a training update's logging that updates the same meters without reading their values back to the host, and
-  fairseq's ``AverageMeter`` taking a weight that is a device tensor (a criterion's masked-token count) without
-  reading it (``update_meter``).
-
-Everything else (the step, checkpoints, resume, the CPU path) is fairseq's. ``install()`` (called by
-``compat.install()``) makes ``fairseq_cli.train.Trainer`` this class: fairseq-train's ``main`` builds its trainer
-from that name, and a ``--user-dir`` plugin has no other hook.
-"""
+"""The trainer fairseq-train builds once the plugin is imported: ``BioTrainer``, fairseq's Trainer
+with ``ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``sharded``), multi-tensor copies to and
+from the fp32 master weights in bf16/fp16 (``mixed_precision``), multi-tensor ``adam`` updates and
+gradient norms on CUDA (``foreach_adam``), and a training update's logging that reads no meter back
+to the host (``update_meter``). Everything else is fairseq's. ``install()`` makes
+``fairseq_cli.train.Trainer`` this class: fairseq-train's ``main`` builds its trainer from that
+name, and a ``--user-dir`` plugin has no other hook."""
 
 import torch
 from fairseq import metrics
 from fairseq.logging import meters
 
 from .mixed_precision import MultiTensorFP16Optimizer
-from .optim import foreach_adam
+from . import foreach_adam
 from .sharded import ShardedTrainer
 
 _MARK = "fairseq_bio_trainer"

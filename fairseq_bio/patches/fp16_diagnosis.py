@@ -15,7 +15,7 @@ loss scale and never gets here. Idempotent.
 
 import functools
 
-from .errors import BioError
+from ..errors import BioError
 
 FP16_REMEDIES = (
     "lower optimization.lr or lengthen lr_scheduler.warmup_updates",
