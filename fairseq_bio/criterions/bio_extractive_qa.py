@@ -1,21 +1,10 @@
-"""bio_extractive_qa criterion: cross-entropy of the start and of the end position of each window (their mean, summed
-over windows; a window without the answer targets ``<s>``), over the context positions and ``<s>`` only (question
-pieces and padding masked out). In validation each question's n-best answers over all its windows are decoded
-(``data.qa_dataset.best_answers``) and scored against its gold answers as summable sums, from which ``reduce_metrics``
-derives, as percentages:
-
-- ``exact_match`` / ``f1``: SQuAD v1.1 (top answer; ``metrics.qa.squad_sums``);
-- ``strict_acc`` / ``lenient_acc`` / ``mrr``: BioASQ factoid (top answer; any of the top 5; mean reciprocal rank of
-  the first correct one among the top 5; ``metrics.qa.factoid_sums``), the gold answers taken as synonyms.
-
-With ``task.version_2_with_negative`` (SQuAD v2.0) the SQuAD answer of a question is "" (no answer) when its null
-score minus its best span's score exceeds ``task.null_score_diff_threshold`` (``data.qa_dataset.v2_predictions``),
-and ``HasAns_exact`` / ``HasAns_f1`` / ``NoAns_exact`` / ``NoAns_f1`` are derived as well
-(``metrics.qa.squad_v2_sums``); the factoid measures then cover the questions that have an answer.
-
-``checkpoint.best_checkpoint_metric`` can be any of them (the shipped config selects on ``mrr``, BioASQ's factoid
-ranking measure; ``f1`` for SQuAD v2.0).
-"""
+"""bio_extractive_qa criterion: cross-entropy of the start and of the end position of each window
+(their mean, summed over windows; a window without the answer targets ``<s>``), over the context
+positions and ``<s>`` only. In validation each question's n-best answers over all its windows are
+scored against its gold answers as summable sums, from which ``reduce_metrics`` derives
+percentages: SQuAD ``exact_match`` / ``f1`` (``HasAns_`` / ``NoAns_`` too for v2.0) and BioASQ
+factoid ``strict_acc`` / ``lenient_acc`` / ``mrr``, any of them a
+``checkpoint.best_checkpoint_metric`` (docs/fine-tuning.md, "Extractive QA")."""
 
 import math
 from dataclasses import dataclass
@@ -96,7 +85,12 @@ class BioExtractiveQACriterion(FairseqCriterion):
     def score(answers, golds, answered=None):
         """Summable sums of the questions' ranked answers against their gold answer texts. ``answered``: the SQuAD
         v2.0 answers ("" for none; then the ``HasAns`` sums too, and factoid sums over those questions only); None:
-        the top answers (v1.1)."""
+        the top answers (v1.1).
+
+        SQuAD scores the top answer (``metrics.qa.squad_v2_sums``); BioASQ factoid
+        (``metrics.qa.factoid_sums``, the gold answers taken as synonyms) the top answer (strict),
+        any of the top 5 (lenient) and the reciprocal rank of the first correct one among the top
+        5."""
         v2 = answered is not None
         top = answered if v2 else [a[0]["text"] if a else "" for a in answers]
         squad, has = squad_v2_sums(top, golds)

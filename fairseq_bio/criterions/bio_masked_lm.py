@@ -1,13 +1,11 @@
 """bio_masked_lm: fairseq's ``masked_lm`` loss with the LM head's output matmul and cross-entropy fused.
 
-fairseq's criterion asks the model for the ``N x V`` logits of the N masked positions, then takes their fp32
-log-softmax: at 128 x 512 tokens, 15 % masked and RoBERTa's 50,265 words that is 2 GB of fp32 activations kept for
-the backward pass and about 9 ms of a 161 ms H100 step. With ``fused_head`` (default) a ``bio_roberta``
-model computes the summed loss inside its forward by ``fused_lm_loss`` (torch's chunked ``linear_cross_entropy``),
-never holding the logits. The loss, sample size and logged values are fairseq's (the same sum over the same
-positions, including fairseq's rare all-positions case), so logs, checkpoints and the trainer see no difference;
-other models, ``fused_head=false`` and TPUs take fairseq's computation.
-"""
+fairseq's criterion asks the model for the ``N x V`` logits of the N masked positions and keeps
+their fp32 log-softmax for the backward pass (2 GB at 128 x 512 tokens, 15 % masked, RoBERTa's
+50,265 words). With ``fused_head`` (default) a ``bio_roberta`` model computes the same summed loss
+in its forward (``fused_lm_loss``, torch's chunked ``linear_cross_entropy``) without holding the
+logits. Loss, sample size and logged values are fairseq's, its rare all-positions case included;
+other models, ``fused_head=false`` and TPUs take fairseq's computation."""
 
 from dataclasses import dataclass, field
 

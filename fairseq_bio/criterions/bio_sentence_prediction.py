@@ -1,32 +1,11 @@
-"""bio_sentence_prediction criterion: cross-entropy (classification), binary cross-entropy per label (multi-label)
-or squared error (regression) on each example's window-pooled head output; in validation, summable statistics from
-which corpus-level metrics are derived, so ``checkpoint.best_checkpoint_metric`` selects on the whole dev set:
+"""bio_sentence_prediction criterion: cross-entropy (classification, optionally class-weighted),
+binary cross-entropy per label (multi-label) or squared error (regression) on each example's
+window-pooled head output.
 
-- classification: ``accuracy``, ``macro_f1`` (mean per-class F1 over classes in gold or predictions, PubMedQA's
-  evaluation.py), and ``precision`` / ``recall`` / ``f1`` micro-averaged over the positive classes (task.
-  negative_labels left out: BLURB's relation extraction);
-- multilabel: ``precision`` / ``recall`` / ``f1`` pooled over every (document, label) cell (BLURB's HoC, as
-  LinkBERT's ``eval_hoc``) and ``macro_f1`` (mean per-label F1); with ``task.group_documents`` (rows are sentences,
-  BLUE's HoC) the rows' gold and predicted labels are first ORed per document (batches never split one), and BLUE's
-  example-based ``example_precision`` / ``example_recall`` / ``example_f1`` (F1 of the mean per-document precision
-  and recall, BLUE's ``eval_hoc.py``) are logged too, over the documents with a gold label (``documents``; BLUE's
-  script divides by zero on the others, and its files have none);
-- regression: ``pearson`` from accumulated sums (BIOSSES).
-
-All are percentages. Each logs ``windows`` (rows the examples became) beside fairseq's ``nsentences``.
-
-The head reads the ``<s>`` state (fairseq's classification head), or with ``task.entity_representation=
-marker_start`` the concatenated states of the ``[E1]`` and ``[E2]`` tokens (``EntityStartClassificationHead``), or
-with ``mention_pool`` / ``marker_mention`` the two entity mentions' states, each max-pooled, concatenated
-(``MentionPoolClassificationHead``; the batch's ``mentions`` give their token spans).
-
-``criterion.class_weights`` weights the classes in the cross-entropy (single-label classification only; BioMegatron
-§5.5's weighted cross-entropy for imbalanced relation extraction): ``balanced`` gives class c the weight
-n / (K x n_c) over the n train examples (scikit-learn's ``compute_class_weight("balanced")``: the weights average 1
-over the train set, so the loss keeps its scale), or explicit weights per class. The loss is the weighted sum over
-the batch's examples divided by their number (``F.cross_entropy(weight=...)`` summed; not its weighted mean), in
-training and validation alike. Multi-label and regression losses have no classes to weight: refused in one line.
-"""
+In validation it logs summable statistics from which ``reduce_metrics`` derives corpus-level
+percentages (accuracy, macro F1 and positive-class micro F1; HoC's pooled and example-based F1;
+Pearson), so ``checkpoint.best_checkpoint_metric`` selects on the whole dev set
+(docs/fine-tuning.md, "Sentence-level tasks")."""
 
 import logging
 import math
@@ -89,7 +68,13 @@ class BioSentencePredictionCriterion(FairseqCriterion):
 
     def build_class_weights(self, spec: str) -> torch.Tensor:
         """``K`` weights in task.labels order from ``criterion.class_weights`` (``balanced``: counted over the train
-        split as the task reads it)."""
+        split as the task reads it).
+
+        BioMegatron §5.5's weighted cross-entropy for imbalanced relation extraction. ``balanced``
+        gives class c the weight n / (K x n_c) over the n train examples (scikit-learn's
+        ``compute_class_weight("balanced")``): the weights average 1 over the train set, so the
+        loss keeps its scale. Multi-label and regression losses have no classes to weight: refused
+        in one line."""
         option = f"criterion.class_weights={spec}"
         if self.kind != "classification":
             raise BioConfigError(
@@ -105,7 +90,13 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         return torch.tensor(weights, dtype=torch.float32)
 
     def pool(self, model, sample) -> torch.Tensor:
-        """``B x K`` head outputs of the batch's examples: the mean over each example's windows."""
+        """``B x K`` head outputs of the batch's examples: the mean over each example's windows.
+
+        The head reads the ``<s>`` state (fairseq's classification head); with
+        ``task.entity_representation=marker_start`` the concatenated states of the ``[E1]`` and
+        ``[E2]`` tokens (``EntityStartClassificationHead``); with ``mention_pool`` /
+        ``marker_mention`` the two entity mentions' states, each max-pooled, concatenated
+        (``MentionPoolClassificationHead``; the batch's ``mentions`` give their spans)."""
         representation = getattr(self.task, "representation", None)
         if representation == "marker_start":
             features, _ = model(**sample["net_input"], features_only=True)
@@ -124,6 +115,8 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         if target is None:
             loss = outputs.new_zeros(())
         elif self.kind == "classification":
+            # the weighted sum over the examples, divided by their number (sample_size), not
+            # torch's weighted mean: in training and validation alike
             weight = None if self.class_weight is None else self.class_weight.to(outputs)
             loss = F.cross_entropy(outputs, target, weight=weight, reduction="sum")
         elif self.kind == "multilabel":
@@ -151,8 +144,18 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         return outputs.squeeze(-1)
 
     def score(self, outputs, target, documents=None):
-        """Flat summable statistics of the batch (see the module docstring); ``documents`` (B, multilabel): the
-        document of each row, whose rows are ORed into one before counting (every row of a document is here)."""
+        """Flat summable statistics of the batch; ``documents`` (B, multilabel): each row's
+        document, whose rows are ORed into one before counting (batches never split a document).
+
+        - classification: per-class counts (``accuracy``; ``macro_f1`` over the classes in gold or
+          predictions, PubMedQA's evaluation.py) and counts over the positive classes
+          (``precision`` / ``recall`` / ``f1``, ``task.negative_labels`` left out: BLURB's relation
+          extraction);
+        - multilabel: per-label counts (``f1`` pooled over every (document, label) cell, BLURB's
+          HoC as LinkBERT's ``eval_hoc``; ``macro_f1`` per label); with ``documents``
+          (``task.group_documents``: BLUE's HoC sentence rows) also BLUE's example-based sums
+          (``example_f1``, BLUE's ``eval_hoc.py``; over the documents with a gold label);
+        - regression: Pearson sums (BIOSSES)."""
         predicted = self.predict(outputs).tolist()
         gold = target.tolist()
         if self.kind == "multilabel" and documents is not None:

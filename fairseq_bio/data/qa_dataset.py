@@ -1,29 +1,10 @@
 """Extractive-QA data: questions and contexts encoded with the encoder's own BPE, every context piece knowing the
 exact characters it covers, contexts windowed with a doc stride, and the n-best answer spans decoded back to text.
 
-Encoding. Contexts are split at whitespace into words and each word is encoded as the sentence tasks encode words
-(``WordEncoder``: a space before every word but the first for byte-level BPE). Each piece gets the character span
-it covers in the context: byte-level BPE counts each token's bytes; WordPiece, SentencePiece and subword-nmt pieces
-are found in the word after the tokenizer's own normalisation (lower case and accents stripped for uncased
-WordPiece, NFKC for SentencePiece), and a piece that cannot be found (``[UNK]``) covers what lies between its
-neighbours. An answer is always a context substring ``context[start_char(first piece):end_char(last piece)]``.
-
-Windows (BERT's ``run_squad.py``, as BioBERT ran it). A row is ``<s> question </s></s> context window </s>``: the
-question cut to ``max_query_length`` pieces, the window as long as the rest of the positions allow. Windows start
-every ``doc_stride`` context pieces (BERT's meaning: the step between window starts, not HF's overlap), the last
-one ending with the context, so every context piece is in at least one window; the step is never larger than a
-window. A piece in several windows belongs to the one where it has the most context (BERT's
-``_check_is_max_context``: min(pieces left, pieces right) + 0.01 x window length, the earlier window on ties); an
-answer may only start at a piece in the window it belongs to.
-
-Training targets (BERT's ``run_squad`` and HF's ``run_qa``): each window is its own example; a window that holds
-the whole first gold answer points its start and end at the answer's first and last piece, every other window
-points both at ``<s>`` (position 0), which the span head may also score. A SQuAD v2.0 unanswerable question has no
-answer in any window: all its windows point at ``<s>``. Decoding never answers ``<s>``: a question's answers are
-the best spans over all its windows. For SQuAD v2.0, ``null_score_diffs`` gives each question's null score (the
-smallest ``<s>`` start + end logit over its windows, as BERT and HF take it) minus its best span's score, and
-``v2_predictions`` answers "" where that difference exceeds the threshold (``null_score_diff_threshold``).
-"""
+Windows, training targets and decoding follow BERT's ``run_squad.py`` (as BioBERT ran it) and HF's
+``run_qa``, SQuAD v2.0's null answer included. An answer is always a context substring,
+``context[start_char(first piece):end_char(last piece)]`` (docs/fine-tuning.md, "Extractive
+QA")."""
 
 import logging
 import os
@@ -51,7 +32,14 @@ NO_ANSWER: Span = (-1, -1)  # the target of an unanswerable question: inside no 
 
 
 class OffsetEncoder:
-    """Dictionary ids of words (as ``WordEncoder``) with each piece's character span in the word (memoised)."""
+    """Dictionary ids of words (as ``WordEncoder``) with each piece's character span in the word.
+
+    Contexts are split at whitespace into words, each encoded as the sentence tasks encode words (a
+    space before every word but the first for byte-level BPE). Byte-level BPE counts each token's
+    bytes; WordPiece, SentencePiece and subword-nmt pieces are found in the word after the
+    tokenizer's own normalisation (lower case and accents stripped for uncased WordPiece, NFKC for
+    SentencePiece), and a piece that cannot be found (``[UNK]``) covers what lies between its
+    neighbours."""
 
     def __init__(self, word_encoder: WordEncoder):
         self.words = word_encoder
@@ -233,7 +221,8 @@ class EncodedQA:
 
 def doc_windows(n: int, capacity: int, stride: int) -> List[Span]:
     """Context piece windows ``[(start, end)]``: at most ``capacity`` pieces, starting every ``stride`` pieces
-    (never more than ``capacity``, so no piece is skipped), the last one reaching the end."""
+    (never more than ``capacity``, so no piece is skipped), the last one reaching the end.
+    ``stride`` has BERT's meaning, the step between window starts, not HF's overlap."""
     if capacity < 1:
         raise ValueError(f"no room for context pieces (capacity {capacity})")
     step = max(1, min(stride, capacity))
@@ -247,7 +236,9 @@ def doc_windows(n: int, capacity: int, stride: int) -> List[Span]:
 
 
 def max_context_windows(windows: Sequence[Span], n: int) -> np.ndarray:
-    """``n``: the window each context piece has the most context in (BERT's score; the earlier window on ties)."""
+    """``n``: the window each context piece has the most context in (BERT's
+    ``_check_is_max_context``: min(pieces left, pieces right) + 0.01 x window length; the earlier
+    window on ties). An answer may only start at a piece in the window it belongs to."""
     best = np.full(n, -1.0)
     owner = np.zeros(n, dtype=np.int64)
     for k, (a, b) in enumerate(windows):
@@ -267,7 +258,14 @@ def answer_pieces(starts: np.ndarray, ends: np.ndarray, start: int, end: int) ->
 
 
 class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
-    """SQuAD questions (each with all its windows), collated into rows ``<s> question </s></s> window </s>``."""
+    """SQuAD questions (each with all its windows), collated into rows ``<s> question </s></s>
+    window </s>``: the question cut to ``max_query_length`` pieces, the window as long as the rest
+    of the positions allow.
+
+    Each window is its own training example (BERT's ``run_squad``, HF's ``run_qa``): a window that
+    holds the whole first gold answer points its start and end at the answer's first and last
+    piece, every other window (and every window of a SQuAD v2.0 unanswerable question) at ``<s>``,
+    which the span head may also score."""
 
     def __init__(
         self,

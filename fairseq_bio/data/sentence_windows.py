@@ -1,21 +1,11 @@
 """Sentence-level examples (one text, or a pair) as rows of the encoder's positions, windowed so nothing is cut.
 
-A single text becomes ``<s> text </s>``, a pair RoBERTa's ``<s> a </s></s> b </s>``. A text longer than the
-positions (a HoC abstract, a PubMedQA context) is split at word boundaries into consecutive windows, each word in
-exactly one (``consecutive_windows``), or with ``overlap`` into windows that overlap by about half a window
-(``plan_windows``, as tagging does: twice the rows). A pair windows its second text and repeats the first in every
-window (the first keeps at least half the room, and only its first pieces when it is longer still). Every window
-is one row; an example's prediction is the mean of its rows' head outputs (``pool_windows``), in training and in
-scoring alike, so it is deterministic and every window counts.
-
-A relation with entity markers (``focus``: the words from its first marker to its last) is one row whatever its
-length: the whole text when it fits, else the one window centred on the markers (``centred_window``); a relation
-whose markers alone do not fit is refused (``WindowError``), never cut. With ``mentions`` (each entity's words, for
-a head that max-pools them) the focus is, unless given, the words from the first mention to the last, and each row
-carries the mentions' token spans (``mentions``: ``R x 2 x 2``, ``[start, end)`` positions in the row). Sentences
-of documents (``documents``: BLUE's HoC) are ordered by document when not shuffled, and batches never split a
-document, so per-batch document-level statistics add up to the corpus's.
-"""
+A single text becomes ``<s> text </s>``, a pair RoBERTa's ``<s> a </s></s> b </s>``. A text longer
+than the positions (a HoC abstract, a PubMedQA context) is split at word boundaries into windows
+(``plan_rows``); a relation with entity markers is the one window centred on them
+(``centred_window``). Every window is one row, and an example's prediction is the mean of its rows'
+head outputs (``pool_windows``), in training and in scoring alike, so it is deterministic and every
+window counts."""
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -48,7 +38,12 @@ def plan_rows(
     first: Sequence[int], second: Optional[Sequence[int]], max_positions: int, overlap: bool = False
 ) -> Tuple[Optional[int], List[Window], int]:
     """(pieces of the first text kept in every row of a pair, word windows over the windowed text, pieces one
-    window holds) for texts with these per-word piece counts."""
+    window holds) for texts with these per-word piece counts.
+
+    Windows follow each other, each word in exactly one (``consecutive_windows``), or with
+    ``overlap`` overlap by about half a window (``plan_windows``, as tagging does: twice the rows).
+    A pair windows its second text and repeats the first in every window: the first keeps at least
+    half the room, and only its first pieces when it is longer still."""
     windows = (lambda counts, room: plan_windows(counts, room)[0]) if overlap else consecutive_windows
     if second is None:
         capacity = max_positions - 2  # <s> text </s>
@@ -113,7 +108,16 @@ def pool_windows(rows: torch.Tensor, row_example: torch.Tensor, n: int) -> torch
 
 
 class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
-    """Encoded texts (one ``EncodedWords`` per text field) with optional targets, collated into window rows."""
+    """Encoded texts (one ``EncodedWords`` per text field) with optional targets, as window rows.
+
+    A relation with entity markers (``focus``: the words from its first marker to its last) is one
+    row whatever its length: the whole text when it fits, else the window centred on the markers; a
+    relation whose markers alone do not fit is refused (``WindowError``), never cut. With
+    ``mentions`` (each entity's words, for a head that max-pools them) the focus is, unless given,
+    the words from the first mention to the last, and each row carries the mentions' token spans
+    (``mentions``: ``R x 2 x 2``, ``[start, end)`` positions in the row). Sentences of documents
+    (``documents``: BLUE's HoC) are ordered by document when not shuffled, and batches never split
+    a document, so per-batch document-level statistics add up to the corpus's."""
 
     def __init__(
         self,

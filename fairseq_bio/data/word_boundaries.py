@@ -1,20 +1,8 @@
 """Where words begin, for any fairseq dictionary and the BPE that produced its symbols.
 
-Whole-word masking (pretraining) and word-level label alignment (fine-tuning) both need to know which
-subword tokens start a word. The rule depends on the tokenizer:
-
-- ``gpt2`` (byte-level BPE, bio-lm): dictionary symbols are GPT-2 token ids; a token begins a word when
-  its byte-level text starts with a space (``Ġ``). fairseq encodes a line without a leading space, so the
-  first word of every sentence has no ``Ġ``: it begins a word because it follows a control symbol.
-- ``sentencepiece``: a piece begins a word when it starts with ``▁``.
-- ``bert`` (WordPiece, PubMedBERT): a piece begins a word unless it starts with ``##``.
-- ``subword_nmt`` / ``fastbpe``: a token ends a word unless it ends with ``@@``; the next token then
-  continues the word.
-
-Control symbols (``<s>``, ``<pad>``, ``</s>``, ``<mask>``, fairseq's ``madeupword`` padding) belong to no
-word. ``<unk>`` stands for a whole word in WordPiece, but for an unknown character inside a word in
-SentencePiece (whose ``▁`` then comes as a piece of its own).
-"""
+Whole-word masking (pretraining) and word-level label alignment (fine-tuning) both need to know
+which subword tokens start a word. The rule depends on the tokenizer (``WordBoundaries.from_bpe``);
+control symbols belong to no word."""
 
 import json
 import os
@@ -49,7 +37,19 @@ class WordBoundaries:
 
     @classmethod
     def from_bpe(cls, dictionary, bpe: Mapping[str, Any]) -> "WordBoundaries":
-        """Flags for ``dictionary`` whose symbols were produced by the fairseq BPE described by ``bpe``."""
+        """Flags for ``dictionary``, whose symbols the fairseq BPE described by ``bpe`` produced.
+
+        - ``gpt2`` (byte-level BPE, bio-lm): symbols are GPT-2 token ids; a token begins a word
+          when its byte-level text starts with a space (``Ġ``). fairseq encodes a line without a
+          leading space, so the first word of a sentence has no ``Ġ``: it begins a word because it
+          follows a control symbol (``word_starts``).
+        - ``sentencepiece``: a piece begins a word when it starts with ``▁``.
+        - ``bert`` (WordPiece, PubMedBERT): a piece begins a word unless it starts with ``##``.
+        - ``subword_nmt`` / ``fastbpe``: a token ends a word unless it ends with ``@@``; the next
+          token then continues the word.
+
+        ``<unk>`` stands for a whole word in WordPiece, but for an unknown character inside a word
+        in SentencePiece (whose ``▁`` then comes as a piece of its own)."""
         name = bpe["_name"]
         symbols = [dictionary[i] for i in range(len(dictionary))]
         special = special_symbols(dictionary)

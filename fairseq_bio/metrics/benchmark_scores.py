@@ -1,36 +1,11 @@
-"""The BLURB and BLUE benchmark metrics: a benchmark's datasets (``Benchmark`` / ``BenchmarkTask``: task type and
-metric), every metric of a prediction file's predictions (``prediction_scores``), trivial baselines and the aggregate.
-Which datasets each benchmark has, and their metrics, is the dataset table ``hydra_configs/runner/datasets.yaml``
-(``fairseq_bio.runner.datasets`` builds ``BLURB`` and ``BLUE`` from it).
+"""The BLURB, BLUE and bio-lm benchmark metrics: a benchmark's datasets (``Benchmark`` /
+``BenchmarkTask``: task type and metric), every metric of a prediction file's predictions
+(``prediction_scores``), trivial baselines and the aggregate.
 
-**BLURB** (Gu et al. 2020, §4 and Table 3): 13 datasets in six task types. "We group the datasets by their task
-types, compute the average score for each task type, and report the macro average among the task types":
-
-    BLURB = mean over the six types t of ( mean over the datasets d of type t of score_d )
-
-so the five NER sets together weigh as much as BIOSSES alone. Fed the per-dataset numbers of seed 001's Table 6 this
-reproduces its BLURB scores (e.g. 81.10 for PubMedBERT, 75.99 for BERT-uncased) to 0.01.
-
-**BLUE** (Peng et al. 2019, ncbi-nlp/BLUE_Benchmark README): ten datasets in five task types, four of them clinical
-(MedSTS, ShARe/CLEFE, i2b2-2010, MedNLI: licence-gated, so users bring them), with BLUE's own dataset versions
-(its DDI and ChemProt TSVs, its sentence-level HoC) and metrics (HoC: example-based F1, not BLURB's micro F1);
-the BLUE score is the plain average over the ten datasets.
-
-**bio-lm** (Lewis et al. 2020, Tables 1-4): 18 datasets in two task types (sequence labelling, classification) and
-two domains (PubMed, clinical: ``BenchmarkTask.clinical``); each dataset's result is the *median* over its runs, and
-Table 2's summary rows are plain means of those: per task type, per domain (``BenchmarkScore.per_domain``) and over
-all 18 (the score). Fed Table 2's per-task numbers this reproduces its five summary rows to 0.1 (the inputs are
-rounded to 0.1).
-
-**Partial scores.** A dataset that is missing (absent, or ``None``) is listed, and the score is marked *partial*
-with the task types it covers and those it covers only in part: BLURB's score is then the macro average over the
-covered types, BLUE's the average over the present datasets, never presented as the full benchmark's.
-
-Scores are averaged as given, so give every dataset on one scale (the papers' tables and the runner use percent).
-A dataset's value may be a list of per-seed (or per-fold) results; the benchmark's ``statistic`` of them is used: the
-mean for BLURB and BLUE (PubMedBERT §6.2 reports the mean over five seeds, ten for BIOSSES, PubMedQA and BioASQ), the
-median for bio-lm (§5.2: "report the median result on the test sets").
-"""
+Which datasets each benchmark has, and their metrics, is the dataset table
+``hydra_configs/runner/datasets.yaml`` (``fairseq_bio.runner.datasets`` builds the benchmarks from
+it). Scores are averaged as given, so give every dataset on one scale (the papers' tables and the
+runner use percent)."""
 
 import math
 import numbers
@@ -261,7 +236,15 @@ DOMAINS = {False: "pubmed", True: "clinical"}  # per_domain's keys, by Benchmark
 class Benchmark:
     """A benchmark: its datasets in table order, how their scores combine (``by_type`` or ``mean``), which
     statistic of a dataset's runs is its result (``mean`` or ``median``) and whether the score comes with
-    per-domain means (PubMed / clinical, bio-lm's Table 2)."""
+    per-domain means (PubMed / clinical, bio-lm's Table 2).
+
+    BLURB (Gu et al. 2020, §4) is ``by_type``: "We group the datasets by their task types, compute
+    the average score for each task type, and report the macro average among the task types", so
+    the five NER sets together weigh as much as BIOSSES alone. BLUE (Peng et al. 2019) and bio-lm
+    (Lewis et al. 2020, Table 2) take the plain ``mean`` over their datasets; bio-lm's summary rows
+    are plain means per task type and per domain too. The statistic is the mean for BLURB and BLUE
+    (PubMedBERT §6.2 reports the mean over five seeds, ten for BIOSSES, PubMedQA and BioASQ) and
+    the median for bio-lm (§5.2: "report the median result on the test sets")."""
 
     name: str
     tasks: Tuple[BenchmarkTask, ...]
@@ -298,8 +281,12 @@ class Benchmark:
         return tuple(t.name for t in self.tasks if types is None or t.task_type in types)
 
     def score(self, results: Mapping[str, Union[float, Sequence[float], None]]) -> "BenchmarkScore":
-        """The aggregate of per-dataset results (a number, per-seed numbers, or ``None``: missing), partial if any
-        miss."""
+        """The aggregate of per-dataset results (a number, per-run numbers, or ``None``: missing).
+
+        With a dataset missing the score is *partial*, with the task types it covers and those it
+        covers only in part: a ``by_type`` score is then the macro average over the covered types,
+        a ``mean`` score the average over the present datasets, never presented as the full
+        benchmark's."""
         given: Dict[str, float] = {}
         named: Dict[str, str] = {}
         for name, value in results.items():

@@ -1,45 +1,9 @@
 """Sentence- and document-level classification metrics for BLURB and BLUE, each from summable counts.
 
-**Relation extraction (micro P/R/F1 over the positive classes).** BLURB scores ChemProt, DDI and GAD by "micro
-F1" (Gu et al. 2020, Table 3) over every class but the negative one: ``false`` in ChemProt, ``DDI-false`` in DDI and
-``0`` in GAD in BLURB's data-generation TSVs; the seqcls files made from them (michiyasunaga/LinkBERT
-``scripts/preprocess_blurb.py``; the files under ``../shared/data/re``) rename every negative to ``0``, and LinkBERT's
-``PRF1`` metric (``src/seqcls/run_seqcls.py``) is, over examples i,
-
-    correct = #{i: pred_i == gold_i, pred_i positive},  pred = #{i: pred_i positive},  gold = #{i: gold_i positive}
-    P = correct / pred,  R = correct / gold,  F1 = 2PR / (P + R)
-
-which is ``sklearn.metrics.f1_score(gold, pred, labels=<positive labels>, average="micro")``. BLUE's ``eval_rel.py`` /
-``ddi/eval_ddi.py`` / ``i2b2_2010/eval_i2b2.py`` (ncbi-nlp/BLUE_Benchmark) compute the same micro average over the
-classes left after dropping ``false`` / ``DDI-false``. A label is negative when it, or its ``str()``, is in
-``negatives`` (default :data:`NEGATIVE_LABELS`), so integer class ids work too.
-
-**Accuracy and macro F1 (PubMedQA, BioASQ yes/no, MedNLI).** pubmedqa/pubmedqa ``evaluation.py`` reports
-``accuracy_score`` and ``f1_score(average="macro")``: the mean per-class F1 over the classes seen in gold or
-predictions. Both follow from per-class counts (:func:`class_counts`), which also give the RE micro F1.
-
-**HoC, BLURB.** Gu et al. §4.5: "average micro F1 across the ten cancer hallmarks". BLURB's HoC rows are sentences
-whose id is ``<PMID>_<n>``; the public BLURB implementation (michiyasunaga/LinkBERT ``src/seqcls/utils_hoc.py``
-``eval_hoc``, whose scores are on the BLURB leaderboard and which SciFive and others cite for comparability) first
-ORs the ten binary labels of all rows of one abstract (id up to the first ``_``), then pools every
-(abstract, hallmark) cell:
-
-    correct = #{(d, h): pred[d,h] = gold[d,h] = 1},  pred = #{pred[d,h] = 1},  gold = #{gold[d,h] = 1}
-    P = correct / pred,  R = correct / gold,  F1 = 2PR / (P + R)        (0 where a denominator is 0)
-
-i.e. ``sklearn.metrics.f1_score(Y_gold, Y_pred, average="micro")`` on the abstracts x 10 indicator matrix. The
-abstract-level files here (``../shared/data/hoc``, one row per PMID) make the grouping the identity. One third-party
-BLURB evaluator (a "BioNLP Benchmarking" package's ``HoCEvaluator``) reports under the name ``average_micro_f1`` the
-*macro* average of the ten per-hallmark F1s; ``hoc_prf(..., average="macro")`` gives that for comparison.
-
-**HoC, BLUE.** Peng et al. 2019 report "the example-based F1-score on the abstract level"; BLUE's ``eval_hoc.py``
-groups rows by abstract the same way and computes, over abstracts d with gold set G_d and predicted set P_d,
-
-    P = mean_d |G_d & P_d| / |P_d|   (0 when P_d is empty),   R = mean_d |G_d & P_d| / |G_d|,   F1 = 2PR / (P + R)
-
-(F1 of the mean precision and mean recall, not the mean per-abstract F1). BLUE dropped the abstracts with no
-hallmark, and its script divides by |G_d|; here such an abstract is a one-line error.
-"""
+Relation extraction: micro P/R/F1 over the positive classes (``micro_prf``). PubMedQA, BioASQ
+yes/no and MedNLI: accuracy and macro F1 (``accuracy``, ``macro_f1``). HoC: BLURB's F1 over
+(abstract, hallmark) cells (``hoc_prf``) and BLUE's example-based F1 (``blue_hoc_prf``). Each
+function names the reference it matches."""
 
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass, fields, is_dataclass
@@ -50,6 +14,10 @@ from .tagging import SpanCounts
 
 # The negative class of every RE release BLURB and BLUE use: BLURB's seqcls files and GAD ("0"), ChemProt and
 # i2b2-2010 ("false"), BLUE's DDI TSVs ("DDI-false").
+# BLURB's data-generation TSVs say "false" (ChemProt), "DDI-false" (DDI) and "0" (GAD); the seqcls
+# files made from them (michiyasunaga/LinkBERT ``scripts/preprocess_blurb.py``;
+# ``../shared/data/re``) rename every negative to "0". A label is negative when it or its ``str()``
+# is listed, so integer class ids work too.
 NEGATIVE_LABELS = frozenset({"0", "false", "DDI-false"})
 
 
@@ -120,7 +88,15 @@ def positive_counts(
 def micro_prf(
     gold: Sequence[Hashable], pred: Sequence[Hashable], negatives: Iterable = NEGATIVE_LABELS
 ) -> Tuple[float, float, float]:
-    """Micro (precision, recall, F1) over the positive classes (BLURB/BLUE relation extraction)."""
+    """Micro (precision, recall, F1) over the positive classes (BLURB/BLUE relation extraction).
+
+    BLURB scores ChemProt, DDI and GAD by "micro F1" (Gu et al. 2020, Table 3) over every class but
+    the negative one; LinkBERT's ``PRF1`` (``src/seqcls/run_seqcls.py``) counts, over examples i,
+    correct = #{pred_i == gold_i, pred_i positive}, pred = #{pred_i positive}, gold = #{gold_i
+    positive}, which is ``sklearn.metrics.f1_score(gold, pred, labels=<positive labels>,
+    average="micro")``. BLUE's ``eval_rel.py`` / ``ddi/eval_ddi.py`` / ``i2b2_2010/eval_i2b2.py``
+    (ncbi-nlp/BLUE_Benchmark) compute the same average over the classes left after dropping
+    ``false`` / ``DDI-false``."""
     return positive_counts(gold, pred, negatives).prf()
 
 
@@ -155,7 +131,9 @@ def macro_f1_from(counts: Mapping[Hashable, SpanCounts], labels: Optional[Sequen
 
 
 def macro_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], labels: Optional[Sequence[Hashable]] = None) -> float:
-    """Macro F1 as PubMedQA's evaluation.py (``f1_score(average="macro")``): mean per-class F1."""
+    """Macro F1 as pubmedqa/pubmedqa's ``evaluation.py`` (``f1_score(average="macro")``): mean
+    per-class F1 over the classes seen in gold or predictions (that script's other score is
+    ``accuracy``)."""
     return macro_f1_from(class_counts(gold, pred), labels)
 
 
@@ -235,7 +213,9 @@ def add_multilabel_counts(*many: Sequence[SpanCounts]) -> List[SpanCounts]:
 
 
 def hoc_prf_from(counts: Sequence[SpanCounts], average: str = "micro") -> Tuple[float, float, float]:
-    """HoC (precision, recall, F1) of per-label counts: pooled cells (``micro``, BLURB) or mean per label."""
+    """HoC (precision, recall, F1) of per-label counts: pooled cells (``micro``, BLURB) or mean per
+    label (``macro``: what one third-party BLURB evaluator, a "BioNLP Benchmarking" package's
+    ``HoCEvaluator``, reports under the name ``average_micro_f1``; here for comparison)."""
     if average == "micro":
         return sum(counts, SpanCounts()).prf()
     if average == "macro":
@@ -252,7 +232,17 @@ def hoc_prf(
     ids: Optional[Sequence[Any]] = None,
     average: str = "micro",
 ) -> Tuple[float, float, float]:
-    """BLURB's HoC (precision, recall, F1): rows ORed per abstract, then micro over all (abstract, hallmark) cells."""
+    """BLURB's HoC (precision, recall, F1): rows ORed per abstract, then micro over all (abstract,
+    hallmark) cells.
+
+    Gu et al. §4.5: "average micro F1 across the ten cancer hallmarks". The public BLURB
+    implementation (michiyasunaga/LinkBERT ``src/seqcls/utils_hoc.py`` ``eval_hoc``, whose scores
+    are on the BLURB leaderboard and which SciFive and others cite) ORs the ten binary labels of
+    all sentence rows of one abstract (id ``<PMID>_<n>`` up to the first ``_``), then pools every
+    cell: correct = #{pred[d,h] = gold[d,h] = 1}, pred = #{pred[d,h] = 1}, gold = #{gold[d,h] = 1},
+    i.e. ``sklearn.metrics.f1_score(Y_gold, Y_pred, average="micro")`` on the abstracts x 10
+    indicator matrix. The abstract-level files here (``../shared/data/hoc``, one row per PMID) make
+    the grouping the identity."""
     return hoc_prf_from(multilabel_counts(gold, pred, ids), average)
 
 
@@ -309,7 +299,15 @@ def example_based_sums(
 def blue_hoc_prf(
     gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], ids: Optional[Sequence[Any]] = None
 ) -> Tuple[float, float, float]:
-    """BLUE's HoC (precision, recall, F1): example-based over abstracts, F1 of the mean precision and recall."""
+    """BLUE's HoC (precision, recall, F1): example-based over abstracts, F1 of the mean precision
+    and recall.
+
+    Peng et al. 2019 report "the example-based F1-score on the abstract level"; BLUE's
+    ``eval_hoc.py`` groups rows by abstract as BLURB's does and computes, over abstracts d with
+    gold set G_d and predicted set P_d, P = mean_d |G_d & P_d| / |P_d| (0 when P_d is empty), R =
+    mean_d |G_d & P_d| / |G_d| and F1 = 2PR / (P + R), not the mean per-abstract F1. BLUE dropped
+    the abstracts with no hallmark and its script divides by |G_d|; here such an abstract is a
+    one-line error."""
     return example_based_sums(gold, pred, ids).prf()
 
 

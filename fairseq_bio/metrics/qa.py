@@ -1,39 +1,10 @@
 """Extractive-QA metrics: SQuAD exact match / token F1 and BioASQ factoid strict / lenient accuracy and MRR.
 
-**SQuAD** (the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py``, Rajpurkar et al.). An answer is normalised by
-lower-casing, deleting ASCII punctuation (``string.punctuation``), deleting the articles ``a``/``an``/``the`` as
-whole words, and collapsing whitespace. EM is 1 when the normalised prediction equals a normalised gold answer;
-F1 is the bag-of-tokens F1 of the normalised token lists (``Counter`` intersection); each takes the maximum over the
-gold answers and is averaged over questions. An empty token list on either side scores 1 only if both are empty
-(v2.0; v1.1 scores both-empty 0, but v1.1 has no empty gold answers, so the two agree on v1.1 data); gold answers
-that normalise to nothing are dropped, and a question left with none is unanswerable (gold ``""``), as in v2.0.
-
-**SQuAD v2.0** (``evaluate-v2.0.py``). A question has an answer when its gold list is not empty (the script's
-``bool(qa["answers"])``); an unanswerable one has gold ``""``, so the empty prediction scores EM = F1 = 1 on it and
-any other scores 0. ``squad_v2_eval`` gives the script's output: ``exact`` / ``f1`` / ``total`` over all questions and
-the same for ``HasAns_`` and ``NoAns_`` questions (percentages; a group with no question is left out).
-``best_null_threshold`` is the script's ``find_best_thresh`` (``--na-prob-file``) with the null score diffs as
-"no-answer probabilities" and each question's best span as its prediction: the threshold on the diff (answer "" above
-it) that maximises exact / F1, as ``best_exact`` / ``best_exact_thresh`` / ``best_f1`` / ``best_f1_thresh``.
-
-**BioASQ factoid** (Task b phase B; BioASQ/Evaluation-Measures ``QuestionAnswerEvaluator`` and
-``EvaluatorTask1b``, the measures BioBERT and BioMegatron report). A system gives up to five ranked answers per
-question, each one string or a list of synonyms; the gold exact answer is a list of synonyms (nested lists are
-flattened, as the official reader does). Both sides are lower-cased (``Task1bData.readExactAnswerArray``) and
-compared by exact string equality, with no other normalisation. Per question, *strict* is 1 when the first answer
-matches a gold synonym, *lenient* when any answer does, and the reciprocal rank is 1/k for the first matching
-answer k (0 without one); strict accuracy, lenient accuracy and MRR are their means over factoid questions. The
-evaluator scores whatever list it is given; the challenge caps it at five, so answers past ``max_answers`` (5) are
-ignored here.
-
-**BioASQ snippets as one question** (BioBERT's ``transform_n2b_factoid``, dmis-lab/biobert-pytorch). BioBERT's SQuAD
-form of BioASQ has one entry per (question, snippet), id ``<question id>_<nnn>``; the answer to the question is
-made from the answers of all its snippets: pooled and taken in order of probability, each cleaned (one trailing
-comma, full stop or space removed, or else a single pair of enclosing parentheses removed; an answer with an
-unbalanced parenthesis dropped), empty or over 100 characters dropped, case-insensitive duplicates merged by adding
-their probabilities (the first spelling kept), then ranked by the summed probability; the top five are the
-question's ranked answers (``merge_snippet_answers``).
-"""
+SQuAD scores are those of the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` (Rajpurkar et
+al.), v2.0's unanswerable questions and best null threshold included; BioASQ factoid scores those
+of BioASQ/Evaluation-Measures (Task b phase B, as BioBERT and BioMegatron report them), with
+BioBERT's merge of per-snippet answers into one ranked list per question
+(``merge_snippet_answers``)."""
 
 import re
 import string
@@ -51,13 +22,15 @@ Answer = Union[str, Sequence[str]]
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD's answer normalisation: lower case, no punctuation, no articles, single spaces."""
+    """SQuAD's answer normalisation: lower case, no ASCII punctuation (``string.punctuation``), no
+    articles (``a``/``an``/``the`` as whole words), single spaces."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def _gold_answers(gold: Union[str, Sequence[str]], question: Optional[int] = None) -> List[str]:
-    """Gold answers that survive normalisation, or ``[""]`` (unanswerable) as SQuAD v2.0."""
+    """Gold answers that survive normalisation, or ``[""]`` (unanswerable) as SQuAD v2.0: the empty
+    prediction then scores EM = F1 = 1 on it and any other 0."""
     if isinstance(gold, str):
         gold = [gold]
     for a in gold:
@@ -68,7 +41,9 @@ def _gold_answers(gold: Union[str, Sequence[str]], question: Optional[int] = Non
 
 
 def _token_f1(prediction: str, gold: str) -> float:
+    """Bag-of-tokens F1 of the normalised token lists (``Counter`` intersection)."""
     pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    # 1 only when both are empty, as v2.0 (v1.1 scores that 0 but has no empty gold answer)
     if not pred_tokens or not gold_tokens:
         return float(pred_tokens == gold_tokens)
     same = sum((Counter(pred_tokens) & Counter(gold_tokens)).values())
@@ -122,7 +97,8 @@ def has_answer(gold: Union[str, Sequence[str]]) -> bool:
 
 
 def squad_sums(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> SquadSums:
-    """SQuAD sums of aligned predictions and gold answer lists (``[]`` or ``""``: unanswerable, SQuAD v2.0)."""
+    """SQuAD sums of aligned predictions and gold answer lists (``[]`` or ``""``: unanswerable,
+    SQuAD v2.0); each question's EM and F1 are the best over its gold answers."""
     scores = _question_scores(predictions, golds)
     return SquadSums(sum(e for e, _ in scores), sum(f for _, f in scores), len(scores))
 
@@ -155,10 +131,12 @@ def best_null_threshold(
     null_score_diffs: Sequence[Optional[float]],
     golds: Sequence[Union[str, Sequence[str]]],
 ) -> Dict[str, float]:
-    """The null score diff threshold that maximises EM and F1 when "" is answered above it and the best span
-    otherwise: the official ``find_best_thresh`` (questions in order of their diff, each switched from "" to its span
-    in turn; starts from every question answered "" with threshold 0.0, keeps the first best; a diff of None, no span,
-    is never answered). Returns ``best_exact``, ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh`` (percentages)."""
+    """The null score diff threshold that maximises EM and F1 when "" is answered above it and the
+    best span otherwise: the official ``find_best_thresh`` (``--na-prob-file``) with the null score
+    diffs as "no-answer probabilities" (questions in order of their diff, each switched from "" to
+    its span in turn; starts from every question answered "" with threshold 0.0, keeps the first
+    best; a diff of None, no span, is never answered). Returns ``best_exact``,
+    ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh`` (percentages)."""
     diffs, golds = list(null_score_diffs), list(golds)
     scores = _question_scores(span_predictions, golds)
     if len(diffs) != len(scores):
@@ -212,7 +190,15 @@ def factoid_sums(
     golds: Sequence[Answer],
     max_answers: Optional[int] = BIOASQ_MAX_ANSWERS,
 ) -> FactoidSums:
-    """BioASQ factoid sums of ranked answer lists (each answer a string or synonyms) against gold synonym lists."""
+    """BioASQ factoid sums of ranked answer lists (each answer a string or synonyms) against gold
+    synonym lists.
+
+    As BioASQ/Evaluation-Measures' ``QuestionAnswerEvaluator`` / ``EvaluatorTask1b``: both sides
+    lower-cased (``Task1bData.readExactAnswerArray``; nested gold lists flattened) and compared by
+    exact string equality, with no other normalisation. *Strict* is 1 when the first answer matches
+    a gold synonym, *lenient* when any does, the reciprocal rank 1/k for the first matching answer
+    k (0 without one). The evaluator scores whatever list it is given; the challenge caps it at
+    five, so answers past ``max_answers`` are ignored."""
     predictions, golds = list(predictions), list(golds)
     if len(predictions) != len(golds):
         raise ValueError(f"{len(golds)} questions but {len(predictions)} ranked answer lists")
@@ -239,7 +225,9 @@ MAX_FACTOID_ANSWER_CHARS = 100
 
 
 def snippet_question_id(example_id: str) -> str:
-    """The question id of a snippet entry ``<question id>_<nnn>``; any other id is its own question."""
+    """The question id of a snippet entry ``<question id>_<nnn>`` (BioBERT's SQuAD form of BioASQ,
+    ``transform_n2b_factoid``: one entry per question and snippet); any other id is its own
+    question."""
     match = _SNIPPET_ID.fullmatch(example_id)
     return match.group(1) if match else example_id
 
@@ -258,8 +246,13 @@ def clean_factoid_answer(text: str) -> str:
 def merge_snippet_answers(
     answers: Sequence[Dict[str, Any]], max_answers: Optional[int] = BIOASQ_MAX_ANSWERS
 ) -> List[Dict[str, Any]]:
-    """One question's ranked answers from the answers of all its snippets (``{"text", "probability"}`` each), as
-    ``{"text", "probability"}`` with the summed probability, best first."""
+    """One question's ranked answers from the answers of all its snippets (``{"text",
+    "probability"}`` each), as ``{"text", "probability"}`` with the summed probability, best first.
+
+    As BioBERT's ``transform_n2b_factoid`` (dmis-lab/biobert-pytorch): answers pooled in order of
+    probability, each cleaned (``clean_factoid_answer``), empty or over 100 characters dropped,
+    case-insensitive duplicates merged by adding their probabilities (the first spelling kept),
+    then ranked by the summed probability."""
     merged: Dict[str, Dict[str, Any]] = {}
     for answer in sorted(answers, key=lambda a: -float(a["probability"])):  # stable: file order among ties
         text = clean_factoid_answer(str(answer["text"]))

@@ -1,49 +1,9 @@
 """Tagging metrics: entity-level P/R/F1 with conlleval semantics, and word-level macro F1 for PICO.
 
-**Chunks (conlleval).** A tag is split at its first hyphen into a prefix and a type (``B-Disease`` -> ``B``,
-``Disease``; ``O`` and bare ``B``/``I`` have the empty type), as conlleval.pl does. Chunk boundaries follow the
-``startOfChunk``/``endOfChunk`` rules of conlleval.pl as extended for BIOES by seqeval's default mode (which
-is conlleval-compatible):
-
-- a chunk ends before a tag when the previous tag is ``E``, ``S``, ``[`` or ``]``; when the previous tag is ``B``
-  or ``I`` and this one is ``B``, ``S`` or ``O``; or when the type changes after any tag but ``O`` and ``.``;
-- a chunk starts at ``B``, ``S``, ``[`` and ``]``; at ``I`` or ``E`` after ``O``, ``E`` or ``S``; and at any tag
-  but ``O`` and ``.`` whose type differs from the previous one's.
-
-So an ``I-X`` after ``O`` or after another type starts a chunk (IOB1-style input), ``B-X B-X`` is two chunks,
-``E-X`` without a ``B-X`` is a chunk of its own, and BIOUL's ``L``/``U`` read as ``E``/``S``. ``[``/``]`` are
-one-word chunks (conlleval's correction of 1998-12-22) and ``.`` never starts a chunk. Choices made where
-conlleval.pl and seqeval disagree or are undefined (inputs no tagging scheme produces): ``E-X B-X`` is two chunks
-(seqeval; conlleval.pl neither ends nor starts one there); a chunk that starts while another is open closes the
-open one (conlleval.pl counts both as found and neither as correct); an ``O`` word and the end of a sentence close
-whatever is open (conlleval.pl keeps a bare ``B`` chunk open across ``. O``). Every sentence is scored on its own:
-chunks never run across sentences.
-
-A predicted chunk is correct when its type, start and end equal a gold chunk's; precision = correct / predicted,
-recall = correct / gold, F1 = 2PR / (P + R), micro-averaged over all chunks of all sentences (conlleval's
-``FB1``; seqeval's ``f1_score`` default).
-
-**PICO (BLURB §4.1, EBM-NLP).** "For each of the PIO elements in an abstract, we tally the F1 score at the word
-level, and then compute the final score as the average among PIO elements in the dataset" (Gu et al. 2020). The
-EBM-NLP evaluation (``models/eval.py``, github.com/bepnye/EBM-NLP) scores each element over the words of all test
-documents with its "No Label" class left out. Here every word's label is its tag with the ``B-``/``I-``/... prefix
-stripped (``O`` stays ``O``); for each label L, over all words of all sentences,
-
-    F1_L = 2 * correct_L / (gold_L + pred_L)    (0 when both are 0)
-
-with gold_L / pred_L the words whose gold / predicted label is L and correct_L those where both are L, and
-
-    word macro F1 = mean of F1_L over the labels seen in gold or predictions, minus ``exclude`` (``O``),
-
-equal to ``sklearn.metrics.f1_score(words_gold, words_pred, average="macro", labels=...)``. Outside words are
-labelled ``O``, so an entity type must not be called ``O`` (BLURB's PICO types are ``PAR``, ``INT``, ``OUT``).
-
-A word in two elements' spans (PubMedBERT §4.2: "a token may belong to more than one element"; about 3 % of PIO
-words) keeps both when the data joins their types with ``+`` (``I-PAR+INT``, ``fairseq-bio-convert-tagging ebm-nlp
---overlap joint``): the tagger learns the joint type as one more class, and the word-level scores count the word for
-each part (gold, predicted and correct per element, as the element's own 0/1 column). Entity-level scores see the
-joint type as a type of its own.
-"""
+Entities are conlleval.pl's chunks with seqeval's BIOES rules (``get_entities``), read per sentence
+and micro-averaged over all chunks (conlleval's ``FB1``, seqeval's ``f1_score`` default). PICO is
+BLURB's word-level F1 per element, averaged (``token_macro_f1``, as EBM-NLP's evaluation). Every
+score comes from summable counts, so batches add up to corpus-level scores."""
 
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,12 +17,16 @@ Entity = Tuple[str, int, int]
 PREFIXES = frozenset({"B", "I", "E", "S", "O", ".", "[", "]"})
 PREFIX_ALIASES = {"L": "E", "U": "S"}
 OUTSIDE = "O"
-JOINT = "+"  # PAR+INT: a word inside two PICO elements' spans (word-level scores count it for each)
+# PAR+INT: a word inside two PICO elements' spans (word-level scores count it for each;
+# entity-level scores see the joint type as a type of its own)
+JOINT = "+"
 
 
 @lru_cache(maxsize=4096)
 def split_tag(tag: str) -> Tuple[str, str]:
-    """(prefix, type) of a tag, split at the first hyphen as conlleval does; ``L``/``U`` come back as ``E``/``S``."""
+    """(prefix, type) of a tag, split at the first hyphen as conlleval does (``B-Disease`` ->
+    ``B``, ``Disease``; ``O`` and bare ``B``/``I`` have the empty type); ``L``/``U`` come back as
+    ``E``/``S``."""
     prefix, _, type_ = tag.partition("-")
     prefix = PREFIX_ALIASES.get(prefix, prefix)
     if prefix not in PREFIXES:
@@ -71,7 +35,10 @@ def split_tag(tag: str) -> Tuple[str, str]:
 
 
 def _chunk_ends(prev: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's endOfChunk (with seqeval's BIOES rules): a chunk ended between the previous word and this one."""
+    """conlleval's endOfChunk (with seqeval's BIOES rules): a chunk ended between the previous word
+    and this one: the previous tag is ``E``, ``S``, ``[`` or ``]``; the previous tag is ``B`` or
+    ``I`` and this one is ``B``, ``S`` or ``O``; or the type changes after any tag but ``O`` and
+    ``.``."""
     if prev in ("E", "S", "[", "]"):
         return True
     if prev in ("B", "I") and tag in ("B", "S", "O"):
@@ -80,7 +47,10 @@ def _chunk_ends(prev: str, tag: str, prev_type: str, type_: str) -> bool:
 
 
 def _chunk_starts(prev: str, tag: str, prev_type: str, type_: str) -> bool:
-    """conlleval's startOfChunk (with seqeval's BIOES rules): a chunk starts at this word."""
+    """conlleval's startOfChunk (with seqeval's BIOES rules): a chunk starts at this word: at
+    ``B``, ``S``, ``[`` and ``]`` (one-word chunks, conlleval's correction of 1998-12-22); at ``I``
+    or ``E`` after ``O``, ``E`` or ``S``; and at any tag but ``O`` and ``.`` whose type differs
+    from the previous one's (``.`` never starts one)."""
     if tag in ("B", "S", "[", "]"):
         return True
     if tag in ("I", "E") and prev in ("O", "E", "S"):
@@ -89,7 +59,15 @@ def _chunk_starts(prev: str, tag: str, prev_type: str, type_: str) -> bool:
 
 
 def get_entities(tags: Sequence[str]) -> List[Entity]:
-    """Chunks of one sentence as ``(type, start, end_exclusive)``, in order, read with conlleval's rules."""
+    """Chunks of one sentence as ``(type, start, end_exclusive)``, in order, by conlleval's rules.
+
+    So an ``I-X`` after ``O`` or after another type starts a chunk (IOB1-style input), ``B-X B-X``
+    is two chunks, ``E-X`` without a ``B-X`` is a chunk of its own, and BIOUL's ``L``/``U`` read as
+    ``E``/``S``. Where conlleval.pl and seqeval disagree or are undefined (inputs no tagging scheme
+    produces): ``E-X B-X`` is two chunks (seqeval; conlleval.pl neither ends nor starts one there);
+    a chunk that starts while another is open closes the open one (conlleval.pl counts both as
+    found and neither as correct); an ``O`` word and the end of the sentence close whatever is open
+    (conlleval.pl keeps a bare ``B`` chunk open across ``. O``)."""
     chunks = []
     prev, prev_type = OUTSIDE, ""
     begin, begin_type = -1, ""  # the open chunk; -1: none
@@ -155,7 +133,9 @@ def _entities(tags: list, sentence: int, side: str) -> List[Entity]:
 
 
 def span_counts_by_type(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> Dict[str, SpanCounts]:
-    """Entity counts per type (types sorted), over sentences scored separately."""
+    """Entity counts per type (types sorted), over sentences scored separately (no chunk runs
+    across sentences); a predicted chunk is correct when its type, start and end equal a gold
+    chunk's."""
     counts: Dict[str, SpanCounts] = {}
     for i, (g, p) in enumerate(_sentence_pairs(gold, pred)):
         gold_chunks, pred_chunks = _entities(g, i, "gold"), _entities(p, i, "predicted")
@@ -193,9 +173,13 @@ def element_types(types: Iterable[str]) -> List[str]:
 
 
 def token_counts(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> Dict[str, SpanCounts]:
-    """Word counts per label (prefix stripped, ``O`` included; labels sorted), summable across batches. A word
-    tagged with a joint type (``I-PAR+INT``) has each part as a label: it is a gold / predicted / correct word of
-    every part it holds (per label, a binary column: scikit-learn's multi-label F1 over MultiLabelBinarizer rows)."""
+    """Word counts per label (prefix stripped, ``O`` included; labels sorted), summable.
+
+    A word in two elements' spans (PubMedBERT §4.2: "a token may belong to more than one element";
+    about 3 % of PIO words) keeps both when the data joins their types (``I-PAR+INT``,
+    ``fairseq-bio-convert-tagging ebm-nlp --overlap joint``): the tagger learns the joint type as
+    one more class, and here the word is a gold / predicted / correct word of every part it holds
+    (per label, a binary column: scikit-learn's multi-label F1 over MultiLabelBinarizer rows)."""
     counts: Dict[str, SpanCounts] = {}
     for i, (g, p) in enumerate(_sentence_pairs(gold_tags, pred_tags)):
         for j, (gt, pt) in enumerate(zip(g, p)):
@@ -219,7 +203,16 @@ def token_macro_f1(
     labels: Optional[Sequence[str]] = None,
 ) -> float:
     """Word-level macro F1 (BLURB PICO): mean per-label word F1 over ``labels`` (default: every label seen in gold
-    or predictions) minus ``exclude``; 0.0 when no label is left."""
+    or predictions) minus ``exclude``; 0.0 when no label is left.
+
+    BLURB §4.1: "For each of the PIO elements in an abstract, we tally the F1 score at the word
+    level, and then compute the final score as the average among PIO elements in the dataset" (Gu
+    et al. 2020). EBM-NLP's ``models/eval.py`` (github.com/bepnye/EBM-NLP) scores each element over
+    the words of all test documents with its "No Label" class left out. Per label L, over all words
+    of all sentences, ``F1_L = 2 * correct_L / (gold_L + pred_L)`` (0 when both are 0), so the
+    result equals ``sklearn.metrics.f1_score(words_gold, words_pred, average="macro",
+    labels=...)``. Outside words are labelled ``O``, so an entity type must not be called ``O``
+    (BLURB's PICO types are ``PAR``, ``INT``, ``OUT``)."""
     counts = token_counts(gold, pred)
     chosen = [label for label in element_types(counts if labels is None else labels) if label not in exclude]
     if not chosen:

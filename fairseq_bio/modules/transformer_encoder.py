@@ -60,10 +60,10 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
         return dropout.p if dropout.training or dropout.apply_during_inference else 0.0
 
     def _explicit_is_faster(self, x: Tensor) -> bool:
-        # With attention dropout torch's CPU SDPA has no fused kernel and falls back to its math path (scores,
-        # "safe" softmax with extra masking passes, dropout, matmul), which measured 1.16x slower than the explicit
-        # path below (base's 12 heads x 512 tokens, attention fwd + bwd); CUDA's flash / memory-efficient kernels
-        # fuse dropout.
+        # With attention dropout torch's CPU SDPA has no fused kernel and falls back to its
+        # math path (scores, "safe" softmax with extra masking passes, dropout, matmul), slower
+        # than the explicit path below (at base's 12 heads x 512 tokens, forward + backward);
+        # CUDA's flash / memory-efficient kernels fuse dropout.
         return x.device.type == "cpu" and self._attention_dropout() > 0
 
     def _project_qkv(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

@@ -1,6 +1,6 @@
 """bio_masked_lm: masked-LM pretraining with whole-word masking for any tokenizer and a masking-rate
 schedule, working under both hydra and argparse (fairseq's own whole-word masking reads ``self.args``,
-which hydra never sets: fairseq #3924)."""
+which hydra never sets)."""
 
 import logging
 import os
