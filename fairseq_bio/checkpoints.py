@@ -138,13 +138,18 @@ def _crc_failure(archive: zipfile.ZipFile) -> Optional[str]:
     return archive.testzip()
 
 
+def updates(state: Dict) -> Optional[int]:
+    """The update count a loaded checkpoint was saved at; None when it records none."""
+    count = ((state.get("optimizer_history") or [{}])[-1]).get("num_updates")
+    return None if count is None else int(count)
+
+
 def resume_point(path) -> Optional[int]:
     """The update count a training checkpoint records, read without its tensors' bytes; None if its archive is
-    incomplete or its state does not unpickle under ``weights_only``."""
+    incomplete, its state does not unpickle under ``weights_only``, or it records no count."""
     try:
         # mmap: only the pickled structure is read, not the tensors
-        state = torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True)
-        return int(state["optimizer_history"][-1]["num_updates"])
+        return updates(torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True))
     except Exception:
         return None
 

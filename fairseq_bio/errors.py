@@ -1,24 +1,9 @@
-"""The plugin's user errors: bad input, configuration or files that the user must fix, reported in one line.
+"""The plugin's user errors: bad input, settings or files that the user must fix, reported in one line.
 
-Every error the plugin raises about the user's data or settings derives from ``BioError``; its message names the
-file and line (or the option) and says what to change. How it reaches the user:
-
-- ``fairseq-hydra-train`` with the shipped configs: their ``run_config`` installs a hydra callback
-  (``OneLineErrors``, through its subclass in ``settings``), which prints a failed job's ``BioError`` as one line on stderr and exits with status 1, before
-  hydra's own report (an "Error executing job" line, the traceback, a ``HYDRA_FULL_ERROR`` hint). With other
-  configs hydra still shortens it: ``BioError`` is a ``CompactHydraException``, printed without a traceback.
-- ``fairseq-train``, ``fairseq-validate`` and the other argparse entry points: ``patches.excepthook``, installed at
-  plugin import, adds a ``sys.excepthook`` that prints an uncaught ``BioError`` as its message alone (status 1).
-- The plugin's own console scripts print ``<script>: <message>`` (``fairseq_bio.cli.options.run_cli``).
-
-Settings that cannot train are ``BioConfigError``s of ``fairseq_bio.settings``, raised in fairseq-train's ``main``
-before anything is built; a value omegaconf refuses while fairseq reads the config before that check
-(``optimizer.adam_eps=abc``) is named the same way by the configs' callback, ``settings.OneLineSettingErrors``. A
-value hydra refuses while composing the config (``optimization.max_update=abc``) stops the run before any plugin
-code is loaded: hydra reports it.
-
-``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere (it also sets ``HYDRA_FULL_ERROR``). fairseq's and
-torch's own errors keep their tracebacks: only ``BioError`` is shortened.
+Every such error derives from ``BioError``; its message names the file and line (or the option) and says what to
+change. It reaches the user as one line from every entry point: the plugin's console scripts (``cli.options.run_cli``),
+fairseq-hydra-train with the shipped configs (the hydra callback ``OneLineErrors``), fairseq-train and the other
+argparse entry points (``patches.excepthook``). ``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere.
 """
 
 import os

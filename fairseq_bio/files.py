@@ -1,23 +1,10 @@
-"""The project's one way to write an output: under a temp name beside it, renamed onto it only when complete.
+"""The project's one way to write an output, and the one check that a command may write it.
 
-A crash or an exception leaves the old file (or none), never a partial file under the final name. Temp names carry
-the host and process id, so the next write beside them removes what a killed process left (``remove_stale``).
-
-What a command made is recorded in ``.fairseq_bio-made.json`` in the directory that holds it
-(``record_made``): the command, and the size and sha256 of each file it wrote (a directory: of
-every file under each of its entries, so the directory itself holds only the command's files).
-``--overwrite`` replaces an existing output only when that record says the same command made it and
-nothing in it has changed since (``made_by``, ``check_destination``), so a mistyped output never
-replaces a user's file or folder, nor what a user edited in an output. A replaced directory keeps
-the entries the command did not make (``replace_dir``), and an output is never replaced by an empty
-one. A folder's record is updated under a lock (``_record_lock``), so commands writing into one
-folder at once each keep their entry. Everything that writes a user-visible result uses these: the
-plugin, ``preprocess/`` and ``benchmarks/``. The checkpoint writer (``patches/checkpoint_safety.py``) adds
-fsync and fairseq's ``.tmp`` naming on top of ``publish``.
-
-Whether a command may write where the user pointed it is asked here too, before any work starts, so a
-refusal costs nothing: ``check_output`` for a file (never one of the command's inputs), ``check_destination``
-for a directory; both refuse an existing output without ``--overwrite`` in the same words.
+An output is written under a temp name beside it and renamed onto it only when complete (``publish``,
+``atomic_write``), so a crash leaves the old file or none. What a command made is recorded beside it
+(``record_made``), and ``--overwrite`` replaces only what that record says the same command made, unchanged since
+(``check_output`` for a file, ``check_destination`` for a directory). The rules a user sees: docs/reliability.md,
+"One rule for outputs".
 """
 
 import contextlib

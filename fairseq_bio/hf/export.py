@@ -1,33 +1,9 @@
-"""A ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a token- or sentence-classification head) as an HF
-transformers model directory, and a ``bio_electra`` checkpoint as an HF ELECTRA pair (what ``fairseq-bio-export-hf``
-runs).
+"""What ``fairseq-bio-export-hf`` runs: a ``bio_roberta`` checkpoint (masked LM, or fine-tuned with a token,
+sentence or span head) as an HF transformers model directory, a ``bio_electra`` checkpoint as an HF ELECTRA pair.
 
-The directory receives ``config.json``, ``model.safetensors``, the tokenizer of the vocabulary the model was
-trained with (``tokenizer.json`` that ``AutoTokenizer`` loads offline, ``tokenizer_config.json``, and the classic
-files: byte-level BPE -> RoBERTa tokenizer ``vocab.json`` + ``merges.txt``; WordPiece -> its ``vocab.txt`` and a
-fast tokenizer with BERT's normalisation and fairseq's pair template; SentencePiece -> its unigram or BPE model
-rebuilt with the ``tokenizers`` library; fastBPE -> an HF BPE over its codes with end-of-word suffix ``</w>``) and a
-model card ``README.md``. HF ids are fairseq's dictionary ids.
-
-What the checkpoint becomes is decided by its model and its head (``heads.TARGETS``; ``head`` picks one of
-several): no head -> ``*ForMaskedLM``; a ``bio_tagging`` token head -> ``*ForTokenClassification`` with the label
-list as ``id2label``; a ``bio_sentence_prediction`` head (fairseq's RobertaClassificationHead) ->
-``*ForSequenceClassification`` with its labels and ``problem_type`` (single-label, multi-label classification or
-regression); a ``bio_extractive_qa`` span head -> ``*ForQuestionAnswering`` (its two outputs per token are HF's
-``qa_outputs``); post-LN models are ``Roberta*``, pre-LN models with an embedding LayerNorm
-``RobertaPreLayerNorm*`` (the same computation); pre-LN models without one are refused, as HF has no class that
-computes them. A CRF has no HF equivalent: its emission layer is exported as the token-classification layer and its
-transitions go to ``crf.json`` (one warning line says so). A ``bio_electra`` checkpoint becomes two directories,
-``discriminator/`` (``ElectraForPreTraining``) and ``generator/`` (``ElectraForMaskedLM``), each complete (config,
-weights, tokenizer, card), checked together: both encoders' states, the discriminator's logits and the generator's
-MLM logits (the map: ``electra``).
-
-Before the directory appears, the export loads it with transformers (offline) and checks on real sentences that
-HF's tokenizer gives fairseq's token ids (sentence heads: also on sentence pairs, ``<s> a </s></s> b </s>``) and
-that HF's hidden states and logits equal fairseq's; otherwise it fails and leaves nothing that looks complete. The
-vocabulary (``dict.txt`` + ``bpe.json`` + BPE files) is ``data`` when given, else found next to the checkpoint (an
-encoder checkpoint, or a fine-tuned run's save_dir), else in the checkpoint's ``task.vocab`` or the first directory
-of its ``task.data``.
+The directory holds config, weights, the vocabulary's tokenizer and a model card; before it appears, transformers
+loads it offline and its tokens, hidden states and logits must equal fairseq's on real sentences. Which HF class
+each checkpoint becomes, and how each tokenizer is rebuilt: docs/hf-interop.md.
 """
 
 import contextlib

@@ -1,24 +1,10 @@
-"""An HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT checkpoint directory as a ``bio_roberta`` encoder checkpoint, and an
-HF ELECTRA pair (discriminator + generator directories) as a ``bio_electra`` checkpoint (what
-``fairseq-bio-import-hf`` runs).
+"""What ``fairseq-bio-import-hf`` runs: an HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT directory as a
+``bio_roberta`` encoder checkpoint, and an HF ELECTRA pair as a ``bio_electra`` checkpoint.
 
-``out_dir`` receives ``model.pt`` (fairseq's checkpoint layout, task ``bio_masked_lm`` with ``data=<out_dir>``),
-``dict.txt``, ``bpe.json`` and the BPE files it names (WordPiece ``vocab.txt`` for ``--bpe bert``, byte-level
-``encoder.json`` + ``vocab.bpe`` for ``--bpe gpt2``, or fastBPE ``codes`` for ``--bpe fastbpe`` from a BPE
-tokenizer.json whose word-final units end with ``</w>``, as fairseq-bio-export-hf writes it) and
-``import_info.json``, so that ``BioRobertaModel.from_pretrained(out_dir, "model.pt")`` works,
-``fairseq-bio-encode --vocab <out_dir>`` encodes text for it, and ``fairseq-hydra-train ...
-checkpoint.restore_file=<out_dir>/model.pt`` continues pretraining with the model options the command prints. HF
-ids map one to one onto fairseq ids (``[CLS] [PAD] [SEP] [UNK]`` / ``<s> <pad> </s> <unk>`` first, the other tokens
-in HF order, ``[MASK]``/``<mask>`` last). Before the directory appears, the import checks on real sentences that
-HF's tokenizer and fairseq's BPE give the same tokens and that every layer's states (and the MLM logits, when the
-HF model has a head) equal HF's.
-
-The pair import (``import_electra_pair``) writes the same files, with ``model.pt`` a ``bio_electra`` model, task and
-criterion checkpoint (``fairseq-hydra-train --config-name bio_electra_base checkpoint.restore_file=<out_dir>/model.pt``
-continues ELECTRA pretraining from it, as BioELECTRA W+P continues a general-domain ELECTRA); its check compares
-both encoders' states, the discriminator's replaced-token logits and the generator's MLM logits (on the sentences
-and on copies with tokens masked) with transformers'. The map itself: ``electra``.
+``out_dir`` receives ``model.pt``, the vocabulary (``dict.txt``, ``bpe.json``, its BPE files) and
+``import_info.json``; HF ids map one to one onto fairseq's. Before the directory appears, HF's and fairseq's
+tokens, every layer's states and the heads' logits must agree on real sentences. The mapping in detail:
+docs/hf-interop.md.
 """
 
 from pathlib import Path
@@ -35,6 +21,7 @@ from ..encoder_checkpoints import (
     encoder_checkpoint,
     encoder_checkpoint_cfg,
     hydra_model_overrides,
+    load_fairseq_model,
 )
 from .common import HFConvertError
 from .config import read_hf_config
@@ -225,9 +212,7 @@ def _check_dictionary(dictionary, vocab) -> None:
 
 
 def _verify(hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float) -> Dict:
-    from ..models.bio_roberta import BioRobertaModel
-
-    hub = BioRobertaModel.from_pretrained(str(model_dir), CHECKPOINT_FILE)
+    hub = load_fairseq_model(model_dir / CHECKPOINT_FILE, model_dir)
     outputs = "masked_lm" if logits else "hidden"
     result = compare_with_hf(hf_dir, hub, vocab.hf_to_fairseq(), sentences, outputs).__dict__
     worst = max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"] or 0.0)
@@ -246,10 +231,7 @@ def _describe(check: Dict) -> str:
 
 
 def _verify_pair(dirs, model_dir: Path, vocab, sentences, tolerance: float) -> Dict:
-    from ..models.bio_roberta import BioRobertaModel
-
-    # fairseq's hub loader (the checkpoint's own model and task, the BPE from bpe.json): a bio_electra here.
-    hub = BioRobertaModel.from_pretrained(str(model_dir), CHECKPOINT_FILE)
+    hub = load_fairseq_model(model_dir / CHECKPOINT_FILE, model_dir)  # the checkpoint's own model: a bio_electra
     check = compare_electra_with_hf(dirs, hub, vocab.hf_to_fairseq(), sentences)
     result = {**check.__dict__, "logits_max_abs_diff": check.logits_max_abs_diff}
     if max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"]) > tolerance:

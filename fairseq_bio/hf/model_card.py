@@ -4,7 +4,7 @@ training, metrics, the exactness check, what HF does not do as fairseq_bio does,
 from pathlib import Path
 from typing import Dict, List
 
-from ..checkpoints import checkpoint_section
+from ..checkpoints import checkpoint_section, updates as checkpoint_updates
 from .config import MEGATRON, PRE_LN, position_offset
 from .heads import TARGETS
 from .weights import HFModel
@@ -161,8 +161,7 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
 
     config, target = hf.config, TARGETS[kind]
     task, extra = checkpoint_section(state, "task"), state.get("extra_state") or {}
-    history = state.get("optimizer_history") or [{}]
-    updates = history[-1].get("num_updates", 0)
+    updates = checkpoint_updates(state) or 0
     imported = extra.get("hf_import")
     layer_order = LAYER_ORDERS.get(config["model_type"], "post-LayerNorm (BERT/RoBERTa)")
     positions = config["max_position_embeddings"] - position_offset(config)
@@ -329,7 +328,7 @@ def electra_model_card(checkpoint: Path, state: Dict, part: str, hf: HFModel, to
     config, (role, auto_class, pipeline_tag) = hf.config, _ELECTRA_PARTS[part]
     other = "generator" if part == "discriminator" else "discriminator"
     task, extra = checkpoint_section(state, "task"), state.get("extra_state") or {}
-    updates = (state.get("optimizer_history") or [{}])[-1].get("num_updates", 0)
+    updates = checkpoint_updates(state) or 0
     imported = extra.get("hf_import")
     hidden, width = config["hidden_size"], config["embedding_size"]
     head = {
