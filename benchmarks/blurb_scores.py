@@ -25,7 +25,7 @@ from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import imported_minilm  # noqa: E402
-from tagging import REPO, RESULTS  # noqa: E402
+from harness import REPO, RESULTS  # noqa: E402
 
 DATASETS = "all"  # in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)
 # One seed each in about 90 minutes on 2 quiet CPU cores, chosen so that each task leaves its trivial answer (on dev):

@@ -24,7 +24,7 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from domain_adaptation import encoder_change, paired_gains, perplexity  # noqa: E402
-from tagging import RESULTS, save_report  # noqa: E402
+from harness import RESULTS, pyplot, save_figure, save_report  # noqa: E402
 
 IMPORT = "import (0 updates)"
 
@@ -105,10 +105,7 @@ def markdown(results: Dict) -> str:
 
 
 def chart(results: Dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     runs = [label for label in results["runs"] if label != IMPORT]
     names = [d for d in results["datasets"] if all(d in results["runs"][r]["datasets"] for r in runs)]
@@ -123,8 +120,7 @@ def chart(results: Dict, path: Path) -> None:
         ax.set_xticklabels(runs, rotation=15, fontsize=8)
         ax.set_title(f"{name}: test gain over the import (points: seeds)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: List[str] = None) -> int:

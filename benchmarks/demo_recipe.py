@@ -19,6 +19,7 @@ loss curve; its latest checkpoint is fine-tuned only with ``--fine-tune-stopped`
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Dict, List
@@ -28,7 +29,8 @@ from fairseq_bio_preprocess.demo import FINE_TUNING, blurb, train_command
 from fairseq_bio_preprocess.demo_report import unigram_entropy
 from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, pyplot, save_figure  # noqa: E402
 
 BASE = ["model.dropout=0", "model.attention_dropout=0"]
 VARIANTS = {  # name -> (vocabulary size, overrides of bio_roberta_tiny)
@@ -123,10 +125,7 @@ def report(rows: List[Dict], updates: int, budget: Dict) -> str:
 
 
 def plot(rows: List[Dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4.5))
     for r in rows:
@@ -148,8 +147,7 @@ def plot(rows: List[Dict], path: Path) -> None:
     bars.set_title("fine-tuned alike", fontsize=10)
     bars.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> None:

@@ -35,14 +35,18 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
+from fairseq_bio import runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402  (the NER measurement's data, pretraining, fine-tuning and prediction steps for (c))
+from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
+
+POSITIONS = 130  # of the teacher and the students built in-process (their blocks: 128 tokens)
 SIZES = {
     "paper": {
         "teacher 12 x 768": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
@@ -90,16 +94,6 @@ def setup(data_dir: Path):
     cfg = OmegaConf.structured(BioMaskedLMConfig(data=str(data_dir), max_update=1, seed=1, tokens_per_sample=128))
     cfg._name = "bio_masked_lm"
     return tasks.setup_task(cfg)
-
-
-def build(task, sizes, attention_dropout=0.1):
-    from omegaconf import OmegaConf
-
-    from fairseq_bio.models.bio_roberta import BioRobertaConfig, BioRobertaModel
-
-    cfg = OmegaConf.structured(BioRobertaConfig(max_positions=130, attention_dropout=attention_dropout, **sizes))
-    cfg._name = "bio_roberta"
-    return BioRobertaModel.build_model(cfg, task)
 
 
 def batch(task, size: int, tokens: int, seed: int, data):
@@ -158,11 +152,11 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
     names = list(sizes)
     teacher_sizes = sizes[names[0]]
     torch.manual_seed(0)
-    teacher = build(task, teacher_sizes)
+    teacher = harness.bio_roberta(task, POSITIONS, **teacher_sizes)
     teacher_path = data_dir / "bench_teacher.pt" if not data else workdir / "bench_teacher.pt"
     if data:  # the teacher's dict.txt must be found beside it
         (workdir / "dict.txt").write_bytes((Path(data) / "dict.txt").read_bytes())
-    cfg = encoder_checkpoint_cfg(str(data_dir), {**teacher_sizes, "max_positions": 130}, tokens_per_sample=128)
+    cfg = encoder_checkpoint_cfg(str(data_dir), {**teacher_sizes, "max_positions": POSITIONS}, tokens_per_sample=128)
     torch.save(encoder_checkpoint(cfg, teacher.state_dict(), {}), teacher_path)
     sample = to(batch(task, step_batch, 128, seed=1, data=data), device)
     rows = []
@@ -170,7 +164,8 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
         student_sizes = sizes[names[index]]
         attn = weights.get("attn_weight", 0) > 0
         torch.manual_seed(1)
-        student = build(task, student_sizes).to(device).train()  # the presets' dropout, attention included
+        # the presets' dropout, attention included
+        student = harness.bio_roberta(task, POSITIONS, **student_sizes).to(device).train()
 
         def criterion(**w):
             c = BioDistillationConfig(teacher=str(teacher_path), student_layers=student_sizes["encoder_layers"],
@@ -223,7 +218,7 @@ def memory_worker(sizes_json: str, device: str, data, workdir: str) -> None:
         base_cuda = torch.cuda.memory_allocated()
     with rss_peak() as rss:  # the peak-RSS counter (VmHWM) restarted from here
         torch.manual_seed(0)
-        model = build(task, json.loads(sizes_json)).to(device).eval()
+        model = harness.bio_roberta(task, POSITIONS, **json.loads(sizes_json)).to(device).eval()
         with torch.no_grad():
             model(tokens, features_only=True)
         peak = (torch.cuda.max_memory_allocated() - base_cuda if device == "cuda" else rss() - base_rss) / 2**20
@@ -239,7 +234,7 @@ def inference(sizes, data, steps: int, device: str, workdir: Path):
     forwards = []
     for model_sizes in sizes.values():
         torch.manual_seed(0)
-        model = build(task, model_sizes).to(device).eval()
+        model = harness.bio_roberta(task, POSITIONS, **model_sizes).to(device).eval()
 
         def forward(model=model):
             with torch.no_grad():
@@ -250,10 +245,10 @@ def inference(sizes, data, steps: int, device: str, workdir: Path):
     del forwards
     rows = []
     for (name, model_sizes), spent in zip(sizes.items(), seconds):
-        out = subprocess.run(
+        out = runs.capture(
             [sys.executable, __file__, "--memory-worker", json.dumps(model_sizes), "--device", device,
              "--workdir", str(workdir)] + (["--data", str(data)] if data else []),
-            capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+            env={"PYTHONPATH": str(REPO)}, check=True,
         )  # fmt: skip
         result = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append((name, result["params"], tokens.numel() / spent, result["peak_mib"]))
@@ -262,14 +257,7 @@ def inference(sizes, data, steps: int, device: str, workdir: Path):
 
 
 def write_results(step_rows, infer_rows, args) -> None:
-    import logging
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     RESULTS.mkdir(parents=True, exist_ok=True)
     teacher_tps, teacher_mem = infer_rows[0][2], infer_rows[0][3]
     lines = [
@@ -288,7 +276,7 @@ def write_results(step_rows, infer_rows, args) -> None:
           for n, p, tps, mem in infer_rows],
     ]  # fmt: skip
     text = "\n".join(lines) + "\n"
-    from fairseq_bio.files import atomic_path, write_text
+    from fairseq_bio.files import write_text
 
     write_text(RESULTS / "distillation.md", text)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -301,8 +289,7 @@ def write_results(step_rows, infer_rows, args) -> None:
         ax.tick_params(axis="x", labelsize=8)
     fig.suptitle(f"batch 32 x 128, {args.device}")
     fig.tight_layout()
-    with atomic_path(RESULTS / "distillation.png") as tmp:
-        fig.savefig(tmp, dpi=120)
+    save_figure(fig, RESULTS / "distillation.png", dpi=120)
     print(text)
 
 
@@ -319,21 +306,9 @@ NER_QUICK = dict(workdir="runs/bench_distill_quick", pretrain_minutes=5.0, pretr
                  dev_sentences=300, epochs=3, batch_size=16)  # fmt: skip
 
 
-def ner_tools():
-    """benchmarks/tagging.py, whose data preparation, pretraining, fine-tuning and prediction steps (c) reuses."""
-    for path in (REPO, REPO / "benchmarks"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    import tagging
-
-    return tagging
-
-
-def distill(tools, run, args, data_bin: Path, teacher: Path, save_dir: Path) -> dict:
+def distill(run, args, data_bin: Path, teacher: Path, save_dir: Path) -> dict:
     """``--config-name distill_tinybiobert`` for ``args.distill_updates`` (at most ``args.distill_minutes``) on the
     CPU recipe's 128-token blocks; its updates, minutes and validation terms."""
-    from fairseq_bio import runs
-
     every = max(10, args.distill_updates // 5)
     log = save_dir / "train.log"
     save_dir.mkdir(parents=True)
@@ -353,7 +328,7 @@ def distill(tools, run, args, data_bin: Path, teacher: Path, save_dir: Path) -> 
     inner = runs.logged(log, "train_inner")
     return {
         "checkpoint": save_dir / "checkpoint_best.pt",
-        "updates": tools.last_update(log),
+        "updates": harness.last_update(log),
         "minutes": (time.perf_counter() - start) / 60,
         "first_train": next((inner[u] for u in sorted(inner) if "kl_loss" in inner[u]), {}),
         "valid": runs.last_validation(log) or {},  # its keys without the valid_ prefix
@@ -402,7 +377,6 @@ def shape(sizes: dict) -> str:
 def ner_benchmark(args) -> None:
     """(c): pretrain a teacher, distil a tiny student from it, fine-tune both (and the student's architecture from
     random initialisation) on NCBI-disease; dev and test F1."""
-    tools = ner_tools()
     import torch
 
     from fairseq_bio.files import InputError as PreprocessError, atomic_write
@@ -414,16 +388,16 @@ def ner_benchmark(args) -> None:
     args.pretrain_dropout = 0.0  # tagging.py's default: a teacher pretrained briefly learns more without dropout
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    run = tools.Runner(workdir, args.threads)
-    data_bin = tools.prepare_data(workdir, args.workers, 16000, args.max_docs_per_file)
-    teacher = tools.pretrain(args, run, workdir, data_bin)
+    run = harness.Runner(workdir, args.threads)
+    data_bin = harness.prepare_data(workdir, args.workers, 16000, args.max_docs_per_file)
+    teacher = harness.pretrain(args, run, workdir, data_bin)
     teacher_ckpt = Path(teacher["checkpoint"])
-    student = distill(tools, run, args, data_bin, teacher_ckpt, workdir / f"student-{time.strftime('%Y%m%d-%H%M%S')}")
+    student = distill(run, args, data_bin, teacher_ckpt, workdir / f"student-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"[bench] distilled {student['updates']} updates in {student['minutes']:.1f} min: {student['valid']}",
           flush=True)  # fmt: skip
 
     models = [
-        ("teacher", shape(tools.SIZES[NER_TEACHER]), teacher_ckpt, [f"checkpoint.restore_file={teacher_ckpt}"]),
+        ("teacher", shape(harness.SIZES[NER_TEACHER]), teacher_ckpt, [f"checkpoint.restore_file={teacher_ckpt}"]),
         ("distilled student", shape(NER_STUDENT), student["checkpoint"],
          [f"checkpoint.restore_file={student['checkpoint']}"]),
         # fairseq's default restore_file in a fresh save_dir: nothing is restored
@@ -434,21 +408,21 @@ def ner_benchmark(args) -> None:
     rows, arch = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-distill-ner-") as tmp:
         tmp = Path(tmp)
-        data = tools.ner_data("NCBI-disease", args.train_sentences, args.dev_sentences, tmp)
-        train_n = len(tools.conll_blocks(data / "train.tsv"))
+        data = harness.ner_data("NCBI-disease", args.train_sentences, args.dev_sentences, tmp)
+        train_n = len(harness.conll_blocks(data / "train.tsv"))
         updates = max(1, math.ceil(args.epochs * train_n / args.batch_size))
         for name, encoder_shape, encoder, overrides in models:
             slug = name.split(",")[0].replace(" ", "-")
             save_dir = tmp / slug
             save_dir.mkdir()
             row = {"model": name, "shape": encoder_shape}
-            row.update(tools.fine_tune(run, slug, data, save_dir, overrides, args, updates, args.seed, data_bin))
+            row.update(harness.fine_tune(run, slug, data, save_dir, overrides, args, updates, args.seed, data_bin))
             checkpoint = save_dir / "checkpoint_best.pt"
-            row["params"] = tools.encoder_parameters(checkpoint)
-            arch[name] = tools.architecture(checkpoint)
+            row["params"] = harness.encoder_parameters(checkpoint)
+            arch[name] = harness.architecture(checkpoint)
             pred_dir = tmp / f"{slug}-predict"
             pred_dir.mkdir()
-            row.update(tools.predict(run, slug, checkpoint, data / "test.tsv", pred_dir))
+            row.update(harness.predict(run, slug, checkpoint, data / "test.tsv", pred_dir))
             (run.logs / f"{slug}.train.log").write_bytes((save_dir / "train.log").read_bytes())
             rows.append(row)
             print(f"[bench] {name}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} ({row['updates']} updates, "
@@ -462,7 +436,7 @@ def ner_benchmark(args) -> None:
         "device": f"CPU, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"{args.threads or os.environ.get('OMP_NUM_THREADS', 'all')} thread(s) per tool",
         "teacher": teacher,
-        "teacher_shape": shape(tools.SIZES[NER_TEACHER]),
+        "teacher_shape": shape(harness.SIZES[NER_TEACHER]),
         "teacher_params": rows[0]["params"],
         "student_shape": shape(NER_STUDENT),
         "student_params": rows[1]["params"],

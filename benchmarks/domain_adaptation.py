@@ -39,7 +39,7 @@ from fairseq_bio import runs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb_scores import CPU_BUDGETS  # noqa: E402
 from parity_tasks import imported_minilm  # noqa: E402
-from tagging import REPO, RESULTS, save_report  # noqa: E402
+from harness import REPO, RESULTS, pyplot, save_figure, save_report  # noqa: E402
 
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
 # Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
@@ -275,10 +275,7 @@ def markdown(results: Dict, seeds: int) -> str:
 
 
 def chart(results: Dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = results["updates"]
     fig, (ax, ax_ppl) = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -299,8 +296,7 @@ def chart(results: Dict, path: Path) -> None:
     ax_ppl.set_xlabel("continued-pretraining updates on PubMed")
     ax_ppl.set_title("MLM perplexity")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

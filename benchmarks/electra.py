@@ -28,8 +28,8 @@ from typing import Dict, List
 
 from fairseq_bio import runs
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, RESULTS, bio_roberta, pyplot, save_figure  # noqa: E402
 
 # The end-to-end test's learning check (tests/test_electra_e2e.py).
 LEARN = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
@@ -72,7 +72,6 @@ def build(kind: str, data: Path, arch: str, tokens: int):
     import fairseq_bio  # noqa: F401  (registration)
     from fairseq_bio.criterions.bio_electra import BioElectraCriterion
     from fairseq_bio.models.bio_electra import ARCHITECTURES, BioElectraConfig, BioElectraModel
-    from fairseq_bio.models.bio_roberta import BioRobertaConfig, BioRobertaModel
     from fairseq_bio.tasks.bio_electra import BioElectraTask, BioElectraTaskConfig
     from fairseq_bio.tasks.bio_masked_lm import BioMaskedLMConfig, BioMaskedLMTask
 
@@ -87,7 +86,7 @@ def build(kind: str, data: Path, arch: str, tokens: int):
     else:
         task = BioMaskedLMTask.setup_task(OmegaConf.structured(BioMaskedLMConfig(**common)))
         sizes = {k: v for k, v in ARCHITECTURES[arch].items() if k.startswith("encoder_")}
-        model = BioRobertaModel.build_model(OmegaConf.structured(BioRobertaConfig(max_positions=tokens, **sizes)), task)
+        model = bio_roberta(task, tokens, **sizes)
         criterion = MaskedLmLoss(MaskedLmConfig(tpu=False), task)  # (its default reads common.tpu)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
     return task, model, criterion, optimizer
@@ -146,10 +145,7 @@ def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Di
 
 
 def plot(curves: Dict[str, Dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     for variant, entries in curves.items():
@@ -168,11 +164,7 @@ def plot(curves: Dict[str, Dict], path: Path) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    from fairseq_bio.files import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def report(args, times: Dict[str, List[float]], curves: Dict[str, Dict], commands: List[str]) -> str:

@@ -54,8 +54,8 @@ from typing import Dict, Optional
 from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tagging as tools  # noqa: E402  (data, MLM pretraining, fine-tuning and prediction)
-from tagging import RESULTS  # noqa: E402
+import harness  # noqa: E402  (data, MLM pretraining, fine-tuning and prediction)
+from harness import RESULTS, pyplot, save_figure  # noqa: E402
 
 ELECTRA, MLM, RANDOM = "electra", "mlm", "random"
 LABELS = {ELECTRA: "ELECTRA discriminator", MLM: "masked LM", RANDOM: "random init"}
@@ -79,21 +79,21 @@ QUICK = dict(workdir="runs/bench_electra_downstream_quick", pretrain_minutes=2.0
 
 
 def overrides(args, model: str, data_bin: Path) -> list:
-    """The pretraining overrides of ``model`` on ``data_bin``: tagging.pretrain's (size, lr, dropout), the ELECTRA
+    """The pretraining overrides of ``model`` on ``data_bin``: harness.pretrain's (size, lr, dropout), the ELECTRA
     generator's size."""
     generator = [f"model.{k}={v}" for k, v in GENERATOR[args.size].items()] if model == ELECTRA else []
-    return [f"task.data={data_bin}", *tools.size_overrides(args.size), *generator,
-            f"optimization.lr=[{tools.PRETRAIN_LR[args.size]}]", f"model.dropout={args.pretrain_dropout}",
+    return [f"task.data={data_bin}", *harness.size_overrides(args.size), *generator,
+            f"optimization.lr=[{harness.PRETRAIN_LR[args.size]}]", f"model.dropout={args.pretrain_dropout}",
             f"model.attention_dropout={args.pretrain_dropout}"]  # fmt: skip
 
 
-def probe(args, run: tools.Runner, model: str, data_bin: Path, name: str) -> Dict[str, float]:
-    """``args.probe_updates`` updates of ``model`` (tagging.speed_probe): its wall seconds, updates/s over the
+def probe(args, run: harness.Runner, model: str, data_bin: Path, name: str) -> Dict[str, float]:
+    """``args.probe_updates`` updates of ``model`` (harness.speed_probe): its wall seconds, updates/s over the
     intervals after the first (which holds start-up) and that of the fastest of them."""
-    return tools.speed_probe(run, CONFIGS[model], overrides(args, model, data_bin), args.probe_updates, name)
+    return harness.speed_probe(run, CONFIGS[model], overrides(args, model, data_bin), args.probe_updates, name)
 
 
-def plan(args, run: tools.Runner, workdir: Path, data_bin: Path) -> Dict:
+def plan(args, run: harness.Runner, workdir: Path, data_bin: Path) -> Dict:
     """The updates of each objective: ``--pretrain-updates`` for both, or what fits ``--pretrain-minutes`` at the
     fastest interval of its probes (run ELECTRA, MLM, MLM, ELECTRA), after the least start-up any probe took, 10 %
     left for validation and checkpoints; reused from ``<workdir>/steps.json`` for the same settings."""
@@ -125,14 +125,14 @@ def plan(args, run: tools.Runner, workdir: Path, data_bin: Path) -> Dict:
     return record
 
 
-def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, updates: int) -> Dict:
-    """bio_electra_tiny at ``args.size`` for ``updates`` (as tagging.pretrain runs the MLM: a fresh directory,
+def pretrain_electra(args, run: harness.Runner, workdir: Path, data_bin: Path, updates: int) -> Dict:
+    """bio_electra_tiny at ``args.size`` for ``updates`` (as harness.pretrain runs the MLM: a fresh directory,
     validation and checkpoints every tenth, the last checkpoint, at most ``args.pretrain_cap`` minutes); reused when
     already made."""
     from fairseq_bio_preprocess.pipeline import Steps
 
     params = {"data": str(data_bin), "size": args.size, "generator": GENERATOR[args.size],
-              "lr": tools.PRETRAIN_LR[args.size], "updates": updates, "cap": args.pretrain_cap,
+              "lr": harness.PRETRAIN_LR[args.size], "updates": updates, "cap": args.pretrain_cap,
               "dropout": args.pretrain_dropout, "checkpoint": "last"}  # fmt: skip
     record = Steps(workdir).done.get("bench_electra")
     if record and record["params"] == params and not args.new_encoder and Path(record["checkpoint"]).exists():
@@ -149,7 +149,7 @@ def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, upd
                            save_dir=save_dir, log=log)  # fmt: skip
     run(cmd, "electra-pretrain", save_dir)
     valid = runs.last_validation(log) or {}
-    record = {"params": params, "checkpoint": str(save_dir / "checkpoint_last.pt"), "updates": tools.last_update(log),
+    record = {"params": params, "checkpoint": str(save_dir / "checkpoint_last.pt"), "updates": harness.last_update(log),
               "planned_updates": updates, "minutes": round((time.perf_counter() - start) / 60, 2),
               "valid": {k: valid.get(k) for k in ("loss", "gen_loss", "disc_acc", "replaced_recall",
                                                   "replaced_precision", "replaced_prob", "original_prob")}}  # fmt: skip
@@ -161,7 +161,7 @@ def pretrain_electra(args, run: tools.Runner, workdir: Path, data_bin: Path, upd
     return record
 
 
-def extract(run: tools.Runner, electra: Dict) -> Path:
+def extract(run: harness.Runner, electra: Dict) -> Path:
     """The discriminator of the ELECTRA checkpoint as a bio_roberta encoder (``fairseq-bio-extract-encoder``)."""
     checkpoint = Path(electra["checkpoint"])
     out = checkpoint.parent / "discriminator" / "encoder.pt"
@@ -174,8 +174,8 @@ def extract(run: tools.Runner, electra: Dict) -> Path:
 def training_speed(log: Path) -> Dict[str, float]:
     """A pretraining run's tokens (its updates x the mean tokens per batch of its per-interval entries) and
     updates/s of training alone (the intervals after the first, which holds start-up)."""
-    inner = tools.intervals(log)
-    tokens = tools.last_update(log) * statistics.fmean(float(e["wpb"]) for e in inner) if inner else math.nan
+    inner = harness.intervals(log)
+    tokens = harness.last_update(log) * statistics.fmean(float(e["wpb"]) for e in inner) if inner else math.nan
     timed = inner[1:] or inner
     return {"tokens": tokens, "ups": len(timed) / sum(1 / float(e["ups"]) for e in timed) if timed else math.nan}
 
@@ -188,7 +188,7 @@ def flops_per_token(size: str, vocab: int, block: int, electra: bool) -> float:
     def layers(n: int, width: int, ffn: int) -> float:
         return n * (2 * (4 * width * width + 2 * width * ffn) + 4 * block * width)  # projections, attention
 
-    s = tools.SIZES[size]
+    s = harness.SIZES[size]
     d = s["encoder_embed_dim"]
     forward = layers(s["encoder_layers"], d, s["encoder_ffn_embed_dim"])
     if not electra:
@@ -198,9 +198,9 @@ def flops_per_token(size: str, vocab: int, block: int, electra: bool) -> float:
     return 3 * (forward + generator + MASK_PROB * 2 * (g * d + d * vocab) + 2 * (d * d + d))
 
 
-def fine_tune(run: tools.Runner, args, model: str, encoder: Optional[Path], data: Path, updates: int, seed: int,
+def fine_tune(run: harness.Runner, args, model: str, encoder: Optional[Path], data: Path, updates: int, seed: int,
               vocab: Path, workdir: Path, tmp: Path) -> Dict:  # fmt: skip
-    """tagging.py's fine-tuning and prediction of ``encoder`` (None: the same architecture from random
+    """tagging.py's fine-tuning and prediction (harness) of ``encoder`` (None: the same architecture from random
     initialisation) on ``data``; its row, reused from ``<workdir>/finetune/<model>-seed<seed>.json`` when one with the
     same encoder and settings is there."""
     from fairseq_bio.files import write_json
@@ -219,9 +219,9 @@ def fine_tune(run: tools.Runner, args, model: str, encoder: Optional[Path], data
     save_dir.mkdir()
     pred_dir.mkdir()
     row = {"model": model, "seed": seed}
-    init = [f"checkpoint.restore_file={encoder}"] if encoder else tools.random_init(args.size)
-    row.update(tools.fine_tune(run, name, data, save_dir, init, args, updates, seed, vocab))
-    row.update(tools.predict(run, name, save_dir / "checkpoint_best.pt", data / "test.tsv", pred_dir))
+    init = [f"checkpoint.restore_file={encoder}"] if encoder else harness.random_init(args.size)
+    row.update(harness.fine_tune(run, name, data, save_dir, init, args, updates, seed, vocab))
+    row.update(harness.predict(run, name, save_dir / "checkpoint_best.pt", data / "test.tsv", pred_dir))
     (run.logs / f"{name}.train.log").write_bytes((save_dir / "train.log").read_bytes())  # checkpoints go with tmp
     write_json(kept, {"params": params, "row": row}, indent=1)
     print(f"[bench] {LABELS[model]} seed {seed}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} "
@@ -232,7 +232,7 @@ def fine_tune(run: tools.Runner, args, model: str, encoder: Optional[Path], data
 def report(results: Dict) -> str:
     """The markdown: how each encoder was pretrained, then test F1 per seed and the paired differences."""
     meta, pre, f1, diffs = results["meta"], results["pretrain"], results["f1"], results["diffs"]
-    shape = " x ".join(str(tools.SIZES[meta["size"]][k]) for k in ("encoder_layers", "encoder_embed_dim"))
+    shape = " x ".join(str(harness.SIZES[meta["size"]][k]) for k in ("encoder_layers", "encoder_embed_dim"))
     gen = GENERATOR[meta["size"]]
     spread = f" ± {statistics.stdev(diffs):.2f} (std over seeds)" if len(diffs) > 1 else ""
     ups = results["plan"]["ups"]
@@ -245,7 +245,7 @@ def report(results: Dict) -> str:
         f"{meta['mode']} run, {meta['date']}, {meta['device']}. Both encoders are bio_roberta {shape} "
         f"({meta['params'] / 1e6:.2f} M encoder parameters, 128 positions), pretrained on the PubMed sample "
         f"({meta['vocab']:,}-symbol byte-level BPE, 16 x 128-token blocks, whole-word masking of 15 %, lr "
-        f"{tools.PRETRAIN_LR[meta['size']]:g}, dropout {meta['pretrain_dropout']:g}) {budget}: ELECTRA "
+        f"{harness.PRETRAIN_LR[meta['size']]:g}, dropout {meta['pretrain_dropout']:g}) {budget}: ELECTRA "
         f"(bio_electra_tiny; generator {gen['generator_embed_dim']} wide, FFN {gen['generator_ffn_embed_dim']}, "
         f"discriminator weight 50, warm-up {ELECTRA_WARMUP} updates or a third of the run), its discriminator "
         "extracted by fairseq-bio-extract-encoder; masked LM (bio_roberta_tiny, tagging.py's pretraining, warm-up "
@@ -287,14 +287,7 @@ def report(results: Dict) -> str:
 
 def plot(results: Dict, path: Path) -> None:
     """Test F1 per seed of both encoders and random init (each seed's joined), and the paired differences."""
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging setup lets its font search through
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     f1, diffs = results["f1"], results["diffs"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     models = (ELECTRA, MLM, RANDOM)
@@ -312,8 +305,7 @@ def plot(results: Dict, path: Path) -> None:
     ax2.set_xlim(-1, 1)
     ax2.set_ylabel("F1 points, paired by seed")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> None:
@@ -334,7 +326,8 @@ def main(argv=None) -> None:
                         "workdir's masked LM is reused whatever this says: give a new --workdir)")  # fmt: skip
     parser.add_argument("--max-docs-per-file", type=int, help="pretraining corpus: documents per input file")
     parser.add_argument("--vocab-size", type=int, help="byte-level BPE size (default 16000)")
-    parser.add_argument("--dataset", default="NCBI-disease", help=f"NER set (a folder of {tools.NER_DATA}, or a path)")
+    parser.add_argument("--dataset", default="NCBI-disease",
+                        help=f"NER set (a folder of {harness.NER_DATA}, or a path)")  # fmt: skip
     parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
     parser.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")
     parser.add_argument("--test-sentences", type=int, help="first N test sentences (default: all)")
@@ -352,7 +345,7 @@ def main(argv=None) -> None:
             setattr(args, key, value)
     if args.seed is not None:
         args.seeds = [args.seed]
-    args.new_encoder = args.new_encoders  # tagging.pretrain's name
+    args.new_encoder = args.new_encoders  # harness.pretrain's name
 
     import torch
 
@@ -360,27 +353,27 @@ def main(argv=None) -> None:
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    run = tools.Runner(workdir, args.threads)
+    run = harness.Runner(workdir, args.threads)
     if args.data:
         data_bin = Path(args.data).resolve()
     else:
-        data_bin = tools.prepare_data(workdir, args.workers, args.vocab_size, args.max_docs_per_file)
+        data_bin = harness.prepare_data(workdir, args.workers, args.vocab_size, args.max_docs_per_file)
     planned = plan(args, run, workdir, data_bin)
     args.pretrain_cap = PRETRAIN_CAP * args.pretrain_minutes
-    # tagging.pretrain plans nothing when given the updates; its budget is then only the hard stop
+    # harness.pretrain plans nothing when given the updates; its budget is then only the hard stop
     as_planned = {"pretrain_updates": planned["updates"][MLM], "pretrain_minutes": args.pretrain_cap}
-    mlm = tools.pretrain(argparse.Namespace(**{**vars(args), **as_planned}), run, workdir, data_bin)
+    mlm = harness.pretrain(argparse.Namespace(**{**vars(args), **as_planned}), run, workdir, data_bin)
     electra = pretrain_electra(args, run, workdir, data_bin, planned["updates"][ELECTRA])
     encoders = {ELECTRA: extract(run, electra), MLM: Path(mlm["checkpoint"]), RANDOM: None}
-    if tools.architecture(encoders[ELECTRA]) != tools.architecture(encoders[MLM]):
-        differ = set(tools.architecture(encoders[ELECTRA]).items()) ^ set(tools.architecture(encoders[MLM]).items())
+    if harness.architecture(encoders[ELECTRA]) != harness.architecture(encoders[MLM]):
+        differ = set(harness.architecture(encoders[ELECTRA]).items()) ^ set(harness.architecture(encoders[MLM]).items())
         raise InputError(f"the extracted discriminator and the MLM encoder differ: {sorted(differ)[:4]}")
     vocab = sum(1 for _ in open(data_bin / "dict.txt", encoding="utf-8")) + 5  # + <s> <pad> </s> <unk> <mask>
     pretrain = {}
     for model, record in ((ELECTRA, electra), (MLM, mlm)):
         speed = training_speed(Path(record["checkpoint"]).parent / "train.log")
         valid = record["valid"] if model == ELECTRA else {"loss": record["valid_loss"], "ppl": record["valid_ppl"]}
-        flops = flops_per_token(args.size, vocab, tools.MAX_POSITIONS, model == ELECTRA)
+        flops = flops_per_token(args.size, vocab, harness.MAX_POSITIONS, model == ELECTRA)
         pretrain[model] = {"checkpoint": record["checkpoint"], "planned": planned["updates"][model],
                            "updates": record["updates"],
                            "minutes": record["minutes"], **speed, "valid": valid,
@@ -389,13 +382,13 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-electra-downstream-") as tmp:
         tmp = Path(tmp)
-        data = tools.ner_data(args.dataset, args.train_sentences, args.dev_sentences, tmp, args.test_sentences)
-        updates = max(1, math.ceil(args.epochs * len(tools.conll_blocks(data / "train.tsv")) / args.batch_size))
+        data = harness.ner_data(args.dataset, args.train_sentences, args.dev_sentences, tmp, args.test_sentences)
+        updates = max(1, math.ceil(args.epochs * len(harness.conll_blocks(data / "train.tsv")) / args.batch_size))
         for i, seed in enumerate(args.seeds):
             # alternate the order, so drifts in machine load hit each alike
             for model in (ELECTRA, MLM, RANDOM) if i % 2 == 0 else (RANDOM, MLM, ELECTRA):
                 rows.append(fine_tune(run, args, model, encoders[model], data, updates, seed, data_bin, workdir, tmp))
-        test_n = len(tools.conll_blocks(data / "test.tsv"))
+        test_n = len(harness.conll_blocks(data / "test.tsv"))
         commands = [c.replace(str(tmp), "$TMP") for c in run.commands]
     f1 = {m: [next(r["f1"] for r in rows if (r["model"], r["seed"]) == (m, s)) for s in args.seeds] for m in LABELS}
     threads = args.threads or os.environ.get("OMP_NUM_THREADS", "all")
@@ -403,7 +396,7 @@ def main(argv=None) -> None:
         "meta": {"mode": "quick (smoke)" if args.quick else "full", "date": time.strftime("%Y-%m-%d"),
                  "device": f"CPU, {os.cpu_count()} cores, torch {torch.__version__}, {threads} thread(s) per tool"
                  + (f"; fine-tuning on GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
-                 "size": args.size, "params": tools.encoder_parameters(encoders[MLM]), "vocab": vocab,
+                 "size": args.size, "params": harness.encoder_parameters(encoders[MLM]), "vocab": vocab,
                  "budget": args.pretrain_minutes, "pretrain_dropout": args.pretrain_dropout, "dataset": args.dataset,
                  "train": "all" if args.train_sentences is None else f"the first {args.train_sentences}",
                  "dev": "all" if args.dev_sentences is None else f"the first {args.dev_sentences}",
@@ -412,7 +405,7 @@ def main(argv=None) -> None:
         "plan": planned, "pretrain": pretrain, "seeds": args.seeds, "rows": rows, "f1": f1,
         "diffs": [e - m for e, m in zip(f1[ELECTRA], f1[MLM])], "commands": commands,
     }  # fmt: skip
-    tools.save_report(workdir, results, report(results), lambda path: plot(results, path), Path(args.results),
+    harness.save_report(workdir, results, report(results), lambda path: plot(results, path), Path(args.results),
                       "electra_downstream")  # fmt: skip
 
 

@@ -78,14 +78,14 @@ import contextlib
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference_encoder.py beside this file
+from fairseq_bio import runs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness.py, reference_encoder.py beside this file
+from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
 
 VARIANTS = {
     "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
@@ -148,8 +148,6 @@ def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, t
     ``task``: fairseq's ``masked_lm`` (the masks made by the data loader, the same for every variant) or the
     recipes' ``bio_masked_lm`` (benchmarks/host_reads.py); ``criterion`` instead of the variant's; ``extra``
     arguments last."""
-    from fairseq_bio import runs
-
     spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
     args = ["--task", task, "--criterion", criterion or spec.get("criterion", "masked_lm"), "--arch",
             arch if spec["plugin"] else STOCK_ARCH[arch],
@@ -487,7 +485,7 @@ def run_memory_worker(variant: str, args) -> dict:
         cmd.append("--tiny")
     if args.sdpa_backend:
         cmd += ["--sdpa-backend", args.sdpa_backend]
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    out = runs.capture(cmd)
     if out.returncode != 0:
         raise SystemExit(f"{variant} (memory) failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -652,10 +650,7 @@ def main(argv=None):
 
 
 def plot(rows, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.2))
     names = [r["label"].replace(" + ", "\n+ ").replace(", ", ",\n").replace(" (", "\n(") for r in rows]
@@ -674,10 +669,7 @@ def plot(rows, path: Path, title: str) -> None:
     ax2.set_ylabel("peak memory (MiB)")
     ax2.set_title("peak memory", fontsize=9)
     fig.tight_layout()
-    from fairseq_bio.files import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from fairseq_bio import runs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blurb_scores import CPU_BUDGETS  # noqa: E402
 from parity_tasks import imported_minilm  # noqa: E402
-from tagging import REPO, RESULTS, save_report  # noqa: E402
+from harness import REPO, RESULTS, pyplot, save_figure, save_report  # noqa: E402
 
 # (dataset, variant, overrides, the paper's number for that row, where it comes from). The first variant of each
 # dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1, linear 85.62 vs Bi-LSTM 85.64
@@ -119,10 +119,7 @@ def markdown(rows: List[Dict], seeds: int) -> str:
 
 
 def plot(rows: List[Dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
@@ -143,8 +140,7 @@ def plot(rows: List[Dict], path: Path) -> None:
         ax.legend(fontsize=8, loc="lower left")
         ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv=None) -> int:

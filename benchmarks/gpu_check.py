@@ -39,7 +39,6 @@ import ast
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -259,9 +258,12 @@ def device_name(dry: bool) -> str:
         return f"CPU ({cpu}, {os.cpu_count()} cores)"
     query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
     try:
-        gpus = subprocess.run(query, capture_output=True, text=True, check=True).stdout.strip().splitlines()
-    except (OSError, subprocess.CalledProcessError) as e:
+        found = runs.capture(query)
+    except OSError as e:
         return f"nvidia-smi failed ({e})"
+    if found.returncode:
+        return f"nvidia-smi failed (exit status {found.returncode})"
+    gpus = found.stdout.strip().splitlines()
     return f"{len(gpus)} x {gpus[0]} (name, memory, driver)"
 
 
@@ -284,8 +286,8 @@ def table(steps, dry: bool) -> str:
 
 
 def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    out = runs.capture(["git", "rev-parse", "--short", "HEAD"], cwd=REPO)
+    dirty = runs.capture(["git", "status", "--porcelain"], cwd=REPO).stdout.strip()
     return (out.stdout.strip() or "unknown") + (" with local changes" if dirty else "")
 
 

@@ -67,7 +67,7 @@ from parity_tasks import (  # noqa: E402
     sentence_task,
     task_config,
 )
-from tagging import REPO, RESULTS, Runner, ner_data  # noqa: E402
+from harness import REPO, RESULTS, Runner, ner_data, pyplot, save_figure  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data"
 
@@ -427,13 +427,7 @@ def _grid_table(results: List[Dict]) -> List[str]:
 
 
 def plot(results: List[Dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from fairseq_bio.files import atomic_write
-
+    plt = pyplot()
     names = [r["runs"][0]["ours"]["title"] for r in results]
     x = range(len(names))
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.5))
@@ -464,8 +458,7 @@ def plot(results: List[Dict], path: Path) -> None:
     fig.suptitle("MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe"
                  + (" (hatched: each side's lr chosen on dev)" if tuned else ""))  # fmt: skip
     fig.tight_layout()
-    with atomic_write(path, "wb") as f:
-        fig.savefig(f, format="png")
+    save_figure(fig, path, dpi=100)  # matplotlib's default
 
 
 def main(argv=None) -> None:

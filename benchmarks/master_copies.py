@@ -25,11 +25,13 @@ Writes ``benchmarks/results/master_copies[_cuda].md``, ``.json`` and ``.png`` an
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import RESULTS, pyplot, save_figure  # noqa: E402
+
 ARCHS = ["bio_roberta_tiny", "bio_roberta_base", "bio_roberta_large", "bio_megatron_345m"]
 VOCAB = 50_265  # RoBERTa's
 COPY_OPS = ("copy_", "zero_", "_foreach_copy_", "_foreach_zero_")
@@ -206,16 +208,7 @@ def table(results: dict, device: str) -> str:
 
 
 def plot(results: dict, path: Path, device: str) -> None:
-    import logging
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib.pyplot as plt
-
-    from fairseq_bio.files import atomic_path
-
+    plt = pyplot()
     archs = list(results)
     x = range(len(archs))
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
@@ -235,8 +228,7 @@ def plot(results: dict, path: Path, device: str) -> None:
         ax.set_title(title)
         ax.legend()
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
+    save_figure(fig, path)
 
 
 def main(argv=None):

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from fairseq_bio import runs
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
+
 MODEL = ["--encoder-layers", "4", "--encoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
          "--encoder-attention-heads", "4", "--tokens-per-sample", "128", "--batch-size", "16",
          "--sample-break-mode", "none", "--optimizer", "adam", "--lr", "1e-4", "--cpu", "--num-workers", "0",
@@ -112,11 +113,7 @@ def main(argv=None):
     (RESULTS / "mlm_throughput.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     names = [v for v, *_ in rows]
     ax1.bar(
@@ -132,7 +129,7 @@ def main(argv=None):
     ax2.set_ylabel("MB XML / s")
     ax2.set_title("XML -> binarised")
     fig.tight_layout()
-    fig.savefig(RESULTS / "mlm_throughput.png", dpi=120)
+    save_figure(fig, RESULTS / "mlm_throughput.png", dpi=120)
     ratio = statistics.median(wps["bio_roberta + bio_masked_lm"]) / base
     print(f"\nratio bio/stock (token masking): {ratio:.3f}x  (target >= 1.0x)")
     print(f"wrote {RESULTS / 'mlm_throughput.md'} and {RESULTS / 'mlm_throughput.png'}")

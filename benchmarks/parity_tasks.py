@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from fairseq_bio import runs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tagging import Runner  # noqa: E402
+from harness import Runner  # noqa: E402
 
 TAGGING = "bio_tagging_ner"
 

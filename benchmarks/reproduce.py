@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_bio import runs
-from fairseq_bio.files import atomic_path, write_json, write_text
+from fairseq_bio.files import write_json, write_text
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))  # the findings, and the benchmarks whose helpers the steps use (parity_tasks)
+from harness import pyplot, save_figure  # noqa: E402
 from reproduce_findings import (  # noqa: E402
     CLAIM_WORDS,
     DIRECTION,
@@ -85,19 +86,14 @@ class Context:
         log = self.work / "logs" / f"{name}.out"
         log.unlink(missing_ok=True)  # runs.Run appends: this run's output only
         print(f"[reproduce] $ {shown}\n[reproduce]   its output: {display([log])}", flush=True)
-        run = runs.Run(argv, log, cwd=REPO, session=True)
-        start = shown_at = time.time()
-        try:
-            while run.poll() is None:
-                time.sleep(1)
-                if time.time() - shown_at >= PROGRESS_SECONDS:
-                    shown_at = time.time()
-                    lines = run.output().strip().splitlines() or [""]
-                    print(f"[reproduce]   {name}: {(shown_at - start) / 60:.0f} min: {lines[-1][:150]}", flush=True)
-        except BaseException:
-            run.kill()
-            raise
-        run.check()  # a RunError with the output's tail unless it exited 0
+
+        def progress(run: runs.Run) -> None:
+            lines = run.output().strip().splitlines() or [""]
+            minutes = (time.time() - run.started) / 60
+            print(f"[reproduce]   {name}: {minutes:.0f} min: {lines[-1][:150]}", flush=True)
+
+        # a RunError with the output's tail unless it exits 0; interrupted, it is killed with its process group
+        runs.Run(argv, log, cwd=REPO, session=True).check(progress=progress, every=PROGRESS_SECONDS)
         return True
 
 
@@ -178,7 +174,7 @@ def run_vocab(ctx: Context, params: Dict) -> Dict:
                           "--no-progress", "--overwrite"), "vocab-extract", done=corpus / "extract_stats.json")
     vocabs = [f"MiniLM={minilm_dir()}"]
     for preset in params["presets"]:
-        ctx.call(runs.command("fairseq-bio-vocab", "--train", corpus / "train.txt", "--out", work / preset, "--preset",
+        ctx.call(runs.command("fairseq-bio-vocab", "--input", corpus / "train.txt", "--out", work / preset, "--preset",
                               preset, "--overwrite"), f"vocab-{preset}", done=work / preset / "vocab_info.json")
         vocabs.append(f"{preset}={work / preset}")
     ctx.call(runs.command("fairseq-bio-vocab-report", *(a for v in vocabs for a in ("--vocab", v)), "--data",
@@ -409,14 +405,7 @@ VERDICT_COLOURS = {REPRODUCED: "tab:green", DIRECTION: "tab:olive", NOT_REPRODUC
 def plot(rows: List[Row], path: Path) -> None:
     """One panel per finding: the paper's effect beside ours (with its seeds as dots and its spread), the panel's
     title coloured by the verdict."""
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     columns = 4
     lines = (len(rows) + columns - 1) // columns
     fig, axes = plt.subplots(lines, columns, figsize=(4 * columns, 3.1 * lines), squeeze=False)
@@ -442,9 +431,7 @@ def plot(rows: List[Row], path: Path) -> None:
     for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def reproduce(ctx: Context, keys: Optional[Sequence[str]], out: Path, run: bool = True) -> List[Row]:

@@ -4,9 +4,11 @@
   the plugin as its user dir; ``shipped_config_dir`` is where those configs are), ``train`` / ``validate`` (fairseq's
   argparse entry points) and ``command`` (any console script of this environment: fairseq's, or the plugin's own
   ``fairseq-bio-*``).
-- Processes: ``Run`` starts one (its output in a file, optionally in a process group of its own), watches its JSON
-  log for an update, signals, waits for or kills it; ``run`` runs one to its end. A failure is a ``RunError`` whose
-  message ends with the tail of the output.
+- Processes: ``Run`` starts one (its output in a file, on ours, or kept in memory with stdout and stderr apart;
+  optionally in a process group of its own), watches its JSON log for an update, reports its progress, signals,
+  waits for or kills it; ``run`` runs one to its end, ``capture`` one whose output the caller reads. A failure is a
+  ``RunError`` whose message ends with the tail of the output. The BLURB runner, the preprocessing scripts, the
+  benchmarks and the test helpers start their processes here.
 - Logs: ``logged`` reads fairseq's JSON progress log into ``{num_updates: entry}`` per kind (``train_inner``,
   ``train``, ``valid``); ``last_validation`` is the last validation of a log in the JSON or the simple format;
   ``tensorboard_curve`` reads one scalar of a run's tensorboard logs, whatever format its console log had.
@@ -23,13 +25,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Union
 
 BIN = Path(sys.executable).parent  # the console scripts of this environment: fairseq's and the plugin's
 PLUGIN_DIR = Path(__file__).resolve().parent  # the user dir (common.user_dir, --user-dir) fairseq loads
 CONFIGS = "hydra_configs"  # the shipped hydra configs' directory, inside the installed plugin or beside the checkout's
 HYDRA_TRAIN = "fairseq-hydra-train"
 TAIL_CHARS = 4000  # of a run's output, in its errors
+KILLED_OUTPUT_S = 10  # how long the output of a killed captured run is read (its children may hold the pipes)
 PathLike = Union[str, os.PathLike]
 
 
@@ -98,7 +101,10 @@ class RunError(RuntimeError):
 
     def __init__(self, run: "Run", what: str):
         self.run, self.code = run, run.proc.returncode
-        where = f"the end of its output ({run.out})" if run.out else "its output went to ours"
+        if run.out:
+            where = f"the end of its output ({run.out})"
+        else:
+            where = "the end of its output" if run.captured else "its output went to ours"
         tail = run.output()
         super().__init__(f"{run.name} {what}; {where}" + (f":\n{tail}" if tail else ""))
 
@@ -113,22 +119,32 @@ class Run:
 
     ``env``: variables set over ours (PYTHONUNBUFFERED=1 is, so that the output file is up to date); ``session``: a
     process group of its own, which ``kill`` ends whole (DataLoader workers, pytest-xdist workers and their runs
-    with it), as SLURM signals every process of a job step (``os.killpg(run.proc.pid, sig)``)."""
+    with it), as SLURM signals every process of a job step (``os.killpg(run.proc.pid, sig)``); ``capture``: its
+    stdout and stderr kept apart, as text, in ``stdout`` and ``stderr`` once it ends (not with ``out``)."""
 
     def __init__(self, argv: Sequence[Any], out: Optional[PathLike] = None, *, log: Optional[PathLike] = None,
-                 env: Optional[Dict[str, str]] = None, cwd: Optional[PathLike] = None,
-                 session: bool = False):  # fmt: skip
+                 env: Optional[Dict[str, str]] = None, cwd: Optional[PathLike] = None, session: bool = False,
+                 capture: bool = False):  # fmt: skip
+        if capture and out is not None:
+            raise ValueError("a run's output goes to a file (out) or is captured, not both")
         self.argv = [str(a) for a in argv]
         self.out = Path(out) if out is not None else None
         self.log = Path(log) if log is not None else None
-        self.session = session
+        self.session, self.captured = session, capture
+        self.stdout: Optional[str] = None
+        self.stderr: Optional[str] = None
         environment = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         if self.out is not None:
             self.out.parent.mkdir(parents=True, exist_ok=True)
         stream = open(self.out, "ab") if self.out is not None else None
+        if capture:
+            streams = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+        else:
+            streams = dict(stdout=stream, stderr=subprocess.STDOUT if stream else None)
+        self.started = time.time()
         try:
-            self.proc = subprocess.Popen(self.argv, stdout=stream, stderr=subprocess.STDOUT if stream else None,
-                                         env=environment, cwd=cwd, start_new_session=session)  # fmt: skip
+            self.proc = subprocess.Popen(self.argv, env=environment, cwd=cwd, start_new_session=session,
+                                         **streams)  # fmt: skip
         finally:
             if stream is not None:
                 stream.close()
@@ -137,11 +153,20 @@ class Run:
     def name(self) -> str:
         return Path(self.argv[0]).name
 
+    @property
+    def returncode(self) -> Optional[int]:
+        """Its exit status, None while it runs (or before it was waited for)."""
+        return self.proc.returncode
+
     def output(self, whole: bool = False) -> str:
-        """What it printed (the last TAIL_CHARS characters unless ``whole``); "" when it prints to ours."""
-        if self.out is None or not self.out.exists():
+        """What it printed (the last TAIL_CHARS characters unless ``whole``): its output file's, or a captured run's
+        stdout then stderr; "" when it prints to ours."""
+        if self.captured:
+            text = (self.stdout or "") + (self.stderr or "")
+        elif self.out is None or not self.out.exists():
             return ""
-        text = self.out.read_text(encoding="utf-8", errors="replace")
+        else:
+            text = self.out.read_text(encoding="utf-8", errors="replace")
         return text if whole else text[-TAIL_CHARS:]
 
     def poll(self) -> Optional[int]:
@@ -160,13 +185,42 @@ class Run:
                     os.killpg(self.proc.pid, signal.SIGKILL)
             else:
                 self.proc.kill()
+        if self.captured:
+            self._collect(KILLED_OUTPUT_S)
         return self.proc.wait()
 
-    def finish(self, timeout: Optional[float] = None) -> int:
-        """Wait for its end; its exit status. Still running after ``timeout`` seconds (``RunTimeout``), or when the
-        wait is interrupted (Ctrl-C, a SIGTERM handler raising), it is killed first, never left running."""
+    def _collect(self, timeout: Optional[float]) -> int:
+        """A captured run: wait for its end, reading its stdout and stderr (``subprocess.TimeoutExpired`` past
+        ``timeout`` while it runs; a later call reads on from there)."""
+        if self.stdout is None:
+            try:
+                self.stdout, self.stderr = self.proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                if self.proc.poll() is None:
+                    raise
+                # it ended, and a child of its own still holds the pipes: its output is lost
+        return self.proc.wait()
+
+    def _wait(self, timeout: Optional[float]) -> int:
+        return self._collect(timeout) if self.captured else self.proc.wait(timeout)
+
+    def finish(self, timeout: Optional[float] = None, *, progress: Optional[Callable[["Run"], None]] = None,
+               every: float = 60) -> int:  # fmt: skip
+        """Wait for its end; its exit status. ``progress(run)`` is called every ``every`` seconds while it runs.
+        Still running after ``timeout`` seconds (``RunTimeout``), or when the wait is interrupted (Ctrl-C, a SIGTERM
+        handler raising, ``progress`` raising), it is killed first, never left running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            return self.proc.wait(timeout)
+            while True:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0)
+                if progress is None:
+                    return self._wait(left)
+                try:
+                    return self._wait(every if left is None else min(every, left))
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+                    progress(self)
         except subprocess.TimeoutExpired:
             self.kill()
             raise RunTimeout(self, f"still running after {timeout:g} s, killed") from None
@@ -174,9 +228,9 @@ class Run:
             self.kill()
             raise
 
-    def check(self, timeout: Optional[float] = None) -> "Run":
-        """``finish``, and a ``RunError`` unless it exited 0."""
-        code = self.finish(timeout)
+    def check(self, timeout: Optional[float] = None, **progress: Any) -> "Run":
+        """``finish`` (``progress``, ``every``: as there), and a ``RunError`` unless it exited 0."""
+        code = self.finish(timeout, **progress)
         if code != 0:
             raise RunError(self, f"exited {code}")
         return self
@@ -201,6 +255,18 @@ def run(argv: Sequence[Any], out: Optional[PathLike] = None, *, env: Optional[Di
         cwd: Optional[PathLike] = None, timeout: Optional[float] = None, session: bool = False) -> Run:  # fmt: skip
     """Run ``argv`` to its end (see ``Run``); a ``RunError`` with the tail of ``out`` unless it exits 0."""
     return Run(argv, out, env=env, cwd=cwd, session=session).check(timeout)
+
+
+def capture(argv: Sequence[Any], *, env: Optional[Dict[str, str]] = None, cwd: Optional[PathLike] = None,
+            timeout: Optional[float] = None, check: bool = False) -> Run:  # fmt: skip
+    """Run ``argv`` to its end, its stdout and stderr kept (``run.stdout``, ``run.stderr``, ``run.returncode``);
+    with ``check``, a ``RunError`` with their tail unless it exits 0. Past ``timeout`` it is killed
+    (``RunTimeout``)."""
+    run = Run(argv, env=env, cwd=cwd, capture=True)
+    if check:
+        return run.check(timeout)
+    run.finish(timeout)
+    return run
 
 
 # --- logs --------------------------------------------------------------------------------------------------------

@@ -15,11 +15,11 @@ import json
 import re
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Dict, List, Union
 
+from fairseq_bio import runs
 from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
 from fairseq_bio.data.tokenizer_files import bpe_file_options
 from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir, replace_dir
@@ -64,7 +64,7 @@ def _run_preprocess(dict_txt: Path, train: Path, valids: List[Path], dest: Path,
         "--dataset-impl",
         "mmap",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = runs.capture(cmd)
     if proc.returncode != 0:
         lines = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
         raise PreprocessError(
@@ -91,7 +91,7 @@ def _check_unknown(replaced: Dict[str, tuple], names: Dict[str, Path], vocab_dir
         if rate > max_unknown:
             raise PreprocessError(
                 f"{what}: text that was never encoded? encode it first (fairseq-bio-encode --vocab {vocab_dir} "
-                f"--inputs {user} --out {user.with_suffix('.bpe')}); --max-unknown {rate:.2f} accepts it"
+                f"{user} --out {user.with_suffix('.bpe')}); --max-unknown {rate:.2f} accepts it"
             )
         if rate > WARN_UNKNOWN:
             print(f"{BINARIZE}: warning: {what}", file=sys.stderr)
@@ -228,7 +228,7 @@ def build_parser() -> Parser:
     parser.add_argument("--vocab", required=True, help="vocabulary directory (dict.txt, bpe.json, ...)")
     parser.add_argument("--train", required=True, help="encoded training text (fairseq-bio-encode output)")
     parser.add_argument("--valid", required=True, help="encoded validation text")
-    add_out(parser, "the data directory to write (with --shards, its shard0, shard1, ...)", old=("--destdir",))
+    add_out(parser, "the data directory to write (with --shards, its shard0, shard1, ...)")
     parser.add_argument("--shards", type=int, default=1, help="split train into this many shard directories")
     parser.add_argument(
         "--workers", type=int, default=1, help=f"fairseq-preprocess workers (this machine: {default_workers()})"

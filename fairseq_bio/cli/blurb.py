@@ -167,8 +167,8 @@ def _batches(plan) -> str:
 
 
 def _terminated(signum, frame):
-    # an exception, so that subprocess.run kills the fairseq-hydra-train it is waiting for (SIGTERM: a scheduler
-    # ending the job) instead of leaving it running without us
+    # an exception, so that the run being waited for (runs.Run.finish) kills the fairseq-hydra-train it started
+    # (SIGTERM: a scheduler ending the job) instead of leaving it running without us
     raise KeyboardInterrupt
 
 

@@ -6,7 +6,6 @@ encoder file is reused.
 
 import json
 import shlex
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -15,7 +14,7 @@ from ..files import atomic_write, write_json
 from ..inference.predictions import read_predictions
 from ..metrics.benchmark_scores import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
 from ..runs import Run as Process
-from ..runs import logged
+from ..runs import capture, logged
 from .datasets import TAGGING
 from .plan import Plan, Run, comma_names
 from .report import aggregate, write_results
@@ -110,7 +109,7 @@ def execute(run: Run) -> Dict[str, Any]:
     maximize = bool(run.plan.cfg["checkpoint"].get("maximize_best_checkpoint_metric", True))
     best = (max if maximize else min)(dev.values(), key=lambda e: float(e[selection]))
     scoring = time.time()
-    predicted = subprocess.run(run.predict, cwd=run.dir, capture_output=True, text=True)
+    predicted = capture(run.predict, cwd=run.dir)
     if predicted.returncode:
         raise RunFailed(f"fairseq-bio-predict exited {predicted.returncode}: {_last_line(predicted.stderr)}")
     test, trivial, n_test = score_run(run)
