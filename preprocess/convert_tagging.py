@@ -53,7 +53,8 @@ OVERWRITE_WHAT = "the files"
 
 
 def _offset_arguments(p: Parser, ids: str) -> None:
-    p.add_argument("inputs", nargs="*", help="input files or directories, split by the --<split>-pmids lists")
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="input files or directories, split by the --<split>-pmids lists")  # fmt: skip
     add_out(p, OUT_HELP)
     for split in SPLITS:
         p.add_argument(f"--{split}", nargs="+", metavar="PATH", help=f"inputs of the {split} split")
@@ -120,7 +121,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     ebm = sub.add_parser("ebm-nlp", help="EBM-NLP PICO as BLURB uses it (I-PAR/I-INT/I-OUT, gold test set)")
-    ebm.add_argument("release", help="ebm_nlp_2_00/ (unpacked) or ebm_nlp_2_00.tar.gz")
+    ebm.add_argument("--input", required=True, help="ebm_nlp_2_00/ (unpacked) or ebm_nlp_2_00.tar.gz")
     add_out(ebm, OUT_HELP)
     ebm.add_argument("--dev-fraction", type=float, default=0.2, help="train documents held out as dev (BLURB: 0.2)")
     ebm.add_argument("--seed", type=int, default=1, help="seed of the dev selection")
@@ -189,7 +190,7 @@ def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "ebm-nlp":
         stats = convert_ebm_nlp(
-            args.release,
+            args.input,
             args.out,
             dev_fraction=args.dev_fraction,
             seed=args.seed,

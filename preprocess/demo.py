@@ -53,7 +53,7 @@ def train_command(data: str, save_dir: Path, log_file: Path, overrides: List[str
 def build_parser() -> Parser:
     parser = Parser(prog=DEMO, description=__doc__.split("\n\n")[0])
     add_out(parser, "the work directory every step writes to; finished steps there are reused (default: runs/demo)",
-            old=("--workdir",), default="runs/demo")  # fmt: skip
+            default="runs/demo")  # fmt: skip
     add_overwrite(parser, "a pretraining run", help="retrain when the checkpoints in --out are of a run with other "
                   "data or settings (they are deleted; the other steps redo themselves when their settings change)")
     parser.add_argument("--workers", type=int, default=default_workers(), help="processes for preprocessing")

@@ -68,7 +68,7 @@ def encode_files(
     from tqdm import tqdm
 
     if len(inputs) != len(outputs):
-        raise PreprocessError(f"--out: {len(outputs)} files for {len(inputs)} --inputs; give one per input")
+        raise PreprocessError(f"--out: {len(outputs)} files for {len(inputs)} inputs; give one per input")
     if workers < 1:
         raise PreprocessError("--workers must be >= 1")
     for path in inputs:
@@ -123,8 +123,8 @@ def _tracked_chunks(f, chunk_lines: int, bar) -> Iterable[List[str]]:
 def build_parser() -> Parser:
     parser = Parser(prog=ENCODE, description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", required=True, help="vocabulary directory (bpe.json, dict.txt, ...)")
-    parser.add_argument("--inputs", nargs="+", required=True, help="text files (one sentence per line)")
-    add_out(parser, "the encoded files to write, one per input (never an input)", old=("--outputs",), nargs="+")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="text files (one sentence per line)")
+    add_out(parser, "the encoded files to write, one per input (never an input)", nargs="+")
     add_overwrite(parser, "encoded files")
     parser.add_argument(
         "--workers", type=int, default=1, help=f"worker processes (this machine: {default_workers()})"

@@ -534,6 +534,7 @@ def build_parser() -> Parser:
     parser.add_argument(
         "inputs",
         nargs="+",
+        metavar="INPUT",
         help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
     )
     add_out(parser, "the corpus directory to write (train.txt, valid.txt, extract_stats.json); new or empty unless "

@@ -334,7 +334,7 @@ def learn_vocab(
 
 def build_parser() -> Parser:
     parser = Parser(prog=VOCAB, description="Learn a vocabulary for fairseq.")
-    parser.add_argument("--train", required=True, help="training text (train.txt from fairseq-bio-extract)")
+    parser.add_argument("--input", required=True, help="the training text (train.txt from fairseq-bio-extract)")
     add_out(parser, "the vocabulary directory to write (new or empty unless --overwrite)")
     parser.add_argument("--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -375,7 +375,7 @@ def main(argv=None) -> None:
     if args.preset:
         options = preset_options(args.preset, args.kind, args.vocab_size, args.cased)
     out = learn_vocab(
-        args.train,
+        args.input,
         args.out,
         **options,
         min_frequency=args.min_frequency,

@@ -20,11 +20,10 @@ def build_parser() -> Parser:
     add_checkpoint(
         parser, "fairseq checkpoint (model.pt of an import, checkpoint_best.pt of pretraining or of a bio_tagging / "
         "bio_sentence_prediction fine-tuning run, checkpoint_last.pt of ELECTRA pretraining, ...)",
-        positional="checkpoint",
     )  # fmt: skip
-    add_out(parser, "the HF model directory to write (must not exist unless --overwrite)", positional="out_dir")
-    parser.add_renamed(
-        "--vocab", old=("--data",), metavar="DIR", help="vocabulary directory (dict.txt, bpe.json); default: beside "
+    add_out(parser, "the HF model directory to write (must not exist unless --overwrite)")
+    parser.add_argument(
+        "--vocab", metavar="DIR", help="vocabulary directory (dict.txt, bpe.json); default: beside "
         "the checkpoint, else the checkpoint's task.vocab or task.data"
     )  # fmt: skip
     parser.add_argument(

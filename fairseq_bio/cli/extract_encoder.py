@@ -9,7 +9,7 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
-from ..checkpoints import load_checkpoint
+from ..checkpoints import load_checkpoint, resume_point, updates
 from ..errors import BioError
 from ..files import check_output
 from ..tasks.fine_tuning import resolve_vocab
@@ -28,11 +28,6 @@ class ExtractError(BioError, ValueError):
 EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # the script, and what the encoder checkpoint is recorded as made by
 
 
-def _updates(state: Dict) -> Optional[int]:
-    """The update count a fairseq checkpoint was saved at (None when it does not say)."""
-    return ((state.get("optimizer_history") or [{}])[-1]).get("num_updates")
-
-
 def best_is_behind(checkpoint: Path, state: Dict) -> Optional[str]:
     """A note when ``checkpoint`` is fairseq's ``checkpoint_best.pt`` and the ``checkpoint_last.pt`` beside it is
     further on: fairseq picks ELECTRA's best by the summed validation loss (generator + 50 x discriminator), which
@@ -40,7 +35,7 @@ def best_is_behind(checkpoint: Path, state: Dict) -> Optional[str]:
     last = checkpoint.with_name("checkpoint_last.pt")
     if checkpoint.name != "checkpoint_best.pt" or not last.is_file():
         return None
-    best_at, last_at = _updates(state), _updates(load_checkpoint(last, mmap=True))  # its tensors are not read
+    best_at, last_at = updates(state), resume_point(last)
     if best_at is None or last_at is None or last_at <= best_at:
         return None
     return (f"{checkpoint} is update {best_at:,}, {last.name} beside it update {last_at:,}: fairseq picks ELECTRA's "
@@ -117,8 +112,8 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
 
 def build_parser() -> Parser:
     parser = Parser(prog=EXTRACT_ENCODER, description=__doc__)
-    add_checkpoint(parser, "a bio_electra checkpoint (e.g. checkpoint_last.pt)", positional="checkpoint")
-    add_out(parser, "the encoder checkpoint to write; dict.txt and bpe.json go beside it", positional="out")
+    add_checkpoint(parser, "a bio_electra checkpoint (e.g. checkpoint_last.pt)")
+    add_out(parser, "the encoder checkpoint to write; dict.txt and bpe.json go beside it")
     parser.add_argument("--part", choices=PARTS, default="discriminator", help="which encoder to extract")
     add_overwrite(parser, "an encoder checkpoint")
     parser.add_argument("--seed", type=int, default=1, help="seed of the discriminator's new MLM head")

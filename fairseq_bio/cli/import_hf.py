@@ -22,10 +22,10 @@ def build_parser() -> Parser:
     add_checkpoint(
         parser, "the HF model directory to import: config.json, model.safetensors or pytorch_model.bin, "
         "tokenizer.json or vocab.txt or vocab.json + merges.txt; with --generator, the ElectraForPreTraining "
-        "discriminator", positional="hf_model_dir", metavar="HF_DIR",
+        "discriminator", metavar="HF_DIR",
     )  # fmt: skip
     add_out(parser, f"the directory to write ({CHECKPOINT_FILE} and its vocabulary; must not exist unless --overwrite)",
-            positional="out_dir", metavar="DIR")  # fmt: skip
+            metavar="DIR")  # fmt: skip
     parser.add_argument(
         "--generator", metavar="GEN_DIR", help="the pair's ElectraForMaskedLM generator directory: import both as "
         "one bio_electra checkpoint (shared embeddings, both heads; the discriminator is --checkpoint)"

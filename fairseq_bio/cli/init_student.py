@@ -120,7 +120,7 @@ def init_student(
 
 def build_parser() -> Parser:
     parser = Parser(prog=INIT_STUDENT, description=__doc__)
-    add_checkpoint(parser, "the teacher: a bio_roberta checkpoint", old=("--teacher",))
+    add_checkpoint(parser, "the teacher: a bio_roberta checkpoint")
     parser.add_argument(
         "--layers",
         default=EVERY_OTHER,

@@ -48,7 +48,7 @@ def build_parser() -> Parser:
     )  # fmt: skip
     add_out(
         parser, "the predictions to write: CoNLL, or JSON lines (spans for text input; one row per example); never "
-        "the input, and not an existing file unless --overwrite", old=("--output",),
+        "the input, and not an existing file unless --overwrite",
     )  # fmt: skip
     add_overwrite(parser, "a predictions file")
     parser.add_argument(
@@ -75,7 +75,7 @@ def build_parser() -> Parser:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU even when a GPU is present")
     parser.add_argument("--fp16", action="store_true", help="half precision (GPU)")
-    add_no_progress(parser, old=("--quiet",))
+    add_no_progress(parser)
     return parser
 
 

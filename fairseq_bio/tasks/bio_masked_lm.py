@@ -383,7 +383,7 @@ def freeze_token_embeddings(model) -> List[str]:
 def check_binarised(data: str) -> None:
     """Refuse, in one line saying what to run, a ``task.data`` that is raw text rather than binarised directories."""
     steps = (
-        "encode and binarise it first: fairseq-bio-encode --vocab VOCAB --inputs train.txt valid.txt --out "
+        "encode and binarise it first: fairseq-bio-encode --vocab VOCAB train.txt valid.txt --out "
         "train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe --valid valid.bpe --out "
         "data-bin (VOCAB from fairseq-bio-vocab; `make demo` runs every step), and give task.data=data-bin"
     )
