@@ -4,7 +4,6 @@ a slice that keeps the suite fast, and vocabularies/data-bins learned from it wi
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -134,9 +133,10 @@ def data_bin(pubmed_corpus, learned_vocab, tmp_path_factory):
 
 def run_cli(args, cwd, timeout=600, check=True):
     """Run one of the installed console scripts for real: ``args`` a ``fairseq_bio.runs`` command line, or a
-    script's name (fairseq-train, fairseq-bio-predict, ...) and its arguments; its output captured."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", THREADS)}
-    result = subprocess.run(runs.command(*args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    script's name (fairseq-train, fairseq-bio-predict, ...) and its arguments; the finished ``runs.Run``, its
+    ``stdout``, ``stderr`` and ``returncode`` captured (``runs.capture``)."""
+    threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", THREADS)}
+    result = runs.capture(runs.command(*args), cwd=cwd, env=threads, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{args[0]} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result

@@ -156,14 +156,14 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
     (tmp_path / "train.bpe").symlink_to(corpus)
     before = digest(corpus)
     for output, how in ((corpus, ""), (tmp_path / "train.bpe", " (through a link)")):
-        result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--out",
+        result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), corpus, "--out",
                           output, "--no-progress"], cwd=tmp_path, check=False)  # fmt: skip
         assert one_line(result) == (f"fairseq-bio-encode: {output}: is the input {corpus}{how}; --out must name "
                                     "another file")  # fmt: skip
     assert digest(corpus) == before
     mine = tmp_path / "mine.bpe"
     mine.write_text("my own encoding\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", corpus, "--out", mine,
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), corpus, "--out", mine,
                "--no-progress"]  # fmt: skip
     assert (
         one_line(run_cli(command, cwd=tmp_path, check=False))
@@ -270,11 +270,10 @@ def test_json_errors_name_the_column(gad_model, tmp_path):
 
 
 def _hydra_tagging(tmp_path, data, tiny_encoder, *extra, env=None):
-    return subprocess.run(
+    return runs.capture(
         runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}", *FINE_TUNE,
                          *extra, save_dir=tmp_path / "run"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=tmp_path, timeout=600, env={"OMP_NUM_THREADS": "1", **(env or {})},
     )  # fmt: skip
 
 
@@ -327,11 +326,11 @@ def test_uncaught_plugin_error_outside_hydra_is_one_line(tmp_path):
 
 
 def test_benchmark_slicing_never_writes_into_its_input(tmp_path):
-    """benchmarks/tagging.py's ner_data (also hf_parity.py's and distillation.py's) on a read-only copy of a
+    """benchmarks/harness.py's ner_data (tagging.py's, hf_parity.py's, distillation.py's) on a read-only copy of a
     dataset given by absolute path: the slice is a new directory elsewhere; the dataset is unchanged."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        from tagging import ner_data
+        from harness import ner_data
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
     dataset = tmp_path / "MyNER"
@@ -475,9 +474,9 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     before = {p.name: digest(p) for p in theirs.iterdir()}
     corpus = pubmed_corpus / "valid.txt"
     cases = [
-        (["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--out", user_file, "--no-progress"],
+        (["fairseq-bio-encode", "--vocab", vocab, corpus, "--out", user_file, "--no-progress"],
          f"fairseq-bio-encode: {user_file}: exists and was not made by fairseq-bio-encode"),
-        (["fairseq-bio-vocab", "--train", corpus, "--out", theirs, "--vocab-size", "300"],
+        (["fairseq-bio-vocab", "--input", corpus, "--out", theirs, "--vocab-size", "300"],
          f"fairseq-bio-vocab: {theirs}: has no record that fairseq-bio-vocab made it"),
         (["fairseq-bio-binarize", "--vocab", vocab, "--train", corpus, "--valid", corpus, "--out", theirs],
          f"fairseq-bio-binarize: {theirs}: has no record that fairseq-bio-binarize made it"),
@@ -491,7 +490,7 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     assert {p.name: digest(p) for p in theirs.iterdir()} == before
     # their own earlier output is replaced
     encoded = tmp_path / "valid.bpe"
-    command = ["fairseq-bio-encode", "--vocab", vocab, "--inputs", corpus, "--out", encoded, "--no-progress"]
+    command = ["fairseq-bio-encode", "--vocab", vocab, corpus, "--out", encoded, "--no-progress"]
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0
     # the vocabulary it reads is never an output
@@ -507,7 +506,7 @@ def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_
     out = tmp_path / "valid.bpe"
     stale = tmp_path / f".valid.bpe.{socket.gethostname()}-{_dead_pid()}.abc.tmp.bpe"
     stale.write_text("half an encoding\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", pubmed_corpus / "valid.txt",
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), pubmed_corpus / "valid.txt",
                "--out", out, "--no-progress"]  # fmt: skip
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert not stale.exists() and out.is_file()
@@ -518,10 +517,10 @@ def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_
 
 def test_pretraining_from_a_named_checkpoint_that_does_not_exist_is_refused(data_bin, tmp_path):
     missing = tmp_path / "general" / "checkpoint_best.pt"
-    result = subprocess.run(
+    result = runs.capture(
         runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *TINY, "optimization.max_update=2",
                          f"checkpoint.restore_file={missing}", save_dir=tmp_path / "run"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path, timeout=600, env={"OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert one_line(result) == (f"checkpoint.restore_file={missing}: no such checkpoint (fairseq would start from "
                                 "random initialisation; leave restore_file unset to start from scratch)")  # fmt: skip
@@ -535,7 +534,7 @@ def test_binarising_text_that_was_never_encoded_is_refused(learned_vocab, pubmed
                       tmp_path / "bin"], cwd=tmp_path, check=False)  # fmt: skip
     last = one_line(result)
     assert last.startswith(f"fairseq-bio-binarize: {raw}: ") and "% of its " in last and "never encoded?" in last, last
-    assert f"fairseq-bio-encode --vocab {vocab} --inputs {raw}" in last
+    assert f"fairseq-bio-encode --vocab {vocab} {raw} --out" in last
     rate = float(last.split(": ")[2].split("%")[0])
     assert rate > 50  # plain text read against a byte-level BPE dictionary
     assert not (tmp_path / "bin").exists()
@@ -547,11 +546,11 @@ def test_binarising_text_that_was_never_encoded_is_refused(learned_vocab, pubmed
 def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pubmed_corpus, tmp_path):
     train = pubmed_corpus / "valid.txt"
     for kind, size, least in (("bytebpe", "0", 256), ("bytebpe", "-5", 256), ("wordpiece", "3", 6)):
-        last = one_line(run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--kind", kind,
+        last = one_line(run_cli(["fairseq-bio-vocab", "--input", train, "--out", tmp_path / "v", "--kind", kind,
                                  "--vocab-size", size], cwd=tmp_path, check=False))  # fmt: skip
         assert last.startswith(f"fairseq-bio-vocab: --vocab-size {size}: impossible for {kind} (at least {least}"), last
         assert not (tmp_path / "v").exists()
-    done = run_cli(["fairseq-bio-vocab", "--train", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
+    done = run_cli(["fairseq-bio-vocab", "--input", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
                    cwd=tmp_path)  # fmt: skip
     info = json.loads((tmp_path / "v" / "vocab_info.json").read_text())
     assert info["vocab_size_reached"] < 500000
@@ -578,7 +577,7 @@ def test_byte_order_marks_are_not_read_as_text(learned_vocab, tmp_path):
     text.write_text(f"{bom}Familial adenomatous polyposis .\n", encoding="utf-8")
     plain = tmp_path / "plain.txt"
     plain.write_text("Familial adenomatous polyposis .\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), "--inputs", text, plain, "--out",
+    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), text, plain, "--out",
                tmp_path / "a.bpe", tmp_path / "b.bpe", "--no-progress"]  # fmt: skip
     run_cli(command, cwd=tmp_path)
     assert (tmp_path / "a.bpe").read_bytes() == (tmp_path / "b.bpe").read_bytes()

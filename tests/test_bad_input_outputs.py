@@ -41,7 +41,7 @@ def one_line(result) -> str:
 
 
 def encode(vocab, source, out, *extra, cwd):
-    command = [ENCODE, "--vocab", vocab, "--inputs", source, "--out", out, "--no-progress", *extra]
+    command = [ENCODE, "--vocab", vocab, source, "--out", out, "--no-progress", *extra]
     return run_cli(command, cwd=cwd, check=False)
 
 
@@ -85,7 +85,7 @@ def test_a_line_appended_to_a_corpus_or_a_dict_is_refused(pubmed_sample, pubmed_
     assert digests(tmp_path) == before
 
     vocab = tmp_path / "vocab"
-    command = [VOCAB, "--train", pubmed_corpus / "valid.txt", "--out", vocab]
+    command = [VOCAB, "--input", pubmed_corpus / "valid.txt", "--out", vocab]
     command += ["--vocab-size", "300"]
     assert run_cli(command, cwd=tmp_path).returncode == 0
     with open(vocab / "dict.txt", "a", encoding="utf-8") as f:
@@ -143,7 +143,7 @@ def test_concurrent_encodes_into_one_folder_keep_every_record(learned_vocab, pub
     outs = [folder / f"part{i}.bpe" for i in range(8)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = [
-        subprocess.Popen(runs.command(ENCODE, "--vocab", vocab, "--inputs", source, "--out", out,
+        subprocess.Popen(runs.command(ENCODE, "--vocab", vocab, source, "--out", out,
                                       "--no-progress"), cwd=tmp_path, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for out in outs

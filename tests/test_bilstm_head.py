@@ -11,8 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import fine_tune, logged
-from helpers import DictionaryTask, make_dictionary
-from test_tagging_head import build, tokens  # a 2-layer, 32-wide bio_roberta; rows of lengths 9, 9, 5
+from helpers.small_models import DictionaryTask, build, make_dictionary, tokens  # build: 2 x 32; tokens: 9, 9, 5 long
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.data.tagging_dataset import IGNORE

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DictionaryTask, make_dictionary
+from helpers.small_models import DictionaryTask, make_dictionary
 from omegaconf import OmegaConf
 
 from fairseq_bio.criterions.bio_electra import BioElectraCriterion

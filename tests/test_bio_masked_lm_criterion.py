@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import logged, run_cli
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
-from helpers import SMALL, DictionaryTask, make_dictionary, model_args
+from helpers.small_models import SMALL, DictionaryTask, make_dictionary, model_args
 
 from fairseq_bio import runs
 from fairseq_bio.checkpoints import load_checkpoint

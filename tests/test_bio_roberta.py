@@ -4,7 +4,7 @@ import pytest
 import torch
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import build_model
-from helpers import SMALL, model_args, small_model, small_task
+from helpers.small_models import SMALL, model_args, small_model, small_task
 from omegaconf import OmegaConf, open_dict
 
 import fairseq_bio  # noqa: F401

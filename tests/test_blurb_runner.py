@@ -18,7 +18,7 @@ import time
 import psutil
 import pytest
 from conftest import BIN, SHARED_DATA, conll_slice, logged
-from test_blurb_score import TABLE_6
+from helpers.blurb_tables import TABLE_6
 
 from fairseq_bio.runner.datasets import BLUE, BLUE_RECIPES, BLURB, BLURB_RECIPES
 from fairseq_bio.runner.plan import LOCK_FILE, BlurbError, compose, plan_runs

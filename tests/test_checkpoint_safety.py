@@ -66,7 +66,7 @@ def train(data, save_dir, *overrides, env=None, check=True):
 
 
 def updates_of(path):
-    return int(checkpoints.load_checkpoint(path)["optimizer_history"][-1]["num_updates"])
+    return checkpoints.resume_point(path)
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +258,7 @@ def test_raw_text_as_task_data_is_one_line_saying_what_to_run(pubmed_corpus, tmp
     error = result.stderr.strip().splitlines()[-1:]
     assert "Traceback" not in result.stderr and error == [
         f"task.data={text_dir / 'train.txt'}: a file, not a binarised data directory (dict.txt, "
-        "train.bin/.idx); if it is text, encode and binarise it first: fairseq-bio-encode --vocab VOCAB --inputs "
+        "train.bin/.idx); if it is text, encode and binarise it first: fairseq-bio-encode --vocab VOCAB "
         "train.txt valid.txt --out train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe "
         "--valid valid.bpe --out data-bin (VOCAB from fairseq-bio-vocab; `make demo` runs every step), and give "
         "task.data=data-bin"

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import SHARED_DATA, fine_tune_sentence, logged
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers.small_models import DictionaryTask, make_dictionary, model_args
 
 from fairseq_bio.criterions.bio_sentence_prediction import (
     BioSentencePredictionCriterion,

@@ -1,10 +1,14 @@
 """Every console script speaks one vocabulary (STYLE habit 15, ``fairseq_bio.cli.options``): ``--out`` for what it
 writes, ``--checkpoint`` for the model it reads, ``--data`` for task data only, ``--overwrite``, ``--no-progress``,
-errors as ``<full script name>: <message>``; an old spelling still works and warns in one line.
+errors as ``<full script name>: <message>``; the old spellings are gone.
+
+What a script reads follows one rule: ``--input`` for a command that reads one input, positional ``INPUT...`` for
+one that reads many. A flag that names a role rather than "the input" is allowed where ``ROLES`` says why.
 
 Each script runs in this process through its setup.py entry point (``sys.argv`` set, ``--help`` or a user error
 that stops it before any work), so the whole file takes seconds."""
 
+import argparse
 import ast
 import importlib
 import sys
@@ -12,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_installed_package import entry_points
+from helpers.console_scripts import entry_points
 
 SCRIPTS = entry_points()
 READS_MODEL = {"predict", "import-hf", "export-hf", "extract-encoder", "init-student", "blurb"}
@@ -22,6 +26,22 @@ WRITES_NOTHING = {"config-dir"}
 # fairseq-bio-blurb reuses the finished runs in --out and has no --overwrite (redoing them is not implemented)
 NO_OVERWRITE = WRITES_NOTHING | {"blurb"}
 SUBCOMMANDS = {"convert-tagging": ("ebm-nlp", "pubtator", "brat", "i2b2-2014")}  # each has its own --out
+
+# How each (sub)command takes what it reads: --input (one input) or positional INPUT... (many); the others read no
+# "input" (a --checkpoint, --data, --vocab, or only inputs that ROLES names).
+ONE_INPUT = {"vocab", "predict", "convert-tagging ebm-nlp"}
+MANY_INPUTS = {"extract", "encode"} | {f"convert-tagging {name}" for name in ("pubtator", "brat", "linnaeus", "s800",
+                                                                               "chemdner", "i2b2-2010", "i2b2-2012",
+                                                                               "i2b2-2014")}  # fmt: skip
+# Flags that name a role rather than "the input", with why they stay.
+ROLES = {
+    "binarize": ({"--train", "--valid"}, "needs both splits; each flag says which split its text becomes"),
+    "convert-tagging": ({"--train", "--devel", "--test"}, "each says the split its files go to (unsplit inputs are "
+                        "the positional INPUT..., split by --<split>-pmids or held out)"),
+}  # fmt: skip
+NOT_INPUTS = {("demo", "overrides")}  # positional arguments that are not inputs: the demo's hydra overrides
+SPLIT_FLAGS = {"--train", "--valid", "--dev", "--devel", "--test"}  # spell an input by its split: a role, or wrong
+OTHER_INPUT_FLAGS = {"--inputs", "--in", "--infile", "--input-file", "--input-files", "--files", "--source"}
 
 
 def short(script: str) -> str:
@@ -58,7 +78,8 @@ def options(help_text: str) -> set:
 def test_every_script_is_covered():
     names = {short(s) for s in SCRIPTS}
     assert len(names) >= 14 and set(ERRORS) == names  # a new console script needs its row here
-    assert READS_MODEL | TASK_DATA | PROGRESS | NO_OVERWRITE | set(SUBCOMMANDS) <= names
+    assert READS_MODEL | TASK_DATA | PROGRESS | NO_OVERWRITE | set(SUBCOMMANDS) | set(ROLES) <= names
+    assert {name.split()[0] for name in ONE_INPUT | MANY_INPUTS} <= names
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
@@ -71,14 +92,14 @@ def test_help_speaks_the_vocabulary(script, monkeypatch, capsys):
     assert ("--no-progress" in listed) == (name in PROGRESS), listed
     assert ("--data" in listed) == (name in TASK_DATA), listed
     old = {"--outputs", "--output", "--destdir", "--workdir", "--teacher", "--quiet"}
-    assert not listed & old  # old spellings work but are not offered
+    assert not listed & old
 
 
 # One user error each, found before any work: (argv, what the message names).
 ERRORS = {
     "extract": lambda t: ([t / "nothing", "--out", t / "o"], "nothing"),
-    "vocab": lambda t: (["--train", t / "nothing.txt", "--out", t / "v"], "nothing.txt"),
-    "encode": lambda t: (["--vocab", t, "--inputs", t / "nothing.txt", "--out", t / "o.bpe"], "nothing.txt"),
+    "vocab": lambda t: (["--input", t / "nothing.txt", "--out", t / "v"], "nothing.txt"),
+    "encode": lambda t: (["--vocab", t, t / "nothing.txt", "--out", t / "o.bpe"], "nothing.txt"),
     "binarize": lambda t: (["--vocab", t, "--train", t / "a", "--valid", t / "b", "--out", t / "bin"], "dict.txt"),
     "demo": lambda t: (["--out", t / "file"], "file: exists and is not a directory"),
     "predict": lambda t: (["--checkpoint", t / "none.pt", "--input", t / "nothing", "--out", t / "p"], "nothing"),
@@ -101,50 +122,32 @@ def test_errors_name_the_script_in_full(script, tmp_path, monkeypatch, capsys):
     argv, named = ERRORS[short(script)](tmp_path)
     code, _, err = run_script(script, argv, monkeypatch, capsys)
     assert isinstance(code, str) and code.startswith(f"{script}: ") and named in code, (code, err[-1000:])
-    assert "\n" not in code and "deprecated" not in err
+    assert "\n" not in code
 
 
-# An old spelling: (script, argv, the deprecation lines, what the error names: the value reached the command).
-ALIASES = [
-    ("predict", ["--checkpoint", "{t}/none.pt", "--input", "{t}/file", "--output", "{t}/file", "--quiet"],
-     ["--output is deprecated; use --out", "--quiet is deprecated; use --no-progress"], "is the input"),
-    ("encode", ["--vocab", "{t}", "--inputs", "{t}/file", "--outputs", "{t}/file"],
-     ["--outputs is deprecated; use --out"], "--out must name another file"),
-    ("binarize", ["--vocab", "{t}/vocab", "--train", "{t}/file", "--valid", "{t}/file", "--destdir", "{t}/taken"],
-     ["--destdir is deprecated; use --out"], "taken: already exists"),
-    ("demo", ["--workdir", "{t}/file"], ["--workdir is deprecated; use --out"], "file: exists and is not a directory"),
-    ("init-student", ["--teacher", "{t}/none.pt", "--out", "{t}/s.pt"],
-     ["--teacher is deprecated; use --checkpoint"], "none.pt"),
-    ("export-hf", ["{t}/none.pt", "{t}/hf", "--data", "{t}"],
-     ["the positional checkpoint is deprecated; use --checkpoint", "the positional out_dir is deprecated; use --out",
-      "--data is deprecated; use --vocab"], "none.pt"),
-    ("import-hf", ["{t}/nothing", "{t}/o"], ["the positional hf_model_dir is deprecated; use --checkpoint",
-                                             "the positional out_dir is deprecated; use --out"], "nothing"),
-    ("extract-encoder", ["{t}/none.pt", "{t}/o.pt"], ["the positional checkpoint is deprecated; use --checkpoint",
-                                                      "the positional out is deprecated; use --out"], "none.pt"),
-]  # fmt: skip
+# A removed spelling, the rest of the command line right: argparse refuses it before any work.
+REMOVED = [
+    ("predict", ["--checkpoint", "none.pt", "--input", "file", "--out", "p", "--output", "p"], "--output p"),
+    ("predict", ["--checkpoint", "none.pt", "--input", "file", "--out", "p", "--quiet"], "--quiet"),
+    ("encode", ["--vocab", "v", "file", "--out", "o", "--outputs", "o"], "--outputs o"),
+    ("encode", ["--vocab", "v", "--inputs", "file", "--out", "o"], "--inputs"),
+    ("vocab", ["--input", "file", "--out", "v", "--train", "file"], "--train file"),
+    ("binarize", ["--vocab", "v", "--train", "a", "--valid", "b", "--out", "o", "--destdir", "o"], "--destdir o"),
+    ("demo", ["--workdir=w"], "--workdir=w"),  # a bare value would be a hydra override
+    ("init-student", ["--checkpoint", "t.pt", "--out", "s.pt", "--teacher", "t.pt"], "--teacher t.pt"),
+    ("export-hf", ["--checkpoint", "m.pt", "--out", "hf", "--data", "vocab"], "--data vocab"),
+    ("export-hf", ["--checkpoint", "m.pt", "--out", "hf", "m.pt", "hf"], "m.pt hf"),
+    ("import-hf", ["--checkpoint", "hf", "--out", "o", "hf", "o"], "hf o"),
+    ("extract-encoder", ["--checkpoint", "e.pt", "--out", "o.pt", "e.pt", "o.pt"], "e.pt o.pt"),
+    ("convert-tagging", ["ebm-nlp", "--input", "release", "--out", "o", "release"], "release"),
+]
 
 
-@pytest.mark.parametrize("name, argv, warnings, named", ALIASES, ids=[a[0] for a in ALIASES])
-def test_old_spellings_work_and_warn_in_one_line(name, argv, warnings, named, tmp_path, monkeypatch, capsys):
-    (tmp_path / "file").write_text("a file\n", encoding="utf-8")
-    (tmp_path / "vocab").mkdir()
-    for vocab_file in ("dict.txt", "bpe.json"):
-        (tmp_path / "vocab" / vocab_file).write_text("{}\n", encoding="utf-8")
-    (tmp_path / "taken").mkdir()
-    (tmp_path / "taken" / "notes.md").write_text("mine\n", encoding="utf-8")
+@pytest.mark.parametrize("name, argv, refused", REMOVED, ids=[f"{r[0]} {r[2]}" for r in REMOVED])
+def test_removed_spellings_are_refused(name, argv, refused, monkeypatch, capsys):
     script = f"fairseq-bio-{name}"
-    code, _, err = run_script(script, [a.format(t=tmp_path) for a in argv], monkeypatch, capsys)
-    assert [line for line in err.splitlines() if "deprecated" in line] == [f"{script}: {w}" for w in warnings]
-    assert isinstance(code, str) and code.startswith(f"{script}: ") and named in code, (code, err[-1000:])
-
-
-def test_export_hf_data_is_the_vocabulary_under_its_own_name(monkeypatch, capsys):
-    from fairseq_bio.cli.export_hf import build_parser
-
-    args = build_parser().parse_args(["--checkpoint", "m.pt", "--out", "hf", "--data", "vocab"])
-    assert args.vocab == "vocab" and not hasattr(args, "data")
-    assert capsys.readouterr().err == "fairseq-bio-export-hf: --data is deprecated; use --vocab\n"
+    code, _, err = run_script(script, argv, monkeypatch, capsys)
+    assert code == 2 and err.splitlines()[-1].endswith(f"error: unrecognized arguments: {refused}"), (code, err)
 
 
 def test_the_fetch_module_names_itself_as_it_is_run(capsys):
@@ -160,45 +163,124 @@ def parser():
     from fairseq_bio.cli.options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite
 
     p = Parser(prog="fairseq-bio-x")
-    add_checkpoint(p, "the model", positional="checkpoint")
-    add_out(p, "what it writes", old=("--outputs",), positional="out_dir")
+    add_checkpoint(p, "the model")
+    add_out(p, "what it writes")
     add_overwrite(p, "its output")
-    add_no_progress(p, old=("--quiet",))
+    add_no_progress(p)
+    p.add_argument("--lr", type=float, help="a number")
     return p
 
 
-def test_parser_folds_old_spellings_into_the_new_name(capsys):
-    new = vars(parser().parse_args(["--checkpoint", "m.pt", "--out", "o"]))
-    assert new == {"checkpoint": "m.pt", "out": "o", "overwrite": False, "no_progress": False}
+def test_parser_is_plain_argparse_with_the_vocabulary(capsys):
+    args = vars(parser().parse_args(["--checkpoint", "m.pt", "--out", "o"]))
+    assert args == {"checkpoint": "m.pt", "out": "o", "overwrite": False, "no_progress": False, "lr": None}
     assert capsys.readouterr().err == ""
-    for argv in (["m.pt", "o", "--quiet"], ["--checkpoint", "m.pt", "--outputs=o", "--quiet"], ["m.pt", "--out", "o",
-                 "--no-progress"]):  # fmt: skip
-        assert vars(parser().parse_args(argv)) == {**new, "no_progress": True}
-    err = capsys.readouterr().err.splitlines()
-    assert err[:3] == ["fairseq-bio-x: the positional checkpoint is deprecated; use --checkpoint",
-                       "fairseq-bio-x: the positional out_dir is deprecated; use --out",
-                       "fairseq-bio-x: --quiet is deprecated; use --no-progress"]  # fmt: skip
-    assert len(err) == 6 and all(" is deprecated; use --" in line for line in err)
-
-
-def test_parser_refuses_a_value_given_twice_and_names_what_is_missing(capsys):
     for argv, message in (
-        (["--checkpoint", "m.pt", "n.pt", "--out", "o"], "--checkpoint given twice (--checkpoint and the positional "
-                                                          "checkpoint); give it once"),
-        (["--checkpoint", "m.pt", "--out", "o", "--outputs", "p"], "--out given twice (--out and --outputs)"),
-        ([], "the following arguments are required: --checkpoint, --out"),
-        (["m.pt"], "the following arguments are required: --out"),
+        ([], "fairseq-bio-x: error: the following arguments are required: --checkpoint, --out"),
+        (["--checkpoint", "m.pt", "--out", "o", "--outputs", "p"], "fairseq-bio-x: error: unrecognized arguments: "
+                                                                     "--outputs p"),
     ):  # fmt: skip
         with pytest.raises(SystemExit) as exit_info:
             parser().parse_args(argv)
-        assert exit_info.value.code == 2 and f"fairseq-bio-x: error: {message}" in capsys.readouterr().err
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_parser_help_shows_the_new_names_only():
+def test_parser_names_a_bad_value_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["--checkpoint", "m.pt", "--out", "o", "--lr", "fast"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "fairseq-bio-x: --lr: invalid float value: 'fast'\n"
+
+
+def test_parser_help_shows_the_vocabulary():
     text = parser().format_help()
     assert text.startswith("usage: fairseq-bio-x [-h] --checkpoint CHECKPOINT --out OUT [--overwrite]")
-    assert "--outputs" not in text and "--quiet" not in text and "out_dir" not in text
     assert "replace its output an earlier fairseq-bio-x wrote" in text
+
+
+# ----------------------------------------------------------------------------------------- the input rule
+
+
+def build_parser_of(script: str) -> argparse.ArgumentParser:
+    """The script's parser; the corpus commands' entry points (``...commands:extract``) name their module."""
+    module, function = SCRIPTS[script].split(":")
+    if module.endswith(".commands"):
+        module = f"{module.rsplit('.', 1)[0]}.{function}"
+    return importlib.import_module(module).build_parser()
+
+
+def parsers(name: str, parser: argparse.ArgumentParser):
+    """``(name, parser)`` of a command and of each of its subcommands (``convert-tagging ebm-nlp``)."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from parsers(f"{name} {sub}", subparser)
+
+
+def input_spelling(name: str, parser: argparse.ArgumentParser, roles=frozenset()):
+    """How ``parser`` takes its input (``"--input"``, ``"INPUT..."`` or None) and how it breaks the rule: ``--input``
+    for one input, positional for many; no other flag for "the input" (a split's flag only as one of ``roles``)."""
+    spellings, breaks = set(), []
+    for action in parser._actions:
+        if isinstance(action, (argparse._SubParsersAction, argparse._HelpAction)):
+            continue
+        many = action.nargs in ("+", "*") or isinstance(action, (argparse._AppendAction, argparse._ExtendAction))
+        if not action.option_strings:
+            if (name.split()[0], action.dest) in NOT_INPUTS:
+                continue
+            if not many:
+                breaks.append(f"positional {action.dest}: a single input is --input")
+            elif action.dest != "inputs":
+                breaks.append(f"positional {action.dest}: the inputs are called inputs (INPUT...)")
+            spellings.add("INPUT...")
+            continue
+        for option in action.option_strings:
+            if option == "--input":
+                spellings.add("--input")
+                if many or action.nargs not in (None, "?"):
+                    breaks.append("--input takes one input; many are positional INPUT...")
+            elif option in OTHER_INPUT_FLAGS:
+                breaks.append(f"{option}: one input is --input, many are positional INPUT...")
+            elif option in SPLIT_FLAGS and option not in roles:
+                breaks.append(f"{option}: names the input by its split; --input, or a role listed in ROLES")
+    if len(spellings) > 1:
+        breaks.append(f"both {' and '.join(sorted(spellings))}")
+    return (spellings.pop() if len(spellings) == 1 else None), breaks
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_inputs_follow_the_rule(script):
+    """``--input`` for a command that reads one input, positional ``INPUT...`` for one that reads many."""
+    roles = ROLES.get(short(script), (set(),))[0]
+    for name, parser in parsers(short(script), build_parser_of(script)):
+        spelling, breaks = input_spelling(name, parser, roles)
+        assert breaks == [], (name, breaks)
+        expected = "--input" if name in ONE_INPUT else "INPUT..." if name in MANY_INPUTS else None
+        assert spelling == expected, (name, spelling)
+
+
+def test_the_input_rule_catches_each_other_spelling():
+    from fairseq_bio.cli.options import Parser
+
+    bad = Parser(prog="fairseq-bio-x")
+    bad.add_argument("release")
+    bad.add_argument("--inputs", nargs="+")
+    bad.add_argument("--train")
+    many = Parser(prog="fairseq-bio-y")
+    many.add_argument("--input", nargs="+")
+    many.add_argument("files", nargs="+")
+    assert input_spelling("x", bad)[1] == [
+        "positional release: a single input is --input",
+        "--inputs: one input is --input, many are positional INPUT...",
+        "--train: names the input by its split; --input, or a role listed in ROLES",
+    ]
+    assert input_spelling("x", bad, roles={"--train"})[1][2:] == []
+    assert input_spelling("y", many)[1] == [
+        "--input takes one input; many are positional INPUT...",
+        "positional files: the inputs are called inputs (INPUT...)",
+        "both --input and INPUT...",
+    ]
 
 
 def test_run_cli_is_the_one_handler(monkeypatch):

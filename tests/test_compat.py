@@ -4,12 +4,12 @@ on fairseq's own code: docs/stack.md's table of what ``import fairseq_bio`` chan
 
 import argparse
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import REPO, run_cli
+from helpers.checkpoints import global_name, unsafe_globals
 
 from fairseq_bio import checkpoints, runs
 
@@ -24,17 +24,6 @@ def fairseq_train(data, save_dir, cwd, *args, max_update=3, check=True):
         runs.train(data, "--save-dir", save_dir, "--max-update", max_update, *ARGPARSE_TINY, *args),
         cwd=cwd, check=check,
     )  # fmt: skip
-
-
-def unsafe_globals(path):
-    """The globals torch's weights_only loader rejects by default (asked in a process without the plugin)."""
-    code = f"import json, torch; print(json.dumps(torch.serialization.get_unsafe_globals_in_checkpoint({str(path)!r})))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    return set(json.loads(out))
-
-
-def global_name(obj):
-    return f"{getattr(obj, '__module__', 'typing')}.{getattr(obj, '__qualname__', getattr(obj, '_name', ''))}"
 
 
 @pytest.fixture(scope="module")
@@ -261,5 +250,5 @@ def test_plugin_import_hides_only_fairscale_future_warnings():
     code = ("import warnings, fairseq_bio\n"
             "warnings.warn_explicit('fairscale', FutureWarning, 'f.py', 1, module='fairscale.nn.misc')\n"
             "warnings.warn_explicit('other', FutureWarning, 'g.py', 1, module='other.module')\n")  # fmt: skip
-    result = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)
+    result = runs.capture([sys.executable, "-W", "default", "-c", code], check=True)
     assert "FutureWarning: other" in result.stderr and "fairscale" not in result.stderr

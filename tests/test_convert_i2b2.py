@@ -4,7 +4,7 @@ bio_tagging reads, on small synthetic records (invented text, never real clinica
 from pathlib import Path
 
 import pytest
-from test_convert_standoff import conll, read, write
+from helpers.files import conll, read, write
 
 from fairseq_bio_preprocess.common import PreprocessError
 from fairseq_bio_preprocess.convert_tagging import cli_main

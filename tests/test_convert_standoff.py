@@ -5,21 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.files import conll, read, write
 
 from fairseq_bio.data.conll import read_conll
 from fairseq_bio_preprocess.common import PreprocessError
 from fairseq_bio_preprocess.convert_tagging import cli_main
 from fairseq_bio_preprocess.standoff import convert_brat, convert_chemdner, convert_linnaeus, convert_s800
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def read(path: Path) -> str:
-    return path.read_text(encoding="utf-8")
 
 
 def span(text: str, mention: str, occurrence: int = 0):
@@ -28,10 +19,6 @@ def span(text: str, mention: str, occurrence: int = 0):
     for _ in range(occurrence + 1):
         start = text.index(mention, start + 1)
     return start, start + len(mention)
-
-
-def conll(path: Path):
-    return [list(zip(s.words, s.tags)) for s in read_conll(path)]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from conftest import REPO
-from test_installed_package import console_scripts
+from helpers.console_scripts import console_scripts
 
 LIGHT = {"extract": "extract", "vocab": "vocab", "encode": "encode", "convert-tagging": "convert_tagging",
          "vocab-report": "vocab_report"}  # fmt: skip
@@ -57,10 +57,10 @@ def test_extract_vocab_encode_run_without_torch(tmp_path, pubmed_sample):
     assert heavy_imports("extract", *articles, "--out", tmp_path / "corpus", "--no-progress") == []
     train = tmp_path / "corpus" / "train.txt"
     assert train.stat().st_size > 10_000
-    assert heavy_imports("vocab", "--train", train, "--out", tmp_path / "vocab", "--vocab-size", 500) == []
+    assert heavy_imports("vocab", "--input", train, "--out", tmp_path / "vocab", "--vocab-size", 500) == []
     assert (tmp_path / "vocab" / "dict.txt").is_file()
     encoded = tmp_path / "train.bpe"
-    assert heavy_imports("encode", "--vocab", tmp_path / "vocab", "--inputs", train, "--out", encoded) == []
+    assert heavy_imports("encode", "--vocab", tmp_path / "vocab", train, "--out", encoded) == []
     lines, text = (path.read_text(encoding="utf-8").splitlines() for path in (encoded, train))
     assert len(lines) == len(text) and [bool(line) for line in lines] == [bool(line.strip()) for line in text]
     assert all(token.isdigit() for line in lines for token in line.split())  # byte-level BPE: GPT-2 token ids

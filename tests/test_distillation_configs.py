@@ -1,30 +1,12 @@
 """The distillation presets compose (in-process, as fairseq-hydra-train composes them) to the papers' weights,
 temperatures and student architectures, and the criterion sees the student's size through its interpolations."""
 
-import warnings
-
 import pytest
 import yaml
-from conftest import REPO
-from omegaconf import OmegaConf
+from helpers.distillation import composed
+from helpers.hydra_configs import CONFIG_DIR, no_shared_keys
 
-CONFIG_DIR = REPO / "hydra_configs"
 WEIGHTS = ("mlm_weight", "kl_weight", "temperature", "cos_weight", "embed_weight", "hidden_weight", "attn_weight")
-
-
-def composed(name, *overrides):
-    """fairseq-hydra-train's config (schema matched by name, then add_defaults and resolution)."""
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
-    from hydra import compose, initialize_config_dir
-
-    import fairseq_bio  # noqa: F401  (the criterion's dataclass, for add_defaults)
-
-    hydra_init(name)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "(?s).*is validated against ConfigStore schema")  # fairseq's by-name schema
-        cfg = compose(name, overrides=["task.data=/data", "criterion.teacher=/teacher.pt", *overrides])
-    add_defaults(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
 @pytest.mark.parametrize("name, weights, extra, student", [
@@ -85,22 +67,9 @@ def test_every_criterion_option_is_overridable():
     assert cfg.criterion.embed_projection == "shared"
 
 
-def _keys(node, prefix=""):
-    for key, value in node.items():
-        if key != "defaults":
-            yield from _keys(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
-
-
 @pytest.mark.parametrize("name", ["distill_biolm", "distill_distilbiobert", "distill_tinybiobert",
                                   "distill_compactbiobert"])  # fmt: skip
 def test_primary_and_recipes_never_set_the_same_key(name):
     """The recipe comes after the primary config (fairseq-hydra-train merges its schema with the primary), so a key
     both set would silently take the recipe's value."""
-    primary = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-    todo = [next(d["recipe"] for d in primary["defaults"] if isinstance(d, dict) and "recipe" in d)]
-    recipe_keys = set()
-    while todo:
-        recipe = yaml.safe_load((CONFIG_DIR / "recipe" / f"{todo.pop()}.yaml").read_text())
-        recipe_keys |= set(_keys(recipe))
-        todo += [d for d in recipe.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-    assert not set(_keys(primary)) & recipe_keys
+    no_shared_keys(name)

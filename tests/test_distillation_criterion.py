@@ -4,58 +4,16 @@ student's and teacher's outputs; the teacher is frozen, unsaved and unoptimised;
 
 import pytest
 import torch
+from helpers.distillation import SYMBOLS, TEACHER, build_model, save_teacher, setup_task, write_dict
 from omegaconf import OmegaConf
 
 from fairseq_bio.criterions.bio_distillation import BioDistillationConfig, BioDistillationCriterion, DistillationError
 from fairseq_bio.modules import distillation as losses
 
-SYMBOLS = [f"w{i}" for i in range(24)]
-TEACHER = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
 STUDENT = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=4)
 ALL_TERMS = dict(mlm_weight=5.0, kl_weight=2.0, temperature=2.0, cos_weight=1.0, embed_weight=0.5, hidden_weight=0.7,
                  attn_weight=0.3, kl_positions="all", hidden_loss="cosine", attn_loss="kl")  # fmt: skip
 OFF = dict(mlm_weight=0.0, kl_weight=0.0, cos_weight=0.0)
-
-
-def write_dict(directory, symbols):
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = [f"{s} {len(symbols) - i}" for i, s in enumerate(symbols)]
-    (directory / "dict.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return directory
-
-
-def setup_task(data_dir):
-    from fairseq import tasks
-
-    from fairseq_bio.tasks.bio_masked_lm import BioMaskedLMConfig
-
-    cfg = OmegaConf.structured(BioMaskedLMConfig(data=str(data_dir), max_update=10, seed=1))
-    cfg._name = "bio_masked_lm"
-    return tasks.setup_task(cfg)
-
-
-def build_model(task, sizes, seed, **extra):
-    from fairseq_bio.models.bio_roberta import BioRobertaConfig, BioRobertaModel
-
-    cfg = OmegaConf.structured(BioRobertaConfig(**{"max_positions": 16, "attention_dropout": 0.0, **sizes, **extra}))
-    cfg._name = "bio_roberta"
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return BioRobertaModel.build_model(cfg, task)
-
-
-def save_teacher(directory, symbols=SYMBOLS, seed=0, sizes=TEACHER, head=False):
-    """A bio_roberta checkpoint in fairseq's layout with its dict.txt beside it (and a sentence head)."""
-    from fairseq_bio.hf import encoder_checkpoint, encoder_checkpoint_cfg
-
-    write_dict(directory, symbols)
-    cfg = encoder_checkpoint_cfg(str(directory), {**sizes, "max_positions": 16}, tokens_per_sample=16)
-    model = build_model(setup_task(directory), sizes, seed)
-    if head:
-        model.register_classification_head("sentence", num_classes=3)
-    path = directory / "teacher.pt"
-    torch.save(encoder_checkpoint(cfg, model.state_dict(), {}), path)
-    return path
 
 
 @pytest.fixture(scope="module")

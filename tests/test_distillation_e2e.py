@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 from conftest import logged, run_cli
-from test_distillation_configs import composed
+from helpers.distillation import composed
 
 from fairseq_bio import runs
 from fairseq_bio.checkpoints import load_checkpoint

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 from conftest import run_cli
-from test_distillation_criterion import TEACHER, save_teacher
+from helpers.distillation import TEACHER, save_teacher
 
 from fairseq_bio.cli.init_student import InitStudentError, init_student
 from fairseq_bio.checkpoints import load_checkpoint

@@ -3,77 +3,15 @@ other from the SLURM_* variables srun gives each task, through fairseq's own inf
 `scontrol show hostnames`, the rank from SLURM_PROCID), and end with the parameters of one process doing the same
 work. The cluster's scontrol is stood in for by a script that answers `show hostnames` and records `requeue`."""
 
-import os
 import signal
-import socket
 
 import pytest
-import torch
 from conftest import SHARED_DATA, conll_slice, logged
+from helpers.checkpoints import assert_same_parameters
+from helpers.slurm import JOB_ID, slurm, two_tasks  # noqa: F401  (slurm: a fixture)
 from training_processes import MLM, MLM_UPDATES, Run, losses, mlm_reference, updates_in
 
-from fairseq_bio import checkpoints
 from fairseq_bio.patches.preemption import PREEMPTED_EXIT_STATUS
-
-SCONTROL = """#!/bin/sh
-# Stand-in for SLURM's scontrol: what fairseq (show hostnames) and fairseq_bio (requeue) ask of it.
-echo "$@" >> "$SCONTROL_LOG"
-[ "$1 $2" = "show hostnames" ] && echo "$3" | tr ',' '\\n'
-exit 0
-"""
-JOB_ID = "4242"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def slurm(tmp_path):
-    """``slurm(rank)``: the environment srun gives task ``rank`` of a one-node, two-task job; and the scontrol log."""
-    return slurm_job(tmp_path)
-
-
-def slurm_job(tmp_path):
-    """The ``slurm`` fixture's value, its scontrol in ``tmp_path`` (for fixtures of a wider scope)."""
-    bin_dir = tmp_path / "slurm-bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(SCONTROL)
-    (bin_dir / "scontrol").chmod(0o755)
-    log = tmp_path / "scontrol.log"
-
-    def env(rank):
-        # SLURM_LOCALID is the task's GPU for fairseq (torch.cuda.set_device(SLURM_LOCALID) when it is > 0), which a
-        # CPU-only torch cannot do; on the CPU the id has no other use, so both tasks say 0.
-        return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(log), "SLURM_JOB_ID": JOB_ID,
-                "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_NTASKS": "2",
-                "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_PROCID": str(rank),
-                "SLURM_LOCALID": "0"}  # fmt: skip
-
-    env.log = log
-    return env
-
-
-def two_tasks(config, save_dir, slurm, *overrides):
-    """The two tasks of one SLURM job step (rank 1 logs only warnings, to its own file)."""
-    port = free_port()
-    dist = ["distributed_training.distributed_world_size=2", f"distributed_training.distributed_port={port}",
-            "distributed_training.distributed_backend=gloo"]  # fmt: skip
-    return [Run.train(config, save_dir, *overrides, *dist, env=slurm(rank), out=f"{save_dir}.rank{rank}.out",
-                      log=None if rank == 0 else f"{save_dir}.rank1.log") for rank in (0, 1)]  # fmt: skip
-
-
-def parameters(checkpoint):
-    return checkpoints.load_checkpoint(checkpoint)["model"]
-
-
-def assert_same_parameters(a, b):
-    a, b = parameters(a), parameters(b)
-    assert a.keys() == b.keys()
-    for name in a:
-        assert torch.allclose(a[name], b[name], atol=1e-5, rtol=0), (name, (a[name] - b[name]).abs().max())
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,11 @@ fairseq-hydra-train, perplexity by fairseq-validate, fine-tuning and scoring by 
 NCBI-disease, the report written."""
 
 import json
-import subprocess
 import sys
 
 from conftest import REPO, SHARED_DATA, conll_slice, logged
 
-from fairseq_bio import checkpoints
+from fairseq_bio import checkpoints, runs
 
 GENERAL = [
     "The train was late again this morning, so we walked to the harbour and watched the boats come in.",
@@ -35,7 +34,7 @@ def test_import_encode_continue_fine_tune_score(pubmed_sample, tmp_path):
            "--updates", "8", "--max-docs", "40", "--tasks", "ncbi-disease", "--seeds", "1", "--at", "0,full",
            "--data", tmp_path / "task-data", "--finetune-max-update", "6", "--general-text", general,
            "--coverage"]  # fmt: skip
-    result = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900)
+    result = runs.capture(cmd, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     # the continued masked LM: held-out loss falls from the import's to the end of the run

@@ -23,7 +23,7 @@ import math
 import pytest
 import torch
 from conftest import logged, run_cli
-from test_compat import global_name, unsafe_globals
+from helpers.checkpoints import global_name, unsafe_globals
 from training_processes import first_update_after_restart, killed_at
 
 from fairseq_bio import checkpoints, runs
@@ -88,8 +88,8 @@ def test_electra_checkpoint_loads_with_weights_only(electra_run):
 
 
 def test_configs_compose_to_bioelectra_table_5():
-    from test_hydra_configs import composed
-    from test_hydra_configs import test_primary_and_recipe_never_set_the_same_key as no_shared_keys
+    from helpers.hydra_configs import cli_composed as composed
+    from helpers.hydra_configs import no_shared_keys
 
     base = composed("bio_electra_base", "task.data=/data")
     assert base["model"]["_name"] == "bio_electra_base" and base["model"]["max_positions"] == 512

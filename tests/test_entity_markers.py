@@ -92,7 +92,7 @@ def test_markers_wrap_exactly_the_entity_pieces(kind, learned_vocab):
 def test_entity_start_window_is_centred_and_a_relation_is_never_cut():
     """A marked text longer than the window becomes the one window centred on its markers (both start markers in
     it, found where the head reads them); markers that alone need more than a window are refused, never cut."""
-    from helpers import make_dictionary
+    from helpers.small_models import make_dictionary
 
     words = [f"w{i}" for i in range(60)]
     dictionary, _ = make_dictionary(words + list(ENTITY_MARKERS))

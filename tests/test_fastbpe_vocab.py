@@ -11,11 +11,10 @@ import sys
 
 import pytest
 import torch
+from helpers.fastbpe import FASTBPE_MISSING
 
 from fairseq_bio_preprocess.common import PreprocessError
 from fairseq_bio_preprocess.vocab import learn_vocab
-
-FASTBPE_MISSING = "fastBPE is not installed (optional extra: `make fastbpe` builds it; CI's `make test` does)"
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +168,7 @@ def test_vocab_report_reads_fastbpe(vocab, tmp_path):
 def test_cli_learns_fastbpe(fastbpe, pubmed_corpus, tmp_path, capsys):
     from fairseq_bio_preprocess.vocab import cli_main
 
-    cli_main(["--train", str(pubmed_corpus / "valid.txt"), "--out", str(tmp_path / "v"), "--kind", "fastbpe",
+    cli_main(["--input", str(pubmed_corpus / "valid.txt"), "--out", str(tmp_path / "v"), "--kind", "fastbpe",
               "--vocab-size", "300", "--min-frequency", "3"])  # fmt: skip
     info = json.loads(capsys.readouterr().out)
     assert info["kind"] == "fastbpe" and info["min_frequency"] == 3

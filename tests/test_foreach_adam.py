@@ -10,8 +10,8 @@ import torch
 from fairseq.optim.adam import Adam, FairseqAdam
 from fairseq.optim.composite import FairseqCompositeOptimizer
 from fairseq.optim.fp16_optimizer import FP16Optimizer
-from test_gpu_paths_on_cpu import vocab_dir  # noqa: F401  (a fixture)
-from test_mixed_precision import assert_same_state, plugin_trainer, trained
+from helpers.tensors import assert_same_state
+from helpers.trainers import plugin_trainer, trained, vocab_dir  # noqa: F401  (vocab_dir: a fixture)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import fairseq_bio  # noqa: F401  (registration; installs the plugin's trainer)

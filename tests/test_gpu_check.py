@@ -11,18 +11,64 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import gpu_check  # noqa: E402
 
 
-def test_the_measurements_run_first_and_the_tests_get_what_is_left():
-    plan = gpu_check.plan(gpu_check.PARTS, 540)
-    assert list(plan) == ["speed", "large", "copies", "tests"] and plan["tests"] is None
-    assert plan["speed"] == pytest.approx(300) and plan["large"] == pytest.approx(75)
-    assert plan["copies"] == pytest.approx(25)
+class Clock:
+    """A stand-in for ``time``: only the steps move it, by the seconds each says it ran."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def time(self):
+        return self.now
 
 
-def test_some_parts_share_the_whole_budget_in_the_fixed_order():
-    plan = gpu_check.plan(["tests", "copies", "large"], 200)  # a second command, given out of order
-    assert list(plan) == ["large", "copies", "tests"] and plan["tests"] is None
-    assert plan["large"] == pytest.approx(200 * 75 / 240) and plan["copies"] == pytest.approx(200 * 25 / 240)
-    assert gpu_check.plan(["tests"], 330) == {"tests": None}
+def planned_run(monkeypatch, tmp_path, argv, ran=lambda timeout: timeout):
+    """``gpu_check.main(argv)`` in the dry mode with every part stood in for by one that runs ``ran(timeout)``
+    seconds (by default its whole timeout: the worst case): [(part, timeout given, seconds ran)] in the order the
+    parts ran, and the seconds the whole check took."""
+    clock, done = Clock(), []
+
+    def step(part, rows):
+        def run(dry, env, timeout):
+            seconds = ran(timeout)
+            clock.now += seconds
+            done.append((part, timeout, seconds))
+            row = gpu_check.Step(part, "pass", seconds, "")
+            return row if rows == 1 else [row] * rows
+
+        return run
+
+    monkeypatch.setattr(gpu_check, "time", clock)
+    monkeypatch.setattr(gpu_check, "STEPS", {p: (n, step(p, 1)) for p, (n, _) in gpu_check.STEPS.items()})
+    monkeypatch.setattr(gpu_check, "pytest_steps", step("tests", 3))
+    monkeypatch.setattr(gpu_check, "table", lambda steps, dry: "table\n")
+    monkeypatch.setattr(gpu_check, "REPO", tmp_path)
+    monkeypatch.setattr(gpu_check, "RESULTS", tmp_path / "results")  # the table: not over the real one
+    start = clock.now
+    assert gpu_check.main(["--dry", *argv]) == 0
+    return done, clock.now - start
+
+
+@pytest.mark.parametrize("only", [None, "tests,copies,large", "speed,tests", "tests"])
+def test_the_check_ends_within_its_budget_with_the_tests_last(monkeypatch, tmp_path, only):
+    """Every part running to its timeout (the worst case), the parts taken run in their fixed order, each gets some
+    time, the tests last, and the whole check ends within ``--budget``: the lent machine's command limit is kept."""
+    argv = ["--budget", "540"] + ([] if only is None else ["--only", only])
+    done, took = planned_run(monkeypatch, tmp_path, argv)
+    taken = gpu_check.PARTS if only is None else only.split(",")
+    assert [part for part, _, _ in done] == [p for p in gpu_check.PARTS if p in taken]  # not the order given
+    assert done[-1][0] == "tests" and all(timeout > 0 for _, timeout, _ in done)
+    assert took == pytest.approx(540)
+
+
+def test_the_tests_get_what_the_measurements_leave(monkeypatch, tmp_path):
+    """Measurements that end early leave their time to the tests; with the default budget the worst case fits a lent
+    machine's 10-minute command."""
+    worst, took = planned_run(monkeypatch, tmp_path, [])
+    early, _ = planned_run(monkeypatch, tmp_path, [], ran=lambda timeout: timeout / 2)
+    measured = sum(seconds for part, _, seconds in early if part != "tests")
+    (last, tests, _), (_, tests_at_worst, _) = early[-1], worst[-1]
+    assert last == "tests" and tests == pytest.approx(gpu_check.BUDGET_S - measured) and tests > tests_at_worst
+    assert took < 600
 
 
 def test_an_unknown_part_is_one_line(capsys):
@@ -37,4 +83,3 @@ def test_the_gpu_commands_name_only_known_variants():
 
     variants = gpu_check.GPU_SPEED[gpu_check.GPU_SPEED.index("--variants") + 1]
     assert encoder_speed.choose_variants(variants, "bio_roberta_base") == variants.split(",")
-    assert "bio+adamw+wholecomp+fused" in variants

@@ -36,46 +36,22 @@ unscaling, per-group learning rates, which parameters are optimised, masking con
 """
 
 import copy
-import json
-import warnings
 
 import pytest
 import torch
-from conftest import REPO
 from fairseq import metrics
-from helpers import DictionaryTask, make_dictionary, model_args
-from omegaconf import OmegaConf
-from test_distillation_criterion import SYMBOLS, save_teacher, write_dict
-from test_fast_encoder import assert_same_gradients, close
+from helpers.distillation import save_teacher
+from helpers.hydra_configs import composed
+from helpers.small_models import DictionaryTask, make_dictionary, model_args
+from helpers.tensors import assert_same_gradients, close
+from helpers.trainers import vocab_dir  # noqa: F401  (a fixture)
+from helpers.trainers import CPU, SIZES, STEPS, TINY, WARMUP, pretraining_setup, text_batch
 
 import fairseq_bio  # noqa: F401  (registration, the loss-scale diagnosis)
 from fairseq_bio.data.tagging_dataset import IGNORE
 from fairseq_bio.errors import BioError
 from fairseq_bio.patches.fp16_diagnosis import LossScaleError
 from fairseq_bio.models.bio_roberta import BioRobertaLMHead, BioRobertaModel
-
-SIZES = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
-TINY = [f"model.{k}={v}" for k, v in SIZES.items()] + ["model.max_positions=32", "model.dropout=0.0",
-        "model.attention_dropout=0.0"]  # fmt: skip
-STEPS = 4
-# No device but the CPU, whatever the machine has; fp16's fp32 master weights one tensor per parameter (the flat copy
-# needs CUDA, fp16_optimizer.py:38).
-CPU = ["common.cpu=true", "common.fp16_no_flatten_grads=true", "optimization.max_update=100"]
-# No warm-up: every update compared moves the weights by about the learning rate.
-WARMUP = "lr_scheduler.warmup_updates=0"
-
-
-def composed(name, *overrides):
-    """fairseq-hydra-train's config (schema matched by name, then add_defaults and resolution)."""
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
-    from hydra import compose, initialize_config_dir
-
-    hydra_init(name)
-    with initialize_config_dir(config_dir=str(REPO / "hydra_configs"), version_base="1.1"), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "(?s).*is validated against ConfigStore schema")  # fairseq's by-name schema
-        cfg = compose(name, overrides=list(overrides))
-    add_defaults(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
 # --- 1. the masked-LM head's padded output matmul ---------------------------------------------------------------------
@@ -121,14 +97,6 @@ def test_padded_lm_head_equals_the_plain_one(dtype, rtol):
 
 
 @pytest.fixture(scope="module")
-def vocab_dir(tmp_path_factory):
-    """dict.txt (24 symbols) and a bpe.json: what the masked-LM and fine-tuning tasks read."""
-    directory = write_dict(tmp_path_factory.mktemp("vocab"), SYMBOLS)
-    (directory / "bpe.json").write_text(json.dumps({"_name": "bert"}))
-    return directory
-
-
-@pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     return save_teacher(tmp_path_factory.mktemp("teacher"))  # 2 x 32, the student below is 1 x 16
 
@@ -154,32 +122,6 @@ def tagging_setup(vocab_dir, save_dir, precision):
     sample = {"id": torch.arange(4), "net_input": {"src_tokens": tokens}, "target": target,
               "ntokens": int(tokens.ne(d.pad()).sum()), "nsentences": 4, "gold": [None] * 4}  # fmt: skip
     return cfg, task, model, criterion, sample
-
-
-def text_batch(task, lengths=(14, 14, 11, 14, 9, 14, 12, 14)):
-    """Rows of random words (``<s> ... </s>``, padded to the longest), unmasked: bio_masked_lm's ``train_step``
-    masks them, the same way in every run (its masks depend on the task seed, the update and the sample ids)."""
-    d = task.source_dictionary
-    g = torch.Generator().manual_seed(2)
-    tokens = torch.full((len(lengths), max(lengths)), d.pad())
-    for row, n in enumerate(lengths):
-        tokens[row, :n] = torch.randint(d.nspecial, len(d) - 1, (n,), generator=g)
-        tokens[row, 0], tokens[row, n - 1] = d.bos(), d.eos()
-    return {"id": torch.arange(len(lengths)), "nsentences": len(lengths), "ntokens": sum(lengths),
-            "net_input": {"src_tokens": tokens, "src_lengths": torch.tensor(lengths)}}  # fmt: skip
-
-
-def pretraining_setup(vocab_dir, precision, *overrides):
-    """The bio-lm pretraining recipe (bio_roberta_base's config, fairseq's masked_lm criterion) on a tiny encoder:
-    (cfg, task, model, criterion, sample)."""
-    from fairseq import tasks
-
-    cfg = composed("bio_roberta_base", f"precision={precision}", f"task.data={vocab_dir}", "optimization.lr=[1e-3]",
-                   WARMUP, *TINY, *CPU, *overrides)  # fmt: skip
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(0)
-    model, criterion = task.build_model(cfg.model), task.build_criterion(cfg.criterion)
-    return cfg, task, model, criterion, text_batch(task)
 
 
 def distillation_setup(vocab_dir, teacher, precision):

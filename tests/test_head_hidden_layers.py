@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import SHARED_DATA, fine_tune, fine_tune_sentence, logged, run_cli
 from fairseq.models.roberta.model import RobertaClassificationHead
-from helpers import small_model, small_task
+from helpers.small_models import small_model, small_task
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.checkpoints import load_checkpoint

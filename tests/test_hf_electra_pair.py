@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import logged, run_cli
+from helpers.hf_models import BERT_SPECIALS, fairseq_ids_of_hf_tokens, randomise_parameters, real_sentences
 from omegaconf import OmegaConf
-from test_hf_import import BERT_SPECIALS, _randomise, fairseq_ids_of_hf_tokens, real_sentences
 
 from fairseq_bio import checkpoints, runs
 from fairseq_bio.cli.export_hf import cli_main as export_main
@@ -43,8 +43,8 @@ def save_pair(directory, wordpiece_vocab, style="base", **config):
     disc_size, gen_size = STYLES[style]
     disc = transformers.ElectraForPreTraining(transformers.ElectraConfig(**common, **disc_size))
     gen = transformers.ElectraForMaskedLM(transformers.ElectraConfig(**common, **gen_size))
-    _randomise(disc, seed=0)
-    _randomise(gen, seed=1)
+    randomise_parameters(disc, seed=0)
+    randomise_parameters(gen, seed=1)
     gen.electra.embeddings.load_state_dict(disc.electra.embeddings.state_dict())  # one set, as ELECTRA trains
     assert gen.generator_lm_head.weight is gen.electra.embeddings.word_embeddings.weight  # tied
     dirs = []
@@ -185,7 +185,7 @@ def test_imported_pair_equals_transformers_on_pubmed(style, pairs, imported, pub
 @pytest.mark.parametrize("style", sorted(STYLES))
 def test_export_gives_back_the_original_pair(style, pairs, imported, pubmed_corpus, tmp_path, capsys):
     out, _ = imported[style]
-    export_main([str(out / "model.pt"), str(tmp_path / "hf")])
+    export_main(["--checkpoint", str(out / "model.pt"), "--out", str(tmp_path / "hf")])
     printed = capsys.readouterr().out
     assert printed.startswith(f"wrote {tmp_path / 'hf'} (discriminator/ ElectraForPreTraining + generator/ "
                               "ElectraForMaskedLM, PreTrainedTokenizerFast); checked on 5 real sentences")  # fmt: skip
@@ -329,7 +329,7 @@ def test_pairs_bio_electra_cannot_hold_are_refused_in_one_line(case, pairs, tmp_
         pair = pair[::-1]
     out = tmp_path / "out" / "imported"
     with pytest.raises(SystemExit) as exit_info:
-        import_main([str(pair[0]), str(out), "--generator", str(pair[1])])
+        import_main(["--checkpoint", str(pair[0]), "--out", str(out), "--generator", str(pair[1])])
     error = str(exit_info.value.code)
     assert error.startswith("fairseq-bio-import-hf: ") and "\n" not in error and message in error, error
     assert not (tmp_path / "out").exists()
@@ -339,7 +339,7 @@ def test_electra_small_discriminator_alone_still_points_at_the_pair_import(pairs
     from fairseq_bio.cli.extract_encoder import ExtractError, extract_encoder
 
     with pytest.raises(SystemExit) as exit_info:
-        import_main([str(pairs["small"][0]), str(tmp_path / "out")])
+        import_main(["--checkpoint", str(pairs["small"][0]), "--out", str(tmp_path / "out")])
     assert 'field "embedding_size": 16 != hidden_size 32; bio_roberta has no embedding projection' in str(
         exit_info.value.code) and "--generator" in str(exit_info.value.code)  # fmt: skip
     # The base-style discriminator alone still imports as a bio_roberta encoder (a new MLM head, the head dropped).
@@ -365,10 +365,11 @@ def test_export_refusals(imported, tmp_path):
                   "model": {**state["model"], **weights}}  # fmt: skip
         torch.save(edited, tmp_path / f"edited{i}.pt")
         with pytest.raises(SystemExit) as exit_info:
-            export_main([str(tmp_path / f"edited{i}.pt"), str(tmp_path / "hf"), "--data", str(out)])
+            export_main(["--checkpoint", str(tmp_path / f"edited{i}.pt"), "--out", str(tmp_path / "hf"),
+                         "--vocab", str(out)])
         assert message in str(exit_info.value.code) and "\n" not in str(exit_info.value.code)
     with pytest.raises(SystemExit) as exit_info:
-        export_main([str(out / "model.pt"), str(tmp_path / "hf"), "--head", "x"])
+        export_main(["--checkpoint", str(out / "model.pt"), "--out", str(tmp_path / "hf"), "--head", "x"])
     assert "--head x: a bio_electra checkpoint has no classification heads" in str(exit_info.value.code)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["edited0.pt", "edited1.pt"]
 
@@ -377,7 +378,7 @@ def test_embedding_dim_is_off_by_default_and_projects_both_encoders_when_set():
     """bio_electra's embedding_dim: unset, the checkpoint keys are those of every earlier bio_electra (the
     discriminator has no projection; an old config without the field builds the same model); narrower, both
     encoders project the shared embeddings and the generator head maps back to their width."""
-    from helpers import DictionaryTask, make_dictionary
+    from helpers.small_models import DictionaryTask, make_dictionary
 
     from fairseq_bio.models.bio_electra import BioElectraConfig, BioElectraModel
 

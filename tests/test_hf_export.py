@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_cli
-from test_fastbpe_vocab import FASTBPE_MISSING
+from helpers.checkpoints import save_with
+from helpers.fastbpe import FASTBPE_MISSING
+from helpers.hf_models import check_against_hf, randomise, real_sentences
 
 from fairseq_bio import checkpoints, runs
 from fairseq_bio.cli.export_hf import cli_main
@@ -37,26 +39,6 @@ SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, e
              max_positions=256)  # fmt: skip
 
 
-def real_sentences(corpus, n, start=0):
-    lines = [line.strip() for line in open(corpus / "train.txt", encoding="utf-8") if line.strip()]
-    return lines[start : start + n]
-
-
-def randomise(state, seed=0):
-    """Every floating tensor of a state dict at random values (LayerNorms around 1), so a swapped map shows."""
-    g = torch.Generator().manual_seed(seed)
-    seen = {}
-    for name, tensor in state.items():
-        if tensor.is_floating_point() and not name.endswith(".version"):  # fairseq's format version stays
-            if tensor.data_ptr() in seen:  # tied tensors stay tied
-                state[name] = state[seen[tensor.data_ptr()]]
-                continue
-            seen[tensor.data_ptr()] = name
-            base = 1.0 if "layer_norm" in name or "layernorm" in name else 0.0
-            state[name] = base + 0.2 * torch.randn(tensor.shape, generator=g)
-    return state
-
-
 def make_checkpoint(data_dir, path, seed=0, **options):
     """A bio_roberta encoder checkpoint over ``data_dir``'s vocabulary with random weights."""
     cfg = encoder_checkpoint_cfg(str(data_dir), {**SMALL, **options}, tokens_per_sample=128)
@@ -66,25 +48,6 @@ def make_checkpoint(data_dir, path, seed=0, **options):
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(encoder_checkpoint(cfg, model.state_dict(), {}), path)
     return path
-
-
-def check_against_hf(hf_dir, checkpoint, data_dir, sentences):
-    """Independently of the command's own check: HF (offline Auto classes) vs fairseq, padded batch."""
-    hub = BioRobertaModel.from_pretrained(str(checkpoint.parent), checkpoint.name, data_name_or_path=str(data_dir))
-    hub.eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    model = transformers.AutoModelForMaskedLM.from_pretrained(str(hf_dir)).eval()
-    encoded = tokenizer(sentences, padding=True, return_tensors="pt")
-    fs_tokens = [hub.encode(s) for s in sentences]
-    batch = torch.full(encoded["input_ids"].shape, hub.task.source_dictionary.pad())
-    for row, tokens in enumerate(fs_tokens):
-        batch[row, : len(tokens)] = tokens
-    assert torch.equal(batch, encoded["input_ids"])  # the same ids, padding included
-    with torch.no_grad():
-        hf_logits = model(**encoded).logits
-        fs_logits = hub.model(batch)[0]
-    mask = encoded["attention_mask"].bool()
-    return (hf_logits[mask] - fs_logits[mask]).abs().max().item(), tokenizer, model
 
 
 @pytest.fixture(scope="module")
@@ -198,15 +161,6 @@ def test_pre_ln_exports_to_roberta_prelayernorm_or_megatron_bert(data_bin, pubme
     error = str(exit_info.value.code)
     assert error.startswith("fairseq-bio-export-hf: post-LN model without an embedding LayerNorm") and "\n" not in error
     assert not (tmp_path / "refused").exists()
-
-
-def save_with(checkpoint, path, edit):
-    """A copy of ``checkpoint`` changed by ``edit(state)``, saved at ``path``."""
-    state = checkpoints.load_checkpoint(checkpoint)
-    edit(state)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
-    return path
 
 
 def sentence_head(state, name="bio_sentence"):

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_hf_import import (
+from helpers.hf_models import (
     BERT_SPECIALS,
     TOL,
-    _randomise,
     fairseq_ids_of_hf_tokens,
     hf_and_fairseq_outputs,
+    randomise_parameters,
     real_sentences,
 )
 
@@ -32,7 +32,7 @@ def save_tiny_distilbert(directory, wordpiece_vocab, cls_name="DistilBertForMask
     model = getattr(transformers, cls_name)(transformers.DistilBertConfig(vocab_size=len(tokenizer), **options))
     positions = model.distilbert.embeddings.position_embeddings.weight
     sinusoids = positions.detach().clone()
-    _randomise(model)
+    randomise_parameters(model)
     if config.get("sinusoidal_pos_embds"):
         with torch.no_grad():
             positions.copy_(sinusoids)

@@ -3,12 +3,13 @@ regression), the HF side included, and its pieces: the metric cross-check agains
 the data slices, the schedule both sides share."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO
+
+from fairseq_bio import runs
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import hf_parity  # noqa: E402
@@ -24,10 +25,10 @@ def smoke(tmp_path_factory):
     grid test, whose recipe-lr point is this run's BIOSSES training) and the report it wrote."""
     tmp_path = tmp_path_factory.mktemp("parity")
     out = tmp_path / "parity.md"
-    done = subprocess.run(
+    done = runs.capture(
         [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "ncbi-disease,biosses",
          "--workdir", str(tmp_path / "work"), "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return tmp_path, out
@@ -61,10 +62,10 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(smoke):
     # a second invocation with the same recipe reuses both finished trainings (a longer run cut short resumes so)
     logs = tmp_path / "work" / "logs"
     trained = {name: (logs / f"{name}-train-biosses-1.out").stat().st_mtime_ns for name in ("ours", "hf")}
-    again = subprocess.run(
+    again = runs.capture(
         [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses",
          "--predict-rounds", "1", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "again.md")],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     assert {name: (logs / f"{name}-train-biosses-1.out").stat().st_mtime_ns for name in trained} == trained
@@ -73,10 +74,10 @@ def test_smoke_run_of_both_sides_on_ner_and_regression(smoke):
         assert reused[side]["score"] == biosses["runs"][0][side]["score"]
         assert reused[side]["loop_s"] == biosses["runs"][0][side]["loop_s"]
     # --only: one side (the other runs beside it in another process), its score printed, no report written
-    only = subprocess.run(
+    only = runs.capture(
         [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses", "--only",
          "hf", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "only.md")],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
     )  # fmt: skip
     assert only.returncode == 0, only.stderr[-3000:]
     assert f"[parity] biosses seed 1: hf {biosses['runs'][0]['hf']['score']:.2f}" in only.stdout
@@ -174,7 +175,7 @@ def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(smoke, tm
     assert len(smoke_trained) == 2
     grid_run = [sys.executable, str(REPO / "benchmarks" / "hf_parity.py"), "--quick", "--datasets", "biosses",
                 "--lr-grid", "3e-4,1e-4", "--workdir", str(work)]  # fmt: skip
-    done = subprocess.run([*grid_run, "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    done = runs.capture([*grid_run, "--out", str(out)], cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.with_suffix(".json").read_text())["results"][0]
     grid, parity = result["grid"], hf_parity.PARITY["biosses"]
@@ -212,8 +213,7 @@ def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(smoke, tm
     # a second invocation trains nothing: every grid point's training is reused, only prediction runs again
     trained = {p: p.stat().st_mtime_ns for p in logs.glob("*-train-biosses*.out")}
     assert len(trained) == 4 and {p: trained[p] for p in smoke_trained} == smoke_trained  # the smoke run's reused
-    again = subprocess.run([*grid_run, "--predict-rounds", "1", "--out", str(tmp_path / "again.md")], cwd=REPO,
-                           capture_output=True, text=True)  # fmt: skip
+    again = runs.capture([*grid_run, "--predict-rounds", "1", "--out", str(tmp_path / "again.md")], cwd=REPO)
     assert again.returncode == 0, again.stderr[-3000:]
     record = json.loads((tmp_path / "again.json").read_text())
     assert not [c for c in record["commands"] if "checkpoint.save_dir=" in c or '"predict_only": false' in c]
@@ -221,8 +221,7 @@ def test_lr_grid_picks_each_sides_lr_on_dev_and_a_rerun_trains_nothing(smoke, tm
     for side in hf_parity.SIDES:
         assert record["results"][0]["grid"][side] == grid[side]
     # --only with a grid: that side at every lr (here all reused, so nothing runs), no report
-    only = subprocess.run([*grid_run, "--only", "hf", "--out", str(tmp_path / "only.md")], cwd=REPO,
-                          capture_output=True, text=True)  # fmt: skip
+    only = runs.capture([*grid_run, "--only", "hf", "--out", str(tmp_path / "only.md")], cwd=REPO)
     assert only.returncode == 0, only.stderr[-3000:]
     assert "[parity] biosses seed 1: hf " in only.stdout and "[parity] biosses seed 1 at lr 0.0003: hf " in only.stdout
     assert not (tmp_path / "only.md").exists() and {p: p.stat().st_mtime_ns for p in trained} == trained

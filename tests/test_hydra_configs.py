@@ -2,16 +2,9 @@
 root exactly as documented (on CPU: fp16 off, one update)."""
 
 import pytest
-import yaml
 from conftest import REPO, logged, run_cli
-
-
-def composed(name, *overrides):
-    out = run_cli(
-        ["fairseq-hydra-train", "--config-dir", "hydra_configs", "--config-name", name, "--cfg", "job", *overrides],
-        cwd=REPO,
-    ).stdout
-    return yaml.safe_load(out)
+from helpers.hydra_configs import cli_composed as composed
+from helpers.hydra_configs import no_shared_keys
 
 
 @pytest.mark.parametrize("name, lr, batch, update_freq, arch", [
@@ -53,16 +46,6 @@ def test_demo_config_is_the_tiny_model_with_the_demo_recipe():
     assert tokens[0] == tokens[1] and demo["common"]["cpu"] is True
 
 
-def _keys(node, prefix=""):
-    for key, value in node.items():
-        if key == "defaults":
-            continue
-        if isinstance(value, dict):
-            yield from _keys(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}"
-
-
 @pytest.mark.parametrize("recipe, lr", [("finetune_pubmedbert", 5e-5), ("finetune_biolm", 1e-5)])
 def test_tagging_config_composes_to_the_fine_tuning_recipes(recipe, lr):
     """PubMedBERT sec. 5 / bio-lm sec. 5.2: Adam, 10 % linear warm-up then linear decay to 0, dropout 0.1, batch 32,
@@ -83,16 +66,7 @@ def test_tagging_config_composes_to_the_fine_tuning_recipes(recipe, lr):
 @pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large", "bio_roberta_tiny", "bio_roberta_demo",
                                   "bio_tagging_ner"])
 def test_primary_and_recipe_never_set_the_same_key(name):
-    """fairseq-hydra-train merges its schema with the primary config, so the recipe comes after it: a key
-    both set would silently take the recipe's value."""
-    primary = yaml.safe_load((REPO / "hydra_configs" / f"{name}.yaml").read_text())
-    recipe_name = next(d["recipe"] for d in primary["defaults"] if isinstance(d, dict) and "recipe" in d)
-    recipe_keys, todo = set(), [recipe_name]
-    while todo:
-        recipe = yaml.safe_load((REPO / "hydra_configs" / "recipe" / f"{todo.pop()}.yaml").read_text())
-        recipe_keys |= set(_keys(recipe))
-        todo += [d for d in recipe.get("defaults", []) if isinstance(d, str) and d != "_self_"]
-    assert set(_keys(primary)) & recipe_keys == set()
+    no_shared_keys(name)
 
 
 @pytest.mark.parametrize("name", ["bio_roberta_base", "bio_roberta_large"])

@@ -14,10 +14,10 @@ import sys
 import sysconfig
 import venv
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from conftest import REPO, build_once
+from helpers.console_scripts import console_scripts
 
 SOURCES = ("setup.py", "README.md", "fairseq_bio", "preprocess", "hydra_configs")
 
@@ -105,22 +105,6 @@ def test_pretrain_and_blurb_from_an_unrelated_directory(installed, tmp_path, dat
                     "--seeds", "1", "--data", str(tmp_path), "--dataset-dir", f"ncbi={ncbi_slice}",
                     "--max-update", "2", "--cpu", "--out", str(out)], tmp_path)  # fmt: skip
     assert (out / "results.md").is_file() and "NCBI" in (out / "results.md").read_text(encoding="utf-8")
-
-
-def entry_points() -> Dict[str, str]:
-    """setup.py's console scripts: {name: "module:function"}."""
-    import ast
-
-    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Dict) and any(getattr(k, "value", None) == "console_scripts" for k in node.keys):
-            scripts = node.values[[k.value for k in node.keys].index("console_scripts")]
-            return dict((part.strip() for part in entry.value.split("=")) for entry in scripts.elts)
-    raise AssertionError("setup.py: no console_scripts")
-
-
-def console_scripts() -> List[str]:
-    return list(entry_points())
 
 
 def test_every_console_script_answers_help(installed, tmp_path):

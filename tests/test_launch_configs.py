@@ -8,7 +8,7 @@ import shlex
 import pytest
 import yaml
 from conftest import REPO
-from hydra_compose import CONFIG_DIR, composer, job_config
+from helpers.hydra_configs import CONFIG_DIR, composer, job_config
 from omegaconf import OmegaConf
 
 ENV = ("PARTITION", "ACCOUNT", "QOS", "CONSTRAINT", "GRES", "CPUS_PER_TASK", "MEM_GB", "TIMEOUT_MIN", "LOG_DIR", "PORT")

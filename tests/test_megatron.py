@@ -91,7 +91,7 @@ def test_hf_megatron_bert_imports_exactly_and_exports_back(learned_vocab, pubmed
     without an embedding LayerNorm whose every layer's states and MLM logits equal HF's on real sentences, batched
     with padding; exporting it gives back a MegatronBertForMaskedLM with HF's logits."""
     transformers = pytest.importorskip("transformers")
-    from test_hf_import import BERT_SPECIALS, check_logits, real_sentences, save_tiny_bert
+    from helpers.hf_models import BERT_SPECIALS, check_logits, real_sentences, save_tiny_bert
 
     from fairseq_bio.hf import export_hf, import_hf
 
@@ -133,8 +133,8 @@ def test_megatron_lm_conversion_with_padded_vocabulary_imports(learned_vocab, tm
     and next-sentence head left out and said, MLM logits of every real token within 1e-4 of HF's."""
     import json
 
+    from helpers.hf_models import save_tiny_bert
     from safetensors.torch import load_file
-    from test_hf_import import save_tiny_bert
 
     from fairseq_bio.hf import import_hf
 
@@ -161,7 +161,8 @@ def test_megatron_lm_conversion_with_padded_vocabulary_imports(learned_vocab, tm
 
 
 def test_megatron_masked_lm_exports_as_megatron_bert(megatron, data_bin, pubmed_corpus, tmp_path):
-    from test_hf_export import check_against_hf, randomise, real_sentences, save_with
+    from helpers.checkpoints import save_with
+    from helpers.hf_models import check_against_hf, randomise, real_sentences
 
     from fairseq_bio.hf import export_hf
 
@@ -192,7 +193,7 @@ def test_sentence_and_qa_fine_tuning_from_megatron_export_as_megatron_bert(megat
     tokenizer(a, b) output runs the classifier as it is (one token type)."""
     transformers = pytest.importorskip("transformers")
     from conftest import SHARED_DATA, fine_tune_sentence
-    from test_extractive_qa import fine_tune_qa
+    from helpers.qa import fine_tune_qa
 
     from fairseq_bio.hf import export_hf
 

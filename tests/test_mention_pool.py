@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from conftest import SHARED_DATA, fine_tune_sentence, logged, run_cli
-from helpers import DictionaryTask, make_dictionary, model_args
+from helpers.small_models import DictionaryTask, make_dictionary, model_args
 
 from fairseq_bio.data.sentence_files import ENTITY_MARKERS, attach_entities, entity_words, read_jsonl, read_tsv
 from fairseq_bio.data.sentence_windows import SentencePredictionDataset, WindowError

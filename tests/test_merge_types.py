@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from conftest import logged, run_cli
-from test_convert_standoff import write
-from test_gpu_paths_on_cpu import CPU, TINY, composed
+from helpers.files import write
+from helpers.hydra_configs import composed
+from helpers.trainers import CPU, TINY
 
 from fairseq_bio import runs
 from fairseq_bio.checkpoints import load_checkpoint

@@ -3,78 +3,21 @@ copies. What it must keep is fairseq's arithmetic, bit for bit: the same master 
 state and loss scale after the same updates, in both of fairseq's layouts; what it must change is the number of
 copies launched per update."""
 
-import copy
 import sys
 
 import pytest
 import torch
 from conftest import REPO
-from fairseq import metrics
 from fairseq.optim.fp16_optimizer import FP16Optimizer
-from test_gpu_paths_on_cpu import STEPS, pretraining_setup, vocab_dir  # noqa: F401  (vocab_dir: a fixture)
+from helpers.tensors import assert_same_state
+from helpers.trainers import vocab_dir  # noqa: F401  (a fixture)
+from helpers.trainers import assert_fairseqs_updates, plugin_trainer, trained
 
 import fairseq_bio  # noqa: F401  (registration; installs the plugin's trainer)
 from fairseq_bio.patches.mixed_precision import MultiTensorFP16Optimizer
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import master_copies  # noqa: E402
-
-def plugin_trainer():
-    """The trainer class fairseq-train builds once the plugin is imported."""
-    from fairseq_cli import train
-
-    return train.Trainer
-
-
-def trained(trainer_class, vocab_dir, *overrides):
-    """``STEPS`` updates of ``trainer_class`` on the pretraining recipe's tiny encoder (the same initial weights in
-    every call): (trainer, gradient norms)."""
-    cfg, task, model, criterion, sample = pretraining_setup(vocab_dir, *overrides)
-    trainer = trainer_class(cfg, task, model, criterion)
-    norms = []
-    for _ in range(STEPS):
-        with metrics.aggregate(new_root=True) as logged:
-            trainer.train_step([copy.deepcopy(sample)])
-        norms.append(float(logged["gnorm"].val))
-    return trainer, norms
-
-
-def assert_same_state(a, b):
-    """Equal tensors (bit for bit) and equal everything else, through nested dicts and lists."""
-    assert type(a) is type(b) or (torch.is_tensor(a) and torch.is_tensor(b))
-    if torch.is_tensor(a):
-        assert a.dtype == b.dtype and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert_same_state(a[key], b[key])
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same_state(x, y)
-    else:
-        assert a == b
-
-
-def assert_fairseqs_updates(vocab_dir, precision, *overrides):
-    """fairseq's Trainer against the plugin's (what fairseq-train builds) on the pretraining recipe's tiny encoder:
-    the plugin's wraps the optimizer in ``MultiTensorFP16Optimizer``, and after ``STEPS`` updates the model's
-    weights, the fp32 master weights, the optimizer state, the loss scale and the logged gradient norms are
-    fairseq's, bit for bit. Returns the plugin's trainer."""
-    from fairseq.trainer import Trainer
-
-    ours, our_norms = trained(plugin_trainer(), vocab_dir, precision, *overrides)
-    theirs, their_norms = trained(Trainer, vocab_dir, precision, *overrides)
-    assert type(theirs.optimizer) is FP16Optimizer and type(ours.optimizer) is MultiTensorFP16Optimizer
-    assert our_norms == their_norms and len(set(our_norms)) == STEPS  # every update moved the weights
-    for p, q in zip(ours.model.parameters(), theirs.model.parameters(), strict=True):
-        assert p.dtype == q.dtype != torch.float32 and torch.equal(p, q)
-    masters = (lambda o: list(o.fp32_params.values()) if o.has_flat_params else o.fp32_params)  # noqa: E731
-    for p, q in zip(masters(ours.optimizer), masters(theirs.optimizer), strict=True):
-        assert p.dtype == torch.float32 and torch.equal(p, q)
-    assert_same_state(ours.optimizer.state_dict(), theirs.optimizer.state_dict())  # the loss scale with it (fp16)
-    assert ours.get_lr() == theirs.get_lr() and ours.get_num_updates() == theirs.get_num_updates() == STEPS
-    return ours
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "bio_adamw"])

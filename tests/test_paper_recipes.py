@@ -3,8 +3,8 @@ gives it (and the values a paper leaves open are the ones its header says it too
 
 import pytest
 import torch
-from helpers import DictionaryTask, make_dictionary, model_args
-from hydra_compose import composer, job_config
+from helpers.hydra_configs import composer, job_config
+from helpers.small_models import DictionaryTask, make_dictionary, model_args
 
 import fairseq_bio  # noqa: F401  (registers the architectures)
 from fairseq_bio.models.bio_electra import ARCHITECTURES as ELECTRA_SIZES

@@ -7,9 +7,10 @@ import random
 
 import pytest
 from conftest import logged, run_cli
-from test_convert_standoff import write
-from test_convert_tagging import EXPECTED_TRAIN_IO, dev_list, read, write_ebm_release
-from test_gpu_paths_on_cpu import CPU, TINY, composed
+from helpers.ebm_nlp import EXPECTED_TRAIN_IO, dev_list, write_ebm_release
+from helpers.files import read, write
+from helpers.hydra_configs import composed
+from helpers.trainers import CPU, TINY
 
 from fairseq_bio import runs
 from fairseq_bio.metrics.tagging import SpanCounts, element_types, token_counts, token_macro_f1

@@ -212,14 +212,14 @@ def test_pubmedbert_preset_learns_an_uncased_wordpiece_of_its_size(corpus, tmp_p
     from conftest import REPO, run_cli
 
     out = tmp_path / "pubmedbert"
-    run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--train", corpus / "train.txt", "--out", out], cwd=REPO)
+    run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--input", corpus / "train.txt", "--out", out], cwd=REPO)
     info = json.loads((out / "vocab_info.json").read_text())
     assert info["kind"] == "wordpiece" and info["vocab_size"] == 30522
     assert json.loads((out / "bpe.json").read_text())["bpe_cased"] is False
     pieces = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")
     words = [p for p in pieces if not (p.startswith("[") and p.endswith("]"))]  # [CLS], [PAD], ...
     assert len(words) > 1000 and all(p == p.lower() for p in words)  # uncased
-    bad = run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--kind", "bytebpe", "--train", corpus / "train.txt",
+    bad = run_cli(["fairseq-bio-vocab", "--preset", "pubmedbert", "--kind", "bytebpe", "--input", corpus / "train.txt",
                    "--out", tmp_path / "bad"], cwd=REPO, check=False)  # fmt: skip
     assert bad.returncode != 0 and not (tmp_path / "bad").exists()
     lines = bad.stderr.strip().splitlines()

@@ -10,8 +10,8 @@ import logging
 import pytest
 import torch
 from conftest import REPO
-from hydra_compose import composer, job_config
-from test_extractive_qa import QA_DATA, fine_tune_qa
+from helpers.hydra_configs import composer, job_config
+from helpers.qa import QA_DATA, fine_tune_qa, hydra_log
 
 from fairseq_bio import runs
 
@@ -42,11 +42,6 @@ def model_at_update_0(checkpoint, save_dir, *overrides):
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
     checkpoint_utils.load_checkpoint(cfg.checkpoint, trainer)
     return {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-
-
-def hydra_log(save_dir):
-    """What the run logged (hydra's job log beside its checkpoints: the plugin's own lines too)."""
-    return "".join(p.read_text(encoding="utf-8") for p in sorted(save_dir.glob("hydra/*/hydra_train.log")))
 
 
 def weights(checkpoint):

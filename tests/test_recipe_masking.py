@@ -13,7 +13,7 @@ every row of the slice (15.0 % +- 0.06 points at 512, +- 0.3 at 128), 15.5 % of 
 import pytest
 import torch
 from fairseq import tasks
-from hydra_compose import composer, job_config
+from helpers.hydra_configs import composer, job_config
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.modules.masking import BatchMasker, _fill_token_budget
@@ -168,7 +168,7 @@ def test_token_budget_is_berts_loop():
 def test_word_rule_is_unchanged_by_the_options():
     """The default masker (budget=words, decision=word) draws exactly as before the options existed: the same
     generator stream gives the same corruption as an explicit words/word masker, and a tokens-budget masker differs."""
-    from test_masking import random_rows, wordpiece_setup
+    from helpers.masking import random_rows, wordpiece_setup
 
     d, mask, boundaries = wordpiece_setup()
     tokens = random_rows(d, rows=32)

@@ -166,3 +166,43 @@ def test_waiting_for_an_update_of_a_run_that_ends_first(tmp_path):
     assert run.wait_for_update(1) == 1
     with pytest.raises(runs.RunError, match=r"exited 0 before update 2; .*\nbye"):
         run.wait_for_update(2)
+
+
+def test_a_captured_run_keeps_stdout_and_stderr_apart(tmp_path):
+    script = "import os, sys\nprint('out', os.environ['X'])\nprint('err', file=sys.stderr)\nsys.exit(2)"
+    done = runs.capture([sys.executable, "-c", script], cwd=tmp_path, env={"X": "1"})
+    assert (done.returncode, done.stdout, done.stderr) == (2, "out 1\n", "err\n")
+    with pytest.raises(runs.RunError, match=r"exited 2; the end of its output:\nout 1\nerr\n$") as failed:
+        runs.capture([sys.executable, "-c", script], env={"X": "1"}, check=True)
+    assert failed.value.code == 2
+    assert runs.capture([sys.executable, "-c", "print('fine')"], check=True).stdout == "fine\n"
+    with pytest.raises(ValueError, match="not both"):
+        runs.Run([sys.executable, "-c", ""], tmp_path / "out.txt", capture=True)
+
+
+def test_a_captured_run_past_its_time_is_killed_with_what_it_printed():
+    script = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+    with pytest.raises(runs.RunTimeout, match=r"still running after 3 s, killed; the end of its output:\nstarted\n"):
+        runs.capture([sys.executable, "-c", script], timeout=3)
+
+
+def test_progress_is_reported_while_a_run_goes_on(tmp_path):
+    seen = []
+    script = "import time\nfor i in range(4):\n    print(i, flush=True)\n    time.sleep(0.4)"
+    run = runs.Run([sys.executable, "-c", script], tmp_path / "out.txt")
+    assert run.check(progress=lambda r: seen.append(r.output()), every=0.25) is run
+    assert len(seen) >= 3 and seen[-1].startswith("0\n") and run.output() == "0\n1\n2\n3\n"
+    # past its time with progress reported: killed all the same
+    run = runs.Run([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "slow.txt")
+    with pytest.raises(runs.RunTimeout, match="still running after 0.5 s"):
+        run.finish(0.5, progress=lambda r: None, every=0.2)
+    assert run.poll() == -9
+
+    def interrupted(run):
+        raise KeyboardInterrupt
+
+    # a progress report that raises (as Ctrl-C would) ends the wait, and the run is killed, not left running
+    run = runs.Run([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "stopped.txt")
+    with pytest.raises(KeyboardInterrupt):
+        run.finish(progress=interrupted, every=0.1)
+    assert run.poll() == -9

@@ -17,7 +17,8 @@ import re
 import pytest
 import torch
 from conftest import logged, run_cli
-from test_distributed import assert_same_parameters, parameters, slurm, slurm_job, two_tasks  # noqa: F401 (fixture)
+from helpers.checkpoints import assert_same_parameters, parameters
+from helpers.slurm import slurm, slurm_job, two_tasks  # noqa: F401  (slurm: a fixture)
 from training_processes import MLM, MLM_UPDATES, hydra_command, losses, updates_in
 
 from fairseq_bio import checkpoints

@@ -8,7 +8,7 @@ to the official definitions applied to the written predictions."""
 import json
 
 import pytest
-from test_extractive_qa import QA_DATA, fine_tune_qa, hand_batch, set_logits
+from helpers.qa import QA_DATA, fine_tune_qa, hand_batch, hydra_log, set_logits
 
 from fairseq_bio import runs
 from fairseq_bio.data.qa_dataset import (
@@ -216,8 +216,6 @@ def test_v2_trains_and_predicts_end_to_end(v2_run, tmp_path, capsys):
     from conftest import logged
 
     data, save_dir, log = v2_run
-    from test_qa_sequential import hydra_log
-
     text = hydra_log(save_dir)
     assert "41 questions (12 unanswerable)" in text and "15 questions (4 unanswerable)" in text
     dev = runs.logged(log, "valid")

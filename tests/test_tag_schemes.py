@@ -25,7 +25,7 @@ def read_conll_tags(path: Path):
 
 
 def test_normalize_scheme():
-    assert SCHEMES == ("bio", "io", "bioes")
+    assert [normalize_scheme(s) for s in SCHEMES] == list(SCHEMES)  # every scheme offered is taken as it is
     assert [normalize_scheme(s) for s in ("bio", "IOB2", "io", "bioes", " BIOUL ")] == [
         "bio",
         "bio",

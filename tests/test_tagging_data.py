@@ -207,7 +207,7 @@ def test_windowed_long_sentence_gives_every_word_one_prediction(word_encoder, nc
 def test_windowed_and_unwindowed_predictions_agree_where_the_sentence_fits(word_encoder, ncbi_test):
     """Sentences that fit are one row each, exactly <s> pieces </s>; a tagging model's word predictions from the
     padded batch equal those of each sentence run alone."""
-    from helpers import DictionaryTask, model_args
+    from helpers.small_models import DictionaryTask, model_args
 
     from fairseq_bio.models.bio_roberta import BioRobertaModel
 

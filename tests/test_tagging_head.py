@@ -3,7 +3,7 @@ saving and loading the fairseq way beside sentence heads, and layer-wise learnin
 
 import pytest
 import torch
-from helpers import small_model, small_task
+from helpers.small_models import build, small_task, tokens
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.data.tagging_dataset import IGNORE
@@ -16,20 +16,6 @@ LABELS = ["O", "B-Disease", "I-Disease"]
 @pytest.fixture(scope="module")
 def task():
     return small_task()
-
-
-def build(task, load_checkpoint_heads=False, seed=0):
-    return small_model(task, seed, load_checkpoint_heads=load_checkpoint_heads)
-
-
-def tokens(task, rows=3, length=9):
-    d = task.source_dictionary
-    g = torch.Generator().manual_seed(1)
-    t = torch.randint(d.nspecial, len(d) - 1, (rows, length), generator=g)
-    t[:, 0], t[:, -1] = d.bos(), d.eos()
-    t[-1, 5:] = d.pad()
-    t[-1, 4] = d.eos()
-    return t
 
 
 @pytest.mark.parametrize("crf", [False, True])

@@ -16,21 +16,12 @@ if not (DRY or GPUS >= 2):
     pytest.skip(f"needs 2+ CUDA GPUs for NCCL data parallel ({GPUS} here; make gpu-check)", allow_module_level=True)
 
 from conftest import logged  # noqa: E402
-from test_distributed import JOB_ID, SCONTROL, free_port  # noqa: E402
-from test_gpu_training import BATCH, BLOCK, CUDA, DEVICE, ENCODER, LR  # noqa: E402
+from helpers.gpu_runs import BATCH, BLOCK, CUDA, DEVICE, ENCODER, LR, slurm_task  # noqa: E402
+from helpers.slurm import SCONTROL, free_port  # noqa: E402
 from training_processes import Run, losses  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 UPDATES = 8
-
-
-def slurm_task(rank, bin_dir):
-    """The environment srun gives task ``rank`` of a one-node, two-task job (its GPU: SLURM_LOCALID; on the CPU
-    fairseq must not set a device, so both say 0)."""
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SCONTROL_LOG": str(bin_dir / "scontrol.log"),
-            "SLURM_JOB_ID": JOB_ID, "SLURM_JOB_NODELIST": "localhost", "SLURM_NNODES": "1", "SLURM_NTASKS": "2",
-            "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_PROCID": str(rank),
-            "SLURM_LOCALID": str(rank if CUDA else 0)}  # fmt: skip
 
 
 def test_two_processes_train_like_one_with_two_micro_batches(data_bin, tmp_path):

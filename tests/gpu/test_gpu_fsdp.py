@@ -21,10 +21,20 @@ if not (DRY or GPUS >= 2):
     pytest.skip(f"needs 2+ CUDA GPUs to shard over NCCL ({GPUS} here; make gpu-check)", allow_module_level=True)
 
 from conftest import logged, run_cli  # noqa: E402
-from test_distributed import SCONTROL, free_port  # noqa: E402
-from test_gpu_data_parallel import slurm_task  # noqa: E402
-from test_gpu_training import BATCH, BLOCK, CUDA, DEVICE, ENCODER, FINE_TUNE, LR, UPDATES, train  # noqa: E402
-from test_gpu_training import ncbi  # noqa: E402, F401 (a fixture)
+from helpers.gpu_runs import ncbi  # noqa: E402, F401 (a fixture)
+from helpers.gpu_runs import (  # noqa: E402
+    BATCH,
+    BLOCK,
+    CUDA,
+    DEVICE,
+    ENCODER,
+    FINE_TUNE,
+    LR,
+    UPDATES,
+    slurm_task,
+    train,
+)
+from helpers.slurm import SCONTROL, free_port  # noqa: E402
 from training_processes import Run, losses  # noqa: E402
 
 from fairseq_bio import checkpoints  # noqa: E402

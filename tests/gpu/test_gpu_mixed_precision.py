@@ -4,11 +4,14 @@ bf16. ``GPU_CHECK_DRY=1``: the same on the CPU with one master tensor per parame
 tests/test_mixed_precision.py covers the flat layout's copies there by hand)."""
 
 import os
+import sys
 
 import pytest
 import torch
-from test_gpu_paths_on_cpu import vocab_dir  # noqa: F401  (a fixture)
-from test_mixed_precision import assert_fairseqs_updates
+from conftest import REPO
+from helpers.trainers import assert_fairseqs_updates, vocab_dir  # noqa: F401  (vocab_dir: a fixture)
+
+sys.path.insert(0, str(REPO / "benchmarks"))  # master_copies: bio_roberta_tiny's parameter shapes
 
 DRY = os.environ.get("GPU_CHECK_DRY") == "1"
 CUDA = torch.cuda.is_available() and not DRY

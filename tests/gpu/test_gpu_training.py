@@ -30,41 +30,35 @@ import statistics
 
 import pytest
 import torch
-from conftest import SHARED_DATA, build_once, conll_slice, logged, run_cli
-from training_processes import Run, hydra_command, updates_in
+from conftest import SHARED_DATA, build_once, logged, run_cli
+from helpers.gpu_runs import (  # noqa: F401  (ncbi: a fixture)
+    BATCH,
+    BLOCK,
+    CUDA,
+    DEVICE,
+    DRY,
+    ELECTRA,
+    ENCODER,
+    FINE_TUNE,
+    LAYERS,
+    LR,
+    ONE_PROCESS,
+    STUDENT,
+    UPDATES,
+    ncbi,
+    train,
+)
+from training_processes import Run, updates_in
 
 from fairseq_bio import checkpoints
 from fairseq_bio.patches import preemption
 
-DRY = os.environ.get("GPU_CHECK_DRY") == "1"
-CUDA = torch.cuda.is_available() and not DRY  # the dry mode runs on the CPU even where a GPU is
 if not (CUDA or DRY):
     pytest.skip("needs a CUDA GPU (make gpu-check); GPU_CHECK_DRY=1 runs it on the CPU", allow_module_level=True)
 pytestmark = pytest.mark.gpu
 
 PRECISIONS = ("fp16", "bf16")
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
-if CUDA:
-    # bio_roberta_base and bio_electra_base at their sizes (12 x 768), short blocks.
-    DEVICE = ["common.cpu=false"]
-    ENCODER, ELECTRA, STUDENT = [], [], []  # STUDENT: distill_tinybiobert's 4 x 312, 12 heads (as base's)
-    LAYERS, BLOCK, BATCH, UPDATES, LR, FINE_TUNE_LR = 12, 128, 16, 20, 3e-4, 1e-4
-else:
-    DEVICE = ["common.cpu=true", "dataset.num_workers=0"]
-    ENCODER = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=128",
-               "model.encoder_attention_heads=2", "model.max_positions=128"]  # fmt: skip
-    ELECTRA = [*ENCODER[:4], "model.generator_embed_dim=32", "model.generator_ffn_embed_dim=64",
-               "model.generator_attention_heads=1"]  # fmt: skip
-    STUDENT = ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
-               "model.encoder_attention_heads=2"]  # fmt: skip
-    LAYERS, BLOCK, BATCH, UPDATES, LR, FINE_TUNE_LR = 2, 64, 8, 10, 2e-3, 1e-3
-ONE_PROCESS = ["distributed_training.distributed_world_size=1"]  # fairseq's default: one process per GPU
-FINE_TUNE = [
-    f"optimizer.groups.default.lr_float={FINE_TUNE_LR}",
-    "optimizer.groups.default.lr_scheduler.warmup_updates=2",
-    "optimization.max_epoch=0",
-    f"optimization.max_update={UPDATES}",
-]
 
 
 def precision_overrides(precision):
@@ -73,13 +67,6 @@ def precision_overrides(precision):
     if precision == "fp16" and not CUDA:
         overrides.append("common.fp16_no_flatten_grads=true")
     return overrides
-
-
-def train(config, save_dir, *overrides):
-    """``config`` trained for real, a json log line per update; returns the log's path."""
-    save_dir.mkdir(parents=True, exist_ok=True)
-    run_cli(hydra_command(config, save_dir, *DEVICE, *ONE_PROCESS, *overrides), cwd=save_dir, timeout=900)
-    return save_dir.parent / f"{save_dir.name}.log"
 
 
 def assert_trained_in(precision, log, checkpoint, updates, first=1):
@@ -184,18 +171,6 @@ def test_distillation_from_a_teacher(pretrained, data_bin, tmp_path):
     assert sorted(state["criterion"]) == projections
 
 
-@pytest.fixture(scope="module")
-def ncbi(tmp_path_factory):
-    """300 / 100 / 100 real NCBI-disease sentences."""
-
-    def build(out):
-        for split, n in (("train", 300), ("devel", 100), ("test", 100)):
-            conll_slice(SHARED_DATA / "ner" / "NCBI-disease" / f"{split}.tsv", out / f"{split}.tsv", n)
-        return out
-
-    return build_once(tmp_path_factory, "gpu-ncbi", build)
-
-
 def test_tagging_with_layer_wise_lr_decay(pretrained, ncbi, tmp_path):
     """bio_tagging_ner with task.layer_lr_decay=0.8 from the pretrained encoder: one learning rate per layer group,
     each 0.8 of the one above; the loss falls; dev entity F1 logged."""
@@ -242,7 +217,7 @@ def test_sentence_prediction(pretrained, gad, tmp_path):
 def test_extractive_qa(pretrained, tmp_path):
     """bio_extractive_qa on the suite's SQuAD-format questions on real PubMed abstracts (tests/data/qa; long contexts
     windowed): the BioASQ/SQuAD dev metrics logged."""
-    from test_extractive_qa import METRICS, QA_DATA
+    from helpers.qa import METRICS, QA_DATA
 
     precision, encoder, _ = pretrained
     stride = [] if CUDA else ["task.doc_stride=32"]  # 128-position windows at tiny sizes
@@ -289,7 +264,7 @@ def test_hf_export_of_an_fp16_checkpoint_gives_fairseqs_logits(pretrained, pubme
     """fairseq-bio-export-hf of the fp16-trained masked LM; transformers' AutoModelForMaskedLM and fairseq, both in
     fp32 on the CPU, give the same token ids and logits within 1e-4 (absolute; the export's own check uses the
     same) on 16 real PubMed sentences."""
-    from test_hf_export import check_against_hf, real_sentences
+    from helpers.hf_models import check_against_hf, real_sentences
 
     _, checkpoint, _ = pretrained
     out = tmp_path / "hf"

@@ -1,4 +1,5 @@
-"""Small builders shared by the unit tests (synthetic vocabularies only; real text comes from fixtures)."""
+"""Small builders shared by the unit tests: synthetic vocabularies, the 2-layer, 32-wide bio_roberta and rows of its
+tokens (real text comes from fixtures)."""
 
 import argparse
 
@@ -47,3 +48,21 @@ def small_model(task, seed: int = 0, **overrides):
 
     torch.manual_seed(seed)
     return BioRobertaModel.build_model(model_args("bio_roberta_tiny", **{**SMALL, **overrides}), task).eval()
+
+
+def build(task, load_checkpoint_heads=False, seed=0):
+    """``small_model`` as the tagging-head tests build it (heads recreated from a state dict when asked)."""
+    return small_model(task, seed, load_checkpoint_heads=load_checkpoint_heads)
+
+
+def tokens(task, rows=3, length=9):
+    """``rows x length`` random words between ``<s>`` and ``</s>``, the last row 5 long and padded."""
+    import torch
+
+    d = task.source_dictionary
+    g = torch.Generator().manual_seed(1)
+    t = torch.randint(d.nspecial, len(d) - 1, (rows, length), generator=g)
+    t[:, 0], t[:, -1] = d.bos(), d.eos()
+    t[-1, 5:] = d.pad()
+    t[-1, 4] = d.eos()
+    return t
