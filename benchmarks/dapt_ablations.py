@@ -2,17 +2,12 @@
 (``--head-warmup``, ``--freeze-embeddings``), each checkpoint at one update count fine-tuned with the same budgets
 and seeds through ``fairseq-bio-blurb``, against the reference run's same checkpoint and the import.
 
-Per run: every dataset's test mean +- std, the gain over the import paired by seed, mean dev (what a choice is made
-on), how far the token embeddings and the layers moved from the import, and the MLM perplexity on the held-out
-PubMed documents (and on general text where the reference has it). Markdown, JSON and a PNG (per dataset, each
-run's per-seed gains and their mean), copied to ``benchmarks/results/dapt_ablations.*``.
+Per run: test mean +- std, the gain over the import paired by seed, mean dev, how far the weights
+moved and the MLM perplexity. A variant is a ``domain_adaptation.py --out`` directory
+(``variant_scores`` says what is read there).
 
     python benchmarks/dapt_ablations.py --reference benchmarks/results/domain_adaptation.json --at 500 \\
         --variant "head warm-up 100=runs/dapt_hw" --variant "frozen embeddings=runs/dapt_fe"
-
-A variant directory is a ``domain_adaptation.py --out``: its ``pretrain/checkpoint_1_<at>.pt`` (or
-``checkpoint_last.pt`` when ``<at>`` is its full budget) and every ``results.json`` of ``fairseq-bio-blurb`` under it
-whose path names ``updates_<at>`` (runs of single datasets in separate ``--out`` directories are merged).
 """
 
 import argparse
@@ -30,7 +25,12 @@ IMPORT = "import (0 updates)"
 
 
 def variant_scores(out: Path, at: int) -> Dict[str, Dict]:
-    """{dataset: the runner's result} of every fine-tuning of ``out``'s update-``at`` checkpoint."""
+    """{dataset: the runner's result} of every fine-tuning of ``out``'s update-``at`` checkpoint.
+
+    That checkpoint is ``pretrain/checkpoint_1_<at>.pt`` (or ``checkpoint_last.pt`` when ``at`` is
+    the full budget); its results are every ``results.json`` of ``fairseq-bio-blurb`` under ``out``
+    whose path names ``updates_<at>`` (runs of single datasets in separate ``--out`` directories
+    are merged)."""
     found: Dict[str, Dict] = {}
     for path in sorted(out.glob("**/results.json")):
         if f"updates_{at}" not in str(path.relative_to(out)):

@@ -2,19 +2,14 @@
 pretraining on the PubMed sample, each pretrained for the same updates and fine-tuned on NCBI-disease with the demo's
 fine-tuning budget beside the same architecture from random initialisation, as ``fairseq-bio-demo`` does.
 
-A variant is a vocabulary size and hydra overrides on ``bio_roberta_tiny`` (4 x 256, 16 x 128-token blocks,
-recipe/cpu_demo, dropout 0 in all). Pretraining and fine-tuning go through the tools a user runs
-(``fairseq-hydra-train`` via ``fairseq_bio.runs``, ``fairseq-bio-blurb``); ``--parallel 2`` runs two pretrainings at
-once with one thread each (what the measurements in docs/index.md did on 2 cores). Reported per variant: its
-vocabulary's unigram entropy (the loss of a model that ignores the context), the valid loss by update, updates/s, and
-NCBI-disease test F1 of it and of random init.
+A variant (``VARIANTS``) is a vocabulary size and overrides of ``bio_roberta_tiny``. Reported per
+variant: its vocabulary's unigram entropy (the loss of a model that ignores the context), the valid
+loss by update, updates/s, and NCBI-disease test F1 of it and of random init. Finished runs are
+reused; ``--report-only`` reports what the work dir holds.
 
     python benchmarks/demo_recipe.py --variants v4k-lr1e-3,v16k-lr1e-3 --parallel 2
 
-Writes ``<workdir>/demo_recipe.md`` and ``.png``; finished pretrainings (their last validation at the planned
-update) and fine-tunings (the BLURB runner's own reuse) are reused. ``--report-only`` pretrains nothing and reports
-what the work dir holds, a run stopped early (one stuck at its unigram entropy) with the update it reached and its
-loss curve; its latest checkpoint is fine-tuned only with ``--fine-tune-stopped``.
+Writes ``<workdir>/demo_recipe.md`` and ``.png``.
 """
 
 import argparse
@@ -74,7 +69,11 @@ def finished(out: Path, updates: int) -> bool:
 
 
 def pretrain_all(names: List[str], data: Dict[int, Path], workdir: Path, updates: int, parallel: int) -> None:
-    """Every variant not finished yet, ``parallel`` at a time (one thread each when more than one)."""
+    """Every variant not finished yet, ``parallel`` at a time (one thread each when more than one).
+
+    Finished means its last validation at the planned update. A run stopped early (one stuck at its
+    unigram entropy) is reported with the update it reached; its latest checkpoint is fine-tuned
+    only with ``--fine-tune-stopped``."""
     todo = [n for n in names if not finished(workdir / n, updates)]
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if parallel > 1 else None
     running: Dict[str, runs.Run] = {}

@@ -1,33 +1,17 @@
-"""What distillation costs and what the students buy (issue 9; Rohanian et al. 2022, Figure 2).
+"""What distillation costs and what the students buy (Rohanian et al. 2022, Figure 2).
 
-(a) Step time of a ``bio_distillation`` training step (student forward + backward + Adam, teacher forward without
-    gradients, the loss terms) against the sum of its parts measured alone: a plain student MLM step and the teacher
-    forward the step needs. The ratio is the overhead of the criterion itself (target <= 1.1x). Measured for
-    DistilBioBERT's terms (logits, last hidden states) and TinyBioBERT's (every layer's states and attention maps).
-(b) Inference tokens/s and peak memory of the 12 x 768 teacher and the 6 x 768 (DistilBioBERT/CompactBioBERT) and
-    4 x 312 (TinyBioBERT) students at batch 32 x 128 tokens, each in a fresh process (CPU: peak RSS over the
-    process's baseline; CUDA: peak allocated).
+(a) a ``bio_distillation`` step against a plain student MLM step plus the teacher forward it needs
+(the criterion's own overhead; target <= 1.1x); (b) inference tokens/s and peak memory of the
+12 x 768 teacher and the 6 x 768 and 4 x 312 students at 32 x 128 tokens; (c) ``--ner``:
+NCBI-disease F1 of a distilled tiny student, its teacher and the student's architecture from
+random initialisation.
+Method and results: docs/distillation.md ("Measured").
 
-Weights are random (speed does not depend on them); tokens are real PubMed blocks when ``--data`` names a
-binarised data dir (its dict.txt sets the vocabulary), otherwise uniform over a BioBERT-sized vocabulary (28,996).
+    python benchmarks/distillation.py [--sizes paper|small] [--device cpu|cuda]   # (a), (b)
+    python benchmarks/distillation.py --ner [--quick]                             # (c)
 
-    python benchmarks/distillation.py [--sizes paper|small] [--steps 5] [--data <data-bin>] [--device cpu|cuda]
-
-Writes ``benchmarks/results/distillation.md`` and ``.png`` and prints the ratios. ``--sizes small`` (4 x 256
-teacher, 2 x 256 and 2 x 128 students) is a quick check, not the measurement.
-
-(c) ``--ner``: NER on NCBI-disease from a distilled tiny student, its teacher, and the student's architecture from
-    random initialisation, all through the user-facing tools: the PubMed sample binarised as ``make demo`` does, the
-    teacher pretrained with ``--config-name bio_roberta_tiny`` within a wall-clock budget (``benchmarks/tagging.py``'s
-    pretraining), the student distilled with ``--config-name distill_tinybiobert`` (random initialisation, the
-    preset's terms: embeddings, every layer's states through W_h and attention maps, KL), then each fine-tuned with
-    ``--config-name bio_tagging_ner`` (same updates, lr and seed; best dev entity F1 checkpoint) and scored on the
-    whole test file with ``fairseq-bio-predict``.
-
-    python benchmarks/distillation.py --ner            # 4 x 256 teacher (30 min), 2 x 128 student, all of NCBI
-    python benchmarks/distillation.py --ner --quick    # smoke run: minutes of each step, 1,000 train sentences
-
-Writes ``benchmarks/results/distillation_ner.md`` (with the commands run) and prints it.
+Writes ``benchmarks/results/distillation.md``, ``.png`` and ``distillation_ner.md`` and prints the
+results.
 """
 
 import argparse
@@ -75,7 +59,10 @@ BIOBERT_VOCAB = 28996
 
 
 def vocabulary(workdir: Path, data):
-    """A data dir with dict.txt: ``data``'s, or BIOBERT_VOCAB synthetic symbols."""
+    """A data dir with dict.txt: ``data``'s, or BIOBERT_VOCAB synthetic symbols.
+
+    Weights are random in (a) and (b): speed does not depend on them, nor on which tokens a batch
+    holds."""
     if data:
         return Path(data)
     workdir.mkdir(parents=True, exist_ok=True)

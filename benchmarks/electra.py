@@ -1,19 +1,14 @@
-"""What ELECTRA costs per step, and how its discriminator learns on the PubMed slice (issue 8).
+"""What ELECTRA costs per step, and how its discriminator learns on the PubMed slice.
 
-(a) Step time of a ``bio_electra`` training step (masking, generator forward, sampling, discriminator forward, both
-    losses, backward, Adam) against a ``bio_roberta`` masked-LM step (``bio_masked_lm`` masking, fairseq's
-    ``masked_lm`` loss) with the discriminator's encoder (same layers, width, FFN, heads), on the same real PubMed
-    batches (same batch size and block length), in alternating runs. Prints ELECTRA / MLM (target <= 1.3x: the
-    generator is a fraction as wide and shares the embeddings).
-(b) The replaced-token curve: training runs of ``--config-name bio_electra_tiny`` (``fairseq_bio.runs``) on the
-    slice the tests use (1,500 MEDLINE abstracts, 3,000-symbol byte-level BPE) with the end-to-end test's
-    learning-check sizes, logging replaced recall and precision, mean P(replaced) on replaced and on original tokens,
-    and the generator's loss.
-    Variants: warm-up 300 updates (the test's), warm-up 30 (the collapse), temperature 2, and bio_electra_tiny itself
-    with cpu_demo's warm-up of 30 updates and as shipped (300).
+(a) a ``bio_electra`` training step against a ``bio_roberta`` masked-LM step with the
+    discriminator's encoder, on the same PubMed batches, in alternating runs (target <= 1.3x: the
+    generator is narrow and shares the embeddings);
+(b) the replaced-token curve: training runs of ``bio_electra_tiny`` on the tests' slice, per
+    ``VARIANTS`` (warm-up 300 or 30 updates, temperature 2), logging replaced recall and precision,
+    P(replaced) and the generator's loss.
+See docs/electra.md.
 
-    python benchmarks/electra.py [--arch bio_electra_tiny] [--batch 16] [--tokens 128] [--steps 8] [--repeats 3]
-                                 [--curve-updates N] [--variants warmup300,warmup30,tiny30,tiny] [--no-curve]
+    python benchmarks/electra.py [--steps 8] [--variants warmup300,warmup30] [--no-curve]
 
 Writes ``benchmarks/results/electra.md`` and ``electra.png`` (the curve) and prints the ratio.
 """

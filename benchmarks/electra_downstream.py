@@ -1,43 +1,17 @@
-"""Replaced-token detection against masked LM downstream, at equal compute (seed 003, BioELECTRA; issue 39).
+"""Replaced-token detection against masked LM downstream, at equal compute (seed 003, BioELECTRA).
 
-Two encoders of the same size are pretrained on the PubMed sample for the same wall-clock minutes: (a) a tiny
-ELECTRA (``--config-name bio_electra_tiny``: a 4 x 256 discriminator beside a 64-wide generator sharing its
-embeddings, built with ``fairseq_bio.runs``) and (b) a masked-LM ``bio_roberta`` of the discriminator's size
-(``bio_roberta_tiny``, ``benchmarks/tagging.py``'s pretraining unchanged). The discriminator is extracted as a plain
-encoder checkpoint with ``fairseq-bio-extract-encoder`` (the generator is dropped, as ELECTRA does), both are
-checked to have the same weights' names and shapes, then each is fine-tuned on NCBI-disease
-(``--config-name bio_tagging_ner``, tagging.py's fine-tuning: same updates, lr and seed for both; best dev entity F1
-checkpoint) and scored on the test file with ``fairseq-bio-predict``, once per seed, beside the same architecture
-from random initialisation (what either pretraining must beat to have taught its encoder anything). Reported: test
-entity F1 per seed and the paired differences ELECTRA - MLM.
-
-ELECTRA's encoder is its last checkpoint (as ELECTRA's release uses the final one), not the lowest validation loss:
-its loss is the generator's plus 50 x the discriminator's, and the discriminator's task hardens as the generator
-learns (its replacements turn from random pieces into the plausible words it samples), so the loss rises while both
-improve, and "best" picks an early checkpoint (a run here: update 133 of 1,070).
-
-Equal compute means the same wall-clock budget (``--pretrain-minutes`` each) on this machine undisturbed: speed
-probes of both objectives (ELECTRA, MLM, MLM, ELECTRA) measure each one's updates/s, and each run gets the updates
-that fit the budget at its speed (its lr schedule ends there). The speed is the fastest logged interval of that
-objective's probes: other jobs only ever slow a probe down, and on this shared machine one probe ran 15 times slower
-than the next, which a mean would have taken for the objective's cost. For the same reason the runs are not cut at
-the budget (a change of load during one would cut that one short and not the other; a smoke run here once got 26
-ELECTRA updates against 40 MLM updates that way): fairseq's ``optimization.stop_time_hours`` stops each only at
-three times the budget. Why wall-clock rather than the same
-updates with a FLOP count: the question is what a fixed pretraining budget buys, and the clock charges each objective
-everything its step costs (ELECTRA's generator forward and backward, the sampling, the discriminator's head on every
-token), where a count of matrix multiplies misses the per-operation overhead and memory traffic that weigh as much at
-64-256 wide on a CPU; it is also the budget ``--pretrain-minutes`` means in tagging.py and distillation.py. The
-report gives each run's probe speed, updates, minutes, tokens and an estimate of its training FLOPs beside the F1.
-``--pretrain-updates N`` gives both N updates instead (equal updates; the FLOP estimate then says how much more
-ELECTRA computed).
+A tiny ELECTRA and a masked-LM ``bio_roberta`` of its discriminator's size pretrain on the PubMed
+sample for the same wall-clock minutes; the discriminator is extracted as a plain encoder, then
+each is fine-tuned on NCBI-disease per seed beside the same architecture from random
+initialisation. Reported: test entity F1 per seed and the paired differences ELECTRA - MLM. Why
+wall-clock, and how the budget is split: benchmarks/README.md.
 
     python benchmarks/electra_downstream.py                 # 30 min each, all of NCBI-disease, seeds 1 2 3
     python benchmarks/electra_downstream.py --quick         # smoke run: 2 x 128 models, 40 updates, 200 sentences
-    python benchmarks/electra_downstream.py --pretrain-minutes 10 --seeds 1 2 --train-sentences 1000
 
-Writes ``<workdir>/results.md``, ``.json`` and ``.png``, copied to ``benchmarks/results/electra_downstream.*``.
-A rerun with the same ``--workdir`` reuses the data, both encoders (same budget) and every finished fine-tuning.
+Writes ``<workdir>/results.md``, ``.json`` and ``.png``, copied to
+``benchmarks/results/electra_downstream.*``; a rerun with the same ``--workdir`` reuses the data,
+both encoders and every finished fine-tuning.
 """
 
 import argparse
@@ -66,7 +40,9 @@ GENERATOR = {
     "tiny": dict(generator_embed_dim=64, generator_ffn_embed_dim=256, generator_attention_heads=1),
     "mini": dict(generator_embed_dim=32, generator_ffn_embed_dim=128, generator_attention_heads=1),
 }
-PRETRAIN_CAP = 3.0  # x --pretrain-minutes: where fairseq stops a run whatever its updates
+# x --pretrain-minutes: where fairseq stops a run whatever its updates. Not the budget itself: a
+# change of load during one run would cut that one short and not the other.
+PRETRAIN_CAP = 3.0
 ELECTRA_WARMUP = 300  # recipe/electra_cpu_demo's: a 30-update warm-up collapses the discriminator (electra.py)
 MASK_PROB = 0.15  # both tasks' (whole words); the FLOP estimate's share of positions with an LM head
 
@@ -95,8 +71,13 @@ def probe(args, run: harness.Runner, model: str, data_bin: Path, name: str) -> D
 
 def plan(args, run: harness.Runner, workdir: Path, data_bin: Path) -> Dict:
     """The updates of each objective: ``--pretrain-updates`` for both, or what fits ``--pretrain-minutes`` at the
-    fastest interval of its probes (run ELECTRA, MLM, MLM, ELECTRA), after the least start-up any probe took, 10 %
-    left for validation and checkpoints; reused from ``<workdir>/steps.json`` for the same settings."""
+    fastest interval of its probes (run ELECTRA, MLM, MLM, ELECTRA), after the least start-up any
+    probe took, 10 % left for validation and checkpoints; reused from ``<workdir>/steps.json`` for
+    the same settings.
+
+    The fastest interval, not the mean: other jobs only ever slow a probe down, and on a shared
+    machine one probe can run many times slower than the next. Each run's lr schedule ends at its
+    planned updates."""
     from fairseq_bio.files import InputError
     from fairseq_bio_preprocess.pipeline import Steps
 
@@ -127,8 +108,13 @@ def plan(args, run: harness.Runner, workdir: Path, data_bin: Path) -> Dict:
 
 def pretrain_electra(args, run: harness.Runner, workdir: Path, data_bin: Path, updates: int) -> Dict:
     """bio_electra_tiny at ``args.size`` for ``updates`` (as harness.pretrain runs the MLM: a fresh directory,
-    validation and checkpoints every tenth, the last checkpoint, at most ``args.pretrain_cap`` minutes); reused when
-    already made."""
+    validation and checkpoints every tenth, the last checkpoint, at most ``args.pretrain_cap``
+    minutes); reused when already made.
+
+    The last checkpoint, as ELECTRA's release uses, not the lowest validation loss: the loss is the
+    generator's plus 50 x the discriminator's, and the discriminator's task hardens as the
+    generator learns (random replacements turn into plausible words), so the loss rises while both
+    improve and "best" would pick an early checkpoint."""
     from fairseq_bio_preprocess.pipeline import Steps
 
     params = {"data": str(data_bin), "size": args.size, "generator": GENERATOR[args.size],

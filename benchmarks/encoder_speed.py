@@ -1,76 +1,14 @@
 """Training speed of the bio_roberta encoders against fairseq's stock RoBERTa, a plain PyTorch loop and HF transformers.
 
-The fairseq variants train through fairseq's own ``Trainer`` (forward, backward, gradient norm, optimizer step) with
-the ``masked_lm`` task and criterion (the bio variants through the trainer fairseq-train builds with the plugin, which
-makes bf16's master-weight copies multi-tensor kernels); the reference and HF variants (``reference_encoder.py``)
-train on the very same samples. All of them see the same binarised PubMed blocks: 512-token blocks packed without
-padding (``sample_break_mode none``), the same batches and the same masked positions (every process hashes its
-batches, and results whose hashes differ are refused). Variants, for ``--arch ARCH`` (default bio_roberta_base; any
-registered bio_roberta architecture: bio_roberta_tiny/_base/_large, bio_megatron_345m/_800m/_1_2b):
+Every variant (``VARIANTS``) trains on the same PubMed 512-token blocks, batches and masked
+positions, their steps interleaved in one process; peak memory comes from each variant alone in a
+fresh process. It reports tokens/s, the speed-up over stock and the reference, MFU and peak memory;
+``--profile VARIANT`` splits one step's time by group. Method notes: "Encoder speed" in
+benchmarks/HISTORY.md.
 
-    stock           fairseq's roberta_base / roberta_large (RobertaModel, MultiheadAttention), --optimizer adam;
-                    only for bio_roberta_base and _large: fairseq has no stock model of the other shapes
-    bio             --arch ARCH (fused QKV + scaled_dot_product_attention), --optimizer adam
-    bio+adamw       bio, --optimizer bio_adamw (torch's fused AdamW)
-    bio+adamw+fused (opt-in, --variants) bio+adamw with the bio_masked_lm criterion (LM head matmul and loss
-                    fused, chunked), uncompiled: benchmarks/largest_batch.py's step (compiled layers exclude
-                    activation checkpointing)
-    bio+adamw+comp  bio+adamw, model.compile_encoder_layers=true (torch.compile of each encoder layer)
-    bio+adamw+comp+fused  bio+adamw+comp with the bio_masked_lm criterion (LM head matmul and loss fused, chunked)
-    bio+adamw+wholecomp+fused  (opt-in, --variants) bio+adamw with model.compile_model=true (torch.compile of the
-                    whole model: embeddings, layers and heads) and the bio_masked_lm criterion
-    bio+adamw+comp+noattndrop  (opt-in, --variants) bio+adamw+comp with attention dropout 0: what the recipes' 0.1
-                    costs
-    reference       the same shape in plain PyTorch, no fairseq: fused QKV, SDPA, LM head only on the masked
-                    positions, fused AdamW, bf16 autocast on CUDA, gradient norm computed, gradients set to None
-    reference+comp  reference with torch.compile (encoder, and head with a dynamic number of masked positions)
-    hf              HF RobertaForMaskedLM (RobertaPreLayerNormForMaskedLM for the pre-LN bio_megatron shapes) from a
-                    RobertaConfig of the same sizes (no download), sdpa attention, labels -100 except at the masked
-                    positions, fused AdamW, bf16 autocast on CUDA, eager
+    python benchmarks/encoder_speed.py --data DATA_BIN --device cuda   # bf16, 32 x 512
 
-``--sdpa-backend flash|efficient|cudnn|math`` restricts every variant's attention to one kernel (torch's choice
-otherwise), to compare the kernels a GPU has.
-
-Timing: all variants are built in one process and their steps interleave, step i of every variant in turn, then step
-i + 1 of each, ..., on the same batch i, so that drifts in the load of a shared machine hit every variant alike; the
-first ``--warmup`` rounds are not timed (they include the compilation). tokens/s is the batch's tokens over the median
-timed step; "vs stock" and "vs reference" are the medians over rounds of that variant's step time over this one's
-in the same round.
-
-Peak memory: each variant alone in a fresh process (``--warmup`` + 1 steps). CPU: the process's peak RSS (VmHWM,
-the kernel's counter reset just before the first step) minus its RSS at that moment (model, data and libraries
-loaded), i.e. what training adds: activations, gradients, optimizer state. CUDA: the peak of
-``torch.cuda.max_memory_allocated`` over those steps (parameters included). fairseq's ``Trainer.train_step`` calls
-``torch.cuda.reset_peak_memory_stats()`` at the end of every step (to log ``gb_free``), so the counter read after the
-steps holds only what the last step's tail allocated (~2 GB at any batch for base); ``true_peak`` therefore wraps
-``torch.cuda.reset_peak_memory_stats`` for the run and keeps the largest counter value seen before each reset.
-
-MFU = achieved FLOP/s / peak FLOP/s, with the training FLOPs of one step counted as
-
-    6 * N * tokens  +  12 * L * s * d * tokens  +  6 * (d^2 + d * V) * predicted
-
-N = L * (4 d^2 + 2 d f) the encoder layers' matmul weights (QKV, output projection, FFN; biases, norms and
-embeddings left out), s = 512 the sequence length, d the width, f the FFN width, L the layers, V the vocabulary
-(output matrix), ``predicted`` the masked positions of the step (the LM head's dense + vocabulary matmul run only
-there; HF runs its head on every position, work the count does not credit). The attention term is QK^T and
-attention x V (2 * 2 * s * d per token and layer forward, x 3 for forward + backward). Peak: CUDA, the dense bf16 (or
-fp32 with --fp32) tensor-core peak of the device (H100/H200 SXM 989 TFLOP/s bf16; --peak-tflops overrides); CPU, a
-4096 x 4096 fp32 matmul measured on this machine with the same threads (so MFU there is "of what this core's BLAS
-reaches").
-
-Profile (``--profile VARIANT``): that variant alone, ``--warmup`` steps, then 3 steps under ``torch.profiler``; the
-step's time by group (matmul, attention, elementwise/norm, loss, optimizer + gradient norm, copy/gather, other) as a
-markdown table. CPU: each op's self time, grouped by its name (and its callers': everything under
-``Optimizer.step`` or a gradient norm is the optimizer's, everything under an SDPA call attention's), plus the time
-outside any op (Python: the Trainer's and the model's own code). CUDA: the kernels' time, grouped by the kernel's
-name and the ops that launched it, plus the time the GPU ran no kernel.
-
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 15 python benchmarks/encoder_speed.py  # CPU: 2 x 512, 6 rounds
-    python benchmarks/encoder_speed.py --data DATA_BIN --device cuda            # bf16, 32 x 512, 30 timed rounds
-    python benchmarks/encoder_speed.py --device cuda --batch 128 --profile bio+adamw+comp
-
-Writes ``benchmarks/results/encoder_speed[_ARCH].md``, ``.json`` and ``.png`` (``_tiny`` with --tiny, ``_cuda`` on
-CUDA; ``_profile_VARIANT.md`` for a profile) and prints the table.
+Writes ``benchmarks/results/encoder_speed[_ARCH].md``, ``.json`` and ``.png`` and prints the table.
 """
 
 import argparse
@@ -87,6 +25,12 @@ from fairseq_bio import runs
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness.py, reference_encoder.py beside this file
 from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
 
+# Every variant sees the same batches and masked positions: each process hashes its batches, and
+# results whose hashes differ are refused. stock is fairseq's roberta_base / _large (fairseq has no
+# stock model of the other shapes); bio is --arch ARCH (fused QKV + SDPA); +adamw swaps in
+# bio_adamw (torch's fused AdamW); +comp compiles each encoder layer, +wholecomp the whole model;
+# +fused uses the bio_masked_lm criterion (LM head matmul and loss fused, chunked). reference /
+# reference+comp and hf are reference_encoder.py's plain PyTorch and HF yardsticks.
 VARIANTS = {
     "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
     "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
@@ -137,7 +81,14 @@ def label(variant: str, arch: str) -> str:
 
 
 def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, predicted: int, **_) -> float:
-    """Training FLOPs of one step (see the module docstring)."""
+    """Training FLOPs of one step: ``6 N tokens + 12 L s d tokens + 6 (d^2 + d V) predicted``.
+
+    N = L (4 d^2 + 2 d f) counts the encoder layers' matmul weights (QKV, output projection, FFN;
+    biases, norms and embeddings left out), s = 512, d the width, f the FFN width, V the output
+    vocabulary. The attention term is QK^T and attention x V, forward and backward. The LM head
+    runs only on the ``predicted`` (masked) positions; HF runs its head on every position, work
+    this count does not credit. MFU divides by the device's dense bf16 (or TF32) tensor-core peak
+    on CUDA, by ``cpu_peak_gflops`` on a CPU."""
     n = layers * (4 * dim * dim + 2 * dim * ffn)
     return 6 * n * tokens + 12 * layers * SEQ * dim * tokens + 6 * (dim * dim + dim * vocab) * predicted
 
@@ -324,7 +275,13 @@ def rss_peak():
 
 
 def timing(variants, args) -> dict:
-    """Every variant built in this process, their steps interleaved (A B C D A B C D ...) on the same batches."""
+    """Every variant built in this process, their steps interleaved (A B C D A B C D ...) on the
+    same batches.
+
+    Interleaving makes drifts in the load of a shared machine hit every variant alike. The first
+    ``--warmup`` rounds (compilation included) are not timed; tokens/s is the batch's tokens over
+    the median timed step, and "vs stock" / "vs reference" are medians over rounds of that
+    variant's step time over this one's in the same round."""
     import torch
     from fairseq.logging import metrics
 
@@ -354,7 +311,11 @@ def timing(variants, args) -> dict:
 
 
 def memory_worker(variant: str, args) -> dict:
-    """(fresh process) Peak memory of ``warmup + 1`` steps of one variant, and its batch hash."""
+    """(fresh process) Peak memory of ``warmup + 1`` steps of one variant, and its batch hash.
+
+    CPU: peak RSS minus the RSS before the first step (model, data and libraries loaded), i.e. what
+    training adds: activations, gradients, optimizer state. CUDA: ``true_peak`` of
+    ``max_memory_allocated``, parameters included."""
     from fairseq.logging import metrics
 
     cuda = args.device == "cuda"
@@ -421,7 +382,13 @@ def grouped_times(events, cuda: bool) -> dict:
 
 
 def profile(variant: str, args) -> str:
-    """Time by group of ``PROFILE_STEPS`` steps of one variant (after ``--warmup``), as a markdown table."""
+    """Time by group of ``PROFILE_STEPS`` steps of one variant (after ``--warmup``), as a markdown
+    table.
+
+    CPU: each op's self time grouped by its name and its callers' (everything under
+    ``Optimizer.step`` or a gradient norm is the optimizer's, everything under an SDPA call
+    attention's), plus the time outside any op (Python). CUDA: kernel time grouped by the kernel's
+    and the launching ops' names, plus the time no kernel ran."""
     import torch
     from fairseq.logging import metrics
     from torch.profiler import ProfilerActivity
@@ -455,7 +422,9 @@ def profile(variant: str, args) -> str:
 
 
 def cpu_peak_gflops(threads: int) -> float:
-    """fp32 GFLOP/s of a 4096 x 4096 matmul on this machine with ``threads`` threads (best of 5)."""
+    """fp32 GFLOP/s of a 4096 x 4096 matmul on this machine with ``threads`` threads (best of 5).
+
+    CPU MFU is measured against this, so it reads "of what this core's BLAS reaches"."""
     import torch
 
     torch.set_num_threads(threads)

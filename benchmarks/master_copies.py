@@ -1,23 +1,14 @@
 """The master-weight copies and fairseq adam's step of one bf16 update: fairseq's against the plugin's trainer.
 
-Every bf16 (or fp16) update, fairseq's wrapper zero-fills the fp32 master gradients, copies the model's gradients
-into them and, after the optimizer's step, the fp32 master weights back into the model: one kernel per tensor each
-time. The plugin's trainer (``fairseq_bio/patches/mixed_precision.py``) does the same copies with one multi-tensor kernel per
-device each. This measures, for each architecture's real parameter tensors (their shapes, allocated in bf16
-on ``--device``): the ops dispatched per update (counted at torch's dispatcher: on a GPU, the kernel
-launches) and the wall time of the three copies, median of ``--repeats`` updates, the two wrappers alternating.
+fairseq's wrapper copies each gradient into its fp32 master copy and each master weight back with
+one kernel per tensor; the plugin (``fairseq_bio/patches/mixed_precision.py``) uses one
+multi-tensor kernel per device. fairseq ``adam``'s gradient norm and step are compared with
+``fairseq_bio/patches/foreach_adam.py`` the same way. For each architecture's real parameter
+shapes: ops dispatched per update (on a GPU, kernel launches) and wall time, the two wrappers
+alternating. On a CPU the time only shows whether anything regressed; on CUDA it is the
+measurement.
 
-The same for the optimizer's part of a bf16 update with fairseq's ``adam`` (the bio-lm recipe's and most fine-tuning
-recipes'): the gradient norm with clipping and the step on the fp32 master weights, fairseq's loops (one norm per
-tensor, about eight kernels per tensor for the step) against ``fairseq_bio/patches/foreach_adam.py``'s multi-tensor
-ones (the same bits).
-
-On a CPU the copies are memory-bound and torch runs a multi-tensor op as a loop of the same copies, so the time shows
-whether anything regressed; the launches are what a GPU pays for in host time (issue 36). On CUDA the time is the
-measurement (``--device cuda``, synchronised around each update).
-
-    OMP_NUM_THREADS=1 python benchmarks/master_copies.py                 # CPU, 4 architectures
-    python benchmarks/master_copies.py --device cuda --repeats 50
+    OMP_NUM_THREADS=1 python benchmarks/master_copies.py [--device cuda]
 
 Writes ``benchmarks/results/master_copies[_cuda].md``, ``.json`` and ``.png`` and prints the table.
 """
@@ -124,7 +115,11 @@ def count_ops(optimizer, work=None, names=COPY_OPS) -> dict:
 
 
 def timed(built: dict, work, device: str, repeats: int) -> dict:
-    """{name: seconds of ``work(optimizer)`` per repeat} for the ``built`` optimizers, alternating."""
+    """{name: seconds of ``work(optimizer)`` per repeat} for the ``built`` optimizers, alternating.
+
+    On a CPU the copies are memory-bound and torch runs a multi-tensor op as a loop of the same
+    copies, so only the op count shows the gain: the launches are what a GPU pays for in host
+    time."""
     import torch
 
     times = {name: [] for name in built}

@@ -1,19 +1,16 @@
-"""Each seed paper's headline findings, re-derived here by the existing benchmarks (issue 39): ``make reproduce``.
+"""Each seed paper's headline findings, re-derived here by the existing benchmarks:
+``make reproduce``.
 
-A finding (``reproduce_findings.FINDINGS``) names its seed, what the paper found with its number and table, the step
-that gives ours (``STEPS`` here: an existing benchmark or console script, with its budget at each scale) and which
-number of that step's results it reads, and the kind of claim its verdict tests (``reproduce_findings.verdict``).
-Steps run cheapest first, each only when its
-results are not there yet (``benchmarks/results/reproduce/<step>.json``, made with the same budget): a finished step
-is reused, an interrupted one starts again (the benchmarks reuse their own finished runs under ``runs/reproduce``).
+A finding (``reproduce_findings.FINDINGS``) names the step that gives our number (``STEPS``: an
+existing benchmark or console script, with its budget at each scale). Steps run cheapest first,
+each only when its results (``benchmarks/results/reproduce/<step>.json``, same budget) are not
+there yet; an interrupted one starts again.
 
     python benchmarks/reproduce.py                       # every finding at the CPU scale (about 3 h on 2 cores)
-    python benchmarks/reproduce.py --only vocab-terms blurb-arithmetic     # some findings
-    python benchmarks/reproduce.py --device cuda         # a GPU: the GPU scale (larger budgets)
     python benchmarks/reproduce.py --no-run              # the page again, from the steps already run
 
-Writes ``docs/reproduction.md`` (the table, the rule, per row its scale, time and why, the commands) and
-``docs/reproduction.png`` (the paper's number beside ours, per finding), each through a temp file and a rename.
+Writes ``docs/reproduction.md`` and ``docs/reproduction.png``, each through a temp file and a
+rename.
 """
 
 import argparse

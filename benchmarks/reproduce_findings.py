@@ -1,12 +1,13 @@
-"""The seed papers' headline findings that ``benchmarks/reproduce.py`` re-derives (issue 39), and the rule that
-judges ours against the paper's.
+"""The seed papers' headline findings that ``benchmarks/reproduce.py`` re-derives, and the rule
+that judges ours against the paper's.
 
-Each ``Finding`` names its seed, what the paper found, ``paper()`` its number (read from the paper's text in
-``../shared/seeds``, from the tables ``fairseq-bio-vocab-report`` ships, or written in the finding with its table),
-the step of ``reproduce.py`` whose results give ours and ``ours(results)`` how, the kind of claim (``VALUE``: the
-paper's own arithmetic; ``SIGN``: a difference; ``NONE``: no substantial difference) and why it may not reproduce at
-this scale. ``verdict`` is the rule (``RULE`` says it in words on the page); ``evaluate`` applies it to a finding and
-its step's record.
+Each ``Finding`` names its seed, what the paper found, ``paper()`` its number (read from the
+paper's text in ``../shared/seeds``, from the tables ``fairseq-bio-vocab-report`` ships, or written
+in the finding with its table), the step of ``reproduce.py`` whose results give ours and
+``ours(results)`` how, the kind of claim (``VALUE``: the paper's own arithmetic; ``SIGN``: a
+difference; ``NONE``: no substantial difference) and why it may not reproduce at this scale.
+``verdict`` is the rule (``RULE`` says it in words on the page); ``evaluate`` applies it to a
+finding and its step's record.
 """
 
 import re

@@ -2,20 +2,11 @@
 within a wall-clock budget against the same architecture from random initialisation, with fine-tuning and
 prediction throughput.
 
-Everything runs through the user-facing tools: the demo's data pipeline (real PubMed sample -> byte-level BPE ->
-binarised, reused from ``--workdir``), fairseq's hydra entry point (``fairseq_bio.runs``) with ``--config-name
-bio_roberta_tiny`` for pretraining (a short probe measures updates/s, then the main run gets as many updates as fit
-the budget, with fairseq's ``optimization.stop_time_hours`` as the hard stop) and with ``--config-name
-bio_tagging_ner`` for fine-tuning (same updates, lr and seed for both starting points; the best dev entity F1
-checkpoint is kept), and ``fairseq-bio-predict`` for test P/R/F1.
+Everything runs through the user-facing tools: the demo's data pipeline, fairseq's hydra entry
+point with ``bio_roberta_tiny`` (pretraining) and ``bio_tagging_ner`` (fine-tuning, same updates,
+lr and seed for both starting points), and ``fairseq-bio-predict`` for test P/R/F1. How throughput
+is counted: ``harness.train_throughput`` and ``harness.predict``.
 
-Train sentences/s: examples (``bsz``) over seconds (1 / ``ups``) of fairseq's per-update log entries, leaving out
-the first update (start-up) and each update that follows a validation (its interval holds validation and
-checkpoint saving). Predict sentences/s: test sentences / wall of ``fairseq-bio-predict`` on the test file (what a
-user waits for), and net of start-up: (test sentences - 1) / (that wall - the wall on its first sentence alone), so
-Python start-up, imports and model loading cancel (n/a when machine load swamps the difference).
-
-    python benchmarks/tagging.py            # full: 30 min pretraining, whole data sets (about 1.5 h on 2 cores)
     python benchmarks/tagging.py --quick    # smoke run: 2 min pretraining, 200 train sentences, few updates
 
 Writes ``benchmarks/results/tagging.md`` and ``tagging.png`` and prints the table.

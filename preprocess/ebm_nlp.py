@@ -1,26 +1,12 @@
 """``fairseq-bio-convert-tagging ebm-nlp``: BLURB's PICO data (Gu et al. 2020, sec. 4.2) from the EBM-NLP release (Nye et al. 2018,
 github.com/bepnye/EBM-NLP, ``ebm_nlp_2_00.tar.gz``, unpacked or not). BLURB "use[s] the original dataset and their
 scripts for preprocessing", i.e. that repository's ``models/lstm-crf/build_data.py`` (its group ``p1_all``), which
-this reproduces:
+this reproduces (``convert_ebm_nlp`` says how, and where it differs).
 
-- labels are the aggregated phase-1 spans, ``annotations/aggregated/starting_spans/<element>/{train,test/gold}/
-  <PMID>.AGGREGATED.ann`` (one 0/1 per line, for each line of ``documents/<PMID>.tokens``); the test set is the
-  expert-annotated ``test/gold``, never ``test/crowd``;
-- the three element files are read in the order participants, interventions, outcomes and the last non-zero one
-  wins, so a word in an Intervention span inside a Participant span is ``I-INT`` and a word in both an Outcome and
-  an Intervention span is ``I-OUT`` (about 3 % of PIO words; BLURB keeps these words, unlike SciBERT's release);
-  ``--overlap joint`` keeps every element of such a word instead, as one joint type in that order (``I-PAR+INT``,
-  ``I-INT+OUT``, ...): PubMedBERT sec. 4.2's "a token may belong to more than one element", which the tagger then
-  learns as a class of its own and the word-level PICO score counts for each element (``metrics.tagging``);
-- IO tags ``I-PAR`` / ``I-INT`` / ``I-OUT`` / ``O``, BLURB's labels (``--scheme bio`` writes B-/I- instead);
-- train = the train documents that are not gold test documents, of which 20 % are held out as dev
-  (``int(0.2 * n)`` documents); a sentence ends after every ``.`` token.
-
-Where build_data.py is irreproducible or silently lossy this differs, and says so: its dev documents are the first
-20 % of a Python set (an order that changes with the interpreter's string hashing), here a seeded shuffle of the
-sorted PMIDs (or the list given with ``--dev-pmids``); it truncates a document whose label file is longer or shorter
-than its tokens, here that is an error naming the file; a document without one element's file is an error
-(``--allow-missing-elements``: that element labels none of its words, which is what build_data.py does).
+Labels are the aggregated phase-1 spans; the test set is the expert ``test/gold``. IO tags
+``I-PAR`` / ``I-INT`` / ``I-OUT`` / ``O`` (``--scheme bio``: B-/I-); a word in two elements' spans
+takes the last of participants, interventions, outcomes (``--overlap joint``: one joint type,
+PubMedBERT sec. 4.2).
 """
 
 import dataclasses
@@ -238,6 +224,19 @@ def _period_sentences(tokens: List[str], tags: List[str]) -> List[Tagged]:
     return sentences
 
 
+# How build_data.py is reproduced: labels are
+# annotations/aggregated/starting_spans/<element>/{train,test/gold}/ <PMID>.AGGREGATED.ann (one 0/1
+# per line of documents/<PMID>.tokens), never test/crowd. The element files are read in the order
+# participants, interventions, outcomes and the last non-zero one wins (about 3 % of PIO words;
+# BLURB keeps these words, unlike SciBERT's release); --overlap joint keeps every element as one
+# joint type (I-PAR+INT, ...), which the tagger learns as a class and the word-level PICO score
+# counts for each element. Train is the train documents that are not gold test documents, 20 % of
+# them held out as dev (int(0.2 * n)); a sentence ends after every "." token. Where build_data.py
+# is irreproducible or silently lossy this differs: its dev documents are the first 20 % of a
+# Python set (an order that changes with string hashing), here a seeded shuffle of the sorted PMIDs
+# (or --dev-pmids); it truncates a document whose label file is longer or shorter than its tokens,
+# here an error naming the file; a document without one element's file is an error
+# (--allow-missing-elements: that element labels none of its words, as build_data.py does).
 def convert_ebm_nlp(
     release_path,
     out_dir,

@@ -1,33 +1,12 @@
 """Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles, plain-text folders and MIMIC-III notes.
 
-Output (``train.txt`` and ``valid.txt`` in the output directory): per document the title line, then the
-abstract (then, for PMC, the body paragraphs), one sentence per line, documents separated by exactly one
-blank line -- the layout fairseq's ``sample_break_mode=complete_doc`` expects.
-
-Inputs are files or directories (searched recursively for ``*.xml``, ``*.xml.gz``, ``*.nxml``, ``*.txt`` and
-MIMIC-III's ``NOTEEVENTS*.csv[.gz]``):
-
-- MEDLINE/PubMed baseline and update files (root ``<PubmedArticleSet>``, plain or gzipped). Each
-  ``<PubmedArticle>`` is parsed with pubmed_parser's own record parser (``parse_article_info``, what
-  ``parse_medline_xml`` calls). The loop around it is ours because ``parse_medline_xml`` 0.5.1 only
-  opens gzipped files and silently drops ``<DeleteCitation>``: update files delete PMIDs, and a deleted
-  citation must not survive from an earlier file. Structured-abstract labels ("BACKGROUND") are dropped;
-  each section is split into sentences on its own.
-- PMC articles (root ``<article>``, ``.nxml``): ``parse_pubmed_xml`` for title/abstract/ids and
-  ``parse_pubmed_paragraph`` for the body paragraphs.
-- Plain text (``*.txt``, e.g. clinical notes): each block of non-blank lines is a document, each line
-  a paragraph (lines are never joined, so headings and list items stay separate).
-- MIMIC-III clinical notes (``NOTEEVENTS.csv``/``.csv.gz``, or any CSV with its header; see ``mimic``): one
-  document per row, id ``mimic:<ROW_ID>``, no title, paragraphs split on blank lines with the hard-wrapped lines
-  joined. ``--note-categories`` keeps some categories, ``--deid-placeholders`` keeps, types or drops the
-  ``[**...**]`` placeholders; rows marked ``ISERROR`` are skipped. ``stats.notes`` counts rows read, kept and
-  skipped. A malformed row is an error of its file: one line naming the file, line and column (or, with
-  ``--skip-bad-files``, the file is skipped and listed like any other bad file).
-
-Files are processed in name order (by base name); when an id (PMID, PMCID) occurs more than once, the
-record in the file that sorts last (within a file: the later record) wins, as in MEDLINE's update
-files. Workers write per-file temp shards; a merge pass applies de-duplication and the train/valid split,
-so memory holds per-record ids and flags, never the corpus text.
+Output (``train.txt`` and ``valid.txt`` in the output directory): per document the title line, then
+the abstract (then, for PMC, the body paragraphs), one sentence per line, documents separated by
+exactly one blank line -- the layout fairseq's ``sample_break_mode=complete_doc`` expects. Inputs
+are files or directories (searched for ``*.xml[.gz]``, ``*.nxml``, ``*.txt`` and
+``NOTEEVENTS*.csv[.gz]``); ``sources`` reads each kind and ``mimic`` the notes. When an id occurs
+more than once, the record that comes last in file-name order wins, as in MEDLINE's update files.
+Usage: docs/pretraining.md.
 """
 
 import dataclasses
@@ -283,7 +262,11 @@ def _concat(files: List[_MergedFile], field: str, dtype) -> np.ndarray:
 
 
 def _merge(files: List[_MergedFile], out_dir: Path, stats: ExtractStats) -> None:
-    """De-duplicate across files and write train.txt/valid.txt from the shards, in file order."""
+    """De-duplicate across files and write train.txt/valid.txt from the shards, in file order.
+
+    Workers wrote per-file temp shards; this pass applies de-duplication and the train/valid split,
+    so memory holds per-record ids and flags, never the corpus text. Files go in name order (by
+    base name); within a file the later record wins."""
     keys = _concat(files, "keys", np.int64)
     status = _concat(files, "status", np.int8)
     valid = _concat(files, "valid", bool)

@@ -1,29 +1,13 @@
 """``fairseq-bio-convert-tagging i2b2-2010 | i2b2-2012 | i2b2-2014``: the i2b2 / n2c2 clinical NER releases (under
 a data use agreement; never shipped with this project) -> CoNLL, tagged, split and written as the ``pubtator``
 converter does (``pubtator.convert_documents``). bio-lm (Lewis et al. 2020) evaluates on all three with the
-clinicalBERT preprocessing; what that does, this does too, and where it differs it says so:
+clinicalBERT preprocessing; what that does, this does too, and where it differs it says so.
 
-- **2010 concepts** (``concept_assertion_relation_training_data/{beth,partners}/{txt,concept}/``, test:
-  ``reference_standard_for_test_data/concepts/`` with the texts in ``test_data/``): a ``.txt`` holds one sentence per
-  line, tokens separated by single spaces; a ``.con`` line is ``c="text" L:T L:T||t="type"``, lines counted from 1
-  and tokens from 0 by splitting the line at each space (so a line that starts with a space has an empty token 0,
-  which clinicalBERT corrects for by hand). Types ``problem``/``test``/``treatment``. The concept's text (lower
-  case in the release) must be the record's at its tokens, or it is an error naming the ``.con`` file and line.
-- **2012 temporal relations** (``2012-07-15.original-annotation.release/*.xml``, test:
-  ``2012-08-08.test-data.event-timex-groundtruth/xml/*.xml``) and **2014 de-identification**
-  (``training-PHI-Gold-Set1/``, ``-Set2/``, ``testing-PHI-Gold-fixed/``): XML with the record in ``<TEXT><![CDATA[
-  ...]]></TEXT>`` and the annotations as children of ``<TAGS>`` with character offsets ``start``/``end`` (end
-  exclusive) into the CDATA text. 2012: ``EVENT`` tags by their ``type`` (bio-lm's task; ``--tags EVENT TIMEX3``
-  adds the time expressions), ``TLINK``/``SECTIME`` and other tags skipped and counted, an empty type skipped and
-  counted. 2014: every PHI tag by its ``TYPE`` (``DOCTOR``, ``DATE``, ...; ``--phi-level category``: the tag name,
-  ``NAME``, ``DATE``, ...). The tag's ``text`` must be the record's at its offsets (compared with whitespace runs
-  as one space and XML entities such as ``&apos;`` read as characters), else an error naming the XML file and line;
-  ``--allow-text-mismatch`` keeps such offsets instead, counted with examples (clinicalBERT compares nothing on the
-  test sets and hand-patches two 2014 training records).
-
-Sentences: each line of the record (``--sentences punkt``: Punkt inside each line); words as BLURB's. Documents are
-the record files; ``--dev-fraction`` holds out records (2014: whole patients, the ``PPP`` of ``PPP-RR.xml``, as
-clinicalBERT's split by patient does; it takes 10 %).
+2010: ``.txt`` + ``.con`` concept files (``read_i2b2_2010``); 2012 (``EVENT`` tags) and 2014 (PHI
+tags): XML with character offsets into the record (``read_tagged_xml``). A mention whose text is
+not the record's is an error naming the file and line. Sentences: each line of the record;
+``--dev-fraction`` holds out records (2014: whole patients, as clinicalBERT's split does). The
+release layouts: docs/fine-tuning.md.
 """
 
 import dataclasses
@@ -109,7 +93,14 @@ def _record_text(con: Path, text_dirs: Sequence[Path]) -> Path:
 def read_i2b2_2010(
     path: Path, stats: I2b2Stats, text_dirs: Sequence[Path] = (), allow: bool = False
 ) -> List[Document]:
-    """Documents of the ``.con`` files below ``path`` (or of one ``.con``), each with its record text."""
+    """Documents of the ``.con`` files below ``path`` (or of one ``.con``), each with its record
+    text.
+
+    A ``.txt`` holds one sentence per line, tokens separated by single spaces; a ``.con`` line is
+    ``c="text" L:T L:T||t="type"`` (types problem/test/treatment), lines counted from 1 and tokens
+    from 0 by splitting at each space, so a line that starts with a space has an empty token 0
+    (clinicalBERT corrects this by hand). The concept's text (lower case in the release) must be
+    the record's at its tokens."""
     concept_files = sorted(path.rglob("*.con")) if path.is_dir() else [path]
     if not concept_files:
         raise PreprocessError(f"{path}: no .con files below it (i2b2 2010 concepts)")
@@ -188,7 +179,15 @@ def read_tagged_xml(
     path: Path, stats: I2b2Stats, wanted: Optional[Sequence[str]], type_of, allow: bool = False
 ) -> List[Document]:
     """Documents of the XML records below ``path``: their ``wanted`` tags (None: all), typed by
-    ``type_of(name, attributes)``."""
+    ``type_of(name, attributes)``.
+
+    The record is ``<TEXT><![CDATA[...]]></TEXT>``, the tags are children of ``<TAGS>`` with
+    ``start``/``end`` (exclusive) into it. 2012: ``EVENT`` by its ``type`` (bio-lm's task; ``--tags
+    EVENT TIMEX3`` adds time expressions), other tags skipped and counted. 2014: every PHI tag by
+    its ``TYPE`` (``--phi-level category``: the tag name). A tag's ``text`` must be the record's at
+    its offsets (whitespace runs as one space, XML entities read as characters);
+    ``--allow-text-mismatch`` keeps such offsets, counted (clinicalBERT compares nothing on the
+    test sets and hand-patches two 2014 training records)."""
     documents = []
     for record in _xml_files(path):
         text, tags = read_i2b2_xml(record)

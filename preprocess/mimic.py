@@ -1,20 +1,11 @@
 """MIMIC-III clinical notes: the rows of ``NOTEEVENTS.csv`` (or ``.csv.gz``) as notes, one per row.
 
-The file is MIMIC-III's own export: a header row naming the columns (``ROW_ID``, ``SUBJECT_ID``, ``HADM_ID``,
-``CHARTDATE``, ``CHARTTIME``, ``STORETIME``, ``CATEGORY``, ``DESCRIPTION``, ``CGID``, ``ISERROR``, ``TEXT``), then
-quoted CSV whose ``TEXT`` spans many lines. Columns are found by name, so an export with other columns or another
-order works as long as it has ``ROW_ID``, ``CATEGORY`` and ``TEXT``.
-
-- Rows with ``ISERROR`` set (MIMIC's "this note was marked an error") are skipped and counted; so are rows outside
-  ``NoteOptions.categories`` (compared after ``strip()``, case-insensitively: real values such as ``"Physician "``
-  end in a space).
-- ``TEXT`` becomes paragraphs: blocks separated by blank lines, each with its whitespace collapsed. MIMIC notes are
-  hard-wrapped at ~80 columns, so lines inside a block are joined; header blocks ("Admission Date: ... Discharge
-  Date: ...") stay paragraphs of their own.
-- De-identification placeholders (``[**Known lastname 1234**]``, ``[**2151-7-16**]``) are kept as they are, dropped,
-  or replaced by a typed token (``PLACEHOLDER_TYPES``, first match wins; ``[DEID]`` when none matches).
-- A bad row (wrong number of fields, a ROW_ID that is not a number, a quote never closed, bytes that are not UTF-8)
-  is an error of the file: ``NotesError`` with one line naming the line and the field.
+Columns are found by name in the header, so any export with ``ROW_ID``, ``CATEGORY`` and ``TEXT``
+works. Rows marked ``ISERROR`` or outside ``NoteOptions.categories`` are skipped and counted;
+``TEXT`` becomes paragraphs (``note_paragraphs``) and its de-identification placeholders are kept,
+typed or dropped (``replace_placeholders``). A bad row (wrong number of fields, a ROW_ID that is
+not a number, a quote never closed, bytes that are not UTF-8) is an error of the file:
+``NotesError`` with one line naming the line and the field.
 """
 
 import csv
@@ -120,7 +111,11 @@ def placeholder_type(text: str) -> str:
 
 
 def replace_placeholders(text: str, mode: str) -> str:
-    """``text`` with each ``[**...**]`` kept, replaced by its typed token ("normalise") or removed ("drop")."""
+    """``text`` with each ``[**...**]`` kept, replaced by its typed token ("normalise") or removed
+    ("drop").
+
+    Placeholders look like ``[**Known lastname 1234**]`` or ``[**2151-7-16**]``; the type is the
+    first match in ``PLACEHOLDER_TYPES``, ``[DEID]`` when none matches."""
     if mode == "keep":
         return text
     if mode == "drop":
@@ -129,7 +124,11 @@ def replace_placeholders(text: str, mode: str) -> str:
 
 
 def note_paragraphs(text: str) -> List[str]:
-    """Blank-line separated blocks of ``text``, each with its lines joined and whitespace collapsed."""
+    """Blank-line separated blocks of ``text``, each with its lines joined and whitespace
+    collapsed.
+
+    MIMIC notes are hard-wrapped at ~80 columns, hence the joining; header blocks ("Admission Date:
+    ... Discharge Date: ...") stay paragraphs of their own."""
     paragraphs = (" ".join(block.split()) for block in _BLANK_LINES.split(text.replace("\r\n", "\n")))
     return [p for p in paragraphs if p]
 
@@ -195,7 +194,11 @@ def iter_notes(
     readers: Optional[list] = None,
 ) -> Iterator[Tuple[int, Note]]:
     """``(position, Note)`` for the rows of a binary NOTEEVENTS file whose position is in ``stripe``, kept by
-    ``options``; ``stats`` counts those rows (so stripes add up). Raises ``NotesError`` for a bad file or row."""
+    ``options``; ``stats`` counts those rows (so stripes add up). Raises ``NotesError`` for a bad
+    file or row.
+
+    Categories are compared after ``strip()``, case-insensitively: real values such as
+    ``"Physician "`` end in a space."""
     csv.field_size_limit(max(csv.field_size_limit(), _CSV_FIELD_LIMIT))
     stats = stats if stats is not None else NoteStats()
     lines = _Lines(iter(f))

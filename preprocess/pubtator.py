@@ -1,21 +1,13 @@
-"""``fairseq-bio-convert-tagging pubtator``: offset annotations, PubTator (``PMID|t|title``, ``PMID|a|abstract``, then
-``PMID<TAB>start<TAB>end<TAB>mention<TAB>type[<TAB>id...]`` lines, a blank line between documents; relation lines
-such as CDR's ``PMID<TAB>CID<TAB>D1<TAB>D2`` are skipped) or BioC JSON (a collection, a list of documents,
-PubTator3's ``{"PubTator3": [...]}`` or one document per line), to word tags the way BLURB's BC5CDR and
-NCBI-disease files look: words cut by ``words_with_offsets`` (``Parkinson ' s``), ``B-<type>`` on the first word a
-mention overlaps and ``I-<type>`` on the others, one sentence per block. Title and abstract (BioC: each passage)
-are split into sentences on their own by the Punkt splitter trained on the input's texts, as
-``fairseq-bio-extract`` does; offsets are mapped back exactly. ``--types`` keeps some types (BC5CDR-chem and
--disease are the CDR files with ``--types Chemical`` / ``--types Disease``); ``--rename OLD=NEW`` merges types
-first (NCBI-disease's four classes into ``Disease``). Kept whole, and counted: a mention boundary inside a word
-tags the whole word; a sentence boundary inside a mention joins the two sentences. Dropped, and counted: a
-mention overlapping a word already tagged by an earlier (at the same start: longer) mention, the same mention
-twice, discontinuous BioC annotations. A mention whose text differs from the document text at its offsets is an
-error naming the file and line.
+"""``fairseq-bio-convert-tagging pubtator``: offset annotations, PubTator (``PMID|t|title``,
+``PMID|a|abstract``, then mention lines) or BioC JSON, to word tags the way BLURB's BC5CDR and
+NCBI-disease files look: BLURB's words, ``B-<type>`` on the first word a mention overlaps and
+``I-<type>`` on the others, one sentence per block.
 
-The tagging, splits and outputs (``tag_document``, ``convert_documents``: splits by file, by id list or held out
-of train with ``--dev-fraction``/``--test-fraction``; Punkt or one sentence per segment) serve the other offset
-converters too: ``standoff`` (brat, LINNAEUS, Species-800, CHEMDNER) and ``i2b2``.
+``--types`` keeps some types (BC5CDR-chem and -disease: the CDR files with ``--types Chemical`` /
+``Disease``); ``--rename OLD=NEW`` merges types first (NCBI-disease's four classes into
+``Disease``). ``tag_document`` says what is kept whole or dropped, and counted. ``tag_document``
+and ``convert_documents`` (splits, outputs) serve the other offset converters too: ``standoff`` and
+``i2b2``.
 """
 
 import dataclasses
@@ -310,8 +302,15 @@ def tag_document(
     types: Optional[Set[str]] = None,
     rename: Optional[Dict[str, str]] = None,
 ) -> Tuple[List[Tagged], Counter]:
-    """BIO-tagged sentences of one document, and its kept mentions per type; ``splitter`` None: each segment is
-    one sentence."""
+    """BIO-tagged sentences of one document, and its kept mentions per type; ``splitter`` None:
+    each segment is one sentence.
+
+    Words are cut by ``words_with_offsets`` (``Parkinson ' s``); title and abstract (BioC: each
+    passage) are split on their own by the Punkt splitter trained on the input, as
+    ``fairseq-bio-extract`` does, offsets mapped back exactly. Kept whole, and counted: a mention
+    boundary inside a word tags the whole word; a sentence boundary inside a mention joins the two
+    sentences. Dropped, and counted: a mention overlapping a word already tagged by an earlier (at
+    the same start: longer) mention, the same mention twice, discontinuous BioC annotations."""
     rename = rename or {}
     words = words_with_offsets(document.text)
     starts = [w[1] for w in words]

@@ -158,6 +158,10 @@ class Stripe(NamedTuple):
 
 
 def _iter_medline(source: InputFile, max_docs: Optional[int], stripe: Stripe, readers: list) -> Iterator:
+    # Each <PubmedArticle> goes through pubmed_parser's own record parser (parse_article_info, what
+    # parse_medline_xml calls). The loop is ours: parse_medline_xml 0.5.1 only opens gzipped files
+    # and silently drops <DeleteCitation>, and a citation an update file deletes must not survive
+    # from an earlier file.
     from lxml import etree
 
     with _open_binary(source.path) as f:
@@ -200,6 +204,8 @@ def _iter_pmc(source: InputFile) -> Iterator:
 
 
 def _iter_text(source: InputFile, readers: list) -> Iterator:
+    # Each block of non-blank lines is a document, each line a paragraph: lines are never joined,
+    # so headings and list items (clinical notes) stay separate.
     reader = _CountingReader(None)
     readers.append(reader)
     with _open_binary(source.path) as f:

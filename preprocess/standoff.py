@@ -2,26 +2,11 @@
 offsets into the text, kept in a separate file) -> CoNLL, tagged, split and written as the ``pubtator`` converter
 does (``pubtator.convert_documents``: BLURB's words, ``B-``/``I-<type>``, the same counted oddities).
 
-The released layouts read here:
-
-- **brat** (``X.txt`` with ``X.ann`` beside it; a directory is searched for every ``.ann``): text-bound lines
-  ``T1<TAB>Type START END<TAB>text``; a discontinuous span (``START END;START END``) is dropped and counted, and
-  every other annotation line (relations ``R``, events ``E``, attributes ``A``/``M``, normalisations ``N``, notes
-  ``#``, equivalences ``*``) is skipped and counted by kind.
-- **LINNAEUS** (``manual-corpus-species-1.0/``: ``txt/<doc>.txt`` and ``tags.tsv``, or ``--annotations
-  filtered_tags.tsv``): ``#``-commented header, then ``species-id<TAB>document<TAB>start<TAB>end<TAB>text[<TAB>
-  comment]``, the end exclusive; the type is the id's prefix (``species:ncbi:9606`` -> ``species``).
-- **Species-800** (``S800/``: ``abstracts/<doc>.txt`` and ``S800.tsv``): ``taxid<TAB><doc>:<PMID><TAB>start<TAB>
-  end<TAB>text``, the end *inclusive*; the type is ``species``.
-- **CHEMDNER** (BioCreative IV, the BC4CHEMD corpus): ``<part>.abstracts.txt`` (``PMID<TAB>title<TAB>abstract``)
-  with ``<part>.annotations.txt`` beside it (``PMID<TAB>T|A<TAB>start<TAB>end<TAB>text<TAB>class``), offsets into
-  the title (``T``) or the abstract (``A``); the text is title + space + abstract, as PubTator's.
-
-Every text file of LINNAEUS and Species-800 is a document, annotated or not (those without mentions are counted);
-a text is split into sentences line by line (``--sentences punkt``: Punkt inside each line, trained on the input;
-``lines``: one sentence per line). A mention whose text is not the document's text at its offsets is an error naming
-the annotation file and line (and saying when the other end convention would match); so are a missing text file,
-a row with too few columns and an offset that is not a number.
+Each release's layout is read by its ``read_*`` function. Texts are split into sentences line by
+line (``--sentences punkt``: Punkt inside each line). A mention whose text is not the document's at
+its offsets is an error naming the annotation file and line (and saying when the other end
+convention would match); so are a missing text file, a row with too few columns and an offset that
+is not a number.
 """
 
 import dataclasses
@@ -93,7 +78,12 @@ def _document(doc_id: str, text: str, where: str, mentions: List[Mention], stats
 
 
 def read_brat(path: Path, stats: StandoffStats, encoding: str = "utf-8") -> List[Document]:
-    """Documents of a brat directory (every ``X.ann`` below it, with ``X.txt``) or of one ``.ann``/``.txt``."""
+    """Documents of a brat directory (every ``X.ann`` below it, with ``X.txt``) or of one
+    ``.ann``/``.txt``.
+
+    Text-bound lines ``T1<TAB>Type START END<TAB>text``; a discontinuous span (``START END;START
+    END``) is dropped and counted, and every other annotation line (``R``, ``E``, ``A``/``M``,
+    ``N``, ``#``, ``*``) is skipped and counted by kind."""
     if path.is_dir():
         annotation_files = sorted(path.rglob("*.ann"))
         if not annotation_files:
@@ -188,11 +178,17 @@ def _release(path: Path, table: str, texts: str) -> Tuple[Path, Path]:
 
 
 def read_linnaeus(path: Path, stats: StandoffStats, annotations: str = "tags.tsv") -> List[Document]:
+    # manual-corpus-species-1.0/: txt/<doc>.txt and tags.tsv (or filtered_tags.tsv): a #-commented
+    # header, then species-id<TAB>document<TAB>start<TAB>end<TAB>text[<TAB>comment], the end
+    # exclusive; the type is the id's prefix (species:ncbi:9606 -> species). Every text file is a
+    # document, annotated or not (counted).
     table, texts = _release(path, annotations, "txt")
     return read_mention_table(table, texts, _linnaeus_row, stats)
 
 
 def read_s800(path: Path, stats: StandoffStats) -> List[Document]:
+    # S800/: abstracts/<doc>.txt and S800.tsv: taxid<TAB><doc>:<PMID><TAB>start<TAB>end<TAB>text,
+    # the end *inclusive*; the type is species.
     table, texts = _release(path, "S800.tsv", "abstracts")
     return read_mention_table(table, texts, _s800_row, stats)
 
@@ -202,7 +198,12 @@ def read_s800(path: Path, stats: StandoffStats) -> List[Document]:
 
 
 def read_chemdner(path: Path, stats: StandoffStats) -> List[Document]:
-    """Documents of ``<part>.abstracts.txt`` with the mentions of ``<part>.annotations.txt`` beside it."""
+    """Documents of ``<part>.abstracts.txt`` with the mentions of ``<part>.annotations.txt`` beside
+    it.
+
+    Abstracts are ``PMID<TAB>title<TAB>abstract``, annotations
+    ``PMID<TAB>T|A<TAB>start<TAB>end<TAB>text<TAB>class`` with offsets into the title (T) or the
+    abstract (A); the text is title + space + abstract, as PubTator's."""
     if "abstracts" not in path.name:
         raise PreprocessError(f"{path}: expected a CHEMDNER <part>.abstracts.txt (its annotations file beside it)")
     annotations = path.with_name(path.name.replace("abstracts", "annotations"))

@@ -1,27 +1,12 @@
 """Learn a subword vocabulary from train.txt and write it in the formats fairseq reads.
 
-Kinds (``--kind``), each written into one directory together with ``dict.txt`` and ``bpe.json``:
-
-- ``bytebpe`` (default; bio-lm used 50k): byte-level BPE trained with HF tokenizers (no prefix space,
-  like GPT-2), exported as ``encoder.json`` + ``vocab.bpe`` for fairseq's ``--bpe gpt2``.
-- ``sentencepiece`` (``--spm-type unigram|bpe``): ``spm.model``/``spm.vocab`` for ``--bpe sentencepiece``.
-- ``wordpiece`` (PubMedBERT: uncased, 30k; ``--cased``): BERT ``vocab.txt`` for ``--bpe bert``.
-- ``fastbpe``: subword-nmt BPE codes learned on whitespace words (``subword-nmt``'s learner, ``--vocab-size``
-  counting characters + merges like its ``--total-symbols``), written as ``codes`` in fastBPE's format
-  (``left right count``, no header) for ``--bpe fastbpe --bpe-codes codes``; encoding uses fastBPE's C++ applier
-  (optional: ``make fastbpe``).
-
-``dict.txt`` is fairseq's ``<symbol> <count>`` dictionary. The symbol is what encoded text contains
-(byte BPE: the token id in decimal, as fairseq's GPT2BPE.encode emits; sentencepiece: the piece;
-wordpiece: the wordpiece; fastbpe: the subword, ``@@`` ending a word's non-final pieces). Every vocabulary
-entry is listed, with its count from encoding the training
-text, sorted by count (descending) then id. The tokenizer's own special tokens are left out: fairseq's
-Dictionary supplies ``<s> <pad> </s> <unk>`` and the task adds ``<mask>``.
-
-``bpe.json`` names the fairseq BPE and its files with fairseq's own option names, paths relative to the
-json's folder, e.g. ``{"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe":
-"vocab.bpe"}``. Word boundaries, for whole-word masking: gpt2 token text starts with "Ġ", sentencepiece
-with "▁", wordpiece does not start with "##", fastbpe ends a word unless it ends with "@@".
+``--kind`` bytebpe (default; GPT-2 files for ``--bpe gpt2``), sentencepiece, wordpiece (BERT
+``vocab.txt``) or fastbpe (subword-nmt codes; ``make fastbpe``), each written into one directory
+with ``dict.txt`` and ``bpe.json``. ``dict.txt`` is fairseq's ``<symbol> <count>`` dictionary of
+every entry, counted on the training text, without the tokenizer's special tokens (fairseq's
+Dictionary and the task add their own). ``bpe.json`` names the fairseq BPE and its files with
+fairseq's option names, paths relative to it, e.g. ``{"_name": "gpt2", "gpt2_encoder_json":
+"encoder.json", "gpt2_vocab_bpe": "vocab.bpe"}``. What each kind writes: ``learn_vocab``.
 """
 
 import json
@@ -244,6 +229,14 @@ def _write_dict(vocab_dir: Path, train_file: Path) -> int:
     return len(entries)
 
 
+# dict.txt's symbol is what encoded text contains: byte BPE the token id in decimal (as fairseq's
+# GPT2BPE.encode emits), sentencepiece the piece, wordpiece the wordpiece, fastbpe the subword with
+# ``@@`` ending a word's non-final pieces; sorted by count (descending), then id. Word starts, for
+# whole-word masking: gpt2 token text starts with "Ġ", sentencepiece with "▁", wordpiece does not
+# start with "##", fastbpe ends a word unless it ends with "@@". fastbpe learns subword-nmt codes
+# on whitespace words (--vocab-size counts characters + merges, like its --total-symbols), written
+# as ``codes`` in fastBPE's format (``left right count``, no header); encoding uses fastBPE's C++
+# applier.
 def learn_vocab(
     train_file: Union[str, os.PathLike],
     out_dir: Union[str, os.PathLike],

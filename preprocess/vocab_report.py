@@ -1,20 +1,12 @@
 """How vocabularies split biomedical words: BioMegatron's break-out rate and PubMedBERT's term table, measured.
 
-Per vocabulary and CoNLL NER dataset (the ``train`` split unless ``--splits`` says otherwise):
-
-- sub-tokens per entity word: #sub-tokens / #words over the words inside entity mentions (tag not ``O``), what
-  BioMegatron (seed 002) Table 3 calls the rate named entities break into sub-tokens (#tokens/#words, NER
-  training sets); and the same over all words;
-- the share of entity words kept whole (one sub-token), and the share that contain the unknown token;
-
-and per vocabulary the coverage of a term list: the share of terms that are one sub-token (default: PubMedBERT,
-seed 001, Table 1, shipped with the paper's BERT/SciBERT/PubMedBERT columns for comparison).
-
-Words are encoded one at a time as the tagging task encodes them (``fairseq_bio.data.tagging_dataset.WordEncoder``:
-the vocabulary's fairseq BPE from ``bpe.json``, a space before every word but a sentence's first for byte-level
-BPE), so the numbers are what the tagger sees; terms are encoded as words inside a sentence. A directory without
-``bpe.json`` but with HF tokenizer files (``tokenizer.json``, or what ``AutoTokenizer`` reads) is read with the HF
-tokenizer, offline. Outputs: ``vocab_report.md``, ``vocab_report.json`` and ``vocab_report.png``.
+Per vocabulary and CoNLL NER dataset: sub-tokens per entity word (BioMegatron Table 3's
+#tokens/#words) and per word, the share of entity words kept whole and of those with the unknown
+token; per vocabulary, the share of a term list (default: PubMedBERT Table 1, shipped with the
+paper's columns) that is one sub-token. Words are encoded one at a time as the tagging task encodes
+them (``WordEncoder``), so the numbers are what the tagger sees. A vocabulary is a fairseq one
+(``bpe.json``) or an HF tokenizer directory, read offline. Outputs: ``vocab_report.md``, ``.json``
+and ``.png``.
 """
 
 import collections
@@ -240,7 +232,12 @@ def _published_break_out() -> Dict[str, Dict[str, float]]:
 
 
 def word_stats(vocab: Vocabulary, dataset: Dataset) -> Dict:
-    """Sub-tokens per word over entity words and all words, entity words whole / with the unknown token."""
+    """Sub-tokens per word over entity words and all words, entity words whole / with the unknown
+    token.
+
+    Entity words are the words inside mentions (tag not ``O``). Each word is encoded alone with the
+    vocabulary's fairseq BPE, a space before every word but a sentence's first for byte-level
+    BPE."""
     words = entity_words = pieces = entity_pieces = whole = unk = 0
     frequent = collections.Counter()
     for sentence_words, tags in dataset.sentences:

@@ -1,27 +1,14 @@
 """fairseq-bio-blurb: one encoder checkpoint fine-tuned and scored on every BLURB (BLUE, bio-lm) dataset there is data
 for.
 
-Each (dataset, learning rate, seed) is one ``fairseq-hydra-train`` process with the dataset's standard recipe (its
-config or preset, PubMedBERT sec. 6.2's 10 % warm-up and linear decay, its epochs and batch size; the update budget
-counted from the train file found), in its own run directory under ``--out``: ``cmd.txt`` (the command line),
-``train.log`` (fairseq's json log), ``checkpoint_best.pt`` (the best dev checkpoint), the test predictions of
-``fairseq-bio-predict`` on that checkpoint, whose test score is computed from them (``prediction_scores`` of
-``fairseq_bio.metrics.benchmark_scores``, the metrics fairseq-bio-predict prints), and ``result.json``, written atomically when
-everything else is there. A run with a ``result.json`` made by the same command from the same encoder file is reused;
-a run without one (interrupted, failed) is done again from the start.
-
-With ``--folds K`` (and for bio-lm's GAD and EU-ADR by default) a dataset is cross-validated instead: K folds cut from
-its train file (``fairseq_bio.runner.folds``), each fold's runs in ``<dataset>/lr<lr>/fold<k>-of-<K>/seed<n>``, reused
-like any run, and the dataset's result is the median and mean over folds.
-
-With ``--lr-grid`` each dataset's learning rate is the one with the best mean dev score over seeds, and its test
-scores are reported (PubMedBERT sec. 6.2: hyperparameters are chosen on dev). ``results.md`` / ``.json`` / ``.png``
-give per dataset the mean, standard deviation and median of the test scores over seeds, per task type the average,
-and the benchmark score of ``fairseq_bio.metrics.benchmark_scores``: **partial**, with the types it covers, whenever a dataset
-is missing (no data, not asked for, or every run failed).
-
-The datasets, their metrics and recipes are the table ``hydra_configs/runner/datasets.yaml``; the library behind this
-command is ``fairseq_bio.runner``.
+Each (dataset, learning rate, seed) is one ``fairseq-hydra-train`` run with the dataset's standard
+recipe, in its own directory under ``--out``, then scored from ``fairseq-bio-predict``'s test
+predictions; a finished run made by the same command from the same encoder file is reused.
+``--folds K`` cross-validates, ``--lr-grid`` picks the learning rate on dev. ``results.md`` /
+``.json`` / ``.png`` give per dataset the test scores over seeds, per task type the average, and
+the benchmark score (**partial** when a dataset is missing). What a run does: docs/blurb.md. The
+datasets are the table ``hydra_configs/runner/datasets.yaml``; the library behind this command is
+``fairseq_bio.runner``.
 """
 
 import argparse

@@ -1,29 +1,12 @@
 """fairseq-bio-predict: a fine-tuned tagging or sentence-level checkpoint applied to new files.
 
-Tagging (``bio_tagging``): CoNLL in (``token`` or ``token<TAB>tag`` per line), CoNLL out: ``token<TAB>prediction``,
-or conlleval's ``token<TAB>gold<TAB>prediction`` when the input has gold tags, whose entity P/R/F1 is then printed.
-Raw text in (one sentence or document per line; documents are split into sentences), JSON lines out: one object per
-input line with its entity spans (``start``/``end`` character offsets into the line, ``type``, ``text``). Long
-sentences are windowed as in training: every word gets exactly one prediction.
-
-Sentence level (``bio_sentence_prediction``: relation extraction, HoC, BIOSSES, PubMedQA, NLI): a file in the format
-the task was trained on (TSV, JSON lines; PubMedQA: ``ori_pqal.json`` with ``--split``), JSON lines out, one object
-per input row in input order: ``id``, ``line``, ``pred`` (the label, the 0/1 row, or the score), ``probabilities``
-(softmax over the labels, or a sigmoid per label) and ``gold`` when the input carries labels, whose metrics are then
-printed. Long texts are windowed and their windows mean-pooled as in training.
-
-Tagging and sentence-level metrics are ``fairseq_bio.metrics.benchmark_scores.prediction_scores`` of the predictions written (the
-function fairseq-bio-blurb scores its test splits with, from the same files; equal to what the criterion logs).
-
-Extractive QA (``bio_extractive_qa``): a SQuAD v1.1 JSON file in, JSON lines out, one object per question in file
-order: ``id``, ``question``, ``answers`` (the top 5, best first: ``text``, exactly ``context[start:end]``, ``start`` /
-``end`` character offsets into the context, ``score``, ``probability``) and ``gold`` when the file has answers, whose
-SQuAD EM/F1 and BioASQ factoid strict/lenient accuracy and MRR are then printed, computed by the criterion's code.
-Long contexts are windowed with the task's doc stride as in training. A SQuAD v2.0 checkpoint
-(``task.version_2_with_negative``) adds ``prediction`` ("" for no answer) and ``null_score_diff`` to each row, and
-prints the HasAns / NoAns breakdown and the best null score diff thresholds (``--null-score-diff-threshold``).
-
-The library behind this command is ``fairseq_bio.inference``.
+Tagging: CoNLL in, CoNLL out (conlleval's columns when the input has gold tags), or raw text in,
+JSON lines of entity spans out. Sentence level (relation extraction, HoC, BIOSSES, PubMedQA, NLI):
+the trained format in, JSON lines out in input order (``id``, ``line``, ``pred``,
+``probabilities``, ``gold``). Extractive QA: SQuAD JSON in, the top 5 answers per question out.
+Long inputs are windowed as in training; metrics are printed when the input carries gold labels
+(``fairseq_bio.metrics.benchmark_scores.prediction_scores``, what fairseq-bio-blurb scores with).
+The formats: docs/fine-tuning.md. The library behind this command is ``fairseq_bio.inference``.
 """
 
 import logging
