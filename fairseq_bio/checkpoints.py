@@ -69,12 +69,24 @@ def load_checkpoint(path, map_location="cpu", mmap: bool = False):
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
-        corrupt = corrupt_error(path, e)  # an empty or truncated file is not an unsafe one
-        if corrupt is not None:
-            raise corrupt from None
-        if isinstance(e, pickle.UnpicklingError):
-            raise UnsafeCheckpointError(unsafe_refusal(path, e)) from None
-        raise
+        failure = read_failure(path, e)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def read_failure(path, error: BaseException) -> Optional[BioError]:
+    """The one-line error for ``error``, raised while reading checkpoint ``path``: a corrupt file
+    (``CorruptCheckpointError``; an empty or truncated file is not an unsafe one) or one that pickles a class outside
+    the allowlist (``UnsafeCheckpointError``); ``error`` itself when it is one already, None for any other."""
+    if isinstance(error, (CorruptCheckpointError, UnsafeCheckpointError)):
+        return error
+    corrupt = corrupt_error(path, error)
+    if corrupt is not None:
+        return corrupt
+    if isinstance(error, pickle.UnpicklingError):
+        return UnsafeCheckpointError(unsafe_refusal(path, error))
+    return None
 
 def allow_fairseq_globals() -> None:
     """Allowlist ``FAIRSEQ_SAFE_GLOBALS`` for torch's ``weights_only`` loader, for good (torch's ``safe_globals()``

@@ -11,7 +11,6 @@ import functools
 import glob
 import logging
 import os
-import pickle
 import shutil
 import time
 
@@ -22,9 +21,8 @@ from ..checkpoints import (
     FAIRSEQ_SAFE_GLOBALS,
     FALLBACK_ENV,
     CorruptCheckpointError,
-    UnsafeCheckpointError,
     corrupt_error,
-    unsafe_refusal,
+    read_failure,
 )
 from ..errors import BioError
 from ..files import discard_failed_write, no_space, publish
@@ -125,16 +123,15 @@ def install() -> None:
     if not getattr(checkpoint_utils.PathManager, _MARK, False):
         checkpoint_utils.PathManager = _atomic_copy_path_manager(checkpoint_utils.PathManager)
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, _MARK, False):
-        checkpoint_utils.load_checkpoint_to_cpu = _naming_corrupt(checkpoint_utils.load_checkpoint_to_cpu)
+        checkpoint_utils.load_checkpoint_to_cpu = _explaining_failures_to_read(checkpoint_utils.load_checkpoint_to_cpu)
     if not getattr(checkpoint_utils.load_checkpoint, _MARK, False):
         checkpoint_utils.load_checkpoint = _resuming_with_fallback(checkpoint_utils.load_checkpoint)
     _install_safe_globals()
 
 
 def _install_safe_globals() -> None:
-    """Allowlist the classes fairseq pickles for torch's ``weights_only`` loading, and refuse a checkpoint that
-    pickles anything else in one line naming it (fairseq's own loader would show torch's unpickling traceback)."""
-    from fairseq import checkpoint_utils
+    """Allowlist the classes fairseq pickles, and the placeholder of its resume broadcast, for torch's
+    ``weights_only`` loading."""
     from fairseq.distributed.utils import _TensorPlaceholder
 
     known = set(map(id, torch.serialization.get_safe_globals()))
@@ -144,23 +141,6 @@ def _install_safe_globals() -> None:
     # FAIRSEQ_SAFE_GLOBALS (what checkpoint files hold).
     allowed = FAIRSEQ_SAFE_GLOBALS + [_TensorPlaceholder]
     torch.serialization.add_safe_globals([g for g in allowed if id(g) not in known])
-    loader = checkpoint_utils.load_checkpoint_to_cpu
-    if not getattr(loader, "fairseq_bio_refuses_unsafe", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _refusing_unsafe(loader)
-
-
-def _refusing_unsafe(loader):
-    @functools.wraps(loader)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        try:
-            return loader(path, *args, **kwargs)
-        except UnsafeCheckpointError:
-            raise
-        except pickle.UnpicklingError as e:
-            raise UnsafeCheckpointError(unsafe_refusal(path, e)) from None
-
-    load_checkpoint_to_cpu.fairseq_bio_refuses_unsafe = True
-    return load_checkpoint_to_cpu
 
 
 def _atomic_torch_persistent_save(original, path_manager):
@@ -191,18 +171,19 @@ def _atomic_copy_path_manager(base):
     return AtomicCopyPathManager
 
 
-def _naming_corrupt(loader):
+def _explaining_failures_to_read(loader):
+    """fairseq's loader, a corrupt checkpoint or one that pickles a class outside the allowlist refused in one line
+    (``checkpoints.read_failure``, as ``checkpoints.load_checkpoint`` refuses them) instead of torch's traceback."""
+
     @functools.wraps(loader)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         try:
             return loader(path, *args, **kwargs)
         except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
-            if isinstance(e, CorruptCheckpointError):
+            failure = read_failure(path, e)
+            if failure is None or failure is e:
                 raise
-            corrupt = corrupt_error(path, e)
-            if corrupt is None:
-                raise
-            raise corrupt from None
+            raise failure from None
 
     setattr(load_checkpoint_to_cpu, _MARK, True)
     return load_checkpoint_to_cpu
