@@ -1,5 +1,4 @@
-"""Each seed paper's headline findings, re-derived here by the existing benchmarks:
-``make reproduce``.
+"""Each seed paper's headline findings, re-derived here by the existing benchmarks: ``make reproduce``.
 
 A finding (``reproduce_findings.FINDINGS``) names the step that gives our number (``STEPS``: an
 existing benchmark or console script, with its budget at each scale). Steps run cheapest first,
@@ -7,6 +6,8 @@ each only when its results (``benchmarks/results/reproduce/<step>.json``, same b
 there yet; an interrupted one starts again.
 
     python benchmarks/reproduce.py                       # every finding at the CPU scale (about 3 h on 2 cores)
+    python benchmarks/reproduce.py --only vocab-terms blurb-arithmetic     # some findings
+    python benchmarks/reproduce.py --device cuda         # a GPU: the GPU scale (larger budgets)
     python benchmarks/reproduce.py --no-run              # the page again, from the steps already run
 
 Writes ``docs/reproduction.md`` and ``docs/reproduction.png``, each through a temp file and a
