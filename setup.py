@@ -49,23 +49,23 @@ setup(
         "fastbpe": ["fastBPE==0.1.0"],
     },
     entry_points={
-        # The corpus commands that do not train start through fairseq_bio_preprocess.commands: without torch or
-        # fairseq (see that module).
+        # Every script starts in fairseq_bio_preprocess.commands, which reads its command line before the plugin
+        # registers with fairseq (see that module).
         "console_scripts": [
             "fairseq-bio-extract = fairseq_bio_preprocess.commands:extract",
             "fairseq-bio-vocab = fairseq_bio_preprocess.commands:vocab",
             "fairseq-bio-encode = fairseq_bio_preprocess.commands:encode",
-            "fairseq-bio-binarize = fairseq_bio_preprocess.binarize:cli_main",
-            "fairseq-bio-demo = fairseq_bio_preprocess.demo:cli_main",
-            "fairseq-bio-predict = fairseq_bio.cli.predict:cli_main",
+            "fairseq-bio-binarize = fairseq_bio_preprocess.commands:binarize",
+            "fairseq-bio-demo = fairseq_bio_preprocess.commands:demo",
+            "fairseq-bio-predict = fairseq_bio_preprocess.commands:predict",
             "fairseq-bio-convert-tagging = fairseq_bio_preprocess.commands:convert_tagging",
-            "fairseq-bio-import-hf = fairseq_bio.cli.import_hf:cli_main",
-            "fairseq-bio-export-hf = fairseq_bio.cli.export_hf:cli_main",
-            "fairseq-bio-extract-encoder = fairseq_bio.cli.extract_encoder:cli_main",
-            "fairseq-bio-init-student = fairseq_bio.cli.init_student:cli_main",
+            "fairseq-bio-import-hf = fairseq_bio_preprocess.commands:import_hf",
+            "fairseq-bio-export-hf = fairseq_bio_preprocess.commands:export_hf",
+            "fairseq-bio-extract-encoder = fairseq_bio_preprocess.commands:extract_encoder",
+            "fairseq-bio-init-student = fairseq_bio_preprocess.commands:init_student",
             "fairseq-bio-vocab-report = fairseq_bio_preprocess.commands:vocab_report",
-            "fairseq-bio-blurb = fairseq_bio.cli.blurb:cli_main",
-            "fairseq-bio-config-dir = fairseq_bio.cli.config_dir:cli_main",
+            "fairseq-bio-blurb = fairseq_bio_preprocess.commands:blurb",
+            "fairseq-bio-config-dir = fairseq_bio_preprocess.commands:config_dir",
         ]
     },
 )

@@ -1,48 +1,54 @@
-"""The console scripts of the corpus commands that do not train: ``fairseq-bio-extract``, ``-vocab``, ``-encode``,
-``-convert-tagging`` and ``-vocab-report`` start without importing torch or fairseq.
+"""Every console script's start (setup.py's entry points): a script reads its command line before the plugin
+registers with fairseq, so that ``--help`` and a mistyped option answer at once, without torch or fairseq.
 
-They use only plugin modules that need neither, but ``fairseq_bio/__init__.py`` registers the
-plugin with fairseq, which imports both. So these scripts enter ``fairseq_bio`` without running its
-``__init__`` (``_plugin_without_registration`` says why that is safe); their ``cli_main``
-functions, called in a process of one's own (tests, notebooks), import the plugin as usual.
+Registering (``fairseq_bio.register``) imports torch and fairseq, which takes seconds. While ``reading_arguments``
+is true, importing ``fairseq_bio`` leaves registration for later (its ``__init__`` looks here), and the script's
+module gives its parser (``build_parser()``) importing neither: tests/test_commands_start_light.py holds this for
+every script. Once the command line is read, the script registers the plugin, unless it is a corpus command that
+needs no model, and runs the module's ``cli_main``. Nothing else waits: any other import of ``fairseq_bio``
+(fairseq's ``--user-dir``, a child process, a notebook, the tests) registers at once.
 """
 
 import importlib
-import importlib.util
-import sys
 from typing import Callable
 
-
-def _plugin_without_registration() -> None:
-    """Make ``fairseq_bio`` importable without running its ``__init__``: the package module is
-    created from its spec but not executed, so importing its modules works and registers nothing.
-
-    Python runs a package's ``__init__`` before any of its modules, and registering imports torch
-    and fairseq (seconds, before a ``--help`` could print). A ``--user-dir`` plugin has no other
-    place to register, so the package keeps doing it. This is safe only in these scripts, and only
-    when nothing imported ``fairseq_bio`` before: they are processes of their own that never hand a
-    model to fairseq. A module of theirs that needs fairseq (vocab-report reading a fairseq
-    dictionary) imports it when it runs."""
-    if "fairseq_bio" in sys.modules:
-        return
-    spec = importlib.util.find_spec("fairseq_bio")
-    sys.modules["fairseq_bio"] = importlib.util.module_from_spec(spec)  # not executed: registers nothing
+reading_arguments = False
 
 
-def _started_light(module: str) -> Callable[[], None]:
-    """The console-script function of ``module``'s ``cli_main``, entered without the plugin's
-    registration."""
+def _script(module: str, plugin: bool = True) -> Callable[[], None]:
+    """The console-script function of ``module`` (its ``build_parser`` and ``cli_main``; the function's ``module``
+    attribute names it); ``plugin``: whether the command registers the plugin before it runs."""
 
     def main() -> None:
-        _plugin_without_registration()
-        importlib.import_module(f"{__package__}.{module}").cli_main()
+        global reading_arguments
+        reading_arguments = True
+        try:
+            command = importlib.import_module(module)
+            command.build_parser().parse_args()  # --help and a bad option end here, before registration
+        finally:
+            reading_arguments = False
+        if plugin:
+            import fairseq_bio
 
-    main.__name__ = module
+            fairseq_bio.register()
+        command.cli_main()
+
+    main.__name__ = module.rsplit(".", 1)[-1]
+    main.module = module
     return main
 
 
-extract = _started_light("extract")
-vocab = _started_light("vocab")
-encode = _started_light("encode")
-convert_tagging = _started_light("convert_tagging")
-vocab_report = _started_light("vocab_report")
+extract = _script(f"{__package__}.extract", plugin=False)
+vocab = _script(f"{__package__}.vocab", plugin=False)
+encode = _script(f"{__package__}.encode", plugin=False)
+convert_tagging = _script(f"{__package__}.convert_tagging", plugin=False)
+vocab_report = _script(f"{__package__}.vocab_report", plugin=False)
+binarize = _script(f"{__package__}.binarize")
+demo = _script(f"{__package__}.demo")
+predict = _script("fairseq_bio.cli.predict")
+import_hf = _script("fairseq_bio.cli.import_hf")
+export_hf = _script("fairseq_bio.cli.export_hf")
+extract_encoder = _script("fairseq_bio.cli.extract_encoder")
+init_student = _script("fairseq_bio.cli.init_student")
+blurb = _script("fairseq_bio.cli.blurb")
+config_dir = _script("fairseq_bio.cli.config_dir", plugin=False)

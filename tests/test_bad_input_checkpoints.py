@@ -264,7 +264,8 @@ def shard_of(checkpoint: Path, dest: Path) -> Path:
 
 
 def test_a_shard_given_to_export_predict_or_fine_tuning_is_one_line(ner_model, ncbi_slice, tmp_path):
-    from fairseq_bio.inference.loading import PredictError, load_fine_tuned
+    from fairseq_bio.inference.loading import load_fine_tuned
+    from fairseq_bio.inference.predictions import PredictError
     from fairseq_bio.tasks import fine_tuning
 
     save_dir, _ = ner_model

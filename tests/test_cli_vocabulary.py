@@ -202,11 +202,9 @@ def test_parser_help_shows_the_vocabulary():
 
 
 def build_parser_of(script: str) -> argparse.ArgumentParser:
-    """The script's parser; the corpus commands' entry points (``...commands:extract``) name their module."""
+    """The script's parser, from the module its entry point (``...commands:extract``) starts."""
     module, function = SCRIPTS[script].split(":")
-    if module.endswith(".commands"):
-        module = f"{module.rsplit('.', 1)[0]}.{function}"
-    return importlib.import_module(module).build_parser()
+    return importlib.import_module(getattr(importlib.import_module(module), function).module).build_parser()
 
 
 def parsers(name: str, parser: argparse.ArgumentParser):

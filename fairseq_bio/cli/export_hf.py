@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..hf import DEFAULT_TOLERANCE, export_hf
+from ..hf.common import DEFAULT_TOLERANCE
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 PROG = "fairseq-bio-export-hf"
@@ -39,6 +39,8 @@ def build_parser() -> Parser:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """bio_roberta checkpoint -> HF transformers directory, bio_electra checkpoint -> HF ELECTRA pair, checked."""
     args = build_parser().parse_args(argv)
+    from ..hf.export import export_hf  # torch and fairseq: once the command line is read (preprocess/commands.py)
+
     result = export_hf(args.checkpoint, args.out, data=args.vocab, overwrite=args.overwrite, tolerance=args.tolerance,
                        head=args.head, log=lambda line: print(f"{PROG}: warning: {line}", file=sys.stderr))  # fmt: skip
     pairs = f" ({result['pairs']} pairs)" if result["pairs"] else ""

@@ -7,12 +7,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-import torch
-
-from ..checkpoints import load_checkpoint, resume_point, updates
 from ..errors import BioError
 from ..files import check_output
-from ..tasks.fine_tuning import resolve_vocab
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 PARTS = ("discriminator", "generator")
@@ -32,6 +28,8 @@ def best_is_behind(checkpoint: Path, state: Dict) -> Optional[str]:
     """A note when ``checkpoint`` is fairseq's ``checkpoint_best.pt`` and the ``checkpoint_last.pt`` beside it is
     further on: fairseq picks ELECTRA's best by the summed validation loss (generator + 50 x discriminator), which
     rises while both learn as the generator's replacements get harder to detect (docs/electra.md)."""
+    from ..checkpoints import resume_point, updates
+
     last = checkpoint.with_name("checkpoint_last.pt")
     if checkpoint.name != "checkpoint_best.pt" or not last.is_file():
         return None
@@ -47,11 +45,15 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     """Write ``part`` of the ELECTRA ``checkpoint`` to ``out`` (temp file, then renamed) as a ``bio_roberta``
     encoder checkpoint and copy its vocabulary beside it; returns {"out", "vocab", "options", "lm_head", "note"}
     (``note``: ``best_is_behind``'s, or None)."""
+    # Imported here, not above: the command reads its command line without torch or fairseq (preprocess/commands.py).
+    import torch
     from fairseq.models.roberta.model import base_architecture  # noqa: F401  (fairseq registered before building)
 
+    from ..checkpoints import load_checkpoint
     from ..encoder_checkpoints import build_model, encoder_checkpoint, encoder_checkpoint_cfg, save_encoder_checkpoint
     from ..models.bio_electra import SHARED, apply_architecture, encoder_options
     from ..models.bio_roberta import is_bio_roberta
+    from ..tasks.fine_tuning import resolve_vocab
 
     checkpoint, out = Path(checkpoint), Path(out).absolute()
     if part not in PARTS:
@@ -122,8 +124,6 @@ def build_parser() -> Parser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    import fairseq_bio  # noqa: F401  (registration)
-
     info = extract_encoder(args.checkpoint, args.out, args.part, args.overwrite, args.seed)
     if info["note"]:
         print(f"{EXTRACT_ENCODER}: note: {info['note']}", file=sys.stderr)

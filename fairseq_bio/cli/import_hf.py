@@ -8,7 +8,7 @@ What the output directory holds and how the import checks itself: ``fairseq_bio.
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..hf import CHECKPOINT_FILE, DEFAULT_TOLERANCE, import_electra_pair, import_hf
+from ..hf.common import CHECKPOINT_FILE, DEFAULT_TOLERANCE
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 PROG = "fairseq-bio-import-hf"
@@ -46,6 +46,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     discriminator + generator directories -> bio_electra checkpoint."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # torch and fairseq: once the command line is read (preprocess/commands.py)
+    from ..hf.importing import import_electra_pair, import_hf
+
     out = Path(args.out).absolute()
     if args.generator is not None:
         if args.seed is not None:

@@ -6,13 +6,10 @@ teacher's ``dict.txt`` and ``bpe.json`` beside it."""
 import argparse
 import re
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
-
-import torch
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..errors import BioError
 from ..files import check_output
-from ..tasks.fine_tuning import resolve_vocab
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
@@ -42,7 +39,7 @@ def choose_layers(spec: str, teacher_layers: int) -> List[int]:
     return layers
 
 
-def student_weights(teacher: Dict[str, torch.Tensor], layers: List[int]) -> Dict[str, torch.Tensor]:
+def student_weights(teacher: Dict[str, Any], layers: List[int]) -> Dict[str, Any]:
     """The student's state: every teacher tensor outside the transformer layers (embeddings, embedding and final
     layer norms, MLM head, version buffers), teacher layer ``layers[j]`` as student layer ``j``; no classification
     heads."""
@@ -72,6 +69,7 @@ def init_student(
 ) -> Dict:
     """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
     returns {"out", "layers", "options", "vocab"}."""
+    # Imported here, not above: the command reads its command line without torch or fairseq (preprocess/commands.py).
     from ..encoder_checkpoints import (
         STRUCTURAL_OPTIONS,
         build_model,
@@ -80,6 +78,7 @@ def init_student(
         save_encoder_checkpoint,
     )
     from ..models.bio_roberta import apply_architecture, read_bio_roberta_checkpoint
+    from ..tasks.fine_tuning import resolve_vocab
 
     teacher, out = Path(teacher), Path(out).absolute()
     _, weights, recorded = read_bio_roberta_checkpoint(str(teacher), str(teacher), InitStudentError)
@@ -137,8 +136,6 @@ def build_parser() -> Parser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    import fairseq_bio  # noqa: F401  (registration)
-
     from ..encoder_checkpoints import hydra_model_overrides
 
     info = init_student(

@@ -14,10 +14,7 @@ import os
 import time
 
 from ..files import check_output
-from ..inference.loading import PREDICT, QA, PredictError, load_fine_tuned
-from ..inference.qa import predict_qa_file
-from ..inference.sentence_level import predict_sentence_file
-from ..inference.tagging import predict_conll, predict_text
+from ..inference.predictions import PREDICT, PredictError
 from .options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite, run_cli
 
 
@@ -65,7 +62,12 @@ def build_parser() -> Parser:
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Imported once the command line is read: these import torch and fairseq (preprocess/commands.py).
     from ..data.conll import sniff_format
+    from ..inference.loading import QA, load_fine_tuned
+    from ..inference.qa import predict_qa_file
+    from ..inference.sentence_level import predict_sentence_file
+    from ..inference.tagging import predict_conll, predict_text
 
     if not os.path.exists(args.input):
         raise PredictError(f"{args.input}: not found")

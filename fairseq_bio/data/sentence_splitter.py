@@ -14,9 +14,10 @@ next sentence would start with a plain lower-case word; words such as "mRNA", "p
 """
 
 import re
-from typing import Iterable, List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional
 
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer, PunktTrainer
+if TYPE_CHECKING:  # nltk is imported where a splitter is made: it takes 1-2 s (scipy), and --help needs none of it
+    from nltk.tokenize.punkt import PunktParameters
 
 # Punkt abbreviation types: lower case, without the final period ("e.g." -> "e.g", "et al." -> "al").
 # Units that often end sentences (min, h, ms, ml, ...) are deliberately absent.
@@ -36,7 +37,9 @@ _LOWER_WORD = re.compile(r"[a-z]+(?:[-'][a-z]+)*[.,;:)\]]*(?:\s|$)")
 class SentenceSplitter:
     """Splits a paragraph into sentences; pickles as its Punkt parameters (for worker processes)."""
 
-    def __init__(self, params: Optional[PunktParameters] = None):
+    def __init__(self, params: Optional["PunktParameters"] = None):
+        from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
         self.params = params if params is not None else PunktParameters()
         self.params.abbrev_types |= BIO_ABBREVIATIONS
         self._tokenizer = PunktSentenceTokenizer(self.params)
@@ -44,6 +47,8 @@ class SentenceSplitter:
     @classmethod
     def train(cls, texts: Iterable[str], max_texts: int = DEFAULT_TRAINING_TEXTS) -> "SentenceSplitter":
         """Learn Punkt parameters from the first ``max_texts`` paragraphs of ``texts`` (deterministic)."""
+        from nltk.tokenize.punkt import PunktTrainer
+
         trainer = PunktTrainer()
         for i, text in enumerate(texts):
             if i >= max_texts:

@@ -8,47 +8,46 @@ options), ``tokenizers`` (fairseq vocabulary -> HF tokenizer files), ``vocab`` (
 vocabulary), ``weights`` (parameter maps, both directions), ``electra`` (the ELECTRA pair's configs and parameter
 maps), ``heads`` (what a checkpoint's head becomes), ``checkpoints`` (checkpoints written and read), ``verify`` (the
 exactness checks), ``model_card``, ``export`` and ``importing``. transformers is imported only where it is used.
+
+The names below are this package's API, each imported from its module when first used: a module of the package (the
+commands' ``common``) is imported without the others, which import torch and fairseq.
 """
 
-from ..encoder_checkpoints import (
-    STRUCTURAL_OPTIONS,
-    build_model,
-    encoder_checkpoint,
-    encoder_checkpoint_cfg,
-    hydra_model_overrides,
-    save_encoder_checkpoint,
-)
-from .common import HFConvertError
-from .export import export_hf
-from .heads import CRF_FILE
-from .importing import CHECKPOINT_FILE, IMPORT_INFO, import_electra_pair, import_hf
-from .tokenizers import read_fastbpe_codes, read_sentencepiece_model, write_hf_tokenizer
-from .verify import CHECK_PAIRS, CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_electra_with_hf, compare_with_hf
-from .vocab import HFVocab, read_hf_vocab, write_vocab_files
+import importlib
 
-__all__ = [
-    "CHECKPOINT_FILE",
-    "CHECK_PAIRS",
-    "CHECK_SENTENCES",
-    "CRF_FILE",
-    "DEFAULT_TOLERANCE",
-    "HFConvertError",
-    "HFVocab",
-    "IMPORT_INFO",
-    "STRUCTURAL_OPTIONS",
-    "build_model",
-    "compare_electra_with_hf",
-    "compare_with_hf",
-    "encoder_checkpoint",
-    "encoder_checkpoint_cfg",
-    "export_hf",
-    "hydra_model_overrides",
-    "import_electra_pair",
-    "import_hf",
-    "read_fastbpe_codes",
-    "read_hf_vocab",
-    "read_sentencepiece_model",
-    "save_encoder_checkpoint",
-    "write_hf_tokenizer",
-    "write_vocab_files",
-]
+# Each public name and the module that defines it.
+_MODULES = {
+    "CHECKPOINT_FILE": ".common",
+    "CHECK_PAIRS": ".verify",
+    "CHECK_SENTENCES": ".verify",
+    "CRF_FILE": ".heads",
+    "DEFAULT_TOLERANCE": ".common",
+    "HFConvertError": ".common",
+    "HFVocab": ".vocab",
+    "IMPORT_INFO": ".importing",
+    "STRUCTURAL_OPTIONS": "..encoder_checkpoints",
+    "build_model": "..encoder_checkpoints",
+    "compare_electra_with_hf": ".verify",
+    "compare_with_hf": ".verify",
+    "encoder_checkpoint": "..encoder_checkpoints",
+    "encoder_checkpoint_cfg": "..encoder_checkpoints",
+    "export_hf": ".export",
+    "hydra_model_overrides": "..encoder_checkpoints",
+    "import_electra_pair": ".importing",
+    "import_hf": ".importing",
+    "read_fastbpe_codes": ".tokenizers",
+    "read_hf_vocab": ".vocab",
+    "read_sentencepiece_model": ".tokenizers",
+    "save_encoder_checkpoint": "..encoder_checkpoints",
+    "write_hf_tokenizer": ".tokenizers",
+    "write_vocab_files": ".vocab",
+}
+
+__all__ = sorted(_MODULES)
+
+
+def __getattr__(name: str):
+    """The public ``name``, imported from its module on first use (PEP 562)."""
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULES[name], __name__), name)

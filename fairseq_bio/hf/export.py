@@ -23,7 +23,7 @@ from ..files import (
     write_json,
 )
 from ..encoder_checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
-from .common import HFConvertError
+from .common import DEFAULT_TOLERANCE, HFConvertError
 from .config import position_offset, write_config
 from .electra import PARTS, electra_pair_from_fairseq
 from .heads import ENTITY_REFUSALS, hf_model
@@ -32,7 +32,6 @@ from .tokenizers import read_fastbpe_codes, write_hf_tokenizer
 from .verify import (
     CHECK_PAIRS,
     CHECK_SENTENCES,
-    DEFAULT_TOLERANCE,
     Text,
     compare_electra_with_hf,
     compare_qa_logits,

@@ -23,15 +23,14 @@ from ..encoder_checkpoints import (
     hydra_model_overrides,
     load_fairseq_model,
 )
-from .common import HFConvertError
+from .common import CHECKPOINT_FILE, DEFAULT_TOLERANCE, HFConvertError
 from .config import read_hf_config
 from .electra import PARTS, check_pair_configs, electra_pair_to_fairseq, read_pair_weights
 from .tokenizers import FAIRSEQ_ROLES, MASK
-from .verify import CHECK_SENTENCES, DEFAULT_TOLERANCE, compare_electra_with_hf, compare_with_hf
+from .verify import CHECK_SENTENCES, compare_electra_with_hf, compare_with_hf
 from .vocab import read_hf_vocab, write_vocab_files
 from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
 
-CHECKPOINT_FILE = "model.pt"
 IMPORT_INFO = "import_info.json"
 IMPORT_HF = "fairseq-bio-import-hf"  # what the output directory is recorded as made by (fairseq_bio.files)
 MARKERS = (CHECKPOINT_FILE, IMPORT_INFO)

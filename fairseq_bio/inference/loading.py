@@ -6,15 +6,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from ..errors import BioError
-
-
-class PredictError(BioError):
-    """Bad input or a checkpoint that cannot tag; printed as one line."""
-
+from .predictions import PredictError
 
 TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractive_qa"
-PREDICT = "fairseq-bio-predict"  # the command the prediction files are recorded as made by (files.record_made)
 
 
 def load_fine_tuned(
@@ -24,8 +18,6 @@ def load_fine_tuned(
     checkpoint, a shard, or was trained with another dictionary than the vocabulary's is refused in one line."""
     from fairseq import checkpoint_utils
     from fairseq import tasks as fairseq_tasks
-
-    import fairseq_bio  # noqa: F401  (registers the plugin)
 
     from ..checkpoint_fit import check_fits, read_state
     from ..checkpoints import checkpoint_section

@@ -10,7 +10,8 @@ from typing import Dict, List, Optional
 import torch
 
 from ..files import atomic_write
-from .loading import PREDICT, PredictError, batches, criterion_metrics
+from .loading import batches, criterion_metrics
+from .predictions import PREDICT, PredictError
 
 
 def predict_questions(task, model, squad, max_tokens: int = 4096, max_sentences: int = 64, progress=True):

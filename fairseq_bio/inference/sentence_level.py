@@ -11,8 +11,8 @@ import torch
 
 from ..files import atomic_write
 from ..metrics.benchmark_scores import percentages, prediction_scores
-from .loading import PREDICT, batches, criterion_metrics
-from .predictions import row_columns
+from .loading import batches, criterion_metrics
+from .predictions import PREDICT, row_columns
 
 
 def predict_examples(task, model, examples, max_tokens: int = 4096, max_sentences: int = 64, progress=True):

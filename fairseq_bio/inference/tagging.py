@@ -10,7 +10,8 @@ from unicodedata import normalize
 import torch
 
 from ..files import atomic_write
-from .loading import PREDICT, TAGGING, PredictError, batches, load_fine_tuned
+from .loading import TAGGING, batches, load_fine_tuned
+from .predictions import PREDICT, PredictError
 
 
 def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
