@@ -29,9 +29,11 @@ demo: install
 test: install $(FASTBPE_STAMP)
 	$(BIN)/python -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder --durations=15 tests
 
-# On a lent GPU, in under 10 minutes: issue 36's measurements (encoder speed, large sizes, copies and adam step), then
-# tests/gpu in fp16 and bf16, NCCL data parallel and fully sharded data parallel (2+ GPUs) with what is left, as one table
-# in benchmarks/results/gpu_check.md (--only PARTS for a second command); without CUDA it says so and exits 0. GPU_CHECK_DRY=1 takes every step on the CPU at tiny sizes (CI; benchmarks/results/gpu_check_dry.md).
+# On a lent GPU, in under 10 minutes: the speed and memory measurements (encoder speed, large sizes, copies and adam
+# step), then tests/gpu in fp16 and bf16, NCCL data parallel and fully sharded data parallel (2+ GPUs) with what is
+# left, as one table in benchmarks/results/gpu_check.md (--only PARTS for a second command); without CUDA it says so
+# and exits 0. GPU_CHECK_DRY=1 takes every step on the CPU at tiny sizes (CI; benchmarks/results/gpu_check_dry.md).
+# The check is tests/gpu/check.py; benchmarks/gpu_check.py, the path the shared GPU runner calls, runs it.
 gpu-check: install
 	$(BIN)/pip install --no-deps -r requirements/gpu.txt
 	$(BIN)/python benchmarks/gpu_check.py

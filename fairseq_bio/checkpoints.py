@@ -29,7 +29,7 @@ FALLBACK_ENV = "FAIRSEQ_BIO_RESUME_FALLBACK"
 
 # What fairseq 0.12 pickles into checkpoints besides tensors and plain containers (measured on checkpoints
 # written by fairseq-train, fairseq-hydra-train, and on states loaded and saved again; see
-# tests/test_compat.py). The builtin types and typing.Any appear as omegaconf's type metadata
+# tests/test_checkpoint_loading.py). The builtin types and typing.Any appear as omegaconf's type metadata
 # (key/element/object types), defaultdict as its resolver cache.
 FAIRSEQ_SAFE_GLOBALS = [
     argparse.Namespace,

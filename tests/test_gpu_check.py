@@ -1,6 +1,7 @@
-"""benchmarks/gpu_check.py's plan of a lent machine's minutes (the steps themselves run in CI's dry mode:
-``GPU_CHECK_DRY=1 make gpu-check``)."""
+"""The GPU check's plan of a lent machine's minutes (tests/gpu/check.py, run as benchmarks/gpu_check.py; the steps
+themselves run in CI's dry mode: ``GPU_CHECK_DRY=1 make gpu-check``)."""
 
+import subprocess
 import sys
 
 import pytest
@@ -8,7 +9,8 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import gpu_check  # noqa: E402
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import check as gpu_check  # noqa: E402
 
 
 class Clock:
@@ -83,3 +85,11 @@ def test_the_gpu_commands_name_only_known_variants():
 
     variants = gpu_check.GPU_SPEED[gpu_check.GPU_SPEED.index("--variants") + 1]
     assert encoder_speed.choose_variants(variants, "bio_roberta_base") == variants.split(",")
+
+
+def test_the_shared_runners_path_runs_the_check():
+    """``benchmarks/gpu_check.py`` (the path the shared GPU runner and `make gpu-check` call) is the check's entry."""
+    result = subprocess.run([sys.executable, REPO / "benchmarks" / "gpu_check.py", "--only", "tests,profile"],
+                            capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert result.returncode == 2 and "usage: gpu_check.py" in result.stderr
+    assert "a comma-separated choice of speed, large, copies, tests" in result.stderr
