@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .errors import BioError
+from .errors import BioConfigError, BioError
 
 # Model options that decide the parameter shapes or the computation: a training run restoring an imported
 # checkpoint must set them (on top of any primary config).
@@ -42,10 +42,6 @@ CONSOLIDATE = (
     "consolidate the shards into one checkpoint first (a fully sharded run of this plugin writes consolidated "
     "checkpoints: use those)"
 )
-
-
-class CheckpointMismatchError(BioError, ValueError):
-    """A checkpoint that does not fit the run or command reading it; the message names it and what differs."""
 
 
 # ------------------------------------------------------------------------------------------------ dictionaries
@@ -118,7 +114,7 @@ def recorded_dict_files(state) -> List[str]:
 
 
 def check_dictionary(checkpoint, state, dictionary, dict_file: str, rows: Optional[int] = None,
-                     verb: str = "was trained", error=CheckpointMismatchError) -> None:  # fmt: skip
+                     verb: str = "was trained", error=BioConfigError) -> None:  # fmt: skip
     """Refuse ``dictionary`` (read from ``dict_file``) for a checkpoint trained with another one: by the record
     when the checkpoint has one; else by its embedding rows, when ``rows`` (what the model built for it embeds) is
     given, and by the dict.txt of the data directory the checkpoint names."""
@@ -217,7 +213,7 @@ def _layer_problem(shapes: Dict[str, tuple], first: Dict[str, tuple]) -> Optiona
     return None
 
 
-def check_whole(checkpoint, state, error=CheckpointMismatchError) -> None:
+def check_whole(checkpoint, state, error=BioConfigError) -> None:
     """Refuse a checkpoint that holds one shard of a model (``shard_problem``)."""
     problem = shard_problem(state)
     if problem:
@@ -225,7 +221,7 @@ def check_whole(checkpoint, state, error=CheckpointMismatchError) -> None:
 
 
 def check_fits(checkpoint, state, dictionary, dict_file: str, rows: Optional[int] = None,
-               verb: str = "was trained", error=CheckpointMismatchError) -> None:  # fmt: skip
+               verb: str = "was trained", error=BioConfigError) -> None:  # fmt: skip
     """A whole model (``check_whole``) trained with ``dictionary`` (``check_dictionary``)."""
     check_whole(checkpoint, state, error)
     check_dictionary(checkpoint, state, dictionary, dict_file, rows, verb, error)
@@ -284,7 +280,7 @@ def start_checkpoint(checkpoint_cfg_, suffix: str = "") -> Tuple[Optional[str], 
     return None, None
 
 
-def check_not_overwritten(save_dir, reads: Dict[str, str], suffix: str = "", error=CheckpointMismatchError) -> None:
+def check_not_overwritten(save_dir, reads: Dict[str, str], suffix: str = "", error=BioConfigError) -> None:
     """Refuse a ``save_dir`` that holds one of the files a run reads ({option: path}) under a name fairseq writes
     there (checkpoint_best.pt, checkpoint_last.pt, checkpointN.pt, checkpoint_N_M.pt)."""
     for option, path in reads.items():
@@ -344,12 +340,12 @@ def _task_vocabulary_or_none(task):
         return None
 
 
-def load_failure(path, state, trainer) -> Optional[CheckpointMismatchError]:
+def load_failure(path, state, trainer) -> Optional[BioConfigError]:
     """Why fairseq could not load the checkpoint ``path`` (``state``) into the run's model, in one line naming the
     architecture options or the vocabulary sizes that differ; None when none of them explains it."""
     problem = shard_problem(state)
     if problem:
-        return CheckpointMismatchError(f"{path}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}")
+        return BioConfigError(f"{path}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}")
     recorded, current = checkpoint_cfg(state, "model"), trainer.cfg.model
     differ = []
     for key in ARCHITECTURE_OPTIONS:
@@ -357,7 +353,7 @@ def load_failure(path, state, trainer) -> Optional[CheckpointMismatchError]:
         if theirs is not None and ours is not None and theirs != ours:
             differ.append(f"model.{key}={ours} here, {theirs} in it")
     if differ:
-        return CheckpointMismatchError(
+        return BioConfigError(
             f"{path}: built with another architecture than this run's model: {', '.join(differ)}; give the "
             "checkpoint's settings, or another checkpoint.save_dir to start a new run"
         )
@@ -366,13 +362,13 @@ def load_failure(path, state, trainer) -> Optional[CheckpointMismatchError]:
     for key in EMBEDDING_KEYS:
         if torch.is_tensor(weights.get(key)) and key in mine and weights[key].shape[0] != mine[key].shape[0]:
             _, dict_file = _task_vocabulary_or_none(trainer.task) or (None, "its dictionary")
-            return CheckpointMismatchError(
+            return BioConfigError(
                 f"{path}: its embeddings have {weights[key].shape[0]} rows but this run's model has "
                 f"{mine[key].shape[0]} from {dict_file}: trained with another vocabulary (or data-bin)"
             )
     for key, value in weights.items():
         if torch.is_tensor(value) and key in mine and tuple(value.shape) != tuple(mine[key].shape):
-            return CheckpointMismatchError(
+            return BioConfigError(
                 f"{path}: does not fit this run's model: {key} is {tuple(value.shape)} in it and "
                 f"{tuple(mine[key].shape)} here"
             )

@@ -21,7 +21,8 @@ class BioError(CompactHydraException):
 
 
 class BioConfigError(BioError, ValueError):
-    """A setting (hydra override, command-line option) that cannot work; the message names it."""
+    """A setting (hydra override, command-line option, config-file entry) that cannot work, or a checkpoint it names
+    that does not fit the run; the message names it."""
 
 
 class BioFileNotFoundError(BioError, FileNotFoundError):

@@ -31,10 +31,6 @@ class NoSpaceError(InputError):
     """The disk (or quota) filled up while an output was written; nothing has its name."""
 
 
-class OutputError(InputError, ValueError):
-    """An output path that would destroy an input or a file the user did not ask to replace."""
-
-
 # Per directory: {"made": {entry name: record}}. A file's record: {"by": command, "size": bytes,
 # "sha256": hex}; a directory's: {"by": command, "entries": [names], "files": {relative path:
 # {"size", "sha256"} or {"symlink": target}}}. Sizes and hashes, not modification times: an edit
@@ -451,18 +447,18 @@ def check_output(
     ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and
     ``by`` did not make it or it changed since (a user's file or edit, a vocabulary, another
     command's output: ``--overwrite`` or not).
-    One-line ``OutputError``s naming ``option``."""
+    One-line ``InputError``s naming ``option``."""
     if os.path.isdir(path):
-        raise OutputError(f"{path}: is a directory; {option} names the file to write")
+        raise InputError(f"{path}: is a directory; {option} names the file to write")
     for item in _protected(inputs):
         if same_file(path, item):
             how = "" if os.path.abspath(path) == os.path.abspath(item) else " (through a link)"
-            raise OutputError(f"{path}: is the input {item}{how}; {option} must name another file")
+            raise InputError(f"{path}: is the input {item}{how}; {option} must name another file")
     if os.path.lexists(path) and not overwrite:
-        raise OutputError(_already_exists(path))
+        raise InputError(_already_exists(path))
     if os.path.lexists(path) and by is not None and not made_by(path, by):
-        raise OutputError(f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
-                          f"(move it away or choose another {option})")  # fmt: skip
+        raise InputError(f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
+                         f"(move it away or choose another {option})")  # fmt: skip
 
 
 def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:

@@ -137,15 +137,15 @@ def test_predict_never_writes_over_the_vocabulary_beside_its_checkpoint(ner_mode
 def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder, tmp_path):
     from fairseq_bio.cli.extract_encoder import extract_encoder
     from fairseq_bio.cli.init_student import init_student
-    from fairseq_bio.files import OutputError
+    from fairseq_bio.files import InputError
 
     checkpoint = tmp_path / "model.pt"
     shutil.copy(tiny_encoder, checkpoint)
     (tmp_path / "alias.pt").symlink_to(checkpoint)
     before = digest(checkpoint)
-    with pytest.raises(OutputError, match=rf"^{checkpoint}: is the input {checkpoint}; --out must name another file"):
+    with pytest.raises(InputError, match=rf"^{checkpoint}: is the input {checkpoint}; --out must name another file"):
         extract_encoder(checkpoint, checkpoint, overwrite=True)
-    with pytest.raises(OutputError, match=r"alias.pt: is the input .*model.pt \(through a link\); --out must"):
+    with pytest.raises(InputError, match=r"alias.pt: is the input .*model.pt \(through a link\); --out must"):
         init_student(checkpoint, tmp_path / "alias.pt", overwrite=True)
     assert digest(checkpoint) == before
 

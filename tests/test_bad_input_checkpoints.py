@@ -18,7 +18,7 @@ import torch
 from conftest import ENCODER_SIZE, ENCODER_UPDATES, FINE_TUNE, run_cli
 
 from fairseq_bio import checkpoint_fit, checkpoints, runs
-from fairseq_bio.checkpoint_fit import CheckpointMismatchError
+from fairseq_bio.errors import BioConfigError
 
 
 def digests(*paths) -> dict:
@@ -121,10 +121,10 @@ def test_what_a_run_may_and_may_not_write_over(tmp_path):
     }
     (save / "checkpoint_last.pt").unlink()
     for why, given in refused.items():
-        with pytest.raises(CheckpointMismatchError, match=r"^checkpoint\.save_dir=.*: holds checkpoint\.") as e:
+        with pytest.raises(BioConfigError, match=r"^checkpoint\.save_dir=.*: holds checkpoint\.") as e:
             checkpoint_fit.check_start_kept(given, "bio_tagging" if why == "another task" else "bio_masked_lm")
         assert str(best) in str(e.value), why
-    with pytest.raises(CheckpointMismatchError, match=r"holds criterion\.teacher="):
+    with pytest.raises(BioConfigError, match=r"holds criterion\.teacher="):
         checkpoint_fit.check_start_kept(cfg(), "bio_masked_lm", {"criterion.teacher": str(link)})
 
 
@@ -140,7 +140,7 @@ def test_a_distillation_into_its_teachers_folder_is_refused_before_training(tmp_
     trainer = SimpleNamespace(checkpoint_suffix="", get_criterion=lambda: criterion,
                               task=SimpleNamespace(cfg=SimpleNamespace(_name="bio_masked_lm")))  # fmt: skip
     cfg = SimpleNamespace(restore_file="checkpoint_last.pt", finetune_from_model=None, save_dir=str(save))
-    with pytest.raises(CheckpointMismatchError, match=rf"holds criterion\.teacher={teacher}, which this run would"):
+    with pytest.raises(BioConfigError, match=rf"holds criterion\.teacher={teacher}, which this run would"):
         checkpoint_fit.check_run_start(cfg, trainer)
 
 
@@ -174,14 +174,14 @@ def test_fine_tuning_from_an_encoder_with_a_same_size_shuffled_vocabulary_is_ref
 
     vocab = copy_vocab(data_bin("bytebpe"), tmp_path / "vocab", swap=(20, 30))
     dictionary, _ = fine_tuning.load_vocab(str(vocab))
-    with pytest.raises(fine_tuning.FineTuningError) as e:
+    with pytest.raises(BioConfigError) as e:
         fine_tuning.check_encoder_fits(str(tiny_encoder), dictionary, str(vocab))
     assert str(e.value).startswith(f"{tiny_encoder}: was pretrained with {data_bin('bytebpe') / 'dict.txt'}, which "
                                    f"differs from {vocab / 'dict.txt'}: symbol 23 (line 20)")  # fmt: skip
     older = checkpoints.load_checkpoint(tiny_encoder)
     del older["extra_state"][checkpoint_fit.RECORD]
     torch.save(older, tmp_path / "older.pt")
-    with pytest.raises(fine_tuning.FineTuningError, match="was pretrained with .*dict.txt, which differs from"):
+    with pytest.raises(BioConfigError, match="was pretrained with .*dict.txt, which differs from"):
         fine_tuning.check_encoder_fits(str(tmp_path / "older.pt"), dictionary, str(vocab))
     same, _ = fine_tuning.load_vocab(str(data_bin("bytebpe")))
     fine_tuning.check_encoder_fits(str(tmp_path / "older.pt"), same, str(data_bin("bytebpe")))
@@ -265,7 +265,7 @@ def shard_of(checkpoint: Path, dest: Path) -> Path:
 
 def test_a_shard_given_to_export_predict_or_fine_tuning_is_one_line(ner_model, ncbi_slice, tmp_path):
     from fairseq_bio.inference.loading import load_fine_tuned
-    from fairseq_bio.inference.predictions import PredictError
+    from fairseq_bio.files import InputError
     from fairseq_bio.tasks import fine_tuning
 
     save_dir, _ = ner_model
@@ -276,10 +276,10 @@ def test_a_shard_given_to_export_predict_or_fine_tuning_is_one_line(ner_model, n
     line = refusal(result)
     assert line.startswith(f"fairseq-bio-export-hf: {shard}: one shard of a model, not a whole one (")
     assert "consolidate the shards" in line and not (tmp_path / "hf").exists()
-    with pytest.raises(PredictError, match=rf"^{shard}: one shard of a model, not a whole one"):
+    with pytest.raises(InputError, match=rf"^{shard}: one shard of a model, not a whole one"):
         load_fine_tuned(str(shard), cpu=True)
     dictionary, _ = fine_tuning.load_vocab(str(shard.parent))
-    with pytest.raises(fine_tuning.FineTuningError, match="one shard of a model") as e:  # not "another vocabulary"
+    with pytest.raises(BioConfigError, match="one shard of a model") as e:  # not "another vocabulary"
         fine_tuning.check_encoder_fits(str(shard), dictionary, str(shard.parent))
     assert "vocabulary" not in str(e.value)
     # fairscale's unconsolidated state: flat parameters and their metadata
@@ -288,7 +288,7 @@ def test_a_shard_given_to_export_predict_or_fine_tuning_is_one_line(ner_model, n
     state["fsdp_metadata"] = {"param_metadata": []}
     flat = tmp_path / "shard" / "checkpoint_last.pt"
     torch.save(state, flat)
-    with pytest.raises(PredictError, match=r"an unconsolidated fully sharded \(FSDP\) state"):
+    with pytest.raises(InputError, match=r"an unconsolidated fully sharded \(FSDP\) state"):
         load_fine_tuned(str(flat), cpu=True)
     flat.unlink()
     assert digests(shard.parent) == before

@@ -15,8 +15,8 @@ from helpers.small_models import DictionaryTask, build, make_dictionary, tokens 
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.data.tagging_dataset import IGNORE
+from fairseq_bio.errors import BioConfigError
 from fairseq_bio.modules.tagging_head import TokenClassificationHead, head_options
-from fairseq_bio.tasks import fine_tuning
 
 UPDATES = 150
 
@@ -122,7 +122,7 @@ def test_bad_lstm_options_fail_in_one_line(task):
         ({"lstm_hidden_size": 8}, "task.lstm_hidden_size=8 sizes a BiLSTM: set task.lstm_layers >= 1 too"),
         ({"lstm_layers": -1}, "task.lstm_layers=-1, task.lstm_hidden_size=0: must be >= 0"),
     ):
-        with pytest.raises(fine_tuning.FineTuningError) as error:
+        with pytest.raises(BioConfigError) as error:
             BioTaggingTask(BioTaggingConfig(data="x", **options), task.source_dictionary, None, "vocab", None)
         assert str(error.value) == message
 

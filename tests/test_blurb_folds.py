@@ -11,10 +11,11 @@ import json
 import pytest
 from conftest import SHARED_DATA, conll_slice, logged
 
-from fairseq_bio.runner.folds import FoldError, fold_parts, fold_rows, read_rows, write_folds
+from fairseq_bio.runner.folds import fold_parts, fold_rows, read_rows, write_folds
 from fairseq_bio.cli.blurb import build_parser, main
 from fairseq_bio.data import sentence_files as sd
 from fairseq_bio.data.conll import read_conll
+from fairseq_bio.errors import BioConfigError
 
 GAD_TASK = {"format": "auto", "text_fields": "sentence", "label_field": "label", "id_field": "id"}
 DDI_TASK = {"format": "auto", "text_fields": "sentence", "label_field": "label", "id_field": "id"}
@@ -97,12 +98,13 @@ def test_folds_are_deterministic(sources, tmp_path):
 def test_what_cannot_be_cross_validated_fails_in_one_line(tmp_path):
     tiny = tmp_path / "train.tsv"
     tiny.write_text("a @GENE$ b @DISEASE$\t1\nc @GENE$ d @DISEASE$\t0\n", encoding="utf-8")
-    with pytest.raises(FoldError, match=rf"^{tiny}: 2 rows, fewer than the 3 folds$"):
+    with pytest.raises(BioConfigError, match=rf"^{tiny}: 2 rows, fewer than the 3 folds$"):
         write_folds(str(tiny), False, GAD_TASK, 3, tmp_path / "out")
-    with pytest.raises(FoldError, match=rf"^{tiny}: 2 folds; cross-validation needs at least 3 \(test, dev, train\)$"):
+    too_few = rf"^{tiny}: 2 folds; cross-validation needs at least 3 \(test, dev, train\)$"
+    with pytest.raises(BioConfigError, match=too_few):
         write_folds(str(tiny), False, GAD_TASK, 2, tmp_path / "out")
     pubmedqa = {"format": "pubmedqa", "text_fields": "question", "label_field": "final_decision"}
-    with pytest.raises(FoldError, match="PubMedQA's file is split by its split file"):
+    with pytest.raises(BioConfigError, match="PubMedQA's file is split by its split file"):
         write_folds(str(SHARED_DATA / "pubmedqa" / "ori_pqal.json"), False, pubmedqa, 10, tmp_path / "out")
     bad = tmp_path / "bad.tsv"
     bad.write_text("one\ttag\n\nragged\n", encoding="utf-8")

@@ -21,10 +21,11 @@ from conftest import BIN, SHARED_DATA, conll_slice, logged
 from helpers.blurb_tables import TABLE_6
 
 from fairseq_bio.runner.datasets import BLUE, BLUE_RECIPES, BLURB, BLURB_RECIPES
-from fairseq_bio.runner.plan import LOCK_FILE, BlurbError, compose, plan_runs
+from fairseq_bio.runner.plan import LOCK_FILE, compose, plan_runs
 from fairseq_bio.runner.report import aggregate, render_markdown
 from fairseq_bio.cli.blurb import build_parser, main
 from fairseq_bio.data.conll import read_conll_predictions
+from fairseq_bio.errors import BioError
 from fairseq_bio.metrics.classification import blue_hoc_f1, hoc_f1, micro_f1
 from fairseq_bio.metrics.tagging import span_prf
 
@@ -305,14 +306,14 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data, capsys):
     assert done.stderr.strip().splitlines()[-1] == (
         "fairseq-bio-blurb: unknown BLURB dataset 'nosuch'; known: " + ", ".join(BLURB.names())
     )
-    with pytest.raises(BlurbError, match=r"^no data for any of chemprot under .*"):
+    with pytest.raises(BioError, match=r"^no data for any of chemprot under .*"):
         main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "chemprot"))
-    with pytest.raises(BlurbError, match=r"^gad: the overrides do not compose with bio_sentence_prediction: "):
+    with pytest.raises(BioError, match=r"^gad: the overrides do not compose with bio_sentence_prediction: "):
         main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "gad", "--", "task.no_such_option=1"))
-    with pytest.raises(BlurbError, match=r"^gad: give learning rates with --lr-grid or as overrides, not both$"):
+    with pytest.raises(BioError, match=r"^gad: give learning rates with --lr-grid or as overrides, not both$"):
         main(_args(encoder, blurb_data, tmp_path / "o", "--tasks", "gad", "--lr-grid", "1e-5,3e-5", "--",
                    "optimizer.groups.default.lr_float=1e-4"))  # fmt: skip
-    with pytest.raises(BlurbError, match=r"nosuch\.pt: encoder checkpoint not found$"):
+    with pytest.raises(BioError, match=r"nosuch\.pt: encoder checkpoint not found$"):
         main(_args(tmp_path / "nosuch.pt", blurb_data, tmp_path / "o"))
     assert not (tmp_path / "o").exists()
     # a second runner on an --out that another one holds is refused before it touches a run
@@ -324,7 +325,7 @@ def test_bad_input_fails_in_one_line(tmp_path, blurb_data, capsys):
         held.flush()
         capsys.readouterr()
         with pytest.raises(
-            BlurbError, match=r"busy: another fairseq-bio-blurb is running there \(pid 12345 on node7\); "
+            BioError, match=r"busy: another fairseq-bio-blurb is running there \(pid 12345 on node7\); "
         ):
             main(_args(encoder, blurb_data, busy, "--tasks", "gad"))
     assert sorted(p.name for p in busy.iterdir()) == [LOCK_FILE]
@@ -380,7 +381,7 @@ def test_batch_size_grid_plans_each_size_with_its_budget(tmp_path, capsys):
     assert first["optimizer.groups.default.lr_scheduler.warmup_updates"] == "678"
     assert first["checkpoint.save_dir"].endswith("ncbi-disease/lr1e-05-bs16/seed1")
     assert not out.exists() or not any(out.rglob("*.pt"))  # nothing trained
-    with pytest.raises(BlurbError, match="--batch-sizes or as overrides"):
+    with pytest.raises(BioError, match="--batch-sizes or as overrides"):
         args.overrides = ["dataset.batch_size=8"]
         plan_runs(args, BLURB, ["gad"])
     records = [{"dataset": "gad", "lr": lr, "batch_size": b, "seed": s, "dev_metric": dev, "test_metric": 70.0 + s}

@@ -194,7 +194,8 @@ def test_registered_metrics_are_the_benchmarks_own():
 def test_the_dataset_table_is_checked_in_one_line(tmp_path):
     """The shipped table is the benchmarks' own (every dataset has its recipe); a table with a bad entry is refused
     in one line naming the file and the entry."""
-    from fairseq_bio.runner.datasets import RECIPES, DatasetTableError, load_table
+    from fairseq_bio.errors import BioConfigError
+    from fairseq_bio.runner.datasets import RECIPES, load_table
     from fairseq_bio.runs import shipped_config_dir
 
     shipped = shipped_config_dir() / "runner" / "datasets.yaml"
@@ -220,6 +221,6 @@ def test_the_dataset_table_is_checked_in_one_line(tmp_path):
         entry = {k: v for k, v in {**gad, **change}.items() if v is not None}
         spec = {"name": "T", "aggregate": "mean", "task_types": ["re"], "datasets": [entry]}
         table.write_text(json.dumps({"t": spec}))  # JSON is YAML
-        with pytest.raises(DatasetTableError) as e:
+        with pytest.raises(BioConfigError) as e:
             load_table(table)
         assert str(e.value).startswith(f"{table}: t: {message}") and "\n" not in str(e.value), str(e.value)

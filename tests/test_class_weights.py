@@ -316,14 +316,13 @@ def test_oversampling_is_refused_without_classes_in_one_line(ddi_runs):
 
     from fairseq_bio.inference.loading import load_fine_tuned
     from fairseq_bio.tasks.bio_sentence_prediction import BioSentencePredictionTask
-    from fairseq_bio.tasks.fine_tuning import FineTuningError
 
     task, _ = load_fine_tuned(str(ddi_runs[1]["oversample"][0] / "checkpoint_last.pt"), cpu=True)
     assert task.cfg.oversample == "balanced"
     for kind in ("multilabel", "regression"):
         cfg = copy.deepcopy(task.cfg)
         cfg.kind = kind
-        with pytest.raises(FineTuningError) as error:
+        with pytest.raises(BioConfigError) as error:
             BioSentencePredictionTask(cfg, task.dictionary, task.bpe_spec, task.vocab_dir, None)
         assert str(error.value) == (
             f"task.oversample=balanced: task.kind={kind} has no classes to oversample (single-label classification "

@@ -7,7 +7,8 @@ import torch
 from helpers.distillation import SYMBOLS, TEACHER, build_model, save_teacher, setup_task, write_dict
 from omegaconf import OmegaConf
 
-from fairseq_bio.criterions.bio_distillation import BioDistillationConfig, BioDistillationCriterion, DistillationError
+from fairseq_bio.criterions.bio_distillation import BioDistillationConfig, BioDistillationCriterion
+from fairseq_bio.errors import BioConfigError
 from fairseq_bio.modules import distillation as losses
 
 STUDENT = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=4)
@@ -148,26 +149,26 @@ def test_equal_widths_need_no_projection(task, teacher_path):
 def test_dictionary_mismatch_names_both_dictionaries_and_the_first_symbol(task, tmp_path):
     other = SYMBOLS[:5] + ["zz"] + SYMBOLS[6:]
     path = save_teacher(tmp_path / "other", symbols=other)
-    with pytest.raises(DistillationError) as e:
+    with pytest.raises(BioConfigError) as e:
         criterion_for(task, path)
     message = str(e.value)
     assert "\n" not in message and str(tmp_path / "other" / "dict.txt") in message
     assert task.cfg.data + "/dict.txt" in message and "'zz'" in message and "'w5'" in message
     shorter = save_teacher(tmp_path / "short", symbols=SYMBOLS[:-1])
-    with pytest.raises(DistillationError, match="differ"):
+    with pytest.raises(BioConfigError, match="differ"):
         criterion_for(task, shorter)
 
 
 def test_bad_set_ups_fail_in_one_line(task, teacher_path, tmp_path):
-    with pytest.raises(DistillationError, match="no such checkpoint"):
+    with pytest.raises(BioConfigError, match="no such checkpoint"):
         criterion_for(task, tmp_path / "missing.pt")
-    with pytest.raises(DistillationError, match="layer_map.*multiple"):
+    with pytest.raises(BioConfigError, match="layer_map.*multiple"):
         criterion_for(task, teacher_path, sizes={**STUDENT, "encoder_layers": 3}, hidden_weight=1.0)
-    with pytest.raises(DistillationError, match="every weight is 0"):
+    with pytest.raises(BioConfigError, match="every weight is 0"):
         criterion_for(task, teacher_path, **OFF)
     crit = criterion_for(task, teacher_path, **dict(OFF, attn_weight=1.0))
     wider = build_model(task, {**STUDENT, "encoder_embed_dim": 8}, seed=1)
-    with pytest.raises(DistillationError, match="built for a 1 x 16 student"):
+    with pytest.raises(BioConfigError, match="built for a 1 x 16 student"):
         crit(wider, hand_batch(task))
 
 

@@ -10,9 +10,10 @@ import torch
 from conftest import run_cli
 from helpers.distillation import TEACHER, save_teacher
 
-from fairseq_bio.cli.init_student import InitStudentError, init_student
+from fairseq_bio.cli.init_student import init_student
 from fairseq_bio.checkpoints import load_checkpoint
-from fairseq_bio.files import OutputError
+from fairseq_bio.errors import BioError
+from fairseq_bio.files import InputError
 
 FOUR = {**TEACHER, "encoder_layers": 4}
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
@@ -72,11 +73,11 @@ def test_shapes_that_cannot_be_copied_are_refused(teacher, tmp_path):
         (dict(layers="0,0"), "named twice"),
         (dict(layers="even"), "every-other"),
     ):
-        with pytest.raises(InitStudentError, match=re.escape(message)):
+        with pytest.raises(BioError, match=re.escape(message)):
             init_student(teacher, tmp_path / "s.pt", **kwargs)
     assert not (tmp_path / "s.pt").exists()
     init_student(teacher, tmp_path / "s.pt", embed_dim=32, ffn_dim=64, heads=4)  # the teacher's own sizes are fine
-    with pytest.raises(OutputError, match="s.pt: already exists; pass --overwrite to replace it"):
+    with pytest.raises(InputError, match="s.pt: already exists; pass --overwrite to replace it"):
         init_student(teacher, tmp_path / "s.pt")
 
 

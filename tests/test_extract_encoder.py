@@ -6,8 +6,9 @@ import torch
 from conftest import fine_tune, logged, run_cli
 
 from fairseq_bio import runs
-from fairseq_bio.cli.extract_encoder import ExtractError, extract_encoder
-from fairseq_bio.files import OutputError
+from fairseq_bio.cli.extract_encoder import extract_encoder
+from fairseq_bio.errors import BioError
+from fairseq_bio.files import InputError
 
 SMALL = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=128",
          "model.encoder_attention_heads=2", "model.generator_ffn_embed_dim=64", "model.generator_attention_heads=1",
@@ -75,9 +76,9 @@ def test_discriminator_is_a_bio_roberta_encoder_with_identical_features(electra_
     assert refused.returncode == 1 and last.startswith("fairseq-bio-extract-encoder: ") and "cannot hold" in last
     assert "Traceback" not in refused.stderr
     assert not (tmp_path / "g.pt").exists()
-    with pytest.raises(OutputError, match="already exists; pass --overwrite to replace it"):
+    with pytest.raises(InputError, match="already exists; pass --overwrite to replace it"):
         extract_encoder(narrow, out)
-    with pytest.raises(ExtractError, match="already a bio_roberta encoder checkpoint"):
+    with pytest.raises(BioError, match="already a bio_roberta encoder checkpoint"):
         extract_encoder(out, tmp_path / "again.pt")
 
 

@@ -23,8 +23,9 @@ from fairseq_bio.data.qa_dataset import (
     doc_windows,
     max_context_windows,
 )
-from fairseq_bio.data.squad import SquadDataError, context_words, read_squad
+from fairseq_bio.data.squad import context_words, read_squad
 from fairseq_bio.data.tagging_dataset import WordEncoder
+from fairseq_bio.files import InputError
 from fairseq_bio.tasks.fine_tuning import load_vocab
 
 LONG_CONTEXT_PMIDS = ("400713", "400755")  # longer than 384 pieces in every vocabulary here
@@ -111,7 +112,7 @@ BAD = {
 def test_bad_input_is_one_line_naming_file_line_and_question(case, tmp_path):
     change, message = BAD[case]
     path = _mutated(tmp_path, change)
-    with pytest.raises(SquadDataError) as err:
+    with pytest.raises(InputError) as err:
         read_squad(str(path))
     text = str(err.value)
     assert "\n" not in text and text.startswith(str(path)) and message in text, text
@@ -124,7 +125,7 @@ def test_bad_input_is_one_line_naming_file_line_and_question(case, tmp_path):
 def test_not_json_names_the_line(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{"data": [\n  {"paragraphs": [}\n]}', encoding="utf-8")
-    with pytest.raises(SquadDataError, match=r"broken.json:2:19: not valid JSON \(Expecting value\)"):
+    with pytest.raises(InputError, match=r"broken.json:2:19: not valid JSON \(Expecting value\)"):
         read_squad(str(path))
 
 

@@ -336,7 +336,8 @@ def test_pairs_bio_electra_cannot_hold_are_refused_in_one_line(case, pairs, tmp_
 
 
 def test_electra_small_discriminator_alone_still_points_at_the_pair_import(pairs, imported, tmp_path):
-    from fairseq_bio.cli.extract_encoder import ExtractError, extract_encoder
+    from fairseq_bio.cli.extract_encoder import extract_encoder
+    from fairseq_bio.errors import BioError
 
     with pytest.raises(SystemExit) as exit_info:
         import_main(["--checkpoint", str(pairs["small"][0]), "--out", str(tmp_path / "out")])
@@ -346,7 +347,7 @@ def test_electra_small_discriminator_alone_still_points_at_the_pair_import(pairs
     info = import_hf(pairs["base"][0], tmp_path / "encoder", log=lambda line: None)
     assert info["model"]["encoder_embed_dim"] == 32 and info["dropped"] == ["ELECTRA discriminator head"]
     # An imported ELECTRA-small discriminator reads its embeddings through a projection: no bio_roberta form.
-    with pytest.raises(ExtractError, match="the discriminator is 32 wide behind a projection from the 16-wide shared "
+    with pytest.raises(BioError, match="the discriminator is 32 wide behind a projection from the 16-wide shared "
                        "embeddings, which bio_roberta cannot hold; export the pair"):  # fmt: skip
         extract_encoder(imported["small"][0] / "model.pt", tmp_path / "disc.pt")
     assert not (tmp_path / "disc.pt").exists()

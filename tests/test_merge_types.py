@@ -13,8 +13,8 @@ from helpers.trainers import CPU, TINY
 from fairseq_bio import runs
 from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.data.conll import TaggingDataError, merge_types, parse_type_merge, read_conll
+from fairseq_bio.errors import BioConfigError
 from fairseq_bio.metrics.tagging import get_entities
-from fairseq_bio.tasks.fine_tuning import FineTuningError
 
 # JNLPBA-like: protein, DNA and cell_type; "NF kappa B" is read by conlleval as a protein then a DNA entity (the type
 # changes at an I- tag), which must stay two entities once both are "entity".
@@ -117,7 +117,7 @@ def test_task_labels_and_criterion_counts_see_merged_types(data, tmp_path):
     unmerged = tasks.setup_task(composed("bio_tagging_ner", *tagging_overrides(data_dir, vocab_dir, tmp_path)).task)
     assert unmerged.types == ["DNA", "cell_type", "protein"]
     bad = composed("bio_tagging_ner", *tagging_overrides(data_dir, vocab_dir, tmp_path, "task.merge_types='a b'"))
-    with pytest.raises(FineTuningError, match=r"^task.merge_types='a b': 'a b': expected one type name"):
+    with pytest.raises(BioConfigError, match=r"^task.merge_types='a b': 'a b': expected one type name"):
         tasks.setup_task(bad.task)
 
 

@@ -72,9 +72,9 @@ def test_the_span_head_is_restored_at_update_0_unless_asked_not_to(first_run, tm
 
 
 def test_restore_head_true_needs_a_span_head_in_the_checkpoint(tiny_encoder, tmp_path, caplog):
-    from fairseq_bio.tasks.fine_tuning import FineTuningError
+    from fairseq_bio.errors import BioConfigError
 
-    with pytest.raises(FineTuningError) as err:
+    with pytest.raises(BioConfigError) as err:
         model_at_update_0(tiny_encoder, tmp_path / "true", "task.restore_head=true")
     text = str(err.value)
     assert text == (f"task.restore_head=true: {tiny_encoder} has no span head bio_qa, this run's is "

@@ -21,8 +21,9 @@ from fairseq_bio.data.qa_dataset import (
     null_score_diffs,
     v2_predictions,
 )
-from fairseq_bio.data.squad import SquadDataError, read_squad
+from fairseq_bio.data.squad import read_squad
 from fairseq_bio.data.tagging_dataset import WordEncoder
+from fairseq_bio.files import InputError
 from fairseq_bio.metrics.qa import best_null_threshold, squad_v2_eval, squad_v2_sums
 
 # ------------------------------------------------------------------------------------------- metrics by hand
@@ -102,7 +103,7 @@ def test_unanswerable_questions_read_only_when_asked_for(tmp_path):
     squad = read_squad(str(path), allow_unanswerable=True)
     assert (len(squad.examples), squad.unanswerable, added) == (29 + 12, 12, 12)
     assert all(ex.answers == [] for ex in squad.examples if ex.id.endswith("_neg"))
-    with pytest.raises(SquadDataError) as err:
+    with pytest.raises(InputError) as err:
         read_squad(str(path))
     text = str(err.value)
     assert "\n" not in text and text.startswith(f"{path}:") and "task.version_2_with_negative=true" in text
@@ -113,7 +114,7 @@ def test_unanswerable_questions_read_only_when_asked_for(tmp_path):
     data = json.loads(path.read_text(encoding="utf-8"))
     data["data"][0]["paragraphs"][0]["qas"][0]["is_impossible"] = True
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    with pytest.raises(SquadDataError, match='question 399330_001: is_impossible, but "answers" has 1'):
+    with pytest.raises(InputError, match='question 399330_001: is_impossible, but "answers" has 1'):
         read_squad(str(path), allow_unanswerable=True)
 
 

@@ -7,6 +7,7 @@ from helpers.small_models import build, small_task, tokens
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.data.tagging_dataset import IGNORE
+from fairseq_bio.errors import BioConfigError
 from fairseq_bio.modules.tagging_head import TokenClassificationHead
 from fairseq_bio.tasks import fine_tuning
 
@@ -88,7 +89,7 @@ def test_layer_wise_lr_scales(task):
     assert scales["encoder.sentence_encoder.layers.0.fc1.weight"] == pytest.approx(0.8**2)
     assert scales["encoder.sentence_encoder.layers.1.fc1.weight"] == pytest.approx(0.8)
     assert scales["classification_heads.tags.out_proj.weight"] == 1.0
-    with pytest.raises(fine_tuning.FineTuningError, match="must lie in"):
+    with pytest.raises(BioConfigError, match="must lie in"):
         fine_tuning.apply_layer_lr_decay(model, 1.5)
     fine_tuning.apply_layer_lr_decay(model, 0.8)
     layer0 = model.encoder.sentence_encoder.layers[0].fc1.weight
@@ -144,7 +145,7 @@ def test_head_learns_at_its_own_rate_beside_layer_decay(task):
             assert group["lr"] == pytest.approx(1e-3 * scales[name] * (20.0 if name in head else 1.0)), name
     assert head < seen and not any("lm_head.dense" in n for n in seen)
     for bad in (0.0, -1.0):
-        with pytest.raises(fine_tuning.FineTuningError, match=rf"^task.head_lr_scale={bad}: must be > 0$"):
+        with pytest.raises(BioConfigError, match=rf"^task.head_lr_scale={bad}: must be > 0$"):
             fine_tuning.scale_head_lr(model, bad)
 
 
@@ -211,7 +212,7 @@ def test_per_parameter_options_refuse_an_optimizer_that_ignores_them(task):
     root = OmegaConf.create({"common": {"tpu": False}, "optimization": {"lr": [1e-3]},
                              "optimizer": {"_name": "adam", "lr": "${optimization.lr}", "tpu": "${common.tpu}"}})
     adam = build_optimizer(root.optimizer, list(model.parameters()))  # fairseq's own adam
-    with pytest.raises(fine_tuning.FineTuningError, match=r"^task.layer_lr_decay=0.8, task.exempt_from_weight_decay="
+    with pytest.raises(BioConfigError, match=r"^task.layer_lr_decay=0.8, task.exempt_from_weight_decay="
                        r"true, task.head_lr_scale=10.0: needs optimizer=composite .*not FairseqAdam$"):  # fmt: skip
         fine_tuning.check_optimizer_groups(adam, ", ".join(options))
     fine_tuning.check_optimizer_groups(_composite(model), ", ".join(options))  # composite: accepted

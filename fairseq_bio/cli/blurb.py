@@ -22,7 +22,8 @@ from typing import List, Optional, Sequence
 
 from ..runner.datasets import BENCHMARKS, RECIPES
 from ..runner.execute import run_all
-from ..runner.plan import BlurbError, lock_out, make_runs, plan_runs, resolve_tasks
+from ..runner.plan import lock_out, make_runs, plan_runs, resolve_tasks
+from ..errors import BioConfigError
 from .options import Parser, add_checkpoint, add_data, add_out, run_cli
 
 PROG = "fairseq-bio-blurb"
@@ -63,8 +64,19 @@ def _span(seeds: Sequence[int]) -> str:
     return f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
 
 
+class _Parser(Parser):
+    """The command's parser: what follows ``--`` is hydra overrides (``args.overrides``), never options."""
+
+    def parse_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        cut = argv.index("--") if "--" in argv else len(argv)
+        parsed = super().parse_args(argv[:cut], namespace)
+        parsed.overrides = argv[cut + 1 :]
+        return parsed
+
+
 def build_parser() -> Parser:
-    parser = Parser(
+    parser = _Parser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog="Hydra overrides after `--` go to every run (`<dataset>:key=value`: to that dataset's runs only).",
@@ -96,18 +108,14 @@ def build_parser() -> Parser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    overrides = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = build_parser().parse_args(argv)
-    args.overrides = overrides
     benchmark = BENCHMARKS[args.preset]
     names = resolve_tasks(benchmark, args.tasks)
     args.checkpoint = Path(args.checkpoint).resolve()
     if not args.checkpoint.is_file():
-        raise BlurbError(f"{args.checkpoint}: encoder checkpoint not found")
+        raise BioConfigError(f"{args.checkpoint}: encoder checkpoint not found")
     if not Path(args.data).is_dir():
-        raise BlurbError(f"{args.data}: --data is not a directory")
+        raise BioConfigError(f"{args.data}: --data is not a directory")
     # importing fairseq set the root logger to DEBUG; the runs' own logs are in their directories
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
     out = Path(args.out).resolve()
@@ -124,7 +132,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(shlex.join(run.command))
         return 0
     if not plans:
-        raise BlurbError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
+        raise BioConfigError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
 
     lock = lock_out(out)  # before the plan is printed: a refused runner says only why
     try:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..files import check_output
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
@@ -15,10 +15,6 @@ PARTS = ("discriminator", "generator")
 # bio_roberta's MLM head: the discriminator has none, so a new one is initialised (continued MLM pretraining only;
 # fine-tuning never uses it).
 LM_HEAD = ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")
-
-
-class ExtractError(BioError, ValueError):
-    """An input that cannot be extracted; the message names the file and what is wrong."""
 
 
 EXTRACT_ENCODER = "fairseq-bio-extract-encoder"  # the script, and what the encoder checkpoint is recorded as made by
@@ -57,26 +53,26 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
 
     checkpoint, out = Path(checkpoint), Path(out).absolute()
     if part not in PARTS:
-        raise ExtractError(f"--part {part}: must be one of {', '.join(PARTS)}")
+        raise BioConfigError(f"--part {part}: must be one of {', '.join(PARTS)}")
     if not checkpoint.is_file():
-        raise ExtractError(f"{checkpoint}: no such checkpoint")
+        raise BioConfigError(f"{checkpoint}: no such checkpoint")
     check_output(out, [checkpoint], overwrite, option="--out", by=EXTRACT_ENCODER)
     state = load_checkpoint(checkpoint)
     model_cfg = argparse.Namespace(**((state.get("cfg") or {}).get("model") or {}))
     name = getattr(model_cfg, "_name", None) or ""
     if is_bio_roberta(name):
-        raise ExtractError(
+        raise BioConfigError(
             f"{checkpoint}: model {name}: already a bio_roberta encoder checkpoint; fine-tune, distil or export it as "
             "it is (fairseq-bio-extract-encoder takes bio_electra checkpoints)"
         )
     if not name.startswith("bio_electra") or "discriminator.embed_tokens.weight" not in state.get("model", {}):
-        raise ExtractError(f"{checkpoint}: not a bio_electra checkpoint (model {name or 'unknown'})")
+        raise BioConfigError(f"{checkpoint}: not a bio_electra checkpoint (model {name or 'unknown'})")
     apply_architecture(model_cfg, name)
     options = encoder_options(model_cfg, part)
     if options["encoder_embed_dim"] != model_cfg.embedding_dim:  # the generator; an ELECTRA-small discriminator
         instead = ("extract the discriminator, or train with model.generator_embed_dim equal to the embedding width"
                    if part == "generator" else "export the pair with fairseq-bio-export-hf")  # fmt: skip
-        raise ExtractError(
+        raise BioConfigError(
             f"{checkpoint}: the {part} is {options['encoder_embed_dim']} wide behind a projection from the "
             f"{model_cfg.embedding_dim}-wide shared embeddings, which bio_roberta cannot hold; {instead}"
         )
@@ -102,12 +98,12 @@ def extract_encoder(checkpoint, out, part: str = "discriminator", overwrite: boo
     missing, unexpected = model.load_state_dict({**versions, **encoder}, strict=False)
     allowed = {"encoder.lm_head." + k for k in LM_HEAD} if part == "discriminator" else set()
     if unexpected or set(missing) - allowed:
-        raise ExtractError(f"{checkpoint}: the {part} does not fit bio_roberta: {sorted(unexpected or missing)[:5]}")
+        raise BioConfigError(f"{checkpoint}: the {part} does not fit bio_roberta: {sorted(unexpected or missing)[:5]}")
     lm_head = "generator" if part == "generator" else f"initialised (seed {seed})"
     extra = {"electra_extract": {"source": str(checkpoint.absolute()), "part": part, "lm_head": lm_head}}
     result = encoder_checkpoint(cfg, model.state_dict(), extra)
 
-    save_encoder_checkpoint(result, out, vocab_dir, ExtractError, by=EXTRACT_ENCODER)
+    save_encoder_checkpoint(result, out, vocab_dir, BioConfigError, by=EXTRACT_ENCODER)
     return {"out": str(out), "vocab": vocab_dir, "options": options, "lm_head": lm_head,
             "note": best_is_behind(checkpoint, state)}  # fmt: skip
 

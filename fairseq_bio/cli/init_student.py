@@ -8,16 +8,12 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..files import check_output
 from .options import Parser, add_checkpoint, add_out, add_overwrite, run_cli
 
 LAYER = re.compile(r"^encoder\.sentence_encoder\.layers\.(\d+)\.(.*)$")
 EVERY_OTHER = "every-other"
-
-
-class InitStudentError(BioError, ValueError):
-    """An initialisation that cannot be done; the message names the file or option and what is wrong."""
 
 
 def choose_layers(spec: str, teacher_layers: int) -> List[int]:
@@ -28,14 +24,14 @@ def choose_layers(spec: str, teacher_layers: int) -> List[int]:
     try:
         layers = [int(x) for x in spec.split(",")]
     except ValueError:
-        raise InitStudentError(
+        raise BioConfigError(
             f'--layers {spec}: "{EVERY_OTHER}" or comma-separated teacher layers (0-based)'
         ) from None
     bad = [x for x in layers if not 0 <= x < teacher_layers]
     if bad:
-        raise InitStudentError(f"--layers {spec}: teacher layer {bad[0]} is not in 0..{teacher_layers - 1}")
+        raise BioConfigError(f"--layers {spec}: teacher layer {bad[0]} is not in 0..{teacher_layers - 1}")
     if len(set(layers)) != len(layers):
-        raise InitStudentError(f"--layers {spec}: a teacher layer is named twice")
+        raise BioConfigError(f"--layers {spec}: a teacher layer is named twice")
     return layers
 
 
@@ -81,7 +77,7 @@ def init_student(
     from ..tasks.fine_tuning import resolve_vocab
 
     teacher, out = Path(teacher), Path(out).absolute()
-    _, weights, recorded = read_bio_roberta_checkpoint(str(teacher), str(teacher), InitStudentError)
+    _, weights, recorded = read_bio_roberta_checkpoint(str(teacher), str(teacher))
     check_output(out, [teacher], overwrite, option="--out", by=INIT_STUDENT)
     name = recorded["_name"]
     model_cfg = argparse.Namespace(**recorded)
@@ -92,7 +88,7 @@ def init_student(
         ("--heads", heads, model_cfg.encoder_attention_heads),
     ):
         if wanted is not None and wanted != have:
-            raise InitStudentError(
+            raise BioConfigError(
                 f"{option} {wanted}: the teacher's is {have}; a student initialised from teacher layers copies their "
                 "tensors and has the teacher's widths and heads (a narrower student, e.g. TinyBioBERT's, starts "
                 "from random initialisation: distill without checkpoint.finetune_from_model)"
@@ -107,13 +103,13 @@ def init_student(
     _, model = build_model(cfg, vocab_dir)
     missing, unexpected = model.load_state_dict(dict(student), strict=False)
     if missing or unexpected:  # a teacher this code does not know (another layout): copy nothing rather than guess
-        raise InitStudentError(
+        raise BioConfigError(
             f"{teacher}: its tensors do not fit a bio_roberta student: {sorted(missing or unexpected)[:5]}"
         )
     extra = {"init_student": {"teacher": str(teacher.absolute()), "teacher_layers": chosen}}
     result = encoder_checkpoint(cfg, student, extra)
 
-    save_encoder_checkpoint(result, out, vocab_dir, InitStudentError, by=INIT_STUDENT)
+    save_encoder_checkpoint(result, out, vocab_dir, BioConfigError, by=INIT_STUDENT)
     return {"out": str(out), "layers": chosen, "options": options, "vocab": vocab_dir}
 
 

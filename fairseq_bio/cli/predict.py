@@ -13,8 +13,8 @@ import logging
 import os
 import time
 
-from ..files import check_output
-from ..inference.predictions import PREDICT, PredictError
+from ..files import InputError, check_output
+from ..inference.predictions import PREDICT
 from .options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite, run_cli
 
 
@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     from ..inference.tagging import predict_conll, predict_text
 
     if not os.path.exists(args.input):
-        raise PredictError(f"{args.input}: not found")
+        raise InputError(f"{args.input}: not found")
     # Never onto what predict reads (the vocabulary beside the checkpoint included), nor onto a file it did not write.
     vocab = args.vocab or os.path.dirname(os.path.abspath(args.checkpoint))
     read = [args.input, args.checkpoint, *(os.path.join(vocab, name) for name in ("dict.txt", "bpe.json"))]
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
             count = predict_text(task, model, args.input, args.out, documents=not args.sentences, **options)
             wrote(f": {count} entity spans")
     except FileNotFoundError as e:
-        raise PredictError(str(e)) from None
+        raise InputError(str(e)) from None
 
 
 def cli_main(argv=None) -> None:

@@ -14,7 +14,7 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II, MISSING
 from torch import nn
 
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..modules import distillation as losses
 from ..modules.masking import flat_positions, take_positions
 
@@ -23,10 +23,6 @@ logger = logging.getLogger(__name__)
 DICT_TXT = "dict.txt"
 # Logged per term (unweighted, natural log); "loss" is their weighted sum, the quantity optimised.
 TERMS = ("mlm_loss", "kl_loss", "cos_loss", "embed_loss", "hidden_loss", "attn_loss")
-
-
-class DistillationError(BioError, ValueError):
-    """A distillation set-up that cannot work; the message names what to change."""
 
 
 @dataclass
@@ -119,11 +115,11 @@ class BioDistillationCriterion(FairseqCriterion):
         }
         for term, weight in self.weights.items():
             if weight < 0:
-                raise DistillationError(f"criterion.{term.replace('_loss', '_weight')}={weight}: must be >= 0")
+                raise BioConfigError(f"criterion.{term.replace('_loss', '_weight')}={weight}: must be >= 0")
         if not any(self.weights.values()):
-            raise DistillationError("criterion: every weight is 0, nothing to train")
+            raise BioConfigError("criterion: every weight is 0, nothing to train")
         if cfg.temperature <= 0:
-            raise DistillationError(f"criterion.temperature={cfg.temperature}: must be > 0")
+            raise BioConfigError(f"criterion.temperature={cfg.temperature}: must be > 0")
         self.on = {term for term, weight in self.weights.items() if weight > 0}
 
         teacher, teacher_dict_file = load_teacher(cfg.teacher, cfg.teacher_vocab)
@@ -141,7 +137,7 @@ class BioDistillationCriterion(FairseqCriterion):
             try:
                 self.layer_map = losses.parse_layer_map(cfg.layer_map, self.student_layers, self.teacher_layers)
             except ValueError as e:
-                raise DistillationError(f"criterion.layer_map: {e}") from None
+                raise BioConfigError(f"criterion.layer_map: {e}") from None
         # Learned projections student width -> teacher width: bio-lm sec. 7's for the last hidden states; TinyBERT's
         # W_h for the layer terms, which the embedding term shares (TinyBERT's and TinyBioBERT's code) or has its
         # own W_e (seed 004 eq. 7: criterion.embed_projection=own).
@@ -202,7 +198,7 @@ class BioDistillationCriterion(FairseqCriterion):
     def _check_student(self, encoder) -> None:
         layers, dim = len(encoder.layers), encoder.embed_tokens.embedding_dim
         if (layers, dim) != (self.student_layers, self.student_dim):
-            raise DistillationError(
+            raise BioConfigError(
                 f"criterion: built for a {self.student_layers} x {self.student_dim} student (model.encoder_layers, "
                 f"model.encoder_embed_dim) but the model is {layers} x {dim}"
             )
@@ -311,7 +307,7 @@ def _teacher_dict_file(path: str, state: dict, explicit: Optional[str]) -> str:
     for directory in candidates:
         if os.path.isfile(os.path.join(directory, DICT_TXT)):
             return os.path.join(directory, DICT_TXT)
-    raise DistillationError(
+    raise BioConfigError(
         f"criterion.teacher={path}: no {DICT_TXT} in {', '.join(candidates)}; give criterion.teacher_vocab=<dir with "
         "the teacher's dict.txt>"
     )
@@ -327,13 +323,12 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     from ..data.dictionary import load_dictionary
     from ..models.bio_roberta import BioRobertaModel, read_bio_roberta_checkpoint
 
-    state, weights, model_cfg = read_bio_roberta_checkpoint(path, f"criterion.teacher={path}", DistillationError)
+    state, weights, model_cfg = read_bio_roberta_checkpoint(path, f"criterion.teacher={path}")
     dict_file = _teacher_dict_file(path, state, teacher_vocab)
     dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")  # as the masked-LM task the teacher was trained with
     # its recorded dictionary, else its embedding rows; a shard is refused, not blamed on the dictionary
-    check_fits(f"criterion.teacher={path}", state, dictionary, dict_file, rows=len(dictionary),
-               error=DistillationError)  # fmt: skip
+    check_fits(f"criterion.teacher={path}", state, dictionary, dict_file, rows=len(dictionary))
     model_cfg = OmegaConf.create(dict(model_cfg))
     teacher = BioRobertaModel.build_model(model_cfg, _Vocabulary(dictionary))
     teacher.load_state_dict(weights, strict=True, model_cfg=model_cfg)
@@ -357,6 +352,6 @@ def check_same_dictionary(teacher_dict, teacher_file: str, student_dict, student
     if a == b:
         return
     first = first_difference(a, b, "the teacher's", "the task's")
-    raise DistillationError(
+    raise BioConfigError(
         f"teacher and student dictionaries differ: {teacher_file} (teacher) vs {student_file} (task): {first}"
     )

@@ -5,11 +5,8 @@ set-up, where the user sees a traceback."""
 import os
 from typing import Optional
 
-from ..errors import BioError, BioFileNotFoundError
-
-
-class DictionaryError(BioError, ValueError):
-    """A damaged ``dict.txt``; the message names the file and line."""
+from ..errors import BioFileNotFoundError
+from ..files import InputError
 
 
 def dictionary_problem(path) -> Optional[str]:
@@ -49,4 +46,4 @@ def load_dictionary(path, cls=None):
     try:
         return cls.load(path)
     except Exception as e:  # ValueError, RuntimeError (a duplicate) or a bare Exception (bad bytes)
-        raise DictionaryError(dictionary_problem(path) or f"{path}: not a fairseq dict.txt ({e})") from None
+        raise InputError(dictionary_problem(path) or f"{path}: not a fairseq dict.txt ({e})") from None

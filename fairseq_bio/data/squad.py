@@ -16,11 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ..errors import BioError, json_error
-
-
-class SquadDataError(BioError, ValueError):
-    """Bad SQuAD-format data; the message is one line naming the file (and line and question id)."""
+from ..errors import json_error
+from ..files import InputError
 
 
 @dataclass(frozen=True)
@@ -94,13 +91,13 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except UnicodeDecodeError as e:
-        raise SquadDataError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        raise InputError(f"{path}: not valid UTF-8 (byte {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SquadDataError(json_error(path, e)) from None
+        raise InputError(json_error(path, e)) from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise SquadDataError(f'{path}:1: no "data" list (SQuAD v1.1: {{"data": [{{"paragraphs": [...]}}]}})')
+        raise InputError(f'{path}:1: no "data" list (SQuAD v1.1: {{"data": [{{"paragraphs": [...]}}]}})')
     lines = _id_lines(text)
     contexts: List[str] = []
     examples: List[QAExample] = []
@@ -109,37 +106,37 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
     for a, article in enumerate(data["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
-            raise SquadDataError(f'{path}: data[{a}] has no "paragraphs" list')
+            raise InputError(f'{path}: data[{a}] has no "paragraphs" list')
         for p, paragraph in enumerate(paragraphs):
             where = f"data[{a}].paragraphs[{p}]"
             if not isinstance(paragraph, dict):
-                raise SquadDataError(f"{path}: {where} is not an object")
+                raise InputError(f"{path}: {where} is not an object")
             context, qas = paragraph.get("context"), paragraph.get("qas")
             if not isinstance(context, str):
-                raise SquadDataError(f'{path}: {where} has no "context" string')
+                raise InputError(f'{path}: {where} has no "context" string')
             if not isinstance(qas, list):
-                raise SquadDataError(f'{path}: {where} has no "qas" list')
+                raise InputError(f'{path}: {where} has no "qas" list')
             if not context.strip():
                 first = qas[0].get("id") if qas and isinstance(qas[0], dict) else None
                 at = f"{path}:{lines.get(first, 1)}: question {first}" if first is not None else f"{path}: {where}"
-                raise SquadDataError(f"{at}: empty context")
+                raise InputError(f"{at}: empty context")
             contexts.append(context)
             for q, qa in enumerate(qas):
                 at = f"{where}.qas[{q}]"
                 examples.append(_question(path, at, qa, len(contexts) - 1, context, lines, seen, allow_unanswerable))
     if not examples:
-        raise SquadDataError(f"{path}: no questions")
+        raise InputError(f"{path}: no questions")
     labelled = [ex.answers is not None for ex in examples]
     if require_answers is None and any(labelled) and not all(labelled):
         ex = examples[labelled.index(False)]
-        raise SquadDataError(f'{path}:{ex.line}: question {ex.id}: no "answers", but other questions have them')
+        raise InputError(f'{path}:{ex.line}: question {ex.id}: no "answers", but other questions have them')
     if require_answers is False or (require_answers is None and not any(labelled)):
         for ex in examples:
             ex.answers = None
     elif require_answers:
         for ex in examples:
             if ex.answers is None:
-                raise SquadDataError(f'{path}:{ex.line}: question {ex.id}: no "answers" list')
+                raise InputError(f'{path}:{ex.line}: question {ex.id}: no "answers" list')
     return SquadFile(path, contexts, examples)
 
 
@@ -148,55 +145,55 @@ V2_HINT = "SQuAD v2.0 unanswerable questions are read with task.version_2_with_n
 
 def _question(path, where, qa, context_index, context, lines, seen, allow_unanswerable=False) -> QAExample:
     if not isinstance(qa, dict):
-        raise SquadDataError(f"{path}: {where} is not an object")
+        raise InputError(f"{path}: {where} is not an object")
     qid = qa.get("id")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool) or str(qid) == "":
-        raise SquadDataError(f'{path}: {where} has no "id"')
+        raise InputError(f'{path}: {where} has no "id"')
     qid = str(qid)
     line = lines.get(qid, 1)
     at = f"{path}:{line}: question {qid}"
     if qid in seen:
-        raise SquadDataError(f"{at}: the id is used twice (first at line {seen[qid]})")
+        raise InputError(f"{at}: the id is used twice (first at line {seen[qid]})")
     seen[qid] = line
     question = qa.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise SquadDataError(f'{at}: no "question" text')
+        raise InputError(f'{at}: no "question" text')
     impossible = qa.get("is_impossible", False)
     if not isinstance(impossible, bool):
-        raise SquadDataError(f'{at}: "is_impossible" {impossible!r} is not true or false')
+        raise InputError(f'{at}: "is_impossible" {impossible!r} is not true or false')
     raw = qa.get("answers")
     answers = None
     if raw is not None:
         if not isinstance(raw, list):
-            raise SquadDataError(f'{at}: "answers" is not a list')
+            raise InputError(f'{at}: "answers" is not a list')
         if impossible and raw:
-            raise SquadDataError(f'{at}: is_impossible, but "answers" has {len(raw)} (v2.0: an empty list)')
+            raise InputError(f'{at}: is_impossible, but "answers" has {len(raw)} (v2.0: an empty list)')
         answers = [_answer(at, k, ans, context) for k, ans in enumerate(raw)]
     elif impossible:
         answers = []
     if (impossible or answers == []) and not allow_unanswerable:
         what = "is_impossible" if impossible else "empty answers list"
-        raise SquadDataError(f"{at}: {what}: an unanswerable question ({V2_HINT})")
+        raise InputError(f"{at}: {what}: an unanswerable question ({V2_HINT})")
     return QAExample(qid, question, context_index, answers, line)
 
 
 def _answer(at: str, k: int, ans, context: str) -> GoldAnswer:
     if not isinstance(ans, dict):
-        raise SquadDataError(f"{at}: answers[{k}] is not an object")
+        raise InputError(f"{at}: answers[{k}] is not an object")
     text, start = ans.get("text"), ans.get("answer_start")
     if not isinstance(text, str) or not text.strip():
-        raise SquadDataError(f'{at}: answers[{k}] has no "text"')
+        raise InputError(f'{at}: answers[{k}] has no "text"')
     if isinstance(start, bool) or not isinstance(start, int):
-        raise SquadDataError(f'{at}: answers[{k}] "answer_start" {start!r} is not a character offset')
+        raise InputError(f'{at}: answers[{k}] "answer_start" {start!r} is not a character offset')
     if not 0 <= start <= len(context) - len(text):
-        raise SquadDataError(
+        raise InputError(
             f"{at}: answers[{k}] {_show(text)} at answer_start {start} runs past the context ({len(context)} chars)"
         )
     found = context[start : start + len(text)]
     if found != text:
         elsewhere = context.find(text)
         hint = f"; the text occurs at {elsewhere}" if elsewhere >= 0 else "; the text is not in the context"
-        raise SquadDataError(
+        raise InputError(
             f"{at}: answers[{k}] {_show(text)} is not at answer_start {start} (the context reads {_show(found)} "
             f"there{hint})"
         )

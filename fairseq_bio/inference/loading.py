@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .predictions import PredictError
+from ..files import InputError
 
 TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractive_qa"
 
@@ -24,13 +24,13 @@ def load_fine_tuned(
     from ..tasks.fine_tuning import DICT_TXT, has_vocab
 
     if not os.path.exists(checkpoint):
-        raise PredictError(f"{checkpoint}: not found")
+        raise InputError(f"{checkpoint}: not found")
     contents = read_state(checkpoint)  # the tensors' bytes stay on disk: a look before fairseq loads it
     if not isinstance(contents, dict) or "model" not in contents or not (contents.get("cfg") or contents.get("args")):
-        raise PredictError(f"{checkpoint}: not a fairseq checkpoint (no model and settings in it)")
+        raise InputError(f"{checkpoint}: not a fairseq checkpoint (no model and settings in it)")
     name = checkpoint_section(contents, "task").get("_name") or checkpoint_section(contents, "task").get("task")
     if name not in tasks:
-        raise PredictError(f"{checkpoint}: a {name} checkpoint, not a {' or '.join(tasks)} one")
+        raise InputError(f"{checkpoint}: a {name} checkpoint, not a {' or '.join(tasks)} one")
     beside = os.path.dirname(os.path.abspath(checkpoint))
     overrides = {"vocab": vocab or (beside if has_vocab(beside) else None), "cache_dir": None}
     overrides = {k: v for k, v in overrides.items() if v is not None or k == "cache_dir"}
@@ -38,7 +38,7 @@ def load_fine_tuned(
     task = fairseq_tasks.setup_task(state["cfg"].task, from_checkpoint=True)
     rows = len(task.source_dictionary)  # the entity markers a sentence-level task appends included
     check_fits(checkpoint, contents, task.dictionary, os.path.join(task.vocab_dir, DICT_TXT), rows=rows,
-               error=PredictError)  # fmt: skip
+               error=InputError)  # fmt: skip
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], task=task, state=state)
     model = models[0].eval()
     if fp16:

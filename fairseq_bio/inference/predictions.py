@@ -1,4 +1,4 @@
-"""fairseq-bio-predict's name and error, and reading back what it wrote: (gold, predicted, ids) of a predictions
+"""fairseq-bio-predict's name, and reading back what it wrote: (gold, predicted, ids) of a predictions
 file, the form ``fairseq_bio.metrics.benchmark_scores.prediction_scores`` scores. No torch: the command reads its
 command line with this module."""
 
@@ -7,13 +7,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from ..data.conll import read_conll_predictions
-from ..errors import BioError
 
 PREDICT = "fairseq-bio-predict"  # the command the prediction files are recorded as made by (files.record_made)
-
-
-class PredictError(BioError):
-    """Bad input or a checkpoint that cannot tag; printed as one line."""
 
 
 def row_columns(rows: Sequence[Dict[str, Any]]) -> Tuple[List[Any], List[Any], List[str]]:

@@ -9,9 +9,9 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..files import atomic_write
+from ..files import InputError, atomic_write
 from .loading import batches, criterion_metrics
-from .predictions import PREDICT, PredictError
+from .predictions import PREDICT
 
 
 def predict_questions(task, model, squad, max_tokens: int = 4096, max_sentences: int = 64, progress=True):
@@ -99,7 +99,7 @@ def predict_qa_file(
     its snippets' n-best answers (``group_snippet_rows``). ``null_threshold``: SQuAD v2.0's null score diff
     threshold (default: the checkpoint's ``task.null_score_diff_threshold``)."""
     if group_snippets and task.cfg.version_2_with_negative:
-        raise PredictError("--group-snippets merges BioASQ factoid snippets; a SQuAD v2.0 checkpoint has no such input")
+        raise InputError("--group-snippets merges BioASQ factoid snippets; a SQuAD v2.0 checkpoint has no such input")
     squad = task.read_file(input_path, require_answers=None)
     saved = task.cfg.top_answers, task.cfg.null_score_diff_threshold
     if group_snippets:  # BioBERT pools each snippet's whole n-best list

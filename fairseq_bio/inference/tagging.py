@@ -9,9 +9,9 @@ from unicodedata import normalize
 
 import torch
 
-from ..files import atomic_write
+from ..files import InputError, atomic_write
 from .loading import TAGGING, batches, load_fine_tuned
-from .predictions import PREDICT, PredictError
+from .predictions import PREDICT
 
 
 def load_tagger(checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False):
@@ -98,7 +98,7 @@ def predict_text(task, model, input_path: str, output_path: str, documents: bool
             try:
                 lines.append(raw.decode("utf-8").rstrip("\r"))
             except UnicodeDecodeError as e:
-                raise PredictError(f"{input_path}:{number}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+                raise InputError(f"{input_path}:{number}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
     if lines and lines[-1] == "":
         lines.pop()
     per_line = split_text(lines, documents)

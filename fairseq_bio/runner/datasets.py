@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..metrics.benchmark_scores import TAGS, Benchmark, BenchmarkScore, BenchmarkTask, dataset_key
 from ..runs import shipped_config_dir
 from .folds import MIN_FOLDS
@@ -26,10 +26,6 @@ BENCHMARK_FIELDS = ("name", "aggregate", "task_types", "datasets")
 BENCHMARK_OPTIONS = ("statistic", "domain_means")  # Benchmark's fields with defaults
 SCHEDULE = ("epochs", "batch_size", "lr")
 TYPE_RECIPE_FIELDS = ("recipe", *SCHEDULE)  # what task_type_recipes gives every dataset of a type (bio-lm's)
-
-
-class DatasetTableError(BioError, ValueError):
-    """A dataset table that does not read; the message names the file and the entry."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +60,7 @@ def schedule_overrides(epochs: int, batch_size: int, lr: float) -> List[str]:
 def _strings(value: Any, where: str, what: str) -> Tuple[str, ...]:
     """A list of strings (nested lists flattened: shared groups come in as YAML aliases)."""
     if isinstance(value, str) or not isinstance(value, list):
-        raise DatasetTableError(f"{where}: {what} must be a list, not {value!r}")
+        raise BioConfigError(f"{where}: {what} must be a list, not {value!r}")
     out: List[str] = []
     for item in value:
         if isinstance(item, list):
@@ -72,7 +68,7 @@ def _strings(value: Any, where: str, what: str) -> Tuple[str, ...]:
         elif isinstance(item, str):
             out.append(item)
         else:
-            raise DatasetTableError(f"{where}: {what} holds {item!r}, not a string")
+            raise BioConfigError(f"{where}: {what} holds {item!r}, not a string")
     return tuple(out)
 
 
@@ -81,24 +77,24 @@ def _recipe(entry: Mapping[str, Any], where: str, configs: Path) -> Recipe:
     config, preset, recipe_name = entry["config"], entry.get("preset"), entry.get("recipe")
     presets, recipes = configs / "sentence_task", configs / "recipe"
     if config not in (TAGGING, SENTENCE):
-        raise DatasetTableError(f"{where}: config {config!r} is neither {TAGGING} nor {SENTENCE}")
+        raise BioConfigError(f"{where}: config {config!r} is neither {TAGGING} nor {SENTENCE}")
     if preset is not None and (config != SENTENCE or not (presets / f"{preset}.yaml").is_file()):
-        raise DatasetTableError(f"{where}: preset {preset!r} is not one of {presets} (a {SENTENCE} preset)")
+        raise BioConfigError(f"{where}: preset {preset!r} is not one of {presets} (a {SENTENCE} preset)")
     if recipe_name is not None and not (recipes / f"{recipe_name}.yaml").is_file():
-        raise DatasetTableError(f"{where}: recipe {recipe_name!r} is not one of {recipes}")
+        raise BioConfigError(f"{where}: recipe {recipe_name!r} is not one of {recipes}")
     folds = entry.get("folds")
     if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int) or folds < MIN_FOLDS):
-        raise DatasetTableError(f"{where}: folds must be an integer of at least {MIN_FOLDS}, not {folds!r}")
+        raise BioConfigError(f"{where}: folds must be an integer of at least {MIN_FOLDS}, not {folds!r}")
     overrides: Tuple[str, ...] = ()
     given = [k for k in SCHEDULE if k in entry]
     if given:
         if len(given) < len(SCHEDULE):
-            raise DatasetTableError(f"{where}: {', '.join(SCHEDULE)} go together; only {', '.join(given)} given")
+            raise BioConfigError(f"{where}: {', '.join(SCHEDULE)} go together; only {', '.join(given)} given")
         overrides = tuple(schedule_overrides(int(entry["epochs"]), int(entry["batch_size"]), float(entry["lr"])))
     overrides += _strings(entry.get("overrides", []), where, "overrides")
     seeds = entry.get("seeds", 5)
     if not isinstance(seeds, int) or seeds < 1:
-        raise DatasetTableError(f"{where}: seeds must be a positive integer, not {seeds!r}")
+        raise BioConfigError(f"{where}: seeds must be a positive integer, not {seeds!r}")
     recipe = Recipe(entry["name"], config, str(entry["data"]), preset, overrides, seeds, str(entry["source"]),
                     str(entry.get("version", "")), recipe=recipe_name, folds=folds,
                     format=str(entry.get("format", "")))  # fmt: skip
@@ -107,8 +103,8 @@ def _recipe(entry: Mapping[str, Any], where: str, configs: Path) -> Recipe:
         return recipe
     unknown = set(alternative) - set(ALTERNATIVE_FIELDS) if isinstance(alternative, dict) else {"(not a mapping)"}
     if unknown:
-        raise DatasetTableError(f"{where}: alternative: unknown field(s) {', '.join(sorted(unknown))}; known: "
-                                f"{', '.join(ALTERNATIVE_FIELDS)}")  # fmt: skip
+        raise BioConfigError(f"{where}: alternative: unknown field(s) {', '.join(sorted(unknown))}; known: "
+                             f"{', '.join(ALTERNATIVE_FIELDS)}")  # fmt: skip
     other = _recipe({**entry, **alternative, "alternative": None}, f"{where} (alternative)", configs)
     return replace(recipe, alternative=other)
 
@@ -121,39 +117,39 @@ def _task(entry: Mapping[str, Any], where: str) -> BenchmarkTask:
         task = BenchmarkTask(entry["name"], entry["title"], entry["task_type"], entry["metric"],
                              clinical=bool(entry.get("clinical", False)), **lists)  # fmt: skip
     except ValueError as e:
-        raise DatasetTableError(f"{where}: {e}") from None
+        raise BioConfigError(f"{where}: {e}") from None
     if (task.kind == TAGS) != (entry["config"] == TAGGING):
-        raise DatasetTableError(f"{at}: metric {task.metric} does not score the predictions of {entry['config']}")
+        raise BioConfigError(f"{at}: metric {task.metric} does not score the predictions of {entry['config']}")
     return task
 
 
 def _type_recipes(value: Any, task_types: Any, where: str) -> Dict[str, Dict[str, Any]]:
     """A benchmark's ``task_type_recipes``: {task type: fields that replace those of each of its datasets}."""
     if not isinstance(value, dict):
-        raise DatasetTableError(f"{where}: task_type_recipes must map task types to fields, not {value!r}")
+        raise BioConfigError(f"{where}: task_type_recipes must map task types to fields, not {value!r}")
     for task_type, fields in value.items():
         if task_type not in (task_types or ()):
-            raise DatasetTableError(f"{where}: task_type_recipes: {task_type!r} is not one of the task_types")
+            raise BioConfigError(f"{where}: task_type_recipes: {task_type!r} is not one of the task_types")
         unknown = set(fields) - set(TYPE_RECIPE_FIELDS) if isinstance(fields, dict) else {"(not a mapping)"}
         if unknown:
             known = ", ".join(TYPE_RECIPE_FIELDS)
-            raise DatasetTableError(f"{where}: task_type_recipes: {task_type}: unknown field(s) "
-                                    f"{', '.join(sorted(unknown))}; known: {known}")  # fmt: skip
+            raise BioConfigError(f"{where}: task_type_recipes: {task_type}: unknown field(s) "
+                                 f"{', '.join(sorted(unknown))}; known: {known}")  # fmt: skip
     return value
 
 
 def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark], Dict[str, Dict[str, Recipe]]]:
     """({benchmark key: Benchmark}, {benchmark key: {dataset name: Recipe}}) of a dataset table (default: the shipped
-    one); a table that does not read is a one-line ``DatasetTableError`` naming the file and entry."""
+    one); a table that does not read is a one-line ``BioConfigError`` naming the file and entry."""
     import yaml
 
     path = Path(path) if path is not None else shipped_config_dir() / "runner" / "datasets.yaml"
     try:
         table = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:
-        raise DatasetTableError(f"{path}: {' '.join(str(e).split())}") from None
+        raise BioConfigError(f"{path}: {' '.join(str(e).split())}") from None
     if not isinstance(table, dict):
-        raise DatasetTableError(f"{path}: not a mapping of benchmarks")
+        raise BioConfigError(f"{path}: not a mapping of benchmarks")
     benchmarks, recipes = {}, {}
     configs = path.parent.parent
     for key, spec in table.items():
@@ -163,24 +159,24 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
         optional = (*BENCHMARK_OPTIONS, "task_type_recipes")
         if (not isinstance(spec, dict) or not set(BENCHMARK_FIELDS) <= set(spec)
                 or set(spec) - set(BENCHMARK_FIELDS) - set(optional)):  # fmt: skip
-            raise DatasetTableError(f"{where}: expected name, aggregate, task_types and datasets (and optionally "
-                                    f"{', '.join(optional)})")  # fmt: skip
+            raise BioConfigError(f"{where}: expected name, aggregate, task_types and datasets (and optionally "
+                                 f"{', '.join(optional)})")  # fmt: skip
         type_recipes = _type_recipes(spec.get("task_type_recipes", {}), spec["task_types"], where)
         tasks, recipes[key] = [], {}
         for i, entry in enumerate(spec["datasets"]):
             name = entry.get("name", f"entry {i + 1}") if isinstance(entry, dict) else f"entry {i + 1}"
             at = f"{where}: {name}"
             if not isinstance(entry, dict):
-                raise DatasetTableError(f"{at}: not a mapping")
+                raise BioConfigError(f"{at}: not a mapping")
             entry = {**entry, **type_recipes.get(entry.get("task_type"), {})}
             unknown = set(entry) - set(TASK_FIELDS) - set(RECIPE_FIELDS)
             missing = [k for k in REQUIRED if k not in entry]
             if unknown or missing:
                 problem = f"unknown field(s) {', '.join(sorted(unknown))}" if unknown else ""
                 problem += ("; " if unknown and missing else "") + (f"missing {', '.join(missing)}" if missing else "")
-                raise DatasetTableError(f"{at}: {problem}")
+                raise BioConfigError(f"{at}: {problem}")
             if name in recipes[key]:
-                raise DatasetTableError(f"{at}: a second entry of that name")
+                raise BioConfigError(f"{at}: a second entry of that name")
             tasks.append(_task(entry, where))
             recipes[key][name] = _recipe(entry, at, configs)
         options = {k: spec[k] for k in BENCHMARK_OPTIONS if k in spec}
@@ -188,7 +184,7 @@ def load_table(path: Union[str, Path, None] = None) -> Tuple[Dict[str, Benchmark
             benchmarks[key] = Benchmark(str(spec["name"]), tuple(tasks), str(spec["aggregate"]),
                                         _strings(spec["task_types"], where, "task_types"), **options)  # fmt: skip
         except ValueError as e:
-            raise DatasetTableError(f"{path}: {e}") from None
+            raise BioConfigError(f"{path}: {e}") from None
     return benchmarks, recipes
 
 

@@ -16,15 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..files import write_text
 
 MIN_FOLDS = 3  # one part to test on, one to validate on, the rest to train on
 FOLD_SEED = 1  # of the permutation that deals rows into parts
-
-
-class FoldError(BioError, ValueError):
-    """A train file that cannot be cross-validated; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +93,9 @@ def _row_starts(path: str, tagging: bool, task: Mapping[str, Any]) -> List[int]:
 
     fmt = sd.file_format(path, str(task.get("format") or "auto"))
     if fmt == "pubmedqa":
-        raise FoldError(f"{path}: PubMedQA's file is split by its split file, not a file of rows to cross-validate")
+        raise BioConfigError(
+            f"{path}: PubMedQA's file is split by its split file, not a file of rows to cross-validate"
+        )
     fields = [n.strip() for n in str(task["text_fields"]).split(",") if n.strip()]
     read = sd.read_tsv if fmt == "tsv" else sd.read_jsonl
     return [example.line for example in read(path, fields, task["label_field"], task.get("id_field"))]
@@ -122,10 +120,10 @@ def write_folds(path: str, tagging: bool, task: Mapping[str, Any], k: int, out: 
     """The ``k`` folds of train file ``path`` written under ``out/fold<i>-of-<k>/`` (files the same as before are
     left untouched); one-line errors for a file with fewer rows than folds."""
     if k < MIN_FOLDS:
-        raise FoldError(f"{path}: {k} folds; cross-validation needs at least {MIN_FOLDS} (test, dev, train)")
+        raise BioConfigError(f"{path}: {k} folds; cross-validation needs at least {MIN_FOLDS} (test, dev, train)")
     header, rows = read_rows(path, tagging, task)
     if len(rows) < k:
-        raise FoldError(f"{path}: {len(rows)} rows, fewer than the {k} folds")
+        raise BioConfigError(f"{path}: {len(rows)} rows, fewer than the {k} folds")
     parts, ext = fold_parts(len(rows), k), os.path.splitext(path)[1]
     names = (f"train{ext}", f"dev{ext}", f"test{ext}")
     folds = []

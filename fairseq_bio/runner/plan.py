@@ -11,15 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import BioError
+from ..errors import BioConfigError, BioError
 from ..metrics.benchmark_scores import Benchmark, BenchmarkTask
 from ..runs import PLUGIN_DIR, command, hydra_train, shipped_config_dir
 from .datasets import RECIPES, SENTENCE, TAGGING, Recipe
 from .folds import Fold, write_folds
-
-
-class BlurbError(BioError, ValueError):
-    """Bad arguments or data; printed as one line."""
 
 
 def resolve_tasks(benchmark: Benchmark, tasks: str) -> List[str]:
@@ -33,9 +29,9 @@ def resolve_tasks(benchmark: Benchmark, tasks: str) -> List[str]:
         try:
             chosen.add(benchmark.task(name).name)
         except ValueError as e:
-            raise BlurbError(str(e)) from None
+            raise BioConfigError(str(e)) from None
     if not chosen:
-        raise BlurbError("--tasks names no dataset")
+        raise BioConfigError("--tasks names no dataset")
     return [n for n in benchmark.names() if n in chosen]
 
 
@@ -76,7 +72,7 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
                 cfg = hydra_compose(recipe.config, overrides=overrides)
             except Exception as e:  # hydra's messages span lines: keep the first
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise BlurbError(f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}") from None
+                raise BioConfigError(f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}") from None
     return OmegaConf.to_container(cfg, resolve=False)
 
 
@@ -90,7 +86,7 @@ def check_overrides(name: str, cfg: Dict[str, Any]) -> None:
     try:
         check_settings(OmegaConf.create(cfg))
     except BioError as e:
-        raise BlurbError(f"{name}: {e}") from None
+        raise BioConfigError(f"{name}: {e}") from None
 
 
 def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
@@ -242,7 +238,7 @@ def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List
             try:
                 per_dataset.setdefault(benchmark.task(name).name, []).append(item)
             except ValueError as e:
-                raise BlurbError(f"override {name}:{item}: {e}") from None
+                raise BioConfigError(f"override {name}:{item}: {e}") from None
         else:
             common.append(item)
     return common, per_dataset
@@ -261,12 +257,12 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
     dirs = {}
     for item in args.dataset_dir:
         if "=" not in item:
-            raise BlurbError(f"--dataset-dir {item!r}: expected NAME=DIR")
+            raise BioConfigError(f"--dataset-dir {item!r}: expected NAME=DIR")
         name, path = item.split("=", 1)
         try:
             dirs[benchmark.task(name).name] = Path(path).resolve()
         except ValueError as e:
-            raise BlurbError(f"--dataset-dir {item}: {e}") from None
+            raise BioConfigError(f"--dataset-dir {item}: {e}") from None
     plans, missing = [], {}
     for task in benchmark.tasks:
         if task.name not in names:
@@ -276,9 +272,9 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         data = dirs.get(task.name, (Path(args.data) / recipe.data).resolve())
         user = extra + per_dataset.get(task.name, [])
         if args.lr_grid and any(_key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user):
-            raise BlurbError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
+            raise BioConfigError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
         if args.batch_sizes and any(_key(o) == "dataset.batch_size" for o in user):
-            raise BlurbError(f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both")
+            raise BioConfigError(f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both")
         given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
         cfg = compose(recipe, given)
         check_overrides(task.name, cfg)
@@ -300,7 +296,7 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             try:
                 folds = write_folds(train, tagging, cfg["task"], k, Path(args.out).resolve() / task.name / "folds")
             except (ValueError, OSError) as e:  # the readers' one-line file:line errors
-                raise BlurbError(f"{task.name}: {e}") from None
+                raise BioConfigError(f"{task.name}: {e}") from None
         budget_cfg = {**cfg, "task": {**cfg["task"], **folds[0].task_values(tagging)}} if folds else cfg
         user_keys = {_key(o) for o in user}
         if "optimization.max_update" in user_keys:  # the user's budget; warm-up 10 % of it unless given too
@@ -314,7 +310,7 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             try:
                 budget = update_budget(recipe.config, budget_cfg, args.max_epoch, args.max_update)
             except (ValueError, OSError) as e:  # the readers' one-line file:line errors
-                raise BlurbError(f"{task.name}: {e}") from None
+                raise BioConfigError(f"{task.name}: {e}") from None
         lrs = args.lr_grid or [float(cfg["optimizer"]["groups"]["default"]["lr_float"])]
         seeds = list(range(1, (args.seeds or recipe.seeds) + 1))
         fixed = [
@@ -391,7 +387,7 @@ def lock_out(out: Path):
         f.seek(0)
         holder = f.read().strip() or "its pid unknown"
         f.close()
-        raise BlurbError(f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
+        raise BioConfigError(f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
                          "another --out") from None  # fmt: skip
     except OSError as e:  # e.g. a Lustre mount without -o flock
         logging.getLogger(__name__).warning("%s: not locked (%s)", out / LOCK_FILE, e)

@@ -23,7 +23,7 @@ from ..checkpoints import load_checkpoint
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
 from ..data.tagging_dataset import fingerprint
-from ..errors import BioFileNotFoundError
+from ..errors import BioConfigError, BioFileNotFoundError
 from ..modules.tagging_head import head_options
 from . import fine_tuning
 
@@ -103,7 +103,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         super().__init__(cfg, dictionary, bpe_spec, vocab_dir)
         for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "top_answers"):
             if getattr(cfg, name) < 1:
-                raise fine_tuning.FineTuningError(f"task.{name}={getattr(cfg, name)}: must be at least 1")
+                raise BioConfigError(f"task.{name}={getattr(cfg, name)}: must be at least 1")
         self.set_labels(SPAN_OUTPUTS)
         self._offset_encoder = None
 
@@ -113,7 +113,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
 
     def load_state_dict(self, state_dict):
         if state_dict.get("kind", "extractive_qa") != "extractive_qa":
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"the checkpoint's head is {state_dict['kind']}, not an extractive-QA one"
             )
 
@@ -150,7 +150,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
         fits = found == expected
         if self.cfg.restore_head and not fits:
             has = f"a span head {name} of {found}" if found else f"no span head {name}"
-            raise fine_tuning.FineTuningError(f"{option}: {checkpoint} has {has}, this run's is {expected}")
+            raise BioConfigError(f"{option}: {checkpoint} has {has}, this run's is {expected}")
         if fits and self.cfg.restore_head is not False:
             logger.info("span head %s: restored from %s (%s)", name, checkpoint, option)
             return

@@ -41,7 +41,7 @@ from ..data.sentence_files import (
 )
 from ..data.sentence_windows import MarkerWordEncoder, RepeatedExamples, SentencePredictionDataset, WindowError
 from ..data.tagging_dataset import EncodedWords, fingerprint
-from ..errors import BioFileNotFoundError
+from ..errors import BioConfigError, BioFileNotFoundError
 from ..metrics.classification import NEGATIVE_LABELS, document_id
 from ..modules.entity_head import (
     EntityStartClassificationHead,
@@ -185,13 +185,13 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         self.kind = str(cfg.kind)
         self.text_fields = _names(cfg.text_fields)
         if not 1 <= len(self.text_fields) <= 2:
-            raise fine_tuning.FineTuningError(f"task.text_fields={cfg.text_fields}: one text field, or two (a pair)")
+            raise BioConfigError(f"task.text_fields={cfg.text_fields}: one text field, or two (a pair)")
         self.negatives = set(_names(cfg.negative_labels))
         self.representation = str(cfg.entity_representation)
         self.marker_ids = {}
         self.model_dictionary = dictionary  # what the model embeds: the encoder's dictionary, plus any markers
         if self.uses_entities and len(self.text_fields) != 1:
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"task.entity_representation={self.representation} reads the entities of one text, not a pair "
                 f"(task.text_fields={cfg.text_fields})"
             )
@@ -199,7 +199,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             self.model_dictionary = copy.deepcopy(dictionary)
             for marker in ENTITY_MARKERS:
                 if marker in dictionary.indices:
-                    raise fine_tuning.FineTuningError(
+                    raise BioConfigError(
                         f"{vocab_dir}/{fine_tuning.DICT_TXT} already has {marker!r}, the entity marker token"
                     )
                 self.marker_ids[marker] = self.model_dictionary.add_symbol(marker)
@@ -211,12 +211,12 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                 self.representation,
             )
         if cfg.oversample.strip() and self.kind != "classification":
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"task.oversample={cfg.oversample}: task.kind={self.kind} has no classes to oversample "
                 "(single-label classification only)"
             )
         if cfg.group_documents and self.kind != "multilabel":
-            raise fine_tuning.FineTuningError(f"task.group_documents needs task.kind=multilabel, not {self.kind}")
+            raise BioConfigError(f"task.group_documents needs task.kind=multilabel, not {self.kind}")
         if labels is not None:
             self.set_labels(labels)
 
@@ -255,7 +255,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
 
     def load_state_dict(self, state_dict):
         if state_dict.get("kind") and state_dict["kind"] != self.kind:
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"the checkpoint's head is {state_dict['kind']}, the task's task.kind={self.kind}"
             )
         if state_dict.get("labels"):
@@ -291,7 +291,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
         dropout = model.args.pooler_dropout if self.cfg.head_dropout is None else self.cfg.head_dropout
         if self.representation in pair_heads:
             if self.cfg.head_hidden_layers:
-                raise fine_tuning.FineTuningError(
+                raise BioConfigError(
                     f"task.head_hidden_layers={self.cfg.head_hidden_layers}: the [CLS] head's option; "
                     f"task.entity_representation={self.representation}'s head has none"
                 )

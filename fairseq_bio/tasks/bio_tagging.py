@@ -14,7 +14,7 @@ from omegaconf import MISSING
 from ..data.conll import Sentence, TaggingDataError, merge_types, parse_type_merge, read_conll
 from ..data.tag_schemes import convert_tags, label_set, normalize_scheme, to_bio
 from ..data.tagging_dataset import EncodedWords, TaggingDataset, fingerprint
-from ..errors import BioFileNotFoundError
+from ..errors import BioConfigError, BioFileNotFoundError
 from . import fine_tuning
 
 logger = logging.getLogger(__name__)
@@ -96,15 +96,15 @@ class BioTaggingTask(fine_tuning.FineTuningTask):
         super().__init__(cfg, dictionary, bpe_spec, vocab_dir)
         self.scheme = normalize_scheme(cfg.tag_scheme)
         if cfg.label_all_subtokens and self.scheme == "bioes":
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 "task.label_all_subtokens needs tag_scheme bio or io (a word's later pieces have no BIOES label)"
             )
         if cfg.lstm_layers < 0 or cfg.lstm_hidden_size < 0:
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"task.lstm_layers={cfg.lstm_layers}, task.lstm_hidden_size={cfg.lstm_hidden_size}: must be >= 0"
             )
         if cfg.lstm_hidden_size and not cfg.lstm_layers:
-            raise fine_tuning.FineTuningError(
+            raise BioConfigError(
                 f"task.lstm_hidden_size={cfg.lstm_hidden_size} sizes a BiLSTM: set task.lstm_layers >= 1 too"
             )
         if labels is not None:
@@ -221,7 +221,7 @@ def _type_merge(cfg: BioTaggingConfig):
     try:
         return parse_type_merge(cfg.merge_types)
     except ValueError as e:
-        raise fine_tuning.FineTuningError(f"task.merge_types={cfg.merge_types!r}: {e}") from None
+        raise BioConfigError(f"task.merge_types={cfg.merge_types!r}: {e}") from None
 
 
 def _read_tagged(path: str, cfg: BioTaggingConfig, require_tags: bool = True) -> List[Sentence]:

@@ -25,17 +25,13 @@ from torch import nn
 from ..data.dictionary import load_dictionary
 from ..data.tagging_dataset import WordEncoder
 from ..data.tokenizer_files import BPE_JSON, bpe_file_options, load_bpe_json
-from ..errors import BioError
+from ..errors import BioConfigError
 from ..files import atomic_path
 
 logger = logging.getLogger(__name__)
 
 DICT_TXT = "dict.txt"
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
-
-
-class FineTuningError(BioError, ValueError):
-    """A fine-tuning set-up that cannot work; the message says what to change."""
 
 
 def start_checkpoint_path(restore_file: Optional[str], finetune_from_model: Optional[str]) -> Optional[str]:
@@ -55,15 +51,15 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
     the vocabulary the checkpoint itself records (``task.vocab``, or the first ``task.data`` dir)."""
     if explicit:
         if not has_vocab(explicit):
-            raise FineTuningError(f"task.vocab={explicit}: needs {DICT_TXT} and {BPE_JSON}")
+            raise BioConfigError(f"task.vocab={explicit}: needs {DICT_TXT} and {BPE_JSON}")
         return explicit
     if not encoder:
-        raise FineTuningError(
+        raise BioConfigError(
             "no vocabulary: give the encoder checkpoint (checkpoint.restore_file=... or "
             "checkpoint.finetune_from_model=...) or the directory with its dict.txt and bpe.json (task.vocab=...)"
         )
     if not os.path.exists(encoder):
-        raise FineTuningError(f"{encoder}: encoder checkpoint not found")
+        raise BioConfigError(f"{encoder}: encoder checkpoint not found")
     beside = os.path.dirname(os.path.abspath(encoder))
     if has_vocab(beside):
         return beside
@@ -71,7 +67,7 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
     for directory in recorded:
         if has_vocab(directory):
             return directory
-    raise FineTuningError(
+    raise BioConfigError(
         f"{encoder}: no {DICT_TXT} + {BPE_JSON} beside it or in the directories it records "
         f"({', '.join(recorded) or 'none'}); give task.vocab=<dir with the pretraining dict.txt and bpe.json>"
     )
@@ -115,7 +111,7 @@ def adopt_encoder_architecture(model_cfg, encoder: str) -> None:
     state = load_checkpoint(encoder)
     recorded = (state.get("cfg") or {}).get("model") or state.get("args")
     if recorded is None:
-        raise FineTuningError(f"{encoder}: records no model configuration (cfg.model)")
+        raise BioConfigError(f"{encoder}: records no model configuration (cfg.model)")
     struct = OmegaConf.is_config(model_cfg) and OmegaConf.is_struct(model_cfg)
     if struct:
         OmegaConf.set_struct(model_cfg, False)
@@ -147,16 +143,16 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
     weights = state.get("model") or {}
     embed = weights.get("encoder.sentence_encoder.embed_tokens.weight")
     if embed is None and "discriminator.embed_tokens.weight" in weights:
-        raise FineTuningError(
+        raise BioConfigError(
             f"{encoder}: an ELECTRA checkpoint; extract its discriminator first: "
             f"fairseq-bio-extract-encoder --checkpoint {encoder} --out <dir>/discriminator.pt, then fine-tune from "
             "<dir>/discriminator.pt"
         )
     if embed is None:
-        raise FineTuningError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
-    check_whole(encoder, state, FineTuningError)  # a shard's rows are not a vocabulary's
+        raise BioConfigError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
+    check_whole(encoder, state)  # a shard's rows are not a vocabulary's
     check_dictionary(encoder, state, dictionary, os.path.join(vocab_dir, DICT_TXT), rows=len(dictionary),
-                     verb="was pretrained", error=FineTuningError)  # fmt: skip
+                     verb="was pretrained")  # fmt: skip
 
 
 def copy_vocab(vocab_dir: str, save_dir: str) -> None:
@@ -171,7 +167,7 @@ def copy_vocab(vocab_dir: str, save_dir: str) -> None:
     for src in files:
         rel = os.path.relpath(src, vocab_dir)
         if rel.startswith(".."):
-            raise FineTuningError(f"{vocab_dir}/{BPE_JSON}: names {src}, outside its directory")
+            raise BioConfigError(f"{vocab_dir}/{BPE_JSON}: names {src}, outside its directory")
         with atomic_path(os.path.join(save_dir, rel)) as tmp:
             shutil.copyfile(src, tmp)
 
@@ -204,7 +200,7 @@ def optimizer_overrides(param) -> Dict[str, float]:
 def apply_layer_lr_decay(model, decay: float) -> None:
     """Scale each parameter's learning rate through fairseq's composite optimizer (``optim_overrides``)."""
     if not 0.0 < decay <= 1.0:
-        raise FineTuningError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
+        raise BioConfigError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
     scales = layer_scales(model, decay)
     for name, param in model.named_parameters():
         optimizer_overrides(param)["lr_scale"] = scales[name]
@@ -215,7 +211,7 @@ def scale_head_lr(model, scale: float) -> List[str]:
     and random) learn at ``scale`` x the rate they would have (times any ``apply_layer_lr_decay`` scale), through
     fairseq's composite optimizer (``optim_overrides``). Returns their names."""
     if not scale > 0:
-        raise FineTuningError(f"task.head_lr_scale={scale}: must be > 0")
+        raise BioConfigError(f"task.head_lr_scale={scale}: must be > 0")
     names = []
     for name, param in model.named_parameters():
         if name.startswith("classification_heads.") and param.requires_grad:
@@ -259,7 +255,7 @@ def check_optimizer_groups(optimizer, options: str) -> None:
 
     inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
     if not isinstance(inner, FairseqCompositeOptimizer):
-        raise FineTuningError(
+        raise BioConfigError(
             f"{options}: needs optimizer=composite (fairseq's per-group settings; the fine-tuning configs use it), "
             f"not {type(inner).__name__}"
         )
@@ -347,12 +343,12 @@ class FineTuningTask(FairseqTask):
         self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
         self._dictionary_record = None  # get_checkpoint_dict's, made once
         if cfg.head_hidden_layers < 0 or cfg.head_hidden_size < 0:
-            raise FineTuningError(
+            raise BioConfigError(
                 f"task.head_hidden_layers={cfg.head_hidden_layers}, task.head_hidden_size={cfg.head_hidden_size}: "
                 "must be >= 0"
             )
         if cfg.head_hidden_size and not cfg.head_hidden_layers:
-            raise FineTuningError(
+            raise BioConfigError(
                 f"task.head_hidden_size={cfg.head_hidden_size} sizes hidden layers: set task.head_hidden_layers >= 1 too"
             )
 
@@ -414,7 +410,7 @@ class FineTuningTask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         if not self.labels:
-            raise FineTuningError(f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)")
+            raise BioConfigError(f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)")
         encoder = start_checkpoint_path(self.cfg.restore_file, self.cfg.finetune_from_model)
         if not from_checkpoint and encoder:
             check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
@@ -435,7 +431,7 @@ class FineTuningTask(FairseqTask):
 
     def check_window(self) -> None:
         if self.window is None:
-            raise FineTuningError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
+            raise BioConfigError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         options = per_parameter_options(self.cfg) if update_num == 0 else []
