@@ -10,22 +10,26 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    # Every installed top-level name starts with fairseq_bio: the checkout's preprocess/ (the corpus commands) installs
-    # as fairseq_bio_preprocess, so that no other project's "preprocess" collides with it.
+    # Every installed top-level name starts with fairseq_bio: the checkout's preprocess/ (the corpus
+    # commands) installs as fairseq_bio_preprocess, so that no other project's "preprocess" collides
+    # with it.
     packages=find_packages(include=["fairseq_bio", "fairseq_bio.*"])
     + ["fairseq_bio_preprocess", "fairseq_bio.hydra_configs"],
-    # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout they stay the
-    # top-level hydra_configs/ (fairseq_bio.runs.shipped_config_dir finds either).
-    package_dir={"fairseq_bio_preprocess": "preprocess", "fairseq_bio.hydra_configs": "hydra_configs"},
+    # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout
+    # they stay the top-level hydra_configs/ (fairseq_bio.runs.shipped_config_dir finds either).
+    package_dir={
+        "fairseq_bio_preprocess": "preprocess",
+        "fairseq_bio.hydra_configs": "hydra_configs",
+    },
     package_data={
         "fairseq_bio.hydra_configs": ["*.yaml", "*/*.yaml"],
         # The vocabulary report's default term list and the published numbers it is compared with.
         "fairseq_bio_preprocess": ["data/*.tsv"],
     },
-    # fairseq itself is deliberately absent: every fairseq build that imports on Python 3.11 requires
-    # torchaudio, whose PyPI wheel is a CUDA build that breaks HF's Trainer next to the CPU torch. The
-    # Makefile installs fairseq-fixed with --no-deps (requirements/fairseq.txt) and its other requirements
-    # explicitly (requirements/stack.txt).
+    # fairseq itself is deliberately absent: every fairseq build that imports on Python 3.11
+    # requires torchaudio, whose PyPI wheel is a CUDA build that breaks HF's Trainer next to the CPU
+    # torch. The Makefile installs fairseq-fixed with --no-deps (requirements/fairseq.txt) and its
+    # other requirements explicitly (requirements/stack.txt).
     install_requires=[
         "torch==2.13.0",
         "hydra-core==1.3.2",
@@ -49,8 +53,8 @@ setup(
         "fastbpe": ["fastBPE==0.1.0"],
     },
     entry_points={
-        # Every script starts in fairseq_bio_preprocess.commands, which reads its command line before the plugin
-        # registers with fairseq (see that module).
+        # Every script starts in fairseq_bio_preprocess.commands, which reads its command line
+        # before the plugin registers with fairseq (see that module).
         "console_scripts": [
             "fairseq-bio-extract = fairseq_bio_preprocess.commands:extract",
             "fairseq-bio-vocab = fairseq_bio_preprocess.commands:vocab",

@@ -1,6 +1,6 @@
-"""BLURB on this machine: one encoder fine-tuned and scored on every shared dataset (NCBI-disease, BC5CDR-disease,
-GAD, DDI, HoC, BIOSSES, PubMedQA) by ``fairseq-bio-blurb``, with the wall time and the fine-tuning throughput
-(examples/s) of every task.
+"""BLURB on this machine: one encoder fine-tuned and scored on every shared dataset (NCBI-disease,
+BC5CDR-disease, GAD, DDI, HoC, BIOSSES, PubMedQA) by ``fairseq-bio-blurb``, with the wall time and
+the fine-tuning throughput (examples/s) of every task.
 
 The encoder is the real MiniLM-L6-H384 imported once, or any checkpoint given with
 ``--checkpoint``. The recipes' budgets take days on a CPU, so ``--budget cpu`` (the default without
@@ -21,12 +21,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from parity_tasks import imported_minilm  # noqa: E402
 from harness import REPO, RESULTS  # noqa: E402
 
-DATASETS = "all"  # in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)
-# One seed each in about 90 minutes on 2 quiet CPU cores, chosen so that each task leaves its trivial answer (on dev):
-# NCBI-disease and GAD 2 epochs, BC5-disease 1, BIOSSES its recipe's 30. The recipes' learning rates are for 20-40
-# epochs; cut to a few hundred updates, DDI (lr 2e-5, 300 updates of 32), HoC (4e-5, 2 epochs of 32) and PubMedQA
-# (2e-5) stayed at the all-negative / majority answer, so they get a higher rate and smaller batches (more updates
-# for the same rows). The runner sets the warm-up to 10 % of each budget.
+# in ../shared/data: NCBI-disease, BC5-disease, GAD, DDI, HoC, BIOSSES, PubMedQA (the rest: listed)
+DATASETS = "all"
+# One seed each in about 90 minutes on 2 quiet CPU cores, chosen so that each task leaves its
+# trivial answer (on dev): NCBI-disease and GAD 2 epochs, BC5-disease 1, BIOSSES its recipe's 30.
+# The recipes' learning rates are for 20-40 epochs; cut to a few hundred updates, DDI (lr 2e-5, 300
+# updates of 32), HoC (4e-5, 2 epochs of 32) and PubMedQA (2e-5) stayed at the all-negative /
+# majority answer, so they get a higher rate and smaller batches (more updates for the same rows).
+# The runner sets the warm-up to 10 % of each budget.
 CPU_BUDGETS = (
     "ncbi-disease:optimization.max_epoch=2",
     "bc5-disease:optimization.max_epoch=1",
@@ -46,19 +48,45 @@ def main(argv=None) -> int:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="the encoder (default: MiniLM-L6-H384 imported into <out>/minilm-fairseq)")
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
+    parser.add_argument(
+        "--checkpoint",
+        help="the encoder (default: MiniLM-L6-H384 imported into <out>/minilm-fairseq)",
+    )
+    parser.add_argument(
+        "--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data"
+    )
     parser.add_argument("--tasks", default=DATASETS, help=f"datasets (default: {DATASETS})")
-    parser.add_argument("--out", default=str(REPO / "runs" / "bench_blurb"), help="runs and results")
-    parser.add_argument("--budget", choices=("cpu", "recipe"), default="recipe" if torch.cuda.is_available() else "cpu",
-                        help="cpu: CPU_BUDGETS, one seed; recipe: the recipes' epochs (default on a GPU)")  # fmt: skip
-    parser.add_argument("--seeds", type=int, default=None, help="seeds per dataset (cpu: 1; recipe: the runner's)")
+    parser.add_argument(
+        "--out", default=str(REPO / "runs" / "bench_blurb"), help="runs and results"
+    )
+    parser.add_argument(
+        "--budget",
+        choices=("cpu", "recipe"),
+        default="recipe" if torch.cuda.is_available() else "cpu",
+        help="cpu: CPU_BUDGETS, one seed; recipe: the recipes' epochs (default on a GPU)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=None, help="seeds per dataset (cpu: 1; recipe: the runner's)"
+    )
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()
-    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else imported_minilm(out / "minilm-fairseq")
-    command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", args.data, "--tasks", args.tasks,
-                           "--out", out)  # fmt: skip
+    checkpoint = (
+        Path(args.checkpoint).resolve()
+        if args.checkpoint
+        else imported_minilm(out / "minilm-fairseq")
+    )
+    command = runs.command(
+        "fairseq-bio-blurb",
+        "--checkpoint",
+        checkpoint,
+        "--data",
+        args.data,
+        "--tasks",
+        args.tasks,
+        "--out",
+        out,
+    )
     seeds = args.seeds or (1 if args.budget == "cpu" else None)
     if seeds:
         command += ["--seeds", str(seeds)]

@@ -35,44 +35,83 @@ def variant_scores(out: Path, at: int) -> Dict[str, Dict]:
     for path in sorted(out.glob("**/results.json")):
         if f"updates_{at}" not in str(path.relative_to(out)):
             continue
-        for name, result in json.loads(path.read_text(encoding="utf-8")).get("datasets", {}).items():
+        for name, result in (
+            json.loads(path.read_text(encoding="utf-8")).get("datasets", {}).items()
+        ):
             if name in found:
-                sys.exit(f"{path}: {name} at {at} updates is also in another results.json under {out}")
+                sys.exit(
+                    f"{path}: {name} at {at} updates is also in another results.json under {out}"
+                )
             found[name] = result
     return found
 
 
 def checkpoint_at(out: Path, at: int) -> Path:
-    for path in (out / "pretrain" / f"checkpoint_1_{at}.pt", out / "pretrain" / "checkpoint_last.pt"):
+    for path in (
+        out / "pretrain" / f"checkpoint_1_{at}.pt",
+        out / "pretrain" / "checkpoint_last.pt",
+    ):
         if path.exists():
             return path
     sys.exit(f"{out}/pretrain: no checkpoint of update {at}")
 
 
-def collect(reference: Dict, variants: Dict[str, Path], at: int, data_bin: Path, general_bin: Path) -> Dict:
-    """Per run (import, reference, each variant): per dataset values / dev / paired gains, embeddings, ppl."""
+def collect(
+    reference: Dict, variants: Dict[str, Path], at: int, data_bin: Path, general_bin: Path
+) -> Dict:
+    """Per run (import, reference, each variant): per dataset values / dev / paired gains,
+    embeddings, ppl."""
     key = str(at)
     base = {row["dataset"]: row for row in reference["rows"]}
 
-    def reference_cells(step: str) -> Dict[str, Dict]:  # the reference ran the runner's --seeds n: seeds 1..n
-        return {d: {"values": r["scores"][step]["values"], "seeds": list(range(1, len(r["scores"][step]["values"]) + 1)),
-                    "dev": r["dev"][step]} for d, r in base.items()}  # fmt: skip
+    def reference_cells(
+        step: str,
+    ) -> Dict[str, Dict]:  # the reference ran the runner's --seeds n: seeds 1..n
+        return {
+            d: {
+                "values": r["scores"][step]["values"],
+                "seeds": list(range(1, len(r["scores"][step]["values"]) + 1)),
+                "dev": r["dev"][step],
+            }
+            for d, r in base.items()
+        }
 
-    runs = {IMPORT: {"datasets": reference_cells("0"), "change": {}, "perplexity": reference["perplexity"]["0"]},
-            f"reference ({at})": {"datasets": reference_cells(key), "change": reference["encoder_change"][key],
-                                  "perplexity": reference["perplexity"][key]}}  # fmt: skip
+    runs = {
+        IMPORT: {
+            "datasets": reference_cells("0"),
+            "change": {},
+            "perplexity": reference["perplexity"]["0"],
+        },
+        f"reference ({at})": {
+            "datasets": reference_cells(key),
+            "change": reference["encoder_change"][key],
+            "perplexity": reference["perplexity"][key],
+        },
+    }
     if "general_perplexity" in reference:
         runs[IMPORT]["general_perplexity"] = reference["general_perplexity"]["0"]
         runs[f"reference ({at})"]["general_perplexity"] = reference["general_perplexity"][key]
     for label, out in variants.items():
         checkpoint = checkpoint_at(out, at)
-        scores = {result["title"]: {"values": result["values"], "seeds": result["seeds"], "dev": result["dev_mean"]}
-                  for result in variant_scores(out, at).values()}  # fmt: skip
-        runs[label] = {"datasets": scores, "change": encoder_change(out / "minilm" / "model.pt", checkpoint),
-                       "perplexity": perplexity(checkpoint, data_bin, out / "perplexity" / f"updates_{at}.log")}
+        scores = {
+            result["title"]: {
+                "values": result["values"],
+                "seeds": result["seeds"],
+                "dev": result["dev_mean"],
+            }
+            for result in variant_scores(out, at).values()
+        }
+        runs[label] = {
+            "datasets": scores,
+            "change": encoder_change(out / "minilm" / "model.pt", checkpoint),
+            "perplexity": perplexity(
+                checkpoint, data_bin, out / "perplexity" / f"updates_{at}.log"
+            ),
+        }
         if general_bin and "general_perplexity" in reference:
-            runs[label]["general_perplexity"] = perplexity(checkpoint, general_bin,
-                                                           out / "perplexity" / f"general_updates_{at}.log")
+            runs[label]["general_perplexity"] = perplexity(
+                checkpoint, general_bin, out / "perplexity" / f"general_updates_{at}.log"
+            )
     for run in runs.values():
         for name, cell in run["datasets"].items():
             cell["gains"] = paired_gains(runs[IMPORT]["datasets"][name], cell)
@@ -80,11 +119,19 @@ def collect(reference: Dict, variants: Dict[str, Path], at: int, data_bin: Path,
 
 
 def markdown(results: Dict) -> str:
-    names = [d for d in results["datasets"] if all(d in r["datasets"] for r in results["runs"].values())]
-    lines = [f"# Continued-pretraining ablations at {results['at']} updates (MiniLM-L6-H384 on PubMed)", "",
-             "| run | " + " | ".join(f"{d} test | gain (per seed) | dev" for d in names)
-             + " | embeddings moved | layers moved | held-out ppl | general ppl |",
-             "| --- | " + " | ".join("---: | --- | ---:" for _ in names) + " | ---: | --- | ---: | ---: |"]  # fmt: skip
+    names = [
+        d for d in results["datasets"] if all(d in r["datasets"] for r in results["runs"].values())
+    ]
+    lines = [
+        f"# Continued-pretraining ablations at {results['at']} updates (MiniLM-L6-H384 on PubMed)",
+        "",
+        "| run | "
+        + " | ".join(f"{d} test | gain (per seed) | dev" for d in names)
+        + " | embeddings moved | layers moved | held-out ppl | general ppl |",
+        "| --- | "
+        + " | ".join("---: | --- | ---:" for _ in names)
+        + " | ---: | --- | ---: | ---: |",
+    ]
     for label, run in results["runs"].items():
         cells = []
         for d in names:
@@ -92,15 +139,24 @@ def markdown(results: Dict) -> str:
             std = statistics.stdev(c["values"]) if len(c["values"]) > 1 else 0.0
             gain = statistics.mean(c["gains"])
             per = ", ".join(f"{g:+.2f}" for g in c["gains"])
-            cells.append(f"{statistics.mean(c['values']):.2f} ± {std:.2f} | "
-                         + ("reference" if label == IMPORT else f"{gain:+.2f} ({per})") + f" | {c['dev']:.2f}")
+            cells.append(
+                f"{statistics.mean(c['values']):.2f} ± {std:.2f} | "
+                + ("reference" if label == IMPORT else f"{gain:+.2f} ({per})")
+                + f" | {c['dev']:.2f}"
+            )
         change = run["change"]
         layers = [v for k, v in change.items() if k.startswith("layer ")]
         general = run.get("general_perplexity")
-        lines.append(f"| {label} | " + " | ".join(cells)
-                     + f" | {100 * change.get('embeddings', 0):.2f} % | "
-                     + (f"{100 * min(layers):.1f}-{100 * max(layers):.1f} %" if layers else "0") + " | "
-                     + f"{run['perplexity']:,.1f} | " + (f"{general:,.1f}" if general else "") + " |")  # fmt: skip
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {100 * change.get('embeddings', 0):.2f} % | "
+            + (f"{100 * min(layers):.1f}-{100 * max(layers):.1f} %" if layers else "0")
+            + " | "
+            + f"{run['perplexity']:,.1f} | "
+            + (f"{general:,.1f}" if general else "")
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -108,7 +164,9 @@ def chart(results: Dict, path: Path) -> None:
     plt = pyplot()
 
     runs = [label for label in results["runs"] if label != IMPORT]
-    names = [d for d in results["datasets"] if all(d in results["runs"][r]["datasets"] for r in runs)]
+    names = [
+        d for d in results["datasets"] if all(d in results["runs"][r]["datasets"] for r in runs)
+    ]
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names):
         for i, label in enumerate(runs):
@@ -125,13 +183,23 @@ def chart(results: Dict, path: Path) -> None:
 
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", required=True, help="results.json of the reference domain_adaptation.py run")
-    parser.add_argument("--variant", action="append", default=[], help="LABEL=OUT of a domain_adaptation.py run")
+    parser.add_argument(
+        "--reference", required=True, help="results.json of the reference domain_adaptation.py run"
+    )
+    parser.add_argument(
+        "--variant", action="append", default=[], help="LABEL=OUT of a domain_adaptation.py run"
+    )
     parser.add_argument("--at", type=int, default=500, help="the checkpoint compared (updates)")
-    parser.add_argument("--data-bin", default=None, help="held-out PubMed data-bin (default: the first variant's)")
-    parser.add_argument("--general-bin", default=None, help="general-text data-bin of the drift probe")
+    parser.add_argument(
+        "--data-bin", default=None, help="held-out PubMed data-bin (default: the first variant's)"
+    )
+    parser.add_argument(
+        "--general-bin", default=None, help="general-text data-bin of the drift probe"
+    )
     parser.add_argument("--out", default="runs/dapt_ablations", help="where the report is written")
-    parser.add_argument("--results", default=str(RESULTS), help=f"where it is copied (default {RESULTS})")
+    parser.add_argument(
+        "--results", default=str(RESULTS), help=f"where it is copied (default {RESULTS})"
+    )
     args = parser.parse_args(argv)
     if not args.variant:
         parser.error("give at least one --variant LABEL=OUT")
@@ -139,15 +207,29 @@ def main(argv: List[str] = None) -> int:
     for spec in args.variant:
         label, sep, out = spec.partition("=")
         if not sep or not Path(out).is_dir():
-            parser.error(f"--variant {spec}: expected LABEL=OUT with OUT a domain_adaptation.py --out directory")
+            parser.error(
+                f"--variant {spec}: expected LABEL=OUT with OUT a domain_adaptation.py --out directory"
+            )
         variants[label] = Path(out).resolve()
     reference = json.loads(Path(args.reference).read_text(encoding="utf-8"))
-    data_bin = Path(args.data_bin) if args.data_bin else next(iter(variants.values())) / "data" / "data-bin"
-    results = collect(reference, variants, args.at, data_bin, Path(args.general_bin) if args.general_bin else None)
+    data_bin = (
+        Path(args.data_bin)
+        if args.data_bin
+        else next(iter(variants.values())) / "data" / "data-bin"
+    )
+    results = collect(
+        reference, variants, args.at, data_bin, Path(args.general_bin) if args.general_bin else None
+    )
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    save_report(out, results, markdown(results), lambda path: chart(results, path), Path(args.results),
-                "dapt_ablations")  # fmt: skip
+    save_report(
+        out,
+        results,
+        markdown(results),
+        lambda path: chart(results, path),
+        Path(args.results),
+        "dapt_ablations",
+    )
     return 0
 
 

@@ -33,28 +33,68 @@ from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
 POSITIONS = 130  # of the teacher and the students built in-process (their blocks: 128 tokens)
 SIZES = {
     "paper": {
-        "teacher 12 x 768": dict(encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
-                                 encoder_attention_heads=12),
-        "student 6 x 768": dict(encoder_layers=6, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
-                                encoder_attention_heads=12),
-        "student 4 x 312": dict(encoder_layers=4, encoder_embed_dim=312, encoder_ffn_embed_dim=1200,
-                                encoder_attention_heads=12),
+        "teacher 12 x 768": dict(
+            encoder_layers=12,
+            encoder_embed_dim=768,
+            encoder_ffn_embed_dim=3072,
+            encoder_attention_heads=12,
+        ),
+        "student 6 x 768": dict(
+            encoder_layers=6,
+            encoder_embed_dim=768,
+            encoder_ffn_embed_dim=3072,
+            encoder_attention_heads=12,
+        ),
+        "student 4 x 312": dict(
+            encoder_layers=4,
+            encoder_embed_dim=312,
+            encoder_ffn_embed_dim=1200,
+            encoder_attention_heads=12,
+        ),
     },
     "small": {
-        "teacher 4 x 256": dict(encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
-                                encoder_attention_heads=4),
-        "student 2 x 256": dict(encoder_layers=2, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
-                                encoder_attention_heads=4),
-        "student 2 x 128": dict(encoder_layers=2, encoder_embed_dim=128, encoder_ffn_embed_dim=512,
-                                encoder_attention_heads=4),
+        "teacher 4 x 256": dict(
+            encoder_layers=4,
+            encoder_embed_dim=256,
+            encoder_ffn_embed_dim=1024,
+            encoder_attention_heads=4,
+        ),
+        "student 2 x 256": dict(
+            encoder_layers=2,
+            encoder_embed_dim=256,
+            encoder_ffn_embed_dim=1024,
+            encoder_attention_heads=4,
+        ),
+        "student 2 x 128": dict(
+            encoder_layers=2,
+            encoder_embed_dim=128,
+            encoder_ffn_embed_dim=512,
+            encoder_attention_heads=4,
+        ),
     },
-}  # fmt: skip
-# (name, student index in SIZES, criterion terms): the presets' terms, without their weights' values mattering here
+}
+# (name, student index in SIZES, criterion terms): the presets' terms, without their weights' values
+# mattering here
 PRESETS = [
-    ("DistilBioBERT terms", 1, dict(mlm_weight=2.0, kl_weight=5.0, temperature=2.0, cos_weight=1.0)),
-    ("TinyBioBERT terms", 2, dict(mlm_weight=0.0, kl_weight=1.0, temperature=1.0, cos_weight=0.0, embed_weight=1.0,
-                                  hidden_weight=1.0, attn_weight=1.0)),
-]  # fmt: skip
+    (
+        "DistilBioBERT terms",
+        1,
+        dict(mlm_weight=2.0, kl_weight=5.0, temperature=2.0, cos_weight=1.0),
+    ),
+    (
+        "TinyBioBERT terms",
+        2,
+        dict(
+            mlm_weight=0.0,
+            kl_weight=1.0,
+            temperature=1.0,
+            cos_weight=0.0,
+            embed_weight=1.0,
+            hidden_weight=1.0,
+            attn_weight=1.0,
+        ),
+    ),
+]
 BIOBERT_VOCAB = 28996
 
 
@@ -78,26 +118,35 @@ def setup(data_dir: Path):
     import fairseq_bio  # noqa: F401  (registration)
     from fairseq_bio.tasks.bio_masked_lm import BioMaskedLMConfig
 
-    cfg = OmegaConf.structured(BioMaskedLMConfig(data=str(data_dir), max_update=1, seed=1, tokens_per_sample=128))
+    cfg = OmegaConf.structured(
+        BioMaskedLMConfig(data=str(data_dir), max_update=1, seed=1, tokens_per_sample=128)
+    )
     cfg._name = "bio_masked_lm"
     return tasks.setup_task(cfg)
 
 
 def batch(task, size: int, tokens: int, seed: int, data):
-    """A masked batch (15 %, the task's own masking) of real blocks from ``data``, or of uniform symbols."""
+    """A masked batch (15 %, the task's own masking) of real blocks from ``data``, or of uniform
+    symbols."""
     import torch
 
     d = task.source_dictionary
     if data:
         task.load_dataset("valid")
-        itr = task.get_batch_iterator(task.dataset("valid"), max_sentences=size).next_epoch_itr(shuffle=False)
+        itr = task.get_batch_iterator(task.dataset("valid"), max_sentences=size).next_epoch_itr(
+            shuffle=False
+        )
         sample = next(itr)
     else:
         g = torch.Generator().manual_seed(seed)
         body = torch.randint(d.nspecial, len(d) - 1, (size, tokens - 2), generator=g)
         src = torch.cat([torch.full((size, 1), d.bos()), body, torch.full((size, 1), d.eos())], 1)
-        sample = {"id": torch.arange(size), "net_input": {"src_tokens": src, "src_lengths": torch.full((size,), tokens)},
-                  "ntokens": size * tokens, "nsentences": size}  # fmt: skip
+        sample = {
+            "id": torch.arange(size),
+            "net_input": {"src_tokens": src, "src_lengths": torch.full((size,), tokens)},
+            "ntokens": size * tokens,
+            "nsentences": size,
+        }
     return task.mask_sample(sample, 0.15, stream=seed)
 
 
@@ -108,8 +157,8 @@ def to(sample, device):
 
 
 def timed_alternately(fns, steps: int, device: str):
-    """Median seconds of each of ``fns``, called in turn ``steps`` times after one warm-up round (alternating, so
-    that a busy machine slows them alike)."""
+    """Median seconds of each of ``fns``, called in turn ``steps`` times after one warm-up round
+    (alternating, so that a busy machine slows them alike)."""
     import torch
 
     times = [[] for _ in fns]
@@ -131,7 +180,10 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
     import torch
     from omegaconf import OmegaConf
 
-    from fairseq_bio.criterions.bio_distillation import BioDistillationConfig, BioDistillationCriterion
+    from fairseq_bio.criterions.bio_distillation import (
+        BioDistillationConfig,
+        BioDistillationCriterion,
+    )
     from fairseq_bio.hf import encoder_checkpoint, encoder_checkpoint_cfg
 
     data_dir = vocabulary(workdir / "vocab", data)
@@ -143,7 +195,9 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
     teacher_path = data_dir / "bench_teacher.pt" if not data else workdir / "bench_teacher.pt"
     if data:  # the teacher's dict.txt must be found beside it
         (workdir / "dict.txt").write_bytes((Path(data) / "dict.txt").read_bytes())
-    cfg = encoder_checkpoint_cfg(str(data_dir), {**teacher_sizes, "max_positions": POSITIONS}, tokens_per_sample=128)
+    cfg = encoder_checkpoint_cfg(
+        str(data_dir), {**teacher_sizes, "max_positions": POSITIONS}, tokens_per_sample=128
+    )
     torch.save(encoder_checkpoint(cfg, teacher.state_dict(), {}), teacher_path)
     sample = to(batch(task, step_batch, 128, seed=1, data=data), device)
     rows = []
@@ -155,14 +209,20 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
         student = harness.bio_roberta(task, POSITIONS, **student_sizes).to(device).train()
 
         def criterion(**w):
-            c = BioDistillationConfig(teacher=str(teacher_path), student_layers=student_sizes["encoder_layers"],
-                                      student_embed_dim=student_sizes["encoder_embed_dim"], student_arch="bio_roberta",
-                                      **w)  # fmt: skip
+            c = BioDistillationConfig(
+                teacher=str(teacher_path),
+                student_layers=student_sizes["encoder_layers"],
+                student_embed_dim=student_sizes["encoder_embed_dim"],
+                student_arch="bio_roberta",
+                **w,
+            )
             return BioDistillationCriterion(OmegaConf.structured(c), task).to(device)
 
         distill = criterion(**weights)
         mlm = criterion(mlm_weight=1.0, kl_weight=0.0, cos_weight=0.0)
-        optimizer = torch.optim.Adam(list(student.parameters()) + list(distill.parameters()), lr=1e-5)
+        optimizer = torch.optim.Adam(
+            list(student.parameters()) + list(distill.parameters()), lr=1e-5
+        )
 
         def step(crit):
             def run():
@@ -180,19 +240,36 @@ def step_times(sizes, data, steps: int, device: str, workdir: Path, step_batch: 
 
         def teacher_forward():
             with torch.no_grad():
-                features, _ = the_teacher(tokens, features_only=True, return_all_hiddens=states, return_attn=attn)
+                features, _ = the_teacher(
+                    tokens, features_only=True, return_all_hiddens=states, return_attn=attn
+                )
                 the_teacher.encoder.output_layer(features, masked_tokens=positions)
 
-        t_distill, t_mlm, t_teacher = timed_alternately([step(distill), step(mlm), teacher_forward], steps, device)
-        rows.append((f"{preset} ({names[index]})", t_distill, t_mlm, t_teacher, t_distill / (t_mlm + t_teacher)))
-        print(f"{rows[-1][0]}: distill {t_distill:.3f} s, MLM {t_mlm:.3f} s + teacher {t_teacher:.3f} s -> "
-              f"{rows[-1][4]:.3f}x", flush=True)  # fmt: skip
+        t_distill, t_mlm, t_teacher = timed_alternately(
+            [step(distill), step(mlm), teacher_forward], steps, device
+        )
+        rows.append(
+            (
+                f"{preset} ({names[index]})",
+                t_distill,
+                t_mlm,
+                t_teacher,
+                t_distill / (t_mlm + t_teacher),
+            )
+        )
+        print(
+            f"{rows[-1][0]}: distill {t_distill:.3f} s, MLM {t_mlm:.3f} s + teacher {t_teacher:.3f} s -> "
+            f"{rows[-1][4]:.3f}x",
+            flush=True,
+        )
     return rows
 
 
 def memory_worker(sizes_json: str, device: str, data, workdir: str) -> None:
-    """(fresh child process) peak memory of one encoder's forward at 32 x 128 over the process's state before the
-    model was built (CPU: peak RSS, the kernel's counter reset first; CUDA: peak allocated); prints one JSON line."""
+    """(fresh child process) peak memory of one encoder's forward at 32 x 128 over the process's
+    state before the model was built (CPU: peak RSS, the kernel's counter reset first; CUDA: peak
+    allocated); prints one JSON line.
+    """
     import torch
 
     task = setup(vocabulary(Path(workdir) / "vocab", data))
@@ -208,12 +285,15 @@ def memory_worker(sizes_json: str, device: str, data, workdir: str) -> None:
         model = harness.bio_roberta(task, POSITIONS, **json.loads(sizes_json)).to(device).eval()
         with torch.no_grad():
             model(tokens, features_only=True)
-        peak = (torch.cuda.max_memory_allocated() - base_cuda if device == "cuda" else rss() - base_rss) / 2**20
+        peak = (
+            torch.cuda.max_memory_allocated() - base_cuda if device == "cuda" else rss() - base_rss
+        ) / 2**20
     print(json.dumps({"peak_mib": peak, "params": sum(p.numel() for p in model.parameters())}))
 
 
 def inference(sizes, data, steps: int, device: str, workdir: Path):
-    """[(model, parameters, tokens/s, peak MiB)]: speeds timed alternately in this process, memory in fresh ones."""
+    """[(model, parameters, tokens/s, peak MiB)]: speeds timed alternately in this process, memory
+    in fresh ones."""
     import torch
 
     task = setup(vocabulary(workdir / "vocab", data))
@@ -233,10 +313,20 @@ def inference(sizes, data, steps: int, device: str, workdir: Path):
     rows = []
     for (name, model_sizes), spent in zip(sizes.items(), seconds):
         out = runs.capture(
-            [sys.executable, __file__, "--memory-worker", json.dumps(model_sizes), "--device", device,
-             "--workdir", str(workdir)] + (["--data", str(data)] if data else []),
-            env={"PYTHONPATH": str(REPO)}, check=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                __file__,
+                "--memory-worker",
+                json.dumps(model_sizes),
+                "--device",
+                device,
+                "--workdir",
+                str(workdir),
+            ]
+            + (["--data", str(data)] if data else []),
+            env={"PYTHONPATH": str(REPO)},
+            check=True,
+        )
         result = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append((name, result["params"], tokens.numel() / spent, result["peak_mib"]))
         print(f"{name}: {rows[-1][2]:.0f} tokens/s, peak {result['peak_mib']:.0f} MiB", flush=True)
@@ -259,9 +349,11 @@ def write_results(step_rows, infer_rows, args) -> None:
         "",
         "| model | parameters | tokens/s | speed-up | peak memory MiB | memory ratio |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
-        *[f"| {n} | {p / 1e6:.1f} M | {tps:.0f} | {tps / teacher_tps:.2f}x | {mem:.0f} | {mem / teacher_mem:.2f}x |"
-          for n, p, tps, mem in infer_rows],
-    ]  # fmt: skip
+        *[
+            f"| {n} | {p / 1e6:.1f} M | {tps:.0f} | {tps / teacher_tps:.2f}x | {mem:.0f} | {mem / teacher_mem:.2f}x |"
+            for n, p, tps, mem in infer_rows
+        ],
+    ]
     text = "\n".join(lines) + "\n"
     from fairseq_bio.files import write_text
 
@@ -280,36 +372,72 @@ def write_results(step_rows, infer_rows, args) -> None:
     print(text)
 
 
-# (c) The student has half the teacher's layers and width, and its heads (TinyBioBERT: 4 x 312 from 12 x 768, 12 heads
-# each; per-head attention maps can only be compared head for head).
+# (c) The student has half the teacher's layers and width, and its heads (TinyBioBERT: 4 x 312 from
+# 12 x 768, 12 heads each; per-head attention maps can only be compared head for head).
 NER_TEACHER = "tiny"  # benchmarks/tagging.py's sizes: bio_roberta_tiny's 4 x 256, 4 heads
-NER_STUDENT = dict(encoder_layers=2, encoder_embed_dim=128, encoder_ffn_embed_dim=512, encoder_attention_heads=4)
+NER_STUDENT = dict(
+    encoder_layers=2, encoder_embed_dim=128, encoder_ffn_embed_dim=512, encoder_attention_heads=4
+)
 NER_MAX_POSITIONS = 128  # the CPU pretraining recipe's (recipe/cpu_demo.yaml)
-NER_FULL = dict(workdir="runs/bench_distill", pretrain_minutes=30.0, pretrain_updates=None, probe_updates=50,
-                max_docs_per_file=None, distill_updates=3000, distill_minutes=60.0, train_sentences=None,
-                dev_sentences=None, epochs=10, batch_size=32)  # fmt: skip
-NER_QUICK = dict(workdir="runs/bench_distill_quick", pretrain_minutes=5.0, pretrain_updates=400, probe_updates=20,
-                 max_docs_per_file=3000, distill_updates=300, distill_minutes=6.0, train_sentences=1000,
-                 dev_sentences=300, epochs=3, batch_size=16)  # fmt: skip
+NER_FULL = dict(
+    workdir="runs/bench_distill",
+    pretrain_minutes=30.0,
+    pretrain_updates=None,
+    probe_updates=50,
+    max_docs_per_file=None,
+    distill_updates=3000,
+    distill_minutes=60.0,
+    train_sentences=None,
+    dev_sentences=None,
+    epochs=10,
+    batch_size=32,
+)
+NER_QUICK = dict(
+    workdir="runs/bench_distill_quick",
+    pretrain_minutes=5.0,
+    pretrain_updates=400,
+    probe_updates=20,
+    max_docs_per_file=3000,
+    distill_updates=300,
+    distill_minutes=6.0,
+    train_sentences=1000,
+    dev_sentences=300,
+    epochs=3,
+    batch_size=16,
+)
 
 
 def distill(run, args, data_bin: Path, teacher: Path, save_dir: Path) -> dict:
-    """``--config-name distill_tinybiobert`` for ``args.distill_updates`` (at most ``args.distill_minutes``) on the
-    CPU recipe's 128-token blocks; its updates, minutes and validation terms."""
+    """``--config-name distill_tinybiobert`` for ``args.distill_updates`` (at most
+    ``args.distill_minutes``) on the CPU recipe's 128-token blocks; its updates, minutes and
+    validation terms."""
     every = max(10, args.distill_updates // 5)
     log = save_dir / "train.log"
     save_dir.mkdir(parents=True)
     cmd = runs.hydra_train(
-        "distill_tinybiobert", f"task.data={data_bin}", f"criterion.teacher={teacher}", "common.log_interval=10",
-        "common.cpu=true", "common.fp16=false", "dataset.num_workers=0", f"task.tokens_per_sample={NER_MAX_POSITIONS}",
-        f"model.max_positions={NER_MAX_POSITIONS}", *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
-        "dataset.batch_size=16", "optimization.update_freq=[1]", f"optimization.lr=[{args.distill_lr}]",
+        "distill_tinybiobert",
+        f"task.data={data_bin}",
+        f"criterion.teacher={teacher}",
+        "common.log_interval=10",
+        "common.cpu=true",
+        "common.fp16=false",
+        "dataset.num_workers=0",
+        f"task.tokens_per_sample={NER_MAX_POSITIONS}",
+        f"model.max_positions={NER_MAX_POSITIONS}",
+        *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
+        "dataset.batch_size=16",
+        "optimization.update_freq=[1]",
+        f"optimization.lr=[{args.distill_lr}]",
         f"optimization.max_update={args.distill_updates}",
         f"lr_scheduler.warmup_updates={max(1, args.distill_updates // 20)}",
-        f"optimization.stop_time_hours={args.distill_minutes / 60:.5f}", f"dataset.validate_interval_updates={every}",
-        "dataset.max_valid_steps=20", f"checkpoint.save_interval_updates={every}", "checkpoint.keep_interval_updates=1",
-        save_dir=save_dir, log=log,
-    )  # fmt: skip
+        f"optimization.stop_time_hours={args.distill_minutes / 60:.5f}",
+        f"dataset.validate_interval_updates={every}",
+        "dataset.max_valid_steps=20",
+        f"checkpoint.save_interval_updates={every}",
+        "checkpoint.keep_interval_updates=1",
+        save_dir=save_dir,
+        log=log,
+    )
     start = time.perf_counter()
     run(cmd, "distill", save_dir)
     inner = runs.logged(log, "train_inner")
@@ -327,8 +455,11 @@ def ner_report(rows, meta, commands) -> str:
     from fairseq_bio.criterions.bio_distillation import TERMS
 
     t, d = meta["teacher"], meta["distill"]
-    terms = ", ".join(f"{k[:-5]} {float(v):.4g}" for k, v in d["valid"].items()
-                      if k.endswith("_loss") and k in TERMS)  # fmt: skip
+    terms = ", ".join(
+        f"{k[:-5]} {float(v):.4g}"
+        for k, v in d["valid"].items()
+        if k.endswith("_loss") and k in TERMS
+    )
     lines = [
         "# NER from a distilled tiny student and its teacher (NCBI-disease; issue 9 benchmark (c))",
         "",
@@ -351,8 +482,10 @@ def ner_report(rows, meta, commands) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['shape']} | {r['params'] / 1e6:.2f} M | {r['dev_f1']:.2f} | {r['p']:.2f} | "
-                     f"{r['r']:.2f} | {r['f1']:.2f} | {r['wall']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {r['model']} | {r['shape']} | {r['params'] / 1e6:.2f} M | {r['dev_f1']:.2f} | {r['p']:.2f} | "
+            f"{r['r']:.2f} | {r['f1']:.2f} | {r['wall']:.0f} |"
+        )
     lines += ["", "Commands run (in this order):", "", "```", *commands, "```", ""]
     return "\n".join(lines)
 
@@ -362,8 +495,8 @@ def shape(sizes: dict) -> str:
 
 
 def ner_benchmark(args) -> None:
-    """(c): pretrain a teacher, distil a tiny student from it, fine-tune both (and the student's architecture from
-    random initialisation) on NCBI-disease; dev and test F1."""
+    """(c): pretrain a teacher, distil a tiny student from it, fine-tune both (and the student's
+    architecture from random initialisation) on NCBI-disease; dev and test F1."""
     import torch
 
     from fairseq_bio.files import InputError as PreprocessError, atomic_write
@@ -372,26 +505,48 @@ def ner_benchmark(args) -> None:
         if getattr(args, key, None) is None:
             setattr(args, key, value)
     args.size, args.new_encoder, args.lr = NER_TEACHER, args.new_teacher, args.ner_lr
-    args.pretrain_dropout = 0.0  # tagging.py's default: a teacher pretrained briefly learns more without dropout
+    args.pretrain_dropout = (
+        0.0  # tagging.py's default: a teacher pretrained briefly learns more without dropout
+    )
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     run = harness.Runner(workdir, args.threads)
     data_bin = harness.prepare_data(workdir, args.workers, 16000, args.max_docs_per_file)
     teacher = harness.pretrain(args, run, workdir, data_bin)
     teacher_ckpt = Path(teacher["checkpoint"])
-    student = distill(run, args, data_bin, teacher_ckpt, workdir / f"student-{time.strftime('%Y%m%d-%H%M%S')}")
-    print(f"[bench] distilled {student['updates']} updates in {student['minutes']:.1f} min: {student['valid']}",
-          flush=True)  # fmt: skip
+    student = distill(
+        run, args, data_bin, teacher_ckpt, workdir / f"student-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    print(
+        f"[bench] distilled {student['updates']} updates in {student['minutes']:.1f} min: {student['valid']}",
+        flush=True,
+    )
 
     models = [
-        ("teacher", shape(harness.SIZES[NER_TEACHER]), teacher_ckpt, [f"checkpoint.restore_file={teacher_ckpt}"]),
-        ("distilled student", shape(NER_STUDENT), student["checkpoint"],
-         [f"checkpoint.restore_file={student['checkpoint']}"]),
+        (
+            "teacher",
+            shape(harness.SIZES[NER_TEACHER]),
+            teacher_ckpt,
+            [f"checkpoint.restore_file={teacher_ckpt}"],
+        ),
+        (
+            "distilled student",
+            shape(NER_STUDENT),
+            student["checkpoint"],
+            [f"checkpoint.restore_file={student['checkpoint']}"],
+        ),
         # fairseq's default restore_file in a fresh save_dir: nothing is restored
-        ("student architecture, random init", shape(NER_STUDENT), None,
-         ["checkpoint.restore_file=checkpoint_last.pt", *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
-          f"model.max_positions={NER_MAX_POSITIONS}"]),
-    ]  # fmt: skip
+        (
+            "student architecture, random init",
+            shape(NER_STUDENT),
+            None,
+            [
+                "checkpoint.restore_file=checkpoint_last.pt",
+                *(f"model.{k}={v}" for k, v in NER_STUDENT.items()),
+                f"model.max_positions={NER_MAX_POSITIONS}",
+            ],
+        ),
+    ]
     rows, arch = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-distill-ner-") as tmp:
         tmp = Path(tmp)
@@ -403,7 +558,11 @@ def ner_benchmark(args) -> None:
             save_dir = tmp / slug
             save_dir.mkdir()
             row = {"model": name, "shape": encoder_shape}
-            row.update(harness.fine_tune(run, slug, data, save_dir, overrides, args, updates, args.seed, data_bin))
+            row.update(
+                harness.fine_tune(
+                    run, slug, data, save_dir, overrides, args, updates, args.seed, data_bin
+                )
+            )
             checkpoint = save_dir / "checkpoint_best.pt"
             row["params"] = harness.encoder_parameters(checkpoint)
             arch[name] = harness.architecture(checkpoint)
@@ -412,8 +571,11 @@ def ner_benchmark(args) -> None:
             row.update(harness.predict(run, slug, checkpoint, data / "test.tsv", pred_dir))
             (run.logs / f"{slug}.train.log").write_bytes((save_dir / "train.log").read_bytes())
             rows.append(row)
-            print(f"[bench] {name}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} ({row['updates']} updates, "
-                  f"{row['wall']:.0f} s)", flush=True)  # fmt: skip
+            print(
+                f"[bench] {name}: dev F1 {row['dev_f1']:.2f}, test F1 {row['f1']:.2f} ({row['updates']} updates, "
+                f"{row['wall']:.0f} s)",
+                flush=True,
+            )
         if arch["distilled student"] != arch["student architecture, random init"]:
             raise PreprocessError("the distilled student and the random one differ in architecture")
         commands = [c.replace(str(tmp), "$TMP") for c in run.commands]
@@ -446,33 +608,74 @@ def ner_benchmark(args) -> None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", choices=sorted(SIZES), default="paper")
-    parser.add_argument("--steps", type=int, default=5, help="timed repetitions (after one warm-up)")
+    parser.add_argument(
+        "--steps", type=int, default=5, help="timed repetitions (after one warm-up)"
+    )
     parser.add_argument("--data", help="a binarised data dir (real PubMed blocks and its dict.txt)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--step-batch", type=int, default=32, help="sequences per training step in (a)")
+    parser.add_argument(
+        "--step-batch", type=int, default=32, help="sequences per training step in (a)"
+    )
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
-    ner = parser.add_argument_group("(c) NER fine-tuning of a distilled student and its teacher (--ner)")
+    ner = parser.add_argument_group(
+        "(c) NER fine-tuning of a distilled student and its teacher (--ner)"
+    )
     ner.add_argument("--ner", action="store_true", help="run (c) instead of (a) and (b)")
-    ner.add_argument("--quick", action="store_true",
-                     help="smoke run: " + ", ".join(f"{k}={v}" for k, v in NER_QUICK.items()))  # fmt: skip
-    ner.add_argument("--ner-workdir", help=f"data, teacher, student and logs; reused (default {NER_FULL['workdir']})")
-    ner.add_argument("--pretrain-minutes", type=float, help="teacher pretraining budget (default 30)")
-    ner.add_argument("--new-teacher", action="store_true", help="pretrain again even if the workdir has a teacher")
+    ner.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: " + ", ".join(f"{k}={v}" for k, v in NER_QUICK.items()),
+    )
+    ner.add_argument(
+        "--ner-workdir",
+        help=f"data, teacher, student and logs; reused (default {NER_FULL['workdir']})",
+    )
+    ner.add_argument(
+        "--pretrain-minutes", type=float, help="teacher pretraining budget (default 30)"
+    )
+    ner.add_argument(
+        "--new-teacher",
+        action="store_true",
+        help="pretrain again even if the workdir has a teacher",
+    )
     ner.add_argument("--distill-updates", type=int, help="distillation updates (default 3000)")
-    ner.add_argument("--distill-minutes", type=float, help="distillation wall-clock cap (default 60)")
-    ner.add_argument("--distill-lr", type=float, default=1e-3, help="distillation peak lr (the preset's is 5e-4 at "
-                     "192 x 256 tokens per update)")  # fmt: skip
-    ner.add_argument("--train-sentences", type=int, help="first N NCBI-disease train sentences (default: all)")
+    ner.add_argument(
+        "--distill-minutes", type=float, help="distillation wall-clock cap (default 60)"
+    )
+    ner.add_argument(
+        "--distill-lr",
+        type=float,
+        default=1e-3,
+        help="distillation peak lr (the preset's is 5e-4 at " "192 x 256 tokens per update)",
+    )
+    ner.add_argument(
+        "--train-sentences", type=int, help="first N NCBI-disease train sentences (default: all)"
+    )
     ner.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")
-    ner.add_argument("--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch")
+    ner.add_argument(
+        "--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch"
+    )
     ner.add_argument("--batch-size", type=int, help="fine-tuning sentences per update (default 32)")
-    ner.add_argument("--ner-lr", type=float, default=5e-4, help="fine-tuning peak lr (tiny models need more than 5e-5)")
-    ner.add_argument("--seed", type=int, default=1, help="fine-tuning seed (the same for every model)")
-    ner.add_argument("--threads", type=int, help="OMP/MKL threads of every tool (default: the environment's)")
-    ner.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes")
+    ner.add_argument(
+        "--ner-lr",
+        type=float,
+        default=5e-4,
+        help="fine-tuning peak lr (tiny models need more than 5e-5)",
+    )
+    ner.add_argument(
+        "--seed", type=int, default=1, help="fine-tuning seed (the same for every model)"
+    )
+    ner.add_argument(
+        "--threads", type=int, help="OMP/MKL threads of every tool (default: the environment's)"
+    )
+    ner.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes"
+    )
     args = parser.parse_args(argv)
     if args.memory_worker:
         return memory_worker(args.memory_worker, args.device, args.data, args.workdir)
@@ -480,7 +683,9 @@ def main(argv=None):
         args.workdir = args.ner_workdir
         return ner_benchmark(args)
     with tempfile.TemporaryDirectory() as work:
-        step_rows = step_times(SIZES[args.sizes], args.data, args.steps, args.device, Path(work), args.step_batch)
+        step_rows = step_times(
+            SIZES[args.sizes], args.data, args.steps, args.device, Path(work), args.step_batch
+        )
         infer_rows = inference(SIZES[args.sizes], args.data, args.steps, args.device, Path(work))
     write_results(step_rows, infer_rows, args)
 

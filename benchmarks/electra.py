@@ -27,23 +27,51 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import REPO, RESULTS, bio_roberta, pyplot, save_figure  # noqa: E402
 
 # The end-to-end test's learning check (tests/test_electra_e2e.py).
-LEARN = ["model.encoder_layers=2", "model.encoder_embed_dim=64", "model.encoder_ffn_embed_dim=256",
-         "model.encoder_attention_heads=1", "model.generator_embed_dim=32", "model.generator_ffn_embed_dim=128",
-         "model.generator_attention_heads=1", "model.max_positions=64", "task.tokens_per_sample=64",
-         "optimization.lr=[0.002]"]  # fmt: skip
+LEARN = [
+    "model.encoder_layers=2",
+    "model.encoder_embed_dim=64",
+    "model.encoder_ffn_embed_dim=256",
+    "model.encoder_attention_heads=1",
+    "model.generator_embed_dim=32",
+    "model.generator_ffn_embed_dim=128",
+    "model.generator_attention_heads=1",
+    "model.max_positions=64",
+    "task.tokens_per_sample=64",
+    "optimization.lr=[0.002]",
+]
 # name: (label, overrides of bio_electra_tiny, default updates)
 VARIANTS = {
-    "warmup300": ("2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 300 (the test's)",
-                  [*LEARN, "lr_scheduler.warmup_updates=300"], 1500),
-    "warmup30": ("2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 30", [*LEARN, "lr_scheduler.warmup_updates=30"], 1500),
-    "temperature2": ("2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 300, temperature 2",
-                     [*LEARN, "lr_scheduler.warmup_updates=300", "criterion.temperature=2.0"], 1500),
-    "tiny30": ("bio_electra_tiny (4 x 256 / 64, 128 tokens, lr 5e-4), warm-up 30",
-               ["lr_scheduler.warmup_updates=30"], 480),
+    "warmup300": (
+        "2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 300 (the test's)",
+        [*LEARN, "lr_scheduler.warmup_updates=300"],
+        1500,
+    ),
+    "warmup30": (
+        "2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 30",
+        [*LEARN, "lr_scheduler.warmup_updates=30"],
+        1500,
+    ),
+    "temperature2": (
+        "2 x 64 / 32, 64 tokens, lr 2e-3, warm-up 300, temperature 2",
+        [*LEARN, "lr_scheduler.warmup_updates=300", "criterion.temperature=2.0"],
+        1500,
+    ),
+    "tiny30": (
+        "bio_electra_tiny (4 x 256 / 64, 128 tokens, lr 5e-4), warm-up 30",
+        ["lr_scheduler.warmup_updates=30"],
+        480,
+    ),
     "tiny": ("bio_electra_tiny as shipped (warm-up 300)", [], 480),
-}  # fmt: skip
-CURVE_KEYS = ("replaced_recall", "replaced_precision", "replaced_prob", "original_prob", "disc_acc", "replaced_frac",
-              "gen_loss")  # fmt: skip
+}
+CURVE_KEYS = (
+    "replaced_recall",
+    "replaced_precision",
+    "replaced_prob",
+    "original_prob",
+    "disc_acc",
+    "replaced_frac",
+    "gen_loss",
+)
 
 
 def prepare_data(workdir: Path) -> Path:
@@ -53,13 +81,19 @@ def prepare_data(workdir: Path) -> Path:
     from fairseq_bio_preprocess.pipeline import build_data_bin
 
     inputs = [pubmed_sample_dir() / "pubmed20n0014.xml.gz"]
-    return build_data_bin(inputs, workdir, vocab_size=3000, max_docs_per_file=1500, valid_fraction=0.05,
-                          progress=False).data_bin  # fmt: skip
+    return build_data_bin(
+        inputs,
+        workdir,
+        vocab_size=3000,
+        max_docs_per_file=1500,
+        valid_fraction=0.05,
+        progress=False,
+    ).data_bin
 
 
 def build(kind: str, data: Path, arch: str, tokens: int):
-    """(task, model, criterion, optimizer) of an ELECTRA (``kind="electra"``) or MLM step with ``arch``'s
-    discriminator as the encoder."""
+    """(task, model, criterion, optimizer) of an ELECTRA (``kind="electra"``) or MLM step with
+    ``arch``'s discriminator as the encoder."""
     import torch
     from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
     from omegaconf import OmegaConf
@@ -83,18 +117,26 @@ def build(kind: str, data: Path, arch: str, tokens: int):
         sizes = {k: v for k, v in ARCHITECTURES[arch].items() if k.startswith("encoder_")}
         model = bio_roberta(task, tokens, **sizes)
         criterion = MaskedLmLoss(MaskedLmConfig(tpu=False), task)  # (its default reads common.tpu)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01
+    )
     return task, model, criterion, optimizer
 
 
-def step_times(data: Path, arch: str, batch: int, tokens: int, steps: int, repeats: int) -> Dict[str, List[float]]:
-    """Seconds per training step of each kind, one median per run; runs alternate (ELECTRA first on even repeats)."""
+def step_times(
+    data: Path, arch: str, batch: int, tokens: int, steps: int, repeats: int
+) -> Dict[str, List[float]]:
+    """Seconds per training step of each kind, one median per run; runs alternate (ELECTRA first on
+    even repeats)."""
     builds = {kind: build(kind, data, arch, tokens) for kind in ("electra", "mlm")}
     task = builds["electra"][0]
     task.load_dataset("train")
     dataset = task.dataset("train")
     ids = list(range(len(dataset)))
-    batches = [dataset.collater([dataset[i] for i in ids[b * batch : (b + 1) * batch]]) for b in range(steps + 2)]
+    batches = [
+        dataset.collater([dataset[i] for i in ids[b * batch : (b + 1) * batch]])
+        for b in range(steps + 2)
+    ]
 
     def run(kind: str) -> float:
         task, model, criterion, optimizer = builds[kind]
@@ -114,15 +156,26 @@ def step_times(data: Path, arch: str, batch: int, tokens: int, steps: int, repea
     for repeat in range(repeats):
         for kind in ("electra", "mlm") if repeat % 2 == 0 else ("mlm", "electra"):
             results[kind].append(run(kind))
-            print(f"  run {repeat + 1}/{repeats} {kind}: {results[kind][-1] * 1000:.0f} ms/step", flush=True)
+            print(
+                f"  run {repeat + 1}/{repeats} {kind}: {results[kind][-1] * 1000:.0f} ms/step",
+                flush=True,
+            )
     return results
 
 
 def curve_command(data: Path, variant: str, updates: int, save: Path, log: Path) -> List[str]:
-    return runs.hydra_train("bio_electra_tiny", f"task.data={data}", *VARIANTS[variant][1],
-                            f"optimization.max_update={updates}", "checkpoint.no_save=true",
-                            f"dataset.validate_interval_updates={max(updates // 6, 1)}", "common.log_interval=50",
-                            "common.tensorboard_logdir=null", save_dir=save, log=log)  # fmt: skip
+    return runs.hydra_train(
+        "bio_electra_tiny",
+        f"task.data={data}",
+        *VARIANTS[variant][1],
+        f"optimization.max_update={updates}",
+        "checkpoint.no_save=true",
+        f"dataset.validate_interval_updates={max(updates // 6, 1)}",
+        "common.log_interval=50",
+        "common.tensorboard_logdir=null",
+        save_dir=save,
+        log=log,
+    )
 
 
 def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Dict[int, Dict]]:
@@ -131,7 +184,9 @@ def curve(data: Path, variant: str, updates: int, workdir: Path) -> Dict[str, Di
     cmd = curve_command(data, variant, updates, save, log)
     start = time.perf_counter()
     runs.run(cmd, workdir / f"{variant}.out", cwd=workdir)
-    print(f"  curve {variant}: {updates} updates in {time.perf_counter() - start:.0f} s", flush=True)
+    print(
+        f"  curve {variant}: {updates} updates in {time.perf_counter() - start:.0f} s", flush=True
+    )
     entries = {"train": {}, "valid": {}, "interval": max(updates // 6, 1)}
     for kind, logged_as in (("train", "train_inner"), ("valid", "valid")):
         for update, entry in runs.logged(log, logged_as).items():
@@ -145,10 +200,16 @@ def plot(curves: Dict[str, Dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 5))
     for variant, entries in curves.items():
         train = entries["train"]
-        updates = sorted(train)[1:]  # from the second interval: the untrained discriminator's ~50 % guesses first
+        updates = sorted(train)[
+            1:
+        ]  # from the second interval: the untrained discriminator's ~50 % guesses first
         label = VARIANTS[variant][0]
         axes[0].plot(updates, [train[u]["replaced_recall"] for u in updates], label=label)
-        axes[1].plot(updates, [train[u]["replaced_prob"] - train[u]["original_prob"] for u in updates], label=label)
+        axes[1].plot(
+            updates,
+            [train[u]["replaced_prob"] - train[u]["original_prob"] for u in updates],
+            label=label,
+        )
         axes[2].plot(updates, [train[u]["gen_loss"] for u in updates], label=label)
     axes[0].set_title("replaced recall (all-'original' guess: 0)")
     axes[1].set_title("mean P(replaced): replaced - original tokens")
@@ -162,31 +223,45 @@ def plot(curves: Dict[str, Dict], path: Path) -> None:
     save_figure(fig, path)
 
 
-def report(args, times: Dict[str, List[float]], curves: Dict[str, Dict], commands: List[str]) -> str:
+def report(
+    args, times: Dict[str, List[float]], curves: Dict[str, Dict], commands: List[str]
+) -> str:
     lines = ["# ELECTRA: step time against MLM, and the replaced-token curve", ""]
     if times:
         electra, mlm = statistics.median(times["electra"]), statistics.median(times["mlm"])
-        lines += [f"## Step time ({args.arch}'s discriminator as the MLM encoder; batch {args.batch} x {args.tokens} "
-                  f"tokens; {args.repeats} alternating runs of {args.steps} steps, medians)", "",
-                  "| step | ms/step (per run) | median |", "| --- | --- | --- |",
-                  f"| bio_electra | {', '.join(f'{t * 1000:.0f}' for t in times['electra'])} | {electra * 1000:.0f} |",
-                  f"| bio_roberta MLM | {', '.join(f'{t * 1000:.0f}' for t in times['mlm'])} | {mlm * 1000:.0f} |",
-                  "", f"ELECTRA / MLM = **{electra / mlm:.2f}x** (target <= 1.3x)", ""]  # fmt: skip
+        lines += [
+            f"## Step time ({args.arch}'s discriminator as the MLM encoder; batch {args.batch} x {args.tokens} "
+            f"tokens; {args.repeats} alternating runs of {args.steps} steps, medians)",
+            "",
+            "| step | ms/step (per run) | median |",
+            "| --- | --- | --- |",
+            f"| bio_electra | {', '.join(f'{t * 1000:.0f}' for t in times['electra'])} | {electra * 1000:.0f} |",
+            f"| bio_roberta MLM | {', '.join(f'{t * 1000:.0f}' for t in times['mlm'])} | {mlm * 1000:.0f} |",
+            "",
+            f"ELECTRA / MLM = **{electra / mlm:.2f}x** (target <= 1.3x)",
+            "",
+        ]
     if curves:
-        lines += ["## Replaced-token detection on the PubMed slice (valid split)", "",
-                  "bio_electra_tiny with the overrides named (discriminator / generator width), 16 blocks per update, "
-                  "temperature 1 unless named. P(rep) / P(orig): the discriminator's mean probability of 'replaced' "
-                  "on replaced / original tokens.", "",
-                  "| variant | update | recall | precision | P(rep) | P(orig) | disc acc (all-original) | gen bits |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        lines += [
+            "## Replaced-token detection on the PubMed slice (valid split)",
+            "",
+            "bio_electra_tiny with the overrides named (discriminator / generator width), 16 blocks per update, "
+            "temperature 1 unless named. P(rep) / P(orig): the discriminator's mean probability of 'replaced' "
+            "on replaced / original tokens.",
+            "",
+            "| variant | update | recall | precision | P(rep) | P(orig) | disc acc (all-original) | gen bits |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for variant, entries in curves.items():
             last = max(entries["valid"])
             for update, e in sorted(entries["valid"].items()):
                 if update % entries["interval"] and update != last:
                     continue  # the epoch-end validations in between
-                lines.append(f"| {VARIANTS[variant][0]} | {update} | {e['replaced_recall']:.4f} | "
-                             f"{e['replaced_precision']:.3f} | {e['replaced_prob']:.4f} | {e['original_prob']:.4f} | "
-                             f"{e['disc_acc']:.4f} ({1 - e['replaced_frac']:.4f}) | {e['gen_loss']:.2f} |")  # fmt: skip
+                lines.append(
+                    f"| {VARIANTS[variant][0]} | {update} | {e['replaced_recall']:.4f} | "
+                    f"{e['replaced_precision']:.3f} | {e['replaced_prob']:.4f} | {e['original_prob']:.4f} | "
+                    f"{e['disc_acc']:.4f} ({1 - e['replaced_frac']:.4f}) | {e['gen_loss']:.2f} |"
+                )
         lines += ["", "![curve](electra.png)", ""]
     lines += ["## Commands", "", "```", *commands, "```", ""]
     return "\n".join(lines)
@@ -194,16 +269,30 @@ def report(args, times: Dict[str, List[float]], curves: Dict[str, Dict], command
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", default="bio_electra_tiny", help="bio_electra architecture of the step-time runs")
+    parser.add_argument(
+        "--arch", default="bio_electra_tiny", help="bio_electra architecture of the step-time runs"
+    )
     parser.add_argument("--batch", type=int, default=16, help="sequences per step")
-    parser.add_argument("--tokens", type=int, default=128, help="block length (tokens per sequence)")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)")
+    parser.add_argument(
+        "--tokens", type=int, default=128, help="block length (tokens per sequence)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=8, help="timed steps per run (after 2 warm-up steps)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs of each kind")
-    parser.add_argument("--curve-updates", type=int, help="updates of each curve run (default: the variant's)")
-    parser.add_argument("--variants", default="warmup300,warmup30,tiny30,tiny", help=f"of {','.join(VARIANTS)}")
+    parser.add_argument(
+        "--curve-updates", type=int, help="updates of each curve run (default: the variant's)"
+    )
+    parser.add_argument(
+        "--variants", default="warmup300,warmup30,tiny30,tiny", help=f"of {','.join(VARIANTS)}"
+    )
     parser.add_argument("--no-curve", action="store_true", help="step times only")
     parser.add_argument("--no-speed", action="store_true", help="curve only")
-    parser.add_argument("--data", type=Path, help="binarised data dir (default: the tests' PubMed slice, built once)")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="binarised data dir (default: the tests' PubMed slice, built once)",
+    )
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
@@ -213,7 +302,9 @@ def main(argv=None):
     out = RESULTS / "electra"
     out.mkdir(parents=True, exist_ok=True)
     data = args.data or prepare_data(out / "data")
-    commands = [" ".join(["python benchmarks/electra.py", *(argv if argv is not None else sys.argv[1:])])]
+    commands = [
+        " ".join(["python benchmarks/electra.py", *(argv if argv is not None else sys.argv[1:])])
+    ]
     times = {}
     if not args.no_speed:
         print(f"step time: {args.arch}, batch {args.batch} x {args.tokens}", flush=True)
@@ -226,8 +317,12 @@ def main(argv=None):
             for variant in variants:
                 updates = args.curve_updates or VARIANTS[variant][2]
                 curves[variant] = curve(data, variant, updates, Path(tmp))
-                command = curve_command(Path("<slice>"), variant, updates, Path("<dir>"), Path("<log>"))
-                commands.append(" ".join([Path(command[0]).name, *command[1:]]).replace(str(REPO) + "/", ""))
+                command = curve_command(
+                    Path("<slice>"), variant, updates, Path("<dir>"), Path("<log>")
+                )
+                commands.append(
+                    " ".join([Path(command[0]).name, *command[1:]]).replace(str(REPO) + "/", "")
+                )
         plot(curves, RESULTS / "electra.png")
     text = report(args, times, curves, commands)
     from fairseq_bio.files import write_text

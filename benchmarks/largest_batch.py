@@ -38,9 +38,9 @@ POOL = 1024  # single blocks the batches are cut from
 
 
 def predicted_batch(peaks: dict, limit_bytes: float):
-    """The largest batch whose peak, on the line through the measured ``{batch: peak bytes}``, stays within
-    ``MARGIN`` of ``limit_bytes``; 0 when not even the fixed part fits; None when the peak did not grow with the
-    batch (no line to follow: a measurement to look at, not a prediction)."""
+    """The largest batch whose peak, on the line through the measured ``{batch: peak bytes}``, stays
+    within ``MARGIN`` of ``limit_bytes``; 0 when not even the fixed part fits; None when the peak
+    did not grow with the batch (no line to follow: a measurement to look at, not a prediction)."""
     (b1, p1), (b2, p2) = sorted(peaks.items())[:2]
     per_block = (p2 - p1) / (b2 - b1)
     if per_block <= 0:
@@ -54,16 +54,20 @@ def out_of_memory(error: BaseException) -> bool:
 
 
 class Config:
-    """One architecture with activation checkpointing on or off: its trainer, batches and peak measurement."""
+    """One architecture with activation checkpointing on or off: its trainer, batches and peak
+    measurement."""
 
     def __init__(self, args, arch: str, checkpointing: bool):
         self.args = argparse.Namespace(**{**vars(args), "arch": arch, "batch": 1, "tiny": False})
         self.cuda = args.device == "cuda"
         options = {"checkpoint_activations": True} if checkpointing else {}
-        self.task, self.step, self.sizes = encoder_speed.build(args.variant, self.args, model=options)
+        self.task, self.step, self.sizes = encoder_speed.build(
+            args.variant, self.args, model=options
+        )
         self.checkpointing = checkpointing
-        # fairseq's task hands out one cached batch iterator per dataset, so every batch is cut from one pool of
-        # single full blocks (fewer in the data: repeated; a repeated block is the same work)
+        # fairseq's task hands out one cached batch iterator per dataset, so every batch is cut from
+        # one pool of single full blocks (fewer in the data: repeated; a repeated block is the same
+        # work)
         self.pool = encoder_speed.load_batches(self.task, 1, POOL)[0]
 
     def samples(self, batch: int, count: int):
@@ -76,7 +80,8 @@ class Config:
         return out
 
     def peak(self, batch: int, steps: int = 2):
-        """(peak bytes, seconds per step) of ``steps`` steps at ``batch``; None where it ran out of memory."""
+        """(peak bytes, seconds per step) of ``steps`` steps at ``batch``; None where it ran out of
+        memory."""
         import torch
         from fairseq.logging import metrics
 
@@ -93,7 +98,9 @@ class Config:
                     if self.cuda:
                         torch.cuda.synchronize()
                     times.append(time.perf_counter() - start)
-                    if out is None:  # fairseq's trainer recovers from an OOM in forward/backward and returns None
+                    if (
+                        out is None
+                    ):  # fairseq's trainer recovers from an OOM in forward/backward and returns None
                         return None
                 return peak(), statistics.median(times)
         except RuntimeError as e:  # torch.OutOfMemoryError included
@@ -104,13 +111,15 @@ class Config:
 
 
 def stack(samples):
-    """One masked_lm batch of single-block batches (``id``, ``net_input``, ``target``, ``nsentences``,
-    ``ntokens``)."""
+    """One masked_lm batch of single-block batches (``id``, ``net_input``, ``target``,
+    ``nsentences``, ``ntokens``)."""
     import torch
 
     return {
         "id": torch.cat([s["id"] for s in samples]),
-        "net_input": {k: torch.cat([s["net_input"][k] for s in samples]) for k in samples[0]["net_input"]},
+        "net_input": {
+            k: torch.cat([s["net_input"][k] for s in samples]) for k in samples[0]["net_input"]
+        },
         "target": torch.cat([s["target"] for s in samples]),
         "nsentences": sum(s["nsentences"] for s in samples),
         "ntokens": sum(s["ntokens"] for s in samples),
@@ -135,21 +144,44 @@ def measure(config: Config, limit_gib: float, steps: int) -> dict:
     limit = limit_gib * 2**30
     if config.cuda:
         cap(2**50)  # uncapped for the probes
-    config.peak(1, steps=1)  # the optimizer's state exists from the first step on: in every probe alike
+    config.peak(
+        1, steps=1
+    )  # the optimizer's state exists from the first step on: in every probe alike
     peaks = {}
     for batch in PROBES:
         result = config.peak(batch)
         if result is None:
-            return {"limit_gib": limit_gib, "batch": 0, "note": f"out of memory at {batch} block(s)"}
+            return {
+                "limit_gib": limit_gib,
+                "batch": 0,
+                "note": f"out of memory at {batch} block(s)",
+            }
         peaks[batch] = result[0]
     batch = predicted_batch(peaks, limit)
-    row = {"limit_gib": limit_gib, "predicted": batch, "probe_peaks_mib": {b: p / 2**20 for b, p in peaks.items()}}
+    row = {
+        "limit_gib": limit_gib,
+        "predicted": batch,
+        "probe_peaks_mib": {b: p / 2**20 for b, p in peaks.items()},
+    }
     if batch is None:
-        return {**row, "batch": 0, "note": "the peak did not grow from 1 to 2 blocks: no prediction"}
+        return {
+            **row,
+            "batch": 0,
+            "note": "the peak did not grow from 1 to 2 blocks: no prediction",
+        }
     if batch == 0:
-        return {**row, "batch": 0, "note": "the parameters and optimizer state alone exceed the limit"}
+        return {
+            **row,
+            "batch": 0,
+            "note": "the parameters and optimizer state alone exceed the limit",
+        }
     if not config.cuda:
-        return {**row, "batch": batch, "verified": False, "note": "CPU: a check of the code, not a measurement"}
+        return {
+            **row,
+            "batch": batch,
+            "verified": False,
+            "note": "CPU: a check of the code, not a measurement",
+        }
     cap(limit)
     try:
         while batch > 0 and config.peak(batch) is None:
@@ -160,15 +192,23 @@ def measure(config: Config, limit_gib: float, steps: int) -> dict:
     finally:
         cap(2**50)
     tokens = batch * encoder_speed.SEQ
-    return {**row, "batch": batch, "verified": True, "peak_mib": peak / 2**20, "step_seconds": seconds,
-            "tokens_per_s": tokens / seconds}  # fmt: skip
+    return {
+        **row,
+        "batch": batch,
+        "verified": True,
+        "peak_mib": peak / 2**20,
+        "step_seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+    }
 
 
 def mfu(config: Config, row: dict, peak_flops) -> float:
     if not row.get("tokens_per_s") or not peak_flops:
         return None
     tokens = row["batch"] * encoder_speed.SEQ
-    flops = encoder_speed.training_flops(**config.sizes, tokens=tokens, predicted=round(0.15 * tokens))
+    flops = encoder_speed.training_flops(
+        **config.sizes, tokens=tokens, predicted=round(0.15 * tokens)
+    )
     return flops / row["step_seconds"] / peak_flops
 
 
@@ -184,8 +224,10 @@ def table(rows, device: str, variant: str = VARIANTS[0]) -> str:
         speed = f"{r['tokens_per_s']:,.0f}" if r.get("tokens_per_s") else "-"
         util = f"{100 * r['mfu']:.1f} %" if r.get("mfu") else "-"
         peak = f"{r['peak_mib']:,.0f}" if r.get("peak_mib") else "-"
-        lines.append(f"| {r['arch']} | {'on' if r['checkpointing'] else 'off'} | {r['limit_gib']:g} | {r['batch']} | "
-                     f"{speed} | {util} | {peak} | {r.get('note', '')} |")  # fmt: skip
+        lines.append(
+            f"| {r['arch']} | {'on' if r['checkpointing'] else 'off'} | {r['limit_gib']:g} | {r['batch']} | "
+            f"{speed} | {util} | {peak} | {r.get('note', '')} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -194,12 +236,20 @@ def main(argv=None):
     parser.add_argument("--data", type=Path, default=REPO / "runs" / "gpu_check" / "data-bin")
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     parser.add_argument("--archs", default=",".join(ARCHS))
-    parser.add_argument("--limits-gib", default=None, help="comma-separated (default: the GPU's memory, and 32)")
+    parser.add_argument(
+        "--limits-gib", default=None, help="comma-separated (default: the GPU's memory, and 32)"
+    )
     parser.add_argument("--checkpointing", default="off,on", help="off, on or off,on")
     parser.add_argument("--steps", type=int, default=3, help="timed steps at the batch found")
-    parser.add_argument("--variant", choices=VARIANTS, default=VARIANTS[0],
-                        help="the fused LM head and loss (criterion bio_masked_lm), or the recipes' masked_lm")
-    parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/...)")
+    parser.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default=VARIANTS[0],
+        help="the fused LM head and loss (criterion bio_masked_lm), or the recipes' masked_lm",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results stem (default benchmarks/results/...)"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -208,7 +258,9 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("largest_batch.py: --device cuda: no CUDA device here")
     if not (args.data / "dict.txt").is_file():
-        raise SystemExit(f"largest_batch.py: --data {args.data}: no dict.txt (make gpu-check builds one, or make demo)")
+        raise SystemExit(
+            f"largest_batch.py: --data {args.data}: no dict.txt (make gpu-check builds one, or make demo)"
+        )
     args.fp32, args.sdpa_backend = False, None
     if args.limits_gib:
         limits = [float(x) for x in args.limits_gib.split(",")]
@@ -228,12 +280,19 @@ def main(argv=None):
         for checkpointing in [c == "on" for c in args.checkpointing.split(",")]:
             config = Config(args, arch, checkpointing)
             for limit in limits:
-                row = {"arch": arch, "checkpointing": checkpointing, **measure(config, limit, args.steps),
-                       "criterion": type(config.step.trainer.criterion).__name__}
+                row = {
+                    "arch": arch,
+                    "checkpointing": checkpointing,
+                    **measure(config, limit, args.steps),
+                    "criterion": type(config.step.trainer.criterion).__name__,
+                }
                 row["mfu"] = mfu(config, row, peak_flops)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                write_text(stem.with_suffix(".json"), json.dumps({"device": device, "rows": rows}, indent=2) + "\n")
+                write_text(
+                    stem.with_suffix(".json"),
+                    json.dumps({"device": device, "rows": rows}, indent=2) + "\n",
+                )
                 write_text(stem.with_suffix(".md"), table(rows, device, args.variant))
             del config
             if args.device == "cuda":

@@ -29,8 +29,8 @@ COPY_OPS = ("copy_", "zero_", "_foreach_copy_", "_foreach_zero_")
 
 
 def parameter_shapes(arch: str):
-    """The trained tensors' shapes of ``arch`` over a ``VOCAB``-word dictionary (fairseq's initialisation copies
-    through the CPU, so the model is built there, once, and dropped)."""
+    """The trained tensors' shapes of ``arch`` over a ``VOCAB``-word dictionary (fairseq's
+    initialisation copies through the CPU, so the model is built there, once, and dropped)."""
     import argparse as ap
 
     from fairseq.data import Dictionary
@@ -53,20 +53,34 @@ def parameter_shapes(arch: str):
 
 
 def wrapper(cls, shapes, device: str, optimizer: str = "bio_adamw"):
-    """fairseq's bf16 wrapper of ``cls`` (built by fairseq's ``build_optimizer``) around bf16 parameters of
-    ``shapes`` with ``optimizer`` (bio_adamw or adam) inside, and gradients on the parameters."""
+    """fairseq's bf16 wrapper of ``cls`` (built by fairseq's ``build_optimizer``) around bf16
+    parameters of ``shapes`` with ``optimizer`` (bio_adamw or adam) inside, and gradients on the
+    parameters."""
     import torch
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({
-        "common": {"bf16": True, "fp16_scale_window": None, "model_parallel_size": 1},
-        "optimization": {"update_freq": [1]},
-        "distributed_training": {"distributed_world_size": 1},
-        "optimizer": {"_name": optimizer, "lr": [1e-4], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-6,
-                      "weight_decay": 0.01, **({"fused": True} if optimizer == "bio_adamw" else
-                                               {"use_old_adam": False, "fp16_adam_stats": False, "tpu": False})},
-    })  # fmt: skip
-    params = [torch.nn.Parameter(torch.zeros(s, dtype=torch.bfloat16, device=device)) for s in shapes]
+    cfg = OmegaConf.create(
+        {
+            "common": {"bf16": True, "fp16_scale_window": None, "model_parallel_size": 1},
+            "optimization": {"update_freq": [1]},
+            "distributed_training": {"distributed_world_size": 1},
+            "optimizer": {
+                "_name": optimizer,
+                "lr": [1e-4],
+                "adam_betas": "(0.9, 0.98)",
+                "adam_eps": 1e-6,
+                "weight_decay": 0.01,
+                **(
+                    {"fused": True}
+                    if optimizer == "bio_adamw"
+                    else {"use_old_adam": False, "fp16_adam_stats": False, "tpu": False}
+                ),
+            },
+        }
+    )
+    params = [
+        torch.nn.Parameter(torch.zeros(s, dtype=torch.bfloat16, device=device)) for s in shapes
+    ]
     optimizer = cls.build_optimizer(cfg, params)
     for p in params:
         p.grad = torch.zeros_like(p)
@@ -74,7 +88,8 @@ def wrapper(cls, shapes, device: str, optimizer: str = "bio_adamw"):
 
 
 def copies(optimizer) -> None:
-    """The three copies of one update, as the trainer makes them (the gradients stay: no backward here)."""
+    """The three copies of one update, as the trainer makes them (the gradients stay: no backward
+    here)."""
     grads = [p.grad for p in optimizer.fp16_params]
     optimizer.zero_grad()
     for p, g in zip(optimizer.fp16_params, grads):
@@ -85,16 +100,17 @@ def copies(optimizer) -> None:
 
 
 def adam_step(optimizer) -> None:
-    """The optimizer's part of one update on the fp32 master weights: the gradient norm, clipped at 1, and the step
-    (fairseq's wrapper syncs the master gradients first: done once before, by ``copies``)."""
+    """The optimizer's part of one update on the fp32 master weights: the gradient norm, clipped at
+    1, and the step (fairseq's wrapper syncs the master gradients first: done once before, by
+    ``copies``)."""
     inner = optimizer.fp32_optimizer
     inner.clip_grad_norm(1.0)
     inner.step()
 
 
 def count_ops(optimizer, work=None, names=COPY_OPS) -> dict:
-    """{op: times dispatched} of ``work(optimizer)`` (default ``copies``) for ``names`` (None: every op that computes,
-    not ``.data``'s detached views)."""
+    """{op: times dispatched} of ``work(optimizer)`` (default ``copies``) for ``names`` (None: every
+    op that computes, not ``.data``'s detached views)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -110,7 +126,11 @@ def count_ops(optimizer, work=None, names=COPY_OPS) -> dict:
     with Count() as seen:
         (work or copies)(optimizer)
     if names is None:
-        return {op: n for op, n in seen.ops.items() if op != "detach" and not op.startswith("_record_function")}
+        return {
+            op: n
+            for op, n in seen.ops.items()
+            if op != "detach" and not op.startswith("_record_function")
+        }
     return {op: seen.ops.get(op, 0) for op in names}
 
 
@@ -154,11 +174,15 @@ def measure(arch: str, device: str, repeats: int) -> dict:
     for name in built:
         result[name]["ms"] = 1000 * statistics.median(times[name])
         result[name]["launches"] = sum(result[name]["ops"].values())
-    result["paired_speedup"] = statistics.median(a / b for a, b in zip(times["fairseq"], times["plugin"]))
+    result["paired_speedup"] = statistics.median(
+        a / b for a, b in zip(times["fairseq"], times["plugin"])
+    )
     del built
     # fairseq's adam: the gradient norm and the step, fairseq's loops against the plugin's trainer's
     built = {"fairseq": wrapper(FP16Optimizer, shapes, device, "adam")}
-    built["plugin"] = foreach_adam.adopt(MultiTensorFP16Optimizer.adopt(wrapper(FP16Optimizer, shapes, device, "adam")))
+    built["plugin"] = foreach_adam.adopt(
+        MultiTensorFP16Optimizer.adopt(wrapper(FP16Optimizer, shapes, device, "adam"))
+    )
     assert type(built["plugin"].fp32_optimizer.optimizer) is foreach_adam.ForeachAdam
     step = {}
     for name, optimizer in built.items():
@@ -168,7 +192,9 @@ def measure(arch: str, device: str, repeats: int) -> dict:
     times = timed(built, adam_step, device, repeats)
     for name in built:
         step[name]["ms"] = 1000 * statistics.median(times[name])
-    step["paired_speedup"] = statistics.median(a / b for a, b in zip(times["fairseq"], times["plugin"]))
+    step["paired_speedup"] = statistics.median(
+        a / b for a, b in zip(times["fairseq"], times["plugin"])
+    )
     result["adam_step"] = step
     return result
 
@@ -183,9 +209,11 @@ def table(results: dict, device: str) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for arch, r in results.items():
-        lines.append(f"| {arch} | {r['tensors']} | {r['parameters']:,} | {r['fairseq']['launches']} | "
-                     f"{r['fairseq']['ms']:.2f} | {r['plugin']['launches']} | {r['plugin']['ms']:.2f} | "
-                     f"{r['paired_speedup']:.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {arch} | {r['tensors']} | {r['parameters']:,} | {r['fairseq']['launches']} | "
+            f"{r['fairseq']['ms']:.2f} | {r['plugin']['launches']} | {r['plugin']['ms']:.2f} | "
+            f"{r['paired_speedup']:.2f}x |"
+        )
     lines += [
         "",
         f"fairseq adam's gradient norm (clipped at 1) and step on the fp32 master weights ({device}): fairseq's loops "
@@ -197,8 +225,10 @@ def table(results: dict, device: str) -> str:
     ]
     for arch, r in results.items():
         a = r["adam_step"]
-        lines.append(f"| {arch} | {r['tensors']} | {a['fairseq']['launches']} | {a['fairseq']['ms']:.2f} | "
-                     f"{a['plugin']['launches']} | {a['plugin']['ms']:.2f} | {a['paired_speedup']:.2f}x |")  # fmt: skip
+        lines.append(
+            f"| {arch} | {r['tensors']} | {a['fairseq']['launches']} | {a['fairseq']['ms']:.2f} | "
+            f"{a['plugin']['launches']} | {a['plugin']['ms']:.2f} | {a['paired_speedup']:.2f}x |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -213,10 +243,15 @@ def plot(results: dict, path: Path, device: str) -> None:
         (axes[1][0], "adam_step", "launches", "adam: norm + step ops per update"),
         (axes[1][1], "adam_step", "ms", f"adam: norm + step time per update, ms ({device})"),
     )
-    labels = {None: ("fairseq FP16Optimizer", "MultiTensorFP16Optimizer"),
-              "adam_step": ("fairseq adam", "plugin: foreach_adam")}  # fmt: skip
+    labels = {
+        None: ("fairseq FP16Optimizer", "MultiTensorFP16Optimizer"),
+        "adam_step": ("fairseq adam", "plugin: foreach_adam"),
+    }
     for ax, part, key, title in panels:
-        for offset, name, text in ((-0.2, "fairseq", labels[part][0]), (0.2, "plugin", labels[part][1])):
+        for offset, name, text in (
+            (-0.2, "fairseq", labels[part][0]),
+            (0.2, "plugin", labels[part][1]),
+        ):
             values = [(results[a][part] if part else results[a])[name][key] for a in archs]
             ax.bar([i + offset for i in x], values, width=0.4, label=text)
         ax.set_xticks(list(x), [a.replace("bio_", "") for a in archs], rotation=15)
@@ -231,7 +266,9 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--archs", default=",".join(ARCHS))
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--out", type=Path, default=None, help="results stem (default benchmarks/results/...)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="results stem (default benchmarks/results/...)"
+    )
     args = parser.parse_args(argv)
     from fairseq_bio.files import write_text
 

@@ -1,12 +1,14 @@
-"""The two sides of ``hf_parity.py`` for each task type: ours (fairseq's hydra entry point from the imported MiniLM,
-through ``fairseq_bio.runs``, then ``fairseq-bio-predict`` on the test file) and HF transformers'
-(``AutoModelFor{Token,Sequence}Classification`` + ``Trainer``, as HF's example scripts do it), run by
-``hf_parity.py`` as a worker process (``--hf-worker``). Either side's fine-tuned model also predicts the dev split
-(``predict_ours`` / ``predict_hf`` with ``split="valid"``), which ``--lr-grid`` picks each side's learning rate on.
+"""The two sides of ``hf_parity.py`` for each task type: ours (fairseq's hydra entry point from the
+imported MiniLM, through ``fairseq_bio.runs``, then ``fairseq-bio-predict`` on the test file) and HF
+transformers' (``AutoModelFor{Token,Sequence}Classification`` + ``Trainer``, as HF's example scripts
+do it), run by ``hf_parity.py`` as a worker process (``--hf-worker``). Either side's fine-tuned
+model also predicts the dev split (``predict_ours`` / ``predict_hf`` with ``split="valid"``), which
+``--lr-grid`` picks each side's learning rate on.
 
-Both sides read the same examples: NER from the same CoNLL files (``fairseq_bio.data.conll``), the sentence-level
-tasks through our task's own reader (``read_split``: the same rows, labels, dev rows held out of GAD's train file and
-BLURB's PubMedQA split), so that a difference in score is a difference in training, not in data.
+Both sides read the same examples: NER from the same CoNLL files (``fairseq_bio.data.conll``), the
+sentence-level tasks through our task's own reader (``read_split``: the same rows, labels, dev rows
+held out of GAD's train file and BLURB's PubMedQA split), so that a difference in score is a
+difference in training, not in data.
 """
 
 import json
@@ -32,16 +34,18 @@ def minilm_dir() -> Path:
 
 
 def imported_minilm(target: Path, run: Callable[[List[str]], object] = runs.run) -> Path:
-    """MiniLM imported by ``fairseq-bio-import-hf`` into ``target`` once (``run`` runs the command), under a file lock:
-    two benchmark processes on one output directory (hf_parity's ``--only ours`` and ``--only hf``) import it once.
-    Returns ``target/model.pt``."""
+    """MiniLM imported by ``fairseq-bio-import-hf`` into ``target`` once (``run`` runs the command),
+    under a file lock: two benchmark processes on one output directory (hf_parity's ``--only ours``
+    and ``--only hf``) import it once. Returns ``target/model.pt``."""
     from filelock import FileLock
 
     checkpoint = target / "model.pt"
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / f"{target.name}.lock")):
         if not checkpoint.exists():
-            run(runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target))
+            run(
+                runs.command("fairseq-bio-import-hf", "--checkpoint", minilm_dir(), "--out", target)
+            )
     return checkpoint
 
 
@@ -52,29 +56,41 @@ def blurb_recipe(dataset: str):
 
 
 def schedule(spec: Dict) -> Dict[str, int]:
-    """Updates and warm-up updates of a run: ``epochs`` over ``train`` examples at ``batch_size`` (HF's count:
-    ceil(epochs x batches per epoch), warm-up ceil(ratio x updates))."""
+    """Updates and warm-up updates of a run: ``epochs`` over ``train`` examples at ``batch_size``
+    (HF's count: ceil(epochs x batches per epoch), warm-up ceil(ratio x updates))."""
     updates = math.ceil(spec["epochs"] * math.ceil(spec["train"] / spec["batch_size"]))
     return {"updates": updates, "warmup": math.ceil(spec["warmup"] * updates)}
 
 
 def ours_overrides(spec: Dict) -> List[str]:
-    """The hydra overrides that give our run the parity recipe (the dataset's config or preset underneath)."""
+    """The hydra overrides that give our run the parity recipe (the dataset's config or preset
+    underneath)."""
     steps = schedule(spec)
     return [
-        f"task.data={spec['data']}", f"checkpoint.restore_file={spec['imported']}", f"common.seed={spec['seed']}",
-        f"optimization.max_update={steps['updates']}", "optimization.max_epoch=0",
-        f"dataset.batch_size={spec['batch_size']}", f"optimizer.groups.default.lr_float={spec['lr']}",
-        f"optimization.lr=[{spec['lr']}]", f"optimizer.groups.default.lr_scheduler.warmup_updates={steps['warmup']}",
-        "optimizer.groups.default.optimizer.weight_decay=0.0", "dataset.disable_validation=true",
-        "checkpoint.save_interval=1000000", "checkpoint.save_interval_updates=0", "common.log_interval=50",
+        f"task.data={spec['data']}",
+        f"checkpoint.restore_file={spec['imported']}",
+        f"common.seed={spec['seed']}",
+        f"optimization.max_update={steps['updates']}",
+        "optimization.max_epoch=0",
+        f"dataset.batch_size={spec['batch_size']}",
+        f"optimizer.groups.default.lr_float={spec['lr']}",
+        f"optimization.lr=[{spec['lr']}]",
+        f"optimizer.groups.default.lr_scheduler.warmup_updates={steps['warmup']}",
+        "optimizer.groups.default.optimizer.weight_decay=0.0",
+        "dataset.disable_validation=true",
+        "checkpoint.save_interval=1000000",
+        "checkpoint.save_interval_updates=0",
+        "common.log_interval=50",
         f"++task.max_positions={spec['max_length']}",  # not every config lists it
-        *(["common.cpu=true"] if on_cpu(spec) else []),  # a GPU, when the benchmark runs on one (--device cuda)
-    ]  # fmt: skip
+        *(
+            ["common.cpu=true"] if on_cpu(spec) else []
+        ),  # a GPU, when the benchmark runs on one (--device cuda)
+    ]
 
 
 def on_cpu(spec: Dict) -> bool:
-    """Whether both sides train and predict on the CPU (``--device``, default cpu; a spec without it: cpu)."""
+    """Whether both sides train and predict on the CPU (``--device``, default cpu; a spec without
+    it: cpu)."""
     return spec.get("device", "cpu") == "cpu"
 
 
@@ -82,8 +98,10 @@ RECORD = "parity_train.json"  # beside a finished training: the request it ran a
 
 
 def finished(record: Path, request: Dict) -> Optional[Dict]:
-    """What a training finished earlier with exactly ``request`` gave (``record``'s result), or None: a later
-    invocation (more seeds, another dataset, a run cut short) reuses it instead of training again."""
+    """What a training finished earlier with exactly ``request`` gave (``record``'s result), or
+    None: a later invocation (more seeds, another dataset, a run cut short) reuses it instead of
+    training again.
+    """
     if not record.exists():
         return None
     saved = json.loads(record.read_text(encoding="utf-8"))
@@ -98,7 +116,8 @@ def keep(record: Path, request: Dict, result: Dict) -> None:
 
 
 def train_once(record: Path, request: Dict, needed: Path, train: Callable[[], Dict]) -> Dict:
-    """``train()``'s result, or what the same ``request`` gave earlier while its output ``needed`` is still there."""
+    """``train()``'s result, or what the same ``request`` gave earlier while its output ``needed``
+    is still there."""
     done = finished(record, request) if needed.exists() else None
     if done is not None:
         return done
@@ -109,60 +128,91 @@ def train_once(record: Path, request: Dict, needed: Path, train: Callable[[], Di
 
 
 def run_dir(work: Path, side: str, spec: Dict) -> Path:
-    """Where a side's training of ``spec`` lives: ``<side>-<name>`` (the name: dataset, seed and a grid point's lr)."""
+    """Where a side's training of ``spec`` lives: ``<side>-<name>`` (the name: dataset, seed and a
+    grid point's lr)."""
     return work / f"{side}-{spec['name']}"
 
 
 def step_name(side: str, step: str, spec: Dict, split: str = "test") -> str:
-    """A step's log name under ``<workdir>/logs``: side, step, the split unless it is test, the run's name."""
+    """A step's log name under ``<workdir>/logs``: side, step, the split unless it is test, the
+    run's name."""
     return "-".join([side, step, *([split] if split != "test" else []), spec["name"]])
 
 
 def run_ours(run: Runner, work: Path, spec: Dict) -> Dict:
-    """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from the
-    predictions file, the training loop's and prediction's seconds."""
+    """Train (or reuse the same training, finished earlier) and predict ours; (gold, pred, ids) from
+    the predictions file, the training loop's and prediction's seconds."""
     recipe = blurb_recipe(spec["dataset"])
     save_dir = run_dir(work, "ours", spec)
     save_dir.mkdir(parents=True, exist_ok=True)
     _, config, *groups = recipe.command_base()
-    command = runs.hydra_train(config, *groups, *ours_overrides(spec), save_dir=save_dir, log=save_dir / "train.log")
-    request = {"command": [c.replace(spec["data"], spec["data_id"]) for c in command]}  # the cut data's temp dir
+    command = runs.hydra_train(
+        config, *groups, *ours_overrides(spec), save_dir=save_dir, log=save_dir / "train.log"
+    )
+    request = {
+        "command": [c.replace(spec["data"], spec["data_id"]) for c in command]
+    }  # the cut data's temp dir
 
     def train() -> Dict:
         (save_dir / "train.log").unlink(missing_ok=True)
         return {"process_s": run(command, step_name("ours", "train", spec), save_dir)[0]}
 
-    wall = train_once(save_dir / RECORD, request, save_dir / "checkpoint_last.pt", train)["process_s"]
+    wall = train_once(save_dir / RECORD, request, save_dir / "checkpoint_last.pt", train)[
+        "process_s"
+    ]
     epochs = runs.logged(save_dir / "train.log", "train")
-    # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs' entries.
+    # fairseq resets its "train" meters every epoch: the loop's time is the sum over the epochs'
+    # entries.
     loop = sum(float(e["train_wall"]) for e in epochs.values() if "train_wall" in e)
-    return {**predict_ours(run, work, spec), "loop_s": loop, "process_s": wall, "updates": max(epochs)}
+    return {
+        **predict_ours(run, work, spec),
+        "loop_s": loop,
+        "process_s": wall,
+        "updates": max(epochs),
+    }
 
 
 def predict_ours(run: Runner, work: Path, spec: Dict, split: str = "test") -> Dict:
-    """``fairseq-bio-predict`` of our fine-tuned run on ``split`` (test or valid): gold, pred, ids from its
-    predictions file and the seconds it says it took."""
+    """``fairseq-bio-predict`` of our fine-tuned run on ``split`` (test or valid): gold, pred, ids
+    from its predictions file and the seconds it says it took."""
     from fairseq_bio.inference.predictions import read_predictions
     from fairseq_bio.runner.plan import test_input
 
     config = blurb_recipe(spec["dataset"]).config
     save_dir = run_dir(work, "ours", spec)
     task = task_config(spec["dataset"], spec["data"])
-    source, extra = test_input(config, task) if split == "test" else dev_input(config, task, save_dir)
+    source, extra = (
+        test_input(config, task) if split == "test" else dev_input(config, task, save_dir)
+    )
     out = save_dir / (f"{split}.pred.tsv" if config == TAGGING else f"{split}.pred.jsonl")
-    _, printed = run(runs.command("fairseq-bio-predict", "--checkpoint", save_dir / "checkpoint_last.pt", "--input",
-                                  source, "--out", out, "--overwrite", "--no-progress",
-                                  *(["--cpu"] if on_cpu(spec) else []), *extra),
-                     step_name("ours", "predict", spec, split), work)  # fmt: skip
+    _, printed = run(
+        runs.command(
+            "fairseq-bio-predict",
+            "--checkpoint",
+            save_dir / "checkpoint_last.pt",
+            "--input",
+            source,
+            "--out",
+            out,
+            "--overwrite",
+            "--no-progress",
+            *(["--cpu"] if on_cpu(spec) else []),
+            *extra,
+        ),
+        step_name("ours", "predict", spec, split),
+        work,
+    )
     gold, pred, ids = read_predictions(out, config == TAGGING)
-    seconds = float(next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2])
+    seconds = float(
+        next(line for line in printed.splitlines() if line.startswith("wrote ")).split()[-2]
+    )
     return {"gold": gold, "pred": pred, "ids": ids, "predict_s": seconds}
 
 
 def dev_input(config: str, task: Dict, save_dir: Path) -> Tuple[str, List[str]]:
-    """The file ``fairseq-bio-predict`` reads a run's dev split from, and the options it needs: the dev file,
-    PubMedQA's file with its dev split, or the rows ``task.valid_from_train`` holds out of the train file (GAD),
-    written to ``save_dir`` (the task's row reader finds them)."""
+    """The file ``fairseq-bio-predict`` reads a run's dev split from, and the options it needs: the
+    dev file, PubMedQA's file with its dev split, or the rows ``task.valid_from_train`` holds out of
+    the train file (GAD), written to ``save_dir`` (the task's row reader finds them)."""
     from fairseq_bio.files import write_text
     from fairseq_bio.runner.folds import read_rows
     from fairseq_bio.runner.plan import split_files
@@ -179,17 +229,26 @@ def dev_input(config: str, task: Dict, save_dir: Path) -> Tuple[str, List[str]]:
 
 
 def _hf(run: Runner, work: Path, spec: Dict, step: str, split: str = "test") -> Tuple[float, Dict]:
-    """(wall, printed JSON) of an HF worker process (``hf_worker``) for ``spec``; ``step``: train or predict
-    ``split`` (test or valid)."""
+    """(wall, printed JSON) of an HF worker process (``hf_worker``) for ``spec``; ``step``: train or
+    predict ``split`` (test or valid)."""
     worker = Path(__file__).resolve().parent / "hf_parity.py"
-    request = json.dumps({**spec, "out": str(run_dir(work, "hf", spec)), "predict_only": step == "predict",
-                          "split": split})  # fmt: skip
-    wall, printed = run([sys.executable, worker, "--hf-worker", request], step_name("hf", step, spec, split), work)
+    request = json.dumps(
+        {
+            **spec,
+            "out": str(run_dir(work, "hf", spec)),
+            "predict_only": step == "predict",
+            "split": split,
+        }
+    )
+    wall, printed = run(
+        [sys.executable, worker, "--hf-worker", request], step_name("hf", step, spec, split), work
+    )
     return wall, json.loads(printed.strip().splitlines()[-1])
 
 
 def predict_hf(run: Runner, work: Path, spec: Dict, split: str = "test") -> Dict:
-    """HF's fine-tuned model (saved by the worker) on ``split`` in a fresh worker: gold, pred, ids, seconds."""
+    """HF's fine-tuned model (saved by the worker) on ``split`` in a fresh worker: gold, pred, ids,
+    seconds."""
     return _hf(run, work, spec, "predict", split)[1]
 
 
@@ -203,7 +262,9 @@ def run_hf(run: Runner, work: Path, spec: Dict) -> Dict:
         wall, printed = _hf(run, work, spec, "train")
         return {"process_s": wall, **printed}
 
-    return train_once(out / RECORD, request, out / "config.json", train)  # config.json: the saved model
+    return train_once(
+        out / RECORD, request, out / "config.json", train
+    )  # config.json: the saved model
 
 
 def task_config(dataset: str, data) -> Dict:
@@ -214,7 +275,8 @@ def task_config(dataset: str, data) -> Dict:
 
 
 def sentence_task(spec: Dict):
-    """Our bio_sentence_prediction task for the dataset's config, set up from the imported encoder (its reader)."""
+    """Our bio_sentence_prediction task for the dataset's config, set up from the imported encoder
+    (its reader)."""
     from fairseq import tasks
     from omegaconf import OmegaConf
 
@@ -227,7 +289,8 @@ def sentence_task(spec: Dict):
 
 
 def hf_worker(spec: Dict) -> None:
-    """Fine-tune and predict the HF baseline in this process; prints one JSON line: gold, pred, ids, times."""
+    """Fine-tune and predict the HF baseline in this process; prints one JSON line: gold, pred, ids,
+    times."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoTokenizer, Trainer, TrainingArguments
@@ -238,30 +301,64 @@ def hf_worker(spec: Dict) -> None:
     torch.manual_seed(spec["seed"])
     steps = schedule({**spec, "train": len(side.train)})
     arguments = TrainingArguments(
-        output_dir=spec["out"], learning_rate=spec["lr"], per_device_train_batch_size=spec["batch_size"],
-        per_device_eval_batch_size=64, num_train_epochs=spec["epochs"], seed=spec["seed"], weight_decay=0.0,
-        warmup_steps=steps["warmup"], lr_scheduler_type="linear", max_grad_norm=1.0, save_strategy="no",
-        eval_strategy="no", report_to=[], logging_steps=50, use_cpu=on_cpu(spec), dataloader_num_workers=0,
+        output_dir=spec["out"],
+        learning_rate=spec["lr"],
+        per_device_train_batch_size=spec["batch_size"],
+        per_device_eval_batch_size=64,
+        num_train_epochs=spec["epochs"],
+        seed=spec["seed"],
+        weight_decay=0.0,
+        warmup_steps=steps["warmup"],
+        lr_scheduler_type="linear",
+        max_grad_norm=1.0,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to=[],
+        logging_steps=50,
+        use_cpu=on_cpu(spec),
+        dataloader_num_workers=0,
         disable_tqdm=True,
-    )  # fmt: skip
-    if spec["predict_only"]:  # the model this worker saved after training: timed again, or on the dev split
-        trainer = Trainer(model=side.model(spec["out"]), args=arguments, data_collator=side.collator())
+    )
+    if spec[
+        "predict_only"
+    ]:  # the model this worker saved after training: timed again, or on the dev split
+        trainer = Trainer(
+            model=side.model(spec["out"]), args=arguments, data_collator=side.collator()
+        )
         pred, predict_s = _predict(trainer, side)
-        print(json.dumps({"gold": side.gold(), "pred": pred, "ids": side.ids(), "predict_s": predict_s}))
+        print(
+            json.dumps(
+                {"gold": side.gold(), "pred": pred, "ids": side.ids(), "predict_s": predict_s}
+            )
+        )
         return
-    trainer = Trainer(model=side.model(), args=arguments, train_dataset=side.rows(side.train, True),
-                      data_collator=side.collator())  # fmt: skip
+    trainer = Trainer(
+        model=side.model(),
+        args=arguments,
+        train_dataset=side.rows(side.train, True),
+        data_collator=side.collator(),
+    )
     metrics = trainer.train().metrics
     trainer.save_model(spec["out"])
     pred, predict_s = _predict(trainer, side)
-    print(json.dumps({"gold": side.gold(), "pred": pred, "ids": side.ids(), "loop_s": metrics["train_runtime"],
-                      "updates": trainer.state.global_step, "predict_s": predict_s,
-                      "truncated": side.count_truncated()}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "gold": side.gold(),
+                "pred": pred,
+                "ids": side.ids(),
+                "loop_s": metrics["train_runtime"],
+                "updates": trainer.state.global_step,
+                "predict_s": predict_s,
+                "truncated": side.count_truncated(),
+            }
+        )
+    )
 
 
 def _predict(trainer, side) -> Tuple[List, float]:
-    """The predicted split's predictions and their seconds, as ours: encoding the file, the forward passes,
-    decoding."""
+    """The predicted split's predictions and their seconds, as ours: encoding the file, the forward
+    passes, decoding."""
     start = time.perf_counter()
     rows = side.rows(side.scored, False)
     pred = side.decode(rows, trainer.predict(rows).predictions)
@@ -269,16 +366,19 @@ def _predict(trainer, side) -> Tuple[List, float]:
 
 
 class _TokenSide:
-    """NER: the HF tokenizer on the words (``is_split_into_words``), labels on first sub-tokens (HF's
-    run_ner.py); words beyond ``max_length`` are cut (predicted O, still scored)."""
+    """NER: the HF tokenizer on the words (``is_split_into_words``), labels on first sub-tokens
+    (HF's run_ner.py); words beyond ``max_length`` are cut (predicted O, still scored)."""
 
     def __init__(self, spec: Dict, tokenizer):
         from fairseq_bio.data.conll import read_conll
         from fairseq_bio.runner.plan import split_files
 
-        files = split_files(TAGGING, task_config(spec["dataset"], spec["data"]))  # the files ours reads
+        files = split_files(
+            TAGGING, task_config(spec["dataset"], spec["data"])
+        )  # the files ours reads
         self.spec, self.tokenizer = spec, tokenizer
-        # scored: the split predicted and scored (test, or valid when a grid picks a learning rate on dev)
+        # scored: the split predicted and scored (test, or valid when a grid picks a learning rate
+        # on dev)
         self.train, self.scored = read_conll(files["train"]), read_conll(files[spec["split"]])
         self.labels = sorted({t for s in self.train for t in s.tags}, key=lambda t: (t != "O", t))
 
@@ -286,9 +386,12 @@ class _TokenSide:
         from transformers import AutoModelForTokenClassification
 
         return AutoModelForTokenClassification.from_pretrained(
-            str(path or minilm_dir()), num_labels=len(self.labels), id2label=dict(enumerate(self.labels)),
-            label2id={t: i for i, t in enumerate(self.labels)}, local_files_only=True,
-        )  # fmt: skip
+            str(path or minilm_dir()),
+            num_labels=len(self.labels),
+            id2label=dict(enumerate(self.labels)),
+            label2id={t: i for i, t in enumerate(self.labels)},
+            local_files_only=True,
+        )
 
     def collator(self):
         from transformers import DataCollatorForTokenClassification
@@ -299,11 +402,18 @@ class _TokenSide:
         label_id = {t: i for i, t in enumerate(self.labels)}
         rows, self.word_ids = [], []
         for s in sentences:
-            enc = self.tokenizer(s.words, is_split_into_words=True, truncation=True, max_length=self.spec["max_length"])
+            enc = self.tokenizer(
+                s.words,
+                is_split_into_words=True,
+                truncation=True,
+                max_length=self.spec["max_length"],
+            )
             words = enc.word_ids()
             row = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
             if with_labels:
-                first = [w is not None and (k == 0 or words[k - 1] != w) for k, w in enumerate(words)]
+                first = [
+                    w is not None and (k == 0 or words[k - 1] != w) for k, w in enumerate(words)
+                ]
                 row["labels"] = [label_id[s.tags[w]] if f else -100 for f, w in zip(first, words)]
             rows.append(row)
             self.word_ids.append(words)
@@ -322,7 +432,8 @@ class _TokenSide:
     def count_truncated(self) -> int:
         """Sentences whose last words HF's truncation cut (after ``rows`` of the scored split)."""
         return sum(
-            max(w for w in words if w is not None) < len(s.words) - 1 for words, s in zip(self.word_ids, self.scored)
+            max(w for w in words if w is not None) < len(s.words) - 1
+            for words, s in zip(self.word_ids, self.scored)
         )
 
     def gold(self):
@@ -333,8 +444,9 @@ class _TokenSide:
 
 
 class _SentenceSide:
-    """Sentence-level tasks: ``tokenizer(text[, text_pair], truncation=True, max_length)`` (HF's run_glue.py),
-    ``problem_type`` single-label / multi-label (sigmoid > 0.5, our threshold) / regression."""
+    """Sentence-level tasks: ``tokenizer(text[, text_pair], truncation=True, max_length)`` (HF's
+    run_glue.py), ``problem_type`` single-label / multi-label (sigmoid > 0.5, our threshold) /
+    regression."""
 
     def __init__(self, spec: Dict, tokenizer):
         self.spec, self.tokenizer = spec, tokenizer
@@ -345,12 +457,20 @@ class _SentenceSide:
     def model(self, path=None):
         from transformers import AutoModelForSequenceClassification
 
-        problem = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
-                   "regression": "regression"}[self.kind]  # fmt: skip
+        problem = {
+            "classification": "single_label_classification",
+            "multilabel": "multi_label_classification",
+            "regression": "regression",
+        }[self.kind]
         model = AutoModelForSequenceClassification.from_pretrained(
-            str(path or minilm_dir()), num_labels=self.task.num_outputs, problem_type=problem, local_files_only=True
+            str(path or minilm_dir()),
+            num_labels=self.task.num_outputs,
+            problem_type=problem,
+            local_files_only=True,
         )
-        if path is None and self.spec.get("hf_variant", "stock") != "stock":  # a head as ours starts it
+        if (
+            path is None and self.spec.get("hf_variant", "stock") != "stock"
+        ):  # a head as ours starts it
             model.bert.pooler.dense.reset_parameters()
             model._init_weights(model.bert.pooler.dense)
         return model
@@ -367,7 +487,11 @@ class _SentenceSide:
         enc = self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"] - 1)
         ids = list(enc["input_ids"])
         ids.insert(ids.index(self.tokenizer.sep_token_id) + 1, self.tokenizer.sep_token_id)
-        return {"input_ids": ids, "attention_mask": [1] * len(ids), "token_type_ids": [0] * len(ids)}
+        return {
+            "input_ids": ids,
+            "attention_mask": [1] * len(ids),
+            "token_type_ids": [0] * len(ids),
+        }
 
     def rows(self, examples: Sequence, with_labels: bool) -> List[Dict]:
         rows = []
@@ -387,8 +511,12 @@ class _SentenceSide:
         return rows
 
     def count_truncated(self) -> int:
-        """Scored examples longer than ``max_length`` pieces, which HF's truncation cuts (ours windows them)."""
-        return sum(len(self.tokenizer(*ex.texts)["input_ids"]) > self.spec["max_length"] for ex in self.scored)
+        """Scored examples longer than ``max_length`` pieces, which HF's truncation cuts (ours
+        windows them)."""
+        return sum(
+            len(self.tokenizer(*ex.texts)["input_ids"]) > self.spec["max_length"]
+            for ex in self.scored
+        )
 
     def decode(self, rows, logits) -> List:
         import numpy as np
@@ -396,7 +524,10 @@ class _SentenceSide:
         if self.kind == "classification":
             return [self.task.labels[int(i)] for i in np.argmax(logits, axis=-1)]
         if self.kind == "multilabel":
-            return [[int(v) for v in row] for row in (1 / (1 + np.exp(-logits)) > self.task.cfg.threshold)]
+            return [
+                [int(v) for v in row]
+                for row in (1 / (1 + np.exp(-logits)) > self.task.cfg.threshold)
+            ]
         return [float(v) for v in np.asarray(logits).reshape(-1)]
 
     def gold(self):

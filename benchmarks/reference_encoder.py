@@ -1,13 +1,15 @@
-"""The yardsticks of ``encoder_speed.py``: a RoBERTa-shaped masked-LM encoder written directly in PyTorch (no
-fairseq), and HF transformers' ``RobertaForMaskedLM``, each as a training step on fairseq's ``masked_lm`` batches.
+"""The yardsticks of ``encoder_speed.py``: a RoBERTa-shaped masked-LM encoder written directly in
+PyTorch (no fairseq), and HF transformers' ``RobertaForMaskedLM``, each as a training step on
+fairseq's ``masked_lm`` batches.
 
-The reference is what a plain PyTorch training loop of the same model looks like when written for speed: one fused
-QKV matmul per layer, ``F.scaled_dot_product_attention`` (attention dropout inside it), the LM head and the loss only
-on the masked positions, torch's fused AdamW (foreach where the device has no fused kernel), bf16 autocast on CUDA,
-gradients set to None, and optionally ``torch.compile`` (of the encoder, and of the head with a dynamic number of
-masked positions, so that the boolean selection between them is no graph break). It computes the gradient norm
-every step as fairseq's Trainer does (``clip_grad_norm_`` with an infinite limit: the norm, no clipping) but never
-reads it on the host.
+The reference is what a plain PyTorch training loop of the same model looks like when written for
+speed: one fused QKV matmul per layer, ``F.scaled_dot_product_attention`` (attention dropout inside
+it), the LM head and the loss only on the masked positions, torch's fused AdamW (foreach where the
+device has no fused kernel), bf16 autocast on CUDA, gradients set to None, and optionally
+``torch.compile`` (of the encoder, and of the head with a dynamic number of masked positions, so
+that the boolean selection between them is no graph break). It computes the gradient norm every step
+as fairseq's Trainer does (``clip_grad_norm_`` with an infinite limit: the norm, no clipping) but
+never reads it on the host.
 """
 
 import math
@@ -23,7 +25,11 @@ class ReferenceLayer(nn.Module):
     def __init__(self, dim, ffn, heads, dropout, attention_dropout, activation_dropout, pre_ln):
         super().__init__()
         self.heads, self.pre_ln = heads, pre_ln
-        self.dropout, self.attention_dropout, self.activation_dropout = dropout, attention_dropout, activation_dropout
+        self.dropout, self.attention_dropout, self.activation_dropout = (
+            dropout,
+            attention_dropout,
+            activation_dropout,
+        )
         self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.fc1, self.fc2 = nn.Linear(dim, ffn), nn.Linear(ffn, dim)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
@@ -31,7 +37,9 @@ class ReferenceLayer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, t, c = x.shape
         h = self.norm1(x) if self.pre_ln else x
-        q, k, v = self.qkv(h).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = (
+            self.qkv(h).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        )
         p = self.attention_dropout if self.training else 0.0
         h = F.scaled_dot_product_attention(q, k, v, dropout_p=p).transpose(1, 2).reshape(b, t, c)
         x = x + F.dropout(self.out(h), self.dropout, self.training)
@@ -44,11 +52,26 @@ class ReferenceLayer(nn.Module):
 
 
 class ReferenceMaskedLM(nn.Module):
-    """RoBERTa's shape: learned positions numbered from ``pad + 1`` (fairseq's and HF's), an embedding LayerNorm
-    (post-LN), a final one (pre-LN), the LM head (dense, GELU, LayerNorm, output tied to the embeddings)."""
+    """RoBERTa's shape: learned positions numbered from ``pad + 1`` (fairseq's and HF's), an
+    embedding LayerNorm (post-LN), a final one (pre-LN), the LM head (dense, GELU, LayerNorm, output
+    tied to the embeddings).
+    """
 
-    def __init__(self, vocab, pad, layers, dim, ffn, heads, max_positions=512, dropout=0.1, attention_dropout=0.1,
-                 activation_dropout=0.0, pre_ln=False, layernorm_embedding=None):  # fmt: skip
+    def __init__(
+        self,
+        vocab,
+        pad,
+        layers,
+        dim,
+        ffn,
+        heads,
+        max_positions=512,
+        dropout=0.1,
+        attention_dropout=0.1,
+        activation_dropout=0.0,
+        pre_ln=False,
+        layernorm_embedding=None,
+    ):
         super().__init__()
         self.pad, self.dropout = pad, dropout
         self.embed = nn.Embedding(vocab, dim, padding_idx=pad)
@@ -79,20 +102,23 @@ class ReferenceMaskedLM(nn.Module):
         return self.final_norm(x)
 
     def head_loss(self, features: Tensor, targets: Tensor) -> Tensor:
-        """``N x C`` features of the masked positions, ``N`` targets -> mean cross-entropy (fp32 logits)."""
+        """``N x C`` features of the masked positions, ``N`` targets -> mean cross-entropy (fp32
+        logits)."""
         x = self.head_norm(F.gelu(self.head_dense(features)))
         return F.cross_entropy(F.linear(x, self.embed.weight, self.head_bias).float(), targets)
 
 
 class ReferenceStep:
-    """One training step of ``ReferenceMaskedLM`` on a fairseq masked_lm sample (its ``target`` is ``pad`` except
-    at the masked positions)."""
+    """One training step of ``ReferenceMaskedLM`` on a fairseq masked_lm sample (its ``target`` is
+    ``pad`` except at the masked positions)."""
 
     def __init__(self, model: ReferenceMaskedLM, device: str, bf16: bool, compile: bool = False):
         self.model, self.device, self.pad = model.to(device).train(), device, model.pad
         self.autocast = device == "cuda" and bf16
         self.encode = torch.compile(model.encode) if compile else model.encode
-        self.head_loss = torch.compile(model.head_loss, dynamic=True) if compile else model.head_loss
+        self.head_loss = (
+            torch.compile(model.head_loss, dynamic=True) if compile else model.head_loss
+        )
         self.params, self.optimizer = adamw(model, device)
 
     def __call__(self, sample) -> None:
@@ -105,23 +131,53 @@ class ReferenceStep:
 
 
 class HFStep:
-    """One training step of HF ``RobertaForMaskedLM`` (``RobertaPreLayerNormForMaskedLM`` for a pre-LN shape) with
-    sdpa attention on the same sample: labels -100 except at the masked positions. HF's head runs on every position
-    (its logits are ``B x T x V``); the FLOP count credits only the masked ones, as for the others."""
+    """One training step of HF ``RobertaForMaskedLM`` (``RobertaPreLayerNormForMaskedLM`` for a
+    pre-LN shape) with sdpa attention on the same sample: labels -100 except at the masked
+    positions. HF's head runs on every position (its logits are ``B x T x V``); the FLOP count
+    credits only the masked ones, as for the others.
+    """
 
-    def __init__(self, vocab, pad, bos, eos, layers, dim, ffn, heads, max_positions=512, dropout=0.1,
-                 attention_dropout=0.1, pre_ln=False, device="cpu", bf16=False):  # fmt: skip
+    def __init__(
+        self,
+        vocab,
+        pad,
+        bos,
+        eos,
+        layers,
+        dim,
+        ffn,
+        heads,
+        max_positions=512,
+        dropout=0.1,
+        attention_dropout=0.1,
+        pre_ln=False,
+        device="cpu",
+        bf16=False,
+    ):
         from transformers import RobertaConfig, RobertaForMaskedLM, RobertaPreLayerNormConfig
         from transformers import RobertaPreLayerNormForMaskedLM
 
         pre_ln_classes = (RobertaPreLayerNormConfig, RobertaPreLayerNormForMaskedLM)
-        config_class, model_class = pre_ln_classes if pre_ln else (RobertaConfig, RobertaForMaskedLM)
-        config = config_class(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
-                              intermediate_size=ffn, hidden_act="gelu", hidden_dropout_prob=dropout,
-                              attention_probs_dropout_prob=attention_dropout,
-                              max_position_embeddings=max_positions + pad + 1, type_vocab_size=1,
-                              layer_norm_eps=1e-5, pad_token_id=pad, bos_token_id=bos, eos_token_id=eos,
-                              attn_implementation="sdpa")  # fmt: skip
+        config_class, model_class = (
+            pre_ln_classes if pre_ln else (RobertaConfig, RobertaForMaskedLM)
+        )
+        config = config_class(
+            vocab_size=vocab,
+            hidden_size=dim,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=ffn,
+            hidden_act="gelu",
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=attention_dropout,
+            max_position_embeddings=max_positions + pad + 1,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            pad_token_id=pad,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            attn_implementation="sdpa",
+        )
         self.model, self.device, self.pad = model_class(config).to(device).train(), device, pad
         self.autocast = device == "cuda" and bf16
         self.params, self.optimizer = adamw(self.model, device)
@@ -136,18 +192,22 @@ class HFStep:
 
 
 def adamw(model: nn.Module, device: str):
-    """(trainable parameters, torch's AdamW with the fairseq variants' settings): fused where this torch has the
-    kernel for the device (CUDA; CPU since 2.4), else foreach."""
+    """(trainable parameters, torch's AdamW with the fairseq variants' settings): fused where this
+    torch has the kernel for the device (CUDA; CPU since 2.4), else foreach."""
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
     params = [p for p in model.parameters() if p.requires_grad]
-    kernel = {"fused": True} if device in _get_fused_kernels_supported_devices() else {"foreach": True}
-    return params, torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01, **kernel)
+    kernel = (
+        {"fused": True} if device in _get_fused_kernels_supported_devices() else {"foreach": True}
+    )
+    return params, torch.optim.AdamW(
+        params, lr=1e-4, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01, **kernel
+    )
 
 
 def update(loss: Tensor, params, optimizer) -> None:
-    """Backward, the gradient norm (computed as fairseq's Trainer does every step, not read), the update, and the
-    gradients set to None."""
+    """Backward, the gradient norm (computed as fairseq's Trainer does every step, not read), the
+    update, and the gradients set to None."""
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, math.inf)
     optimizer.step()

@@ -1,4 +1,5 @@
-"""Each seed paper's headline findings, re-derived here by the existing benchmarks: ``make reproduce``.
+"""Each seed paper's headline findings, re-derived here by the existing benchmarks:
+``make reproduce``.
 
 A finding (``reproduce_findings.FINDINGS``) names the step that gives our number (``STEPS``: an
 existing benchmark or console script, with its budget at each scale). Steps run cheapest first,
@@ -28,7 +29,9 @@ from fairseq_bio import runs
 from fairseq_bio.files import write_json, write_text
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))  # the findings, and the benchmarks whose helpers the steps use (parity_tasks)
+sys.path.insert(
+    0, str(BENCH)
+)  # the findings, and the benchmarks whose helpers the steps use (parity_tasks)
 from harness import pyplot, save_figure  # noqa: E402
 from reproduce_findings import (  # noqa: E402
     CLAIM_WORDS,
@@ -53,7 +56,9 @@ from reproduce_findings import (  # noqa: E402
 )
 
 REPO = BENCH.parent
-RESULTS = REPO / "benchmarks" / "results" / "reproduce"  # each step's record: its budget, numbers, commands, time
+RESULTS = (
+    REPO / "benchmarks" / "results" / "reproduce"
+)  # each step's record: its budget, numbers, commands, time
 WORK = REPO / "runs" / "reproduce"  # the benchmarks' runs
 PAGE = REPO / "docs" / "reproduction.md"
 PROGRESS_SECONDS = 60  # how often a running step's last output line is shown
@@ -63,7 +68,8 @@ PROGRESS_SECONDS = 60  # how often a running step's last output line is shown
 
 @dataclass
 class Context:
-    """Where steps write and read, the scale and device they run at, and the commands the running step ran."""
+    """Where steps write and read, the scale and device they run at, and the commands the running
+    step ran."""
 
     scale: str = "cpu"
     device: str = "cpu"
@@ -72,9 +78,11 @@ class Context:
     commands: List[str] = field(default_factory=list)
 
     def call(self, argv: Sequence, name: str, done: Optional[Path] = None) -> bool:
-        """Run ``argv`` to its end, its output in ``<work>/logs/<name>.out``; every PROGRESS_SECONDS its elapsed
-        time and last output line; a ``runs.RunError`` with the output's tail if it fails. Interrupted, it is
-        killed with its children. Skipped (False) when ``done`` exists: that output is kept from an earlier run."""
+        """Run ``argv`` to its end, its output in ``<work>/logs/<name>.out``; every PROGRESS_SECONDS
+        its elapsed time and last output line; a ``runs.RunError`` with the output's tail if it
+        fails. Interrupted, it is killed with its children. Skipped (False) when ``done`` exists:
+        that output is kept from an earlier run.
+        """
         argv = [str(a) for a in argv]
         shown = display(argv)
         if done is not None and done.exists():
@@ -90,24 +98,30 @@ class Context:
             minutes = (time.time() - run.started) / 60
             print(f"[reproduce]   {name}: {minutes:.0f} min: {lines[-1][:150]}", flush=True)
 
-        # a RunError with the output's tail unless it exits 0; interrupted, it is killed with its process group
+        # a RunError with the output's tail unless it exits 0; interrupted, it is killed with its
+        # process group
         runs.Run(argv, log, cwd=REPO, session=True).check(progress=progress, every=PROGRESS_SECONDS)
         return True
 
 
 def display(argv: Sequence) -> str:
-    """A command line as the page shows it: paths relative to the repository (the shared data as ``../shared``, the
-    home directory as ``~``), this interpreter as ``python``."""
+    """A command line as the page shows it: paths relative to the repository (the shared data as
+    ``../shared``, the home directory as ``~``), this interpreter as ``python``."""
     parts = ["python" if str(a) == sys.executable else str(a) for a in argv]
     text = " ".join(f'"{p}"' if " " in p else p for p in parts)
-    for path, shown in ((f"{REPO}/", ""), (str(REPO), "."), (str(SHARED), "../shared"), (str(Path.home()), "~")):
+    for path, shown in (
+        (f"{REPO}/", ""),
+        (str(REPO), "."),
+        (str(SHARED), "../shared"),
+        (str(Path.home()), "~"),
+    ):
         text = text.replace(path, shown)
     return text
 
 
 def scale_dir(ctx: "Context", name: str) -> Path:
-    """A step's runs: ``<work>/<name>`` at the CPU scale, ``<work>/<name>-gpu`` at the GPU scale (a benchmark resuming
-    one scale's runs at the other's budget would mix them)."""
+    """A step's runs: ``<work>/<name>`` at the CPU scale, ``<work>/<name>-gpu`` at the GPU scale (a
+    benchmark resuming one scale's runs at the other's budget would mix them)."""
     return ctx.work / (name if ctx.scale == "cpu" else f"{name}-{ctx.scale}")
 
 
@@ -118,9 +132,11 @@ def python(script: str, *args) -> list:
 
 @dataclass(frozen=True)
 class Step:
-    """What gives ours: ``run(ctx, params)`` runs an existing benchmark (or console scripts) with ``params``, the
-    budget of a scale (``budgets``; also what a finished record must match to be reused), and returns the numbers the
-    findings read. ``minutes``: about how long a fresh run takes at each scale on this project's machines."""
+    """What gives ours: ``run(ctx, params)`` runs an existing benchmark (or console scripts) with
+    ``params``, the budget of a scale (``budgets``; also what a finished record must match to be
+    reused), and returns the numbers the findings read. ``minutes``: about how long a fresh run
+    takes at each scale on this project's machines.
+    """
 
     name: str
     what: str
@@ -130,7 +146,8 @@ class Step:
 
 
 def run_blurb_table_6(ctx: Context, params: Dict) -> Dict:
-    """Every Table 6 column's BLURB score computed from its 13 per-dataset numbers beside the published one."""
+    """Every Table 6 column's BLURB score computed from its 13 per-dataset numbers beside the
+    published one."""
     from fairseq_bio.runner.datasets import blurb_score
 
     columns = {}
@@ -141,55 +158,100 @@ def run_blurb_table_6(ctx: Context, params: Dict) -> Dict:
 
 
 def run_biolm_table_2(ctx: Context, params: Dict) -> Dict:
-    """Table 2's five summary rows of every model computed from its 18 per-task numbers beside the published ones."""
+    """Table 2's five summary rows of every model computed from its 18 per-task numbers beside the
+    published ones."""
     from fairseq_bio.runner.datasets import BIOLM
 
-    rows = table_rows(seed_text("000"), "BC5CDR-C. 87.3", "Table 2: Test results", len(TABLE_2_MODELS))
+    rows = table_rows(
+        seed_text("000"), "BC5CDR-C. 87.3", "Table 2: Test results", len(TABLE_2_MODELS)
+    )
     cells = {}
     for i, model in enumerate(TABLE_2_MODELS):
-        score = BIOLM.score({name: values[i] for name, values in rows.items() if name not in TABLE_2_SUMMARY})
+        score = BIOLM.score(
+            {name: values[i] for name, values in rows.items() if name not in TABLE_2_SUMMARY}
+        )
         for row, (kind, key) in TABLE_2_SUMMARY.items():
             computed = score.score if kind == "score" else getattr(score, kind)[key]
             cells[f"{model} {row}"] = {"published": rows[row][i], "computed": computed}
     return {"cells": cells}
 
 
-# The vocabularies measured: BERT's general one (MiniLM's uncased WordPiece) and the seed papers' presets learned
-# from the PubMed sample (fairseq-bio-vocab --preset).
+# The vocabularies measured: BERT's general one (MiniLM's uncased WordPiece) and the seed papers'
+# presets learned from the PubMed sample (fairseq-bio-vocab --preset).
 VOCAB_PRESETS = ("pubmedbert", "biomegatron-30k", "biomegatron-50k")
 
 
 def run_vocab(ctx: Context, params: Dict) -> Dict:
-    """The PubMed sample extracted, each preset's vocabulary learned from it, and ``fairseq-bio-vocab-report`` of
-    them and MiniLM's on the NER training sets (each sub-step skipped when its output is there)."""
+    """The PubMed sample extracted, each preset's vocabulary learned from it, and
+    ``fairseq-bio-vocab-report`` of them and MiniLM's on the NER training sets (each sub-step
+    skipped when its output is there)."""
     from fairseq_bio_preprocess.pipeline import pubmed_sample_inputs
     from parity_tasks import minilm_dir
 
     work = ctx.work / "vocab"
     corpus = work / "corpus"
     # extract and vocab write their folders whole, by a rename: a folder there is a finished one
-    ctx.call(runs.command("fairseq-bio-extract", *pubmed_sample_inputs(), "--out", corpus, "--workers", "2",
-                          "--no-progress", "--overwrite"), "vocab-extract", done=corpus / "extract_stats.json")
+    ctx.call(
+        runs.command(
+            "fairseq-bio-extract",
+            *pubmed_sample_inputs(),
+            "--out",
+            corpus,
+            "--workers",
+            "2",
+            "--no-progress",
+            "--overwrite",
+        ),
+        "vocab-extract",
+        done=corpus / "extract_stats.json",
+    )
     vocabs = [f"MiniLM={minilm_dir()}"]
     for preset in params["presets"]:
-        ctx.call(runs.command("fairseq-bio-vocab", "--input", corpus / "train.txt", "--out", work / preset, "--preset",
-                              preset, "--overwrite"), f"vocab-{preset}", done=work / preset / "vocab_info.json")
+        ctx.call(
+            runs.command(
+                "fairseq-bio-vocab",
+                "--input",
+                corpus / "train.txt",
+                "--out",
+                work / preset,
+                "--preset",
+                preset,
+                "--overwrite",
+            ),
+            f"vocab-{preset}",
+            done=work / preset / "vocab_info.json",
+        )
         vocabs.append(f"{preset}={work / preset}")
-    ctx.call(runs.command("fairseq-bio-vocab-report", *(a for v in vocabs for a in ("--vocab", v)), "--data",
-                          *(SHARED / "data" / "ner" / d for d in params["data"]), "--out", work / "report",
-                          "--overwrite"), "vocab-report")  # fmt: skip
+    ctx.call(
+        runs.command(
+            "fairseq-bio-vocab-report",
+            *(a for v in vocabs for a in ("--vocab", v)),
+            "--data",
+            *(SHARED / "data" / "ner" / d for d in params["data"]),
+            "--out",
+            work / "report",
+            "--overwrite",
+        ),
+        "vocab-report",
+    )
     report = json.loads((work / "report" / "vocab_report.json").read_text(encoding="utf-8"))
     return {
-        "break_out": {f"{r['vocabulary']} {r['dataset']}": r["subtokens_per_entity_word"] for r in report["results"]},
-        "whole": {name: round(share * len(report["terms"]["terms"])) for name, share in
-                  report["terms"]["coverage"].items()},  # fmt: skip
+        "break_out": {
+            f"{r['vocabulary']} {r['dataset']}": r["subtokens_per_entity_word"]
+            for r in report["results"]
+        },
+        "whole": {
+            name: round(share * len(report["terms"]["terms"]))
+            for name, share in report["terms"]["coverage"].items()
+        },
         "terms": len(report["terms"]["terms"]),
         "sizes": {v["name"]: v["size"] for v in report["vocabularies"]},
     }
 
 
 def markdown_rows(text: str, first_column: str) -> List[Dict[str, str]]:
-    """The rows of the markdown table whose header starts with ``| <first_column> |``, as {header: cell}."""
+    """The rows of the markdown table whose header starts with ``| <first_column> |``, as {header:
+    cell}."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_column} |"))
     header = [c.strip() for c in lines[start].strip("|").split("|")]
@@ -202,7 +264,8 @@ def markdown_rows(text: str, first_column: str) -> List[Dict[str, str]]:
 
 
 def run_distill_speed(ctx: Context, params: Dict) -> Dict:
-    """``distillation.py`` (a) and (b) ``repeats`` times; each model's inference speed-up over the teacher."""
+    """``distillation.py`` (a) and (b) ``repeats`` times; each model's inference speed-up over the
+    teacher."""
     speedups: Dict[str, List[float]] = {}
     for repeat in range(1, params["repeats"] + 1):
         device = ["--device", "cuda"] if ctx.device == "cuda" else []
@@ -214,105 +277,248 @@ def run_distill_speed(ctx: Context, params: Dict) -> Dict:
     return {"speedup": speedups}
 
 
-
-
 def run_distill_ner(ctx: Context, params: Dict) -> Dict:
-    """``distillation.py --ner`` once per fine-tuning seed (the teacher is pretrained once and reused; a seed's table
-    kept by an interrupted run of this step is reused too); each model's test entity F1 on NCBI-disease."""
+    """``distillation.py --ner`` once per fine-tuning seed (the teacher is pretrained once and
+    reused; a seed's table kept by an interrupted run of this step is reused too); each model's test
+    entity F1 on NCBI-disease.
+    """
     f1: Dict[str, List[float]] = {}
     work = scale_dir(ctx, "distill-ner")
     for seed in params["seeds"]:
         kept = work / f"seed{seed}.md"
-        if ctx.call(python("distillation.py", *params["args"], "--ner-workdir", work, "--seed", seed),
-                    f"distill-ner-seed{seed}", done=kept):  # fmt: skip
-            write_text(kept, (REPO / "benchmarks" / "results" / "distillation_ner.md").read_text(encoding="utf-8"))
+        if ctx.call(
+            python("distillation.py", *params["args"], "--ner-workdir", work, "--seed", seed),
+            f"distill-ner-seed{seed}",
+            done=kept,
+        ):
+            write_text(
+                kept,
+                (REPO / "benchmarks" / "results" / "distillation_ner.md").read_text(
+                    encoding="utf-8"
+                ),
+            )
         for row in markdown_rows(kept.read_text(encoding="utf-8"), "model"):
             f1.setdefault(row["model"], []).append(float(row["test F1"]))
     return {"f1": f1, "seeds": params["seeds"]}
 
 
 def run_variants(ctx: Context, params: Dict) -> Dict:
-    """``finetune_variants.py`` on the variants named (each dataset's reference with them); per variant its test
-    scores and their differences to the reference, paired by seed."""
+    """``finetune_variants.py`` on the variants named (each dataset's reference with them); per
+    variant its test scores and their differences to the reference, paired by seed."""
     out = scale_dir(ctx, "variants")
-    ctx.call(python("finetune_variants.py", "--variants", ",".join(params["variants"]), "--seeds", params["seeds"],
-                    "--out", out, "--results", out), "variants")  # fmt: skip
+    ctx.call(
+        python(
+            "finetune_variants.py",
+            "--variants",
+            ",".join(params["variants"]),
+            "--seeds",
+            params["seeds"],
+            "--out",
+            out,
+            "--results",
+            out,
+        ),
+        "variants",
+    )
     rows = json.loads((out / "results.json").read_text(encoding="utf-8"))["rows"]
-    return {f"{r['dataset']}:{r['variant']}": {"values": r["values"], "diffs": r.get("diffs")} for r in rows}
+    return {
+        f"{r['dataset']}:{r['variant']}": {"values": r["values"], "diffs": r.get("diffs")}
+        for r in rows
+    }
 
 
 def run_dapt(ctx: Context, params: Dict) -> Dict:
-    """``domain_adaptation.py``: MiniLM continued on PubMed for ``updates``, fine-tuned at 0 and at the end; per
-    dataset the gains paired by seed and the scores."""
+    """``domain_adaptation.py``: MiniLM continued on PubMed for ``updates``, fine-tuned at 0 and at
+    the end; per dataset the gains paired by seed and the scores."""
     out = scale_dir(ctx, "dapt")
-    ctx.call(python("domain_adaptation.py", "--out", out, "--updates", params["updates"], "--at", "0,full",
-                    "--seeds", params["seeds"], "--tasks", params["tasks"], "--results", out), "dapt")  # fmt: skip
+    ctx.call(
+        python(
+            "domain_adaptation.py",
+            "--out",
+            out,
+            "--updates",
+            params["updates"],
+            "--at",
+            "0,full",
+            "--seeds",
+            params["seeds"],
+            "--tasks",
+            params["tasks"],
+            "--results",
+            out,
+        ),
+        "dapt",
+    )
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     at = str(params["updates"])
-    return {row["dataset"]: {"gains": row["seed_gains"][at], "scores": row["scores"]["0"]["values"],
-                             "continued": row["scores"][at]["values"]} for row in results["rows"]}  # fmt: skip
+    return {
+        row["dataset"]: {
+            "gains": row["seed_gains"][at],
+            "scores": row["scores"]["0"]["values"],
+            "continued": row["scores"][at]["values"],
+        }
+        for row in results["rows"]
+    }
 
 
 def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
-    """``electra_downstream.py``: a tiny ELECTRA and a masked LM of its discriminator's size, each pretrained for the
-    same minutes, fine-tuned on NCBI-disease per seed beside the same architecture from random init (the benchmark
-    reuses its finished pieces); per encoder its test F1 by seed and its pretraining updates, and the discriminator's
-    last validation (replaced recall, mean P(replaced) on replaced and on original tokens)."""
+    """``electra_downstream.py``: a tiny ELECTRA and a masked LM of its discriminator's size, each
+    pretrained for the same minutes, fine-tuned on NCBI-disease per seed beside the same
+    architecture from random init (the benchmark reuses its finished pieces); per encoder its test
+    F1 by seed and its pretraining updates, and the discriminator's last validation (replaced
+    recall, mean P(replaced) on replaced and on original tokens)."""
     work = scale_dir(ctx, "electra-downstream")
-    ctx.call(python("electra_downstream.py", *params["args"], "--seeds", *params["seeds"], "--workdir", work,
-                    "--results", work), "electra-downstream")  # fmt: skip
+    ctx.call(
+        python(
+            "electra_downstream.py",
+            *params["args"],
+            "--seeds",
+            *params["seeds"],
+            "--workdir",
+            work,
+            "--results",
+            work,
+        ),
+        "electra-downstream",
+    )
     results = json.loads((work / "results.json").read_text(encoding="utf-8"))
-    budget = results["meta"]["budget"] if results["plan"]["ups"] else None  # None: --pretrain-updates, equal updates
-    return {"f1": results["f1"], "seeds": results["seeds"], "minutes": budget,
-            "updates": {model: p["updates"] for model, p in results["pretrain"].items()},
-            "planned": {model: p["planned"] for model, p in results["pretrain"].items()},
-            "discriminator": {k: results["pretrain"][ELECTRA]["valid"].get(k)
-                              for k in ("replaced_recall", "replaced_prob", "original_prob")}}  # fmt: skip
+    budget = (
+        results["meta"]["budget"] if results["plan"]["ups"] else None
+    )  # None: --pretrain-updates, equal updates
+    return {
+        "f1": results["f1"],
+        "seeds": results["seeds"],
+        "minutes": budget,
+        "updates": {model: p["updates"] for model, p in results["pretrain"].items()},
+        "planned": {model: p["planned"] for model, p in results["pretrain"].items()},
+        "discriminator": {
+            k: results["pretrain"][ELECTRA]["valid"].get(k)
+            for k in ("replaced_recall", "replaced_prob", "original_prob")
+        },
+    }
 
 
 STEPS = [
-    Step("blurb-table-6", "fairseq_bio.runner.datasets.blurb_score on seed 001's Table 6 (read from the paper's text)",
-         {"cpu": {}, "gpu": {}}, run_blurb_table_6, {"cpu": 0, "gpu": 0}),
-    Step("biolm-table-2", "fairseq_bio.runner.datasets.BIOLM.score on seed 000's Table 2 (read from the paper's text)",
-         {"cpu": {}, "gpu": {}}, run_biolm_table_2, {"cpu": 0, "gpu": 0}),
-    Step("vocab", "fairseq-bio-extract of the PubMed sample, fairseq-bio-vocab --preset (pubmedbert, biomegatron-30k, "
-         "biomegatron-50k), fairseq-bio-vocab-report with MiniLM's vocabulary on the NER training sets",
-         {s: {"presets": list(VOCAB_PRESETS), "data": list(NER_SETS)} for s in ("cpu", "gpu")}, run_vocab,
-         {"cpu": 15, "gpu": 15}),
-    Step("distill-speed", "benchmarks/distillation.py (a) and (b): inference tokens/s of the 12 x 768 teacher and "
-         "the 6 x 768 and 4 x 312 students at batch 32 x 128, random weights",
-         {"cpu": {"args": ["--sizes", "paper", "--steps", "3", "--step-batch", "8"], "repeats": 2},
-          "gpu": {"args": ["--sizes", "paper", "--steps", "10"], "repeats": 3}},
-         run_distill_speed, {"cpu": 10, "gpu": 3}),
-    Step("electra-downstream", "benchmarks/electra_downstream.py: a tiny ELECTRA (bio_electra_tiny: 4 x 256 "
-         "discriminator, 64-wide generator) and a 4 x 256 masked-LM bio_roberta, each pretrained on the PubMed sample "
-         "for the same wall-clock minutes (on the CPU: the tiny configs' recipe), the discriminator extracted by "
-         "fairseq-bio-extract-encoder, both fine-tuned on NCBI-disease with the same updates and seeds",
-         # cpu: 10 + 10 min of pretraining, 4 fine-tunings of 188 updates, the data prepared from 3,000 abstracts a file
-         {"cpu": {"args": ["--pretrain-minutes", "10", "--max-docs-per-file", "3000", "--train-sentences", "1000",
-                           "--dev-sentences", "300", "--epochs", "3", "--batch-size", "16"], "seeds": [1, 2]},
-          "gpu": {"args": ["--pretrain-minutes", "30", "--epochs", "3"], "seeds": [1, 2, 3]}},
-         run_electra_downstream, {"cpu": 35, "gpu": 90}),
-    Step("distill-ner", "benchmarks/distillation.py --ner: a 4 x 256 teacher pretrained on PubMed, a 2 x 128 student "
-         "distilled from it (distill_tinybiobert), both and the student's architecture from random initialisation "
-         "fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",
-         # quick mode (a 400-update teacher), its time caps raised so that a busy machine changes little
-         {"cpu": {"args": ["--ner", "--quick", "--pretrain-minutes", "30", "--distill-updates", "200",
-                           "--distill-minutes", "30"], "seeds": [1, 2]},
-          "gpu": {"args": ["--ner", "--pretrain-minutes", "10", "--distill-minutes", "15"], "seeds": [1, 2, 3]}},
-         run_distill_ner, {"cpu": 40, "gpu": 90}),
-    Step("variants", "benchmarks/finetune_variants.py: MiniLM fine-tuned by fairseq-bio-blurb on BC5-disease (linear "
-         "vs BiLSTM head) and GAD (dummified [CLS] vs entity markers + entity start), benchmarks/blurb_scores.py's CPU "
-         "budgets, on the CPU at either scale",
-         {"cpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 2},
-          "gpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 3}},
-         run_variants, {"cpu": 40, "gpu": 60}),
-    Step("dapt", "benchmarks/domain_adaptation.py: MiniLM continued on the PubMed sample (masked LM), fine-tuned by "
-         "fairseq-bio-blurb before and after",
-         {"cpu": {"updates": 400, "seeds": 2, "tasks": "ncbi-disease"},
-          "gpu": {"updates": 1000, "seeds": 3, "tasks": "ncbi-disease,bc5-disease,gad"}}, run_dapt,
-         {"cpu": 80, "gpu": 60}),
-]  # fmt: skip
+    Step(
+        "blurb-table-6",
+        "fairseq_bio.runner.datasets.blurb_score on seed 001's Table 6 (read from the paper's text)",
+        {"cpu": {}, "gpu": {}},
+        run_blurb_table_6,
+        {"cpu": 0, "gpu": 0},
+    ),
+    Step(
+        "biolm-table-2",
+        "fairseq_bio.runner.datasets.BIOLM.score on seed 000's Table 2 (read from the paper's text)",
+        {"cpu": {}, "gpu": {}},
+        run_biolm_table_2,
+        {"cpu": 0, "gpu": 0},
+    ),
+    Step(
+        "vocab",
+        "fairseq-bio-extract of the PubMed sample, fairseq-bio-vocab --preset (pubmedbert, biomegatron-30k, "
+        "biomegatron-50k), fairseq-bio-vocab-report with MiniLM's vocabulary on the NER training sets",
+        {s: {"presets": list(VOCAB_PRESETS), "data": list(NER_SETS)} for s in ("cpu", "gpu")},
+        run_vocab,
+        {"cpu": 15, "gpu": 15},
+    ),
+    Step(
+        "distill-speed",
+        "benchmarks/distillation.py (a) and (b): inference tokens/s of the 12 x 768 teacher and "
+        "the 6 x 768 and 4 x 312 students at batch 32 x 128, random weights",
+        {
+            "cpu": {
+                "args": ["--sizes", "paper", "--steps", "3", "--step-batch", "8"],
+                "repeats": 2,
+            },
+            "gpu": {"args": ["--sizes", "paper", "--steps", "10"], "repeats": 3},
+        },
+        run_distill_speed,
+        {"cpu": 10, "gpu": 3},
+    ),
+    Step(
+        "electra-downstream",
+        "benchmarks/electra_downstream.py: a tiny ELECTRA (bio_electra_tiny: 4 x 256 "
+        "discriminator, 64-wide generator) and a 4 x 256 masked-LM bio_roberta, each pretrained on the PubMed sample "
+        "for the same wall-clock minutes (on the CPU: the tiny configs' recipe), the discriminator extracted by "
+        "fairseq-bio-extract-encoder, both fine-tuned on NCBI-disease with the same updates and seeds",
+        # cpu: 10 + 10 min of pretraining, 4 fine-tunings of 188 updates, the data prepared from
+        # 3,000 abstracts a file
+        {
+            "cpu": {
+                "args": [
+                    "--pretrain-minutes",
+                    "10",
+                    "--max-docs-per-file",
+                    "3000",
+                    "--train-sentences",
+                    "1000",
+                    "--dev-sentences",
+                    "300",
+                    "--epochs",
+                    "3",
+                    "--batch-size",
+                    "16",
+                ],
+                "seeds": [1, 2],
+            },
+            "gpu": {"args": ["--pretrain-minutes", "30", "--epochs", "3"], "seeds": [1, 2, 3]},
+        },
+        run_electra_downstream,
+        {"cpu": 35, "gpu": 90},
+    ),
+    Step(
+        "distill-ner",
+        "benchmarks/distillation.py --ner: a 4 x 256 teacher pretrained on PubMed, a 2 x 128 student "
+        "distilled from it (distill_tinybiobert), both and the student's architecture from random initialisation "
+        "fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",
+        # quick mode (a 400-update teacher), its time caps raised so that a busy machine changes
+        # little
+        {
+            "cpu": {
+                "args": [
+                    "--ner",
+                    "--quick",
+                    "--pretrain-minutes",
+                    "30",
+                    "--distill-updates",
+                    "200",
+                    "--distill-minutes",
+                    "30",
+                ],
+                "seeds": [1, 2],
+            },
+            "gpu": {
+                "args": ["--ner", "--pretrain-minutes", "10", "--distill-minutes", "15"],
+                "seeds": [1, 2, 3],
+            },
+        },
+        run_distill_ner,
+        {"cpu": 40, "gpu": 90},
+    ),
+    Step(
+        "variants",
+        "benchmarks/finetune_variants.py: MiniLM fine-tuned by fairseq-bio-blurb on BC5-disease (linear "
+        "vs BiLSTM head) and GAD (dummified [CLS] vs entity markers + entity start), benchmarks/blurb_scores.py's CPU "
+        "budgets, on the CPU at either scale",
+        {
+            "cpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 2},
+            "gpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 3},
+        },
+        run_variants,
+        {"cpu": 40, "gpu": 60},
+    ),
+    Step(
+        "dapt",
+        "benchmarks/domain_adaptation.py: MiniLM continued on the PubMed sample (masked LM), fine-tuned by "
+        "fairseq-bio-blurb before and after",
+        {
+            "cpu": {"updates": 400, "seeds": 2, "tasks": "ncbi-disease"},
+            "gpu": {"updates": 1000, "seeds": 3, "tasks": "ncbi-disease,bc5-disease,gad"},
+        },
+        run_dapt,
+        {"cpu": 80, "gpu": 60},
+    ),
+]
 STEP = {s.name: s for s in STEPS}
 
 
@@ -327,21 +533,38 @@ def load_record(ctx: Context, step: Step) -> Optional[Dict]:
 
 
 def ensure(ctx: Context, step: Step, number: str = "") -> Dict:
-    """The step's record at ``ctx.scale``: reused when one with the same budget is there, else the step is run."""
+    """The step's record at ``ctx.scale``: reused when one with the same budget is there, else the
+    step is run."""
     params = step.budgets[ctx.scale]
     record = load_record(ctx, step)
-    if record and (record["params"], record["scale"], record.get("on")) == (params, ctx.scale, ctx.device):
-        print(f"[reproduce] {number}{step.name}: reusing {display([record_path(ctx, step)])} ({record['date']})",
-              flush=True)  # fmt: skip
+    if record and (record["params"], record["scale"], record.get("on")) == (
+        params,
+        ctx.scale,
+        ctx.device,
+    ):
+        print(
+            f"[reproduce] {number}{step.name}: reusing {display([record_path(ctx, step)])} ({record['date']})",
+            flush=True,
+        )
         return record
-    print(f"[reproduce] {number}{step.name}: running (about {step.minutes[ctx.scale]} min at the {ctx.scale} scale)",
-          flush=True)  # fmt: skip
+    print(
+        f"[reproduce] {number}{step.name}: running (about {step.minutes[ctx.scale]} min at the {ctx.scale} scale)",
+        flush=True,
+    )
     ctx.commands = []
     start = time.time()
     results = step.run(ctx, params)
-    record = {"step": step.name, "scale": ctx.scale, "on": ctx.device, "params": params, "device": machine(ctx.device),
-              "date": time.strftime("%Y-%m-%d"), "seconds": round(time.time() - start), "commands": ctx.commands,
-              "results": results}  # fmt: skip
+    record = {
+        "step": step.name,
+        "scale": ctx.scale,
+        "on": ctx.device,
+        "params": params,
+        "device": machine(ctx.device),
+        "date": time.strftime("%Y-%m-%d"),
+        "seconds": round(time.time() - start),
+        "commands": ctx.commands,
+        "results": results,
+    }
     write_json(record_path(ctx, step), record)
     print(f"[reproduce] {number}{step.name}: done in {record['seconds'] / 60:.1f} min", flush=True)
     return record
@@ -357,43 +580,87 @@ def machine(device: str) -> str:
 
 # --- the page ------------------------------------------------------------------------------------------------------
 
+
 def page(rows: List[Row], png: str) -> str:
-    """docs/reproduction.md: the table, the rule, per row its scale, time, source and why, the PNG, the commands."""
+    """docs/reproduction.md: the table, the rule, per row its scale, time, source and why, the PNG,
+    the commands."""
     runs_of = {r.record["step"]: r.record for r in rows if r.record}
-    lines = ["# Reproduction: the seed papers' findings, measured here", "",
-             "Written by `make reproduce` (`python benchmarks/reproduce.py`) from the steps' records in "
-             "`benchmarks/results/reproduce/`; never edited by hand. Each row reuses an existing benchmark or console "
-             "script at a budget this machine finishes (the scale per row below); `--scale gpu` (the default on a "
-             "CUDA machine) runs larger budgets.", "",
-             "| seed | finding | paper | ours | verdict |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "# Reproduction: the seed papers' findings, measured here",
+        "",
+        "Written by `make reproduce` (`python benchmarks/reproduce.py`) from the steps' records in "
+        "`benchmarks/results/reproduce/`; never edited by hand. Each row reuses an existing benchmark or console "
+        "script at a budget this machine finishes (the scale per row below); `--scale gpu` (the default on a "
+        "CUDA machine) runs larger budgets.",
+        "",
+        "| seed | finding | paper | ours | verdict |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for row in rows:
         f = row.finding
         ours = row.ours.text if row.ours else "not measured"
-        lines.append(f"| {f.seed} {SEED_NAMES[f.seed]} | {f.finding} | {row.paper.text} | {ours} | **{row.verdict}** |")
+        lines.append(
+            f"| {f.seed} {SEED_NAMES[f.seed]} | {f.finding} | {row.paper.text} | {ours} | **{row.verdict}** |"
+        )
     counts = {v: sum(r.verdict == v for r in rows) for v in (REPRODUCED, DIRECTION, NOT_REPRODUCED)}
-    lines += ["", "; ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(rows)}.", "", RULE, "",
-              f"![paper vs ours per finding]({png})", "", "## Per row", ""]  # fmt: skip
+    lines += [
+        "",
+        "; ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(rows)}.",
+        "",
+        RULE,
+        "",
+        f"![paper vs ours per finding]({png})",
+        "",
+        "## Per row",
+        "",
+    ]
     for row in rows:
         f, rec = row.finding, row.record
-        ran = (f"{rec['scale']} scale ({rec['device']}, {rec['date']}, step `{rec['step']}` took "
-               f"{rec['seconds'] / 60:.1f} min)") if rec else "not run"  # fmt: skip
+        ran = (
+            (
+                f"{rec['scale']} scale ({rec['device']}, {rec['date']}, step `{rec['step']}` took "
+                f"{rec['seconds'] / 60:.1f} min)"
+            )
+            if rec
+            else "not run"
+        )
         lines.append(f"- **{f.key}** ({f.seed}, {CLAIM_WORDS[f.claim]}): {ran}. Ours: {f.reads}.")
         if f.claim == VALUE:
             lines.append(f"  Tolerance {f.tolerance:.2g}: {f.why}.")
         if row.verdict != REPRODUCED:
-            why = "ours differs from the published number by more than that" if f.claim == VALUE else f.why
+            why = (
+                "ours differs from the published number by more than that"
+                if f.claim == VALUE
+                else f.why
+            )
             lines.append(f"  Why: {row.note or why}.")
-    lines += ["", "## Commands", "", "```", "make reproduce                      # = python benchmarks/reproduce.py",
-              "python benchmarks/reproduce.py --only KEY ...   # some rows (the keys above)",
-              "python benchmarks/reproduce.py --scale gpu      # larger budgets (default with --device cuda)",
-              "```", "",
-              "What each step ran the last time (paths relative to the repository):", ""]  # fmt: skip
+    lines += [
+        "",
+        "## Commands",
+        "",
+        "```",
+        "make reproduce                      # = python benchmarks/reproduce.py",
+        "python benchmarks/reproduce.py --only KEY ...   # some rows (the keys above)",
+        "python benchmarks/reproduce.py --scale gpu      # larger budgets (default with --device cuda)",
+        "```",
+        "",
+        "What each step ran the last time (paths relative to the repository):",
+        "",
+    ]
     for step in STEPS:
         rec = runs_of.get(step.name)
         if rec is None:
             continue
-        lines += [f"- `{step.name}` ({rec['scale']} scale, budget `{json.dumps(rec['params'])}`): {step.what}.", ""]
-        lines += ["  ```", *(f"  {c}" for c in rec["commands"] or ["(computed in this process)"]), "  ```", ""]
+        lines += [
+            f"- `{step.name}` ({rec['scale']} scale, budget `{json.dumps(rec['params'])}`): {step.what}.",
+            "",
+        ]
+        lines += [
+            "  ```",
+            *(f"  {c}" for c in rec["commands"] or ["(computed in this process)"]),
+            "  ```",
+            "",
+        ]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -401,8 +668,8 @@ VERDICT_COLOURS = {REPRODUCED: "tab:green", DIRECTION: "tab:olive", NOT_REPRODUC
 
 
 def plot(rows: List[Row], path: Path) -> None:
-    """One panel per finding: the paper's effect beside ours (with its seeds as dots and its spread), the panel's
-    title coloured by the verdict."""
+    """One panel per finding: the paper's effect beside ours (with its seeds as dots and its
+    spread), the panel's title coloured by the verdict."""
     plt = pyplot()
     columns = 4
     lines = (len(rows) + columns - 1) // columns
@@ -424,18 +691,24 @@ def plot(rows: List[Row], path: Path) -> None:
         ax.set_xticks([0, 1], ["paper", "ours"])
         ax.set_xlim(-0.7, 1.7)
         ax.set_ylabel(f.unit, fontsize=8)
-        ax.set_title(f"{f.seed} {f.key}\n{row.verdict} ({CLAIM_WORDS[f.claim]})", fontsize=9,
-                     color=VERDICT_COLOURS[row.verdict])  # fmt: skip
+        ax.set_title(
+            f"{f.seed} {f.key}\n{row.verdict} ({CLAIM_WORDS[f.claim]})",
+            fontsize=9,
+            color=VERDICT_COLOURS[row.verdict],
+        )
     for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
 
 
-def reproduce(ctx: Context, keys: Optional[Sequence[str]], out: Path, run: bool = True) -> List[Row]:
-    """Run the steps the findings ``keys`` (None: all) need, cheapest first, then write the page ``out`` and its PNG
-    beside it from every step's record. A failing step is reported and the others still run; its findings read
-    whatever record it had (without one, the page says the step failed)."""
+def reproduce(
+    ctx: Context, keys: Optional[Sequence[str]], out: Path, run: bool = True
+) -> List[Row]:
+    """Run the steps the findings ``keys`` (None: all) need, cheapest first, then write the page
+    ``out`` and its PNG beside it from every step's record. A failing step is reported and the
+    others still run; its findings read whatever record it had (without one, the page says the step
+    failed)."""
     wanted = [f for f in FINDINGS if keys is None or f.key in keys]
     needed = [s for s in STEPS if any(f.step == s.name for f in wanted)]
     failed: Dict[str, str] = {}
@@ -446,26 +719,52 @@ def reproduce(ctx: Context, keys: Optional[Sequence[str]], out: Path, run: bool 
             failed[step.name] = str(e).splitlines()[0] if str(e) else type(e).__name__
             print(f"[reproduce] {step.name} FAILED: {e}", flush=True)
     rows = [evaluate(f, load_record(ctx, STEP[f.step]) if f.step else None) for f in FINDINGS]
-    rows = [replace(r, note=f"its step failed ({failed[r.finding.step]})")
-            if r.record is None and r.finding.step in failed else r for r in rows]  # fmt: skip
+    rows = [
+        (
+            replace(r, note=f"its step failed ({failed[r.finding.step]})")
+            if r.record is None and r.finding.step in failed
+            else r
+        )
+        for r in rows
+    ]
     png = out.with_suffix(".png")
     plot(rows, png)
     write_text(out, page(rows, png.name))
-    print(f"[reproduce] wrote {display([out])} and {display([png])}" + (f"; failed: {', '.join(failed)}"
-                                                                          if failed else ""), flush=True)  # fmt: skip
+    print(
+        f"[reproduce] wrote {display([out])} and {display([png])}"
+        + (f"; failed: {', '.join(failed)}" if failed else ""),
+        flush=True,
+    )
     if failed:
-        raise SystemExit(f"benchmarks/reproduce.py: {len(failed)} step(s) failed: {', '.join(failed)}")
+        raise SystemExit(
+            f"benchmarks/reproduce.py: {len(failed)} step(s) failed: {', '.join(failed)}"
+        )
     return rows
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", metavar="KEY", choices=[f.key for f in FINDINGS],
-                        help="findings to run (default: all): " + ", ".join(f.key for f in FINDINGS))  # fmt: skip
-    parser.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU")
-    parser.add_argument("--scale", choices=("cpu", "gpu"), help="budgets (default: gpu with --device cuda, else cpu)")
-    parser.add_argument("--no-run", action="store_true", help="write the page from the steps already run")
-    parser.add_argument("--out", type=Path, default=PAGE, help=f"the page (its PNG beside it; default {PAGE})")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="KEY",
+        choices=[f.key for f in FINDINGS],
+        help="findings to run (default: all): " + ", ".join(f.key for f in FINDINGS),
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), help="default: cuda when torch sees a GPU"
+    )
+    parser.add_argument(
+        "--scale",
+        choices=("cpu", "gpu"),
+        help="budgets (default: gpu with --device cuda, else cpu)",
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="write the page from the steps already run"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=PAGE, help=f"the page (its PNG beside it; default {PAGE})"
+    )
     args = parser.parse_args(argv)
     device = args.device
     if device is None or device == "cuda":
@@ -475,7 +774,9 @@ def main(argv=None) -> None:
             parser.error("--device cuda: torch sees no GPU here")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     ctx = Context(scale=args.scale or ("gpu" if device == "cuda" else "cpu"), device=device)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as Ctrl-C: the running benchmark is killed with us
+    signal.signal(
+        signal.SIGTERM, lambda *_: sys.exit(143)
+    )  # as Ctrl-C: the running benchmark is killed with us
     reproduce(ctx, args.only, args.out.resolve(), run=not args.no_run)
 
 

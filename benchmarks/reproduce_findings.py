@@ -18,22 +18,45 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_bio.metrics.benchmark_scores import SEQUENCE_LABELLING, TEXT_CLASSIFICATION
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"  # the seed papers' text, the task data
+SHARED = (
+    Path(__file__).resolve().parent.parent.parent / "shared"
+)  # the seed papers' text, the task data
 REPRODUCED, DIRECTION, NOT_REPRODUCED = "reproduced", "direction reproduced", "not reproduced"
-VALUE, SIGN, NONE = "value", "sign", "none"  # the paper's arithmetic, a difference, no substantial difference
+VALUE, SIGN, NONE = (
+    "value",
+    "sign",
+    "none",
+)  # the paper's arithmetic, a difference, no substantial difference
 NO_DIFFERENCE = 1.0  # points (F1 x 100): what "no substantial difference" allows
-CLAIM_WORDS = {VALUE: "value", SIGN: "difference", NONE: "no difference"}  # as the page's rule names them
-SEED_NAMES = {"000": "bio-lm", "001": "PubMedBERT", "002": "BioMegatron", "003": "BioELECTRA", "004": "compact"}
+CLAIM_WORDS = {
+    VALUE: "value",
+    SIGN: "difference",
+    NONE: "no difference",
+}  # as the page's rule names them
+SEED_NAMES = {
+    "000": "bio-lm",
+    "001": "PubMedBERT",
+    "002": "BioMegatron",
+    "003": "BioELECTRA",
+    "004": "compact",
+}
 
 
-def verdict(claim: str, paper: float, ours: Optional[float], spread: Optional[float] = None,
-            tolerance: float = 0.0) -> str:  # fmt: skip
-    """One of the three verdicts for ``ours`` against ``paper`` (the page states this rule in words).
+def verdict(
+    claim: str,
+    paper: float,
+    ours: Optional[float],
+    spread: Optional[float] = None,
+    tolerance: float = 0.0,
+) -> str:
+    """One of the three verdicts for ``ours`` against ``paper`` (the page states this rule in
+    words).
 
     - VALUE: reproduced when |ours - paper| <= ``tolerance`` (the rounding of the paper's inputs);
-    - SIGN: reproduced when ours has the paper's sign and |ours| exceeds ``spread`` (std over seeds or repeats, 0 for
-      a deterministic count); direction reproduced when it has the sign but not beyond the spread, or when there is
-      no spread (one run); not reproduced when the sign differs (or ours is 0);
+    - SIGN: reproduced when ours has the paper's sign and |ours| exceeds ``spread`` (std over seeds
+      or repeats, 0 for a deterministic count); direction reproduced when it has the sign but not
+      beyond the spread, or when there is no spread (one run); not reproduced when the sign differs
+      (or ours is 0);
     - NONE: reproduced when |ours| <= max(``tolerance``, spread); not reproduced otherwise.
     Nothing measured (``ours`` None) is not reproduced."""
     if ours is None:
@@ -51,9 +74,10 @@ def verdict(claim: str, paper: float, ours: Optional[float], spread: Optional[fl
 
 @dataclass(frozen=True)
 class Measure:
-    """A finding's number, the paper's or ours: ``effect`` is what the verdict compares (a difference, or the value
-    of an arithmetic claim), ``text`` how the table shows it, ``spread`` ours' std over seeds or repeats (0: a
-    deterministic measure; None: one run), ``values`` ours per seed (the plot's dots)."""
+    """A finding's number, the paper's or ours: ``effect`` is what the verdict compares (a
+    difference, or the value of an arithmetic claim), ``text`` how the table shows it, ``spread``
+    ours' std over seeds or repeats (0: a deterministic measure; None: one run), ``values`` ours per
+    seed (the plot's dots)."""
 
     effect: float
     text: str
@@ -85,8 +109,8 @@ def seed_text(number: str) -> str:
 
 
 def table_rows(text: str, start: str, end: str, width: int) -> Dict[str, List[float]]:
-    """{row name: numbers} of a table in a paper's text: the lines from the one starting with ``start`` up to ``end``,
-    each a name followed by ``width`` decimal numbers."""
+    """{row name: numbers} of a table in a paper's text: the lines from the one starting with
+    ``start`` up to ``end``, each a name followed by ``width`` decimal numbers."""
     block = text[text.index(start) : text.index(end)]
     rows = {}
     for line in block.splitlines():
@@ -96,28 +120,60 @@ def table_rows(text: str, start: str, end: str, width: int) -> Dict[str, List[fl
     return rows
 
 
-TABLE_6_MODELS = ["BERT-uncased", "BERT-cased", "RoBERTa", "BioBERT", "SciBERT-uncased", "SciBERT-cased",
-                  "ClinicalBERT", "BlueBERT", "PubMedBERT"]  # fmt: skip
-TABLE_2_MODELS = ["RoBERTa-base", "SciBERT", "BioBERT", "ClinicalBERT", "BioMed-RoBERTa", "Ours-base", "RoBERTa-large",
-                  "Ours-large"]  # fmt: skip
+TABLE_6_MODELS = [
+    "BERT-uncased",
+    "BERT-cased",
+    "RoBERTa",
+    "BioBERT",
+    "SciBERT-uncased",
+    "SciBERT-cased",
+    "ClinicalBERT",
+    "BlueBERT",
+    "PubMedBERT",
+]
+TABLE_2_MODELS = [
+    "RoBERTa-base",
+    "SciBERT",
+    "BioBERT",
+    "ClinicalBERT",
+    "BioMed-RoBERTa",
+    "Ours-base",
+    "RoBERTa-large",
+    "Ours-large",
+]
 # Table 2's summary rows: where a BenchmarkScore keeps each
-TABLE_2_SUMMARY = {"Mean (Seq. Lab.)": ("per_type", SEQUENCE_LABELLING),
-                   "Mean (Classif.)": ("per_type", TEXT_CLASSIFICATION), "Mean (PubMed)": ("per_domain", "pubmed"),
-                   "Mean (Clinical)": ("per_domain", "clinical"), "Mean (all)": ("score", None)}  # fmt: skip
+TABLE_2_SUMMARY = {
+    "Mean (Seq. Lab.)": ("per_type", SEQUENCE_LABELLING),
+    "Mean (Classif.)": ("per_type", TEXT_CLASSIFICATION),
+    "Mean (PubMed)": ("per_domain", "pubmed"),
+    "Mean (Clinical)": ("per_domain", "clinical"),
+    "Mean (all)": ("score", None),
+}
 
 
 def table_6() -> Dict[str, Dict[str, float]]:
-    """Seed 001 (PubMedBERT) Table 6 from its text: {model: {dataset: test score, "BLURB score": ...}}."""
+    """Seed 001 (PubMedBERT) Table 6 from its text: {model: {dataset: test score, "BLURB score":
+    ...}}."""
     rows = table_rows(seed_text("001"), "BC5-chem\t", "Table 6.", len(TABLE_6_MODELS))
-    return {m: {name: values[i] for name, values in rows.items()} for i, m in enumerate(TABLE_6_MODELS)}
+    return {
+        m: {name: values[i] for name, values in rows.items()} for i, m in enumerate(TABLE_6_MODELS)
+    }
 
 
-VOCAB_LABELS = {"MiniLM": "MiniLM (BERT's uncased)", "pubmedbert": "PubMed WordPiece 30k",
-                "biomegatron-30k": "PubMed SentencePiece 30k", "biomegatron-50k": "PubMed SentencePiece 50k"}
+VOCAB_LABELS = {
+    "MiniLM": "MiniLM (BERT's uncased)",
+    "pubmedbert": "PubMed WordPiece 30k",
+    "biomegatron-30k": "PubMed SentencePiece 30k",
+    "biomegatron-50k": "PubMed SentencePiece 50k",
+}
 NER_SETS = ("NCBI-disease", "BC5CDR-disease")
 
 DISTILLED, TEACHER, RANDOM = "distilled student", "teacher", "student architecture, random init"
-ELECTRA, MLM, RANDOM_INIT = "electra", "mlm", "random"  # electra_downstream.py's encoders and its random init
+ELECTRA, MLM, RANDOM_INIT = (
+    "electra",
+    "mlm",
+    "random",
+)  # electra_downstream.py's encoders and its random init
 
 
 # --- findings ------------------------------------------------------------------------------------------------------
@@ -125,9 +181,11 @@ ELECTRA, MLM, RANDOM_INIT = "electra", "mlm", "random"  # electra_downstream.py'
 
 @dataclass(frozen=True)
 class Finding:
-    """One headline finding of a seed paper: ``paper()`` its number, ``ours(results)`` ours from ``step``'s results
-    (None: nothing here measures it), the ``claim`` the verdict tests (with ``tolerance``), ``reads`` which number of
-    the step that is, ``why`` it may not reproduce at this scale (shown unless it reproduced), ``unit`` the plot's."""
+    """One headline finding of a seed paper: ``paper()`` its number, ``ours(results)`` ours from
+    ``step``'s results (None: nothing here measures it), the ``claim`` the verdict tests (with
+    ``tolerance``), ``reads`` which number of the step that is, ``why`` it may not reproduce at this
+    scale (shown unless it reproduced), ``unit`` the plot's.
+    """
 
     key: str
     seed: str
@@ -157,35 +215,53 @@ def _table_1_whole(column: str) -> int:
 def _break_out(general: str, domain: str, general_name: str, domain_name: str):
     def paper() -> Measure:
         before, after = (_published_break_out(v, "BC5CDR-disease") for v in (general, domain))
-        return Measure(after - before, f"BC5CDR-disease: {general} {before:.3f} → {domain} {after:.3f} "
-                       f"(**{after - before:+.3f}**)")  # fmt: skip
+        return Measure(
+            after - before,
+            f"BC5CDR-disease: {general} {before:.3f} → {domain} {after:.3f} "
+            f"(**{after - before:+.3f}**)",
+        )
 
     def ours(results: Dict) -> Measure:
-        rate = {v: {d: results["break_out"][f"{v} {d}"] for d in NER_SETS} for v in (general_name, domain_name)}
+        rate = {
+            v: {d: results["break_out"][f"{v} {d}"] for d in NER_SETS}
+            for v in (general_name, domain_name)
+        }
         before, after = rate[general_name]["BC5CDR-disease"], rate[domain_name]["BC5CDR-disease"]
         ncbi = rate[domain_name]["NCBI-disease"] - rate[general_name]["NCBI-disease"]
-        return Measure(after - before, f"BC5CDR-disease: {VOCAB_LABELS[general_name]} {before:.3f} → "
-                       f"{VOCAB_LABELS[domain_name]} {after:.3f} (**{after - before:+.3f}**); NCBI-disease "
-                       f"{ncbi:+.3f}", 0.0)  # fmt: skip
+        return Measure(
+            after - before,
+            f"BC5CDR-disease: {VOCAB_LABELS[general_name]} {before:.3f} → "
+            f"{VOCAB_LABELS[domain_name]} {after:.3f} (**{after - before:+.3f}**); NCBI-disease "
+            f"{ncbi:+.3f}",
+            0.0,
+        )
 
     return paper, ours
 
 
 def _terms_paper() -> Measure:
     bert, pubmedbert = _table_1_whole("BERT"), _table_1_whole("PubMedBERT")
-    return Measure(pubmedbert - bert, f"Table 1's 17 terms whole: BERT {bert} → PubMedBERT {pubmedbert} "
-                   f"(**{pubmedbert - bert:+d}**)")  # fmt: skip
+    return Measure(
+        pubmedbert - bert,
+        f"Table 1's 17 terms whole: BERT {bert} → PubMedBERT {pubmedbert} "
+        f"(**{pubmedbert - bert:+d}**)",
+    )
 
 
 def _terms_ours(results: Dict) -> Measure:
     general, domain = results["whole"]["MiniLM"], results["whole"]["pubmedbert"]
-    return Measure(domain - general, f"{VOCAB_LABELS['MiniLM']} {general} → {VOCAB_LABELS['pubmedbert']} {domain} "
-                   f"of {results['terms']} (**{domain - general:+d}**)", 0.0)  # fmt: skip
+    return Measure(
+        domain - general,
+        f"{VOCAB_LABELS['MiniLM']} {general} → {VOCAB_LABELS['pubmedbert']} {domain} "
+        f"of {results['terms']} (**{domain - general:+d}**)",
+        0.0,
+    )
 
 
 def _arithmetic(cells: str, example: str, digits: int, published: str):
-    """Paper and ours of an arithmetic finding: the largest |computed - published| over ``cells`` of the step's
-    results (the paper's: 0); the table shows ``published`` and ``example``'s computed number."""
+    """Paper and ours of an arithmetic finding: the largest |computed - published| over ``cells`` of
+    the step's results (the paper's: 0); the table shows ``published`` and ``example``'s computed
+    number."""
 
     def paper() -> Measure:
         return Measure(0.0, published)
@@ -193,67 +269,112 @@ def _arithmetic(cells: str, example: str, digits: int, published: str):
     def ours(results: Dict) -> Measure:
         worst = max(abs(c["computed"] - c["published"]) for c in results[cells].values())
         e = results[cells][example]
-        return Measure(worst, f"{example} {e['computed']:.{digits + 2}f} (published {e['published']:.{digits}f}); "
-                       f"largest gap over all {len(results[cells])}: **{worst:.{digits + 2}f}**", 0.0)  # fmt: skip
+        return Measure(
+            worst,
+            f"{example} {e['computed']:.{digits + 2}f} (published {e['published']:.{digits}f}); "
+            f"largest gap over all {len(results[cells])}: **{worst:.{digits + 2}f}**",
+            0.0,
+        )
 
     return paper, ours
 
 
-# BioELECTRA (P)'s BLURB numbers, seed 003 Table 2's last column (its text lists them column by column, so they are
-# transcribed here rather than parsed), with the published BLURB score.
-BIOELECTRA = {"BC5-chem": 93.60, "BC5-disease": 85.84, "NCBI-disease": 89.38, "BC2GM": 84.69, "JNLPBA": 80.17,
-              "EBM PICO": 74.26, "ChemProt": 78.20, "DDI": 82.76, "GAD": 83.70, "BIOSSES": 92.49, "HoC": 83.50,
-              "PubMedQA": 64.02, "BioASQ": 88.57}  # fmt: skip
+# BioELECTRA (P)'s BLURB numbers, seed 003 Table 2's last column (its text lists them column by
+# column, so they are transcribed here rather than parsed), with the published BLURB score.
+BIOELECTRA = {
+    "BC5-chem": 93.60,
+    "BC5-disease": 85.84,
+    "NCBI-disease": 89.38,
+    "BC2GM": 84.69,
+    "JNLPBA": 80.17,
+    "EBM PICO": 74.26,
+    "ChemProt": 78.20,
+    "DDI": 82.76,
+    "GAD": 83.70,
+    "BIOSSES": 92.49,
+    "HoC": 83.50,
+    "PubMedQA": 64.02,
+    "BioASQ": 88.57,
+}
 BIOELECTRA_BLURB = 82.47
 
 
 def _bioelectra_paper() -> Measure:
-    return Measure(0.0, f"Table 2: BioELECTRA (P)'s BLURB score {BIOELECTRA_BLURB:.2f} from its 13 numbers")
+    return Measure(
+        0.0, f"Table 2: BioELECTRA (P)'s BLURB score {BIOELECTRA_BLURB:.2f} from its 13 numbers"
+    )
 
 
 def _bioelectra_ours(results: Dict) -> Measure:
     from fairseq_bio.runner.datasets import blurb_score
 
     score = blurb_score(BIOELECTRA).score
-    return Measure(abs(score - BIOELECTRA_BLURB), f"{score:.4f} (published {BIOELECTRA_BLURB:.2f}); gap "
-                   f"**{abs(score - BIOELECTRA_BLURB):.4f}**", 0.0)  # fmt: skip
+    return Measure(
+        abs(score - BIOELECTRA_BLURB),
+        f"{score:.4f} (published {BIOELECTRA_BLURB:.2f}); gap "
+        f"**{abs(score - BIOELECTRA_BLURB):.4f}**",
+        0.0,
+    )
 
 
 def _electra_paper() -> Measure:
     pubmedbert = table_6()["PubMedBERT"]["BLURB score"]
-    return Measure(BIOELECTRA_BLURB - pubmedbert, f"BLURB: BioELECTRA (P) {BIOELECTRA_BLURB:.2f} vs PubMedBERT "
-                   f"{pubmedbert:.2f} (**{BIOELECTRA_BLURB - pubmedbert:+.2f}**)")  # fmt: skip
+    return Measure(
+        BIOELECTRA_BLURB - pubmedbert,
+        f"BLURB: BioELECTRA (P) {BIOELECTRA_BLURB:.2f} vs PubMedBERT "
+        f"{pubmedbert:.2f} (**{BIOELECTRA_BLURB - pubmedbert:+.2f}**)",
+    )
 
 
 def _electra_ours(results: Dict) -> Measure:
     f1, updates, minutes = results["f1"], results["updates"], results["minutes"]
     electra, mlm, random_init = (statistics.fmean(f1[m]) for m in (ELECTRA, MLM, RANDOM_INIT))
     disc = results.get("discriminator") or {}
-    separation = (f"; its discriminator's last validation: mean P(replaced) {disc['replaced_prob']:.3f} on replaced "
-                  f"tokens vs {disc['original_prob']:.3f} on original ones, replaced recall "
-                  f"{disc['replaced_recall']:g}" if disc.get("replaced_prob") is not None else "")  # fmt: skip
-    # a side that fine-tunes no better than the same encoder from random init learned nothing to compare
-    for model, name, mean in ((ELECTRA, "ELECTRA's discriminator", electra), (MLM, "the masked LM", mlm)):
+    separation = (
+        f"; its discriminator's last validation: mean P(replaced) {disc['replaced_prob']:.3f} on replaced "
+        f"tokens vs {disc['original_prob']:.3f} on original ones, replaced recall "
+        f"{disc['replaced_recall']:g}"
+        if disc.get("replaced_prob") is not None
+        else ""
+    )
+    # a side that fine-tunes no better than the same encoder from random init learned nothing to
+    # compare
+    for model, name, mean in (
+        (ELECTRA, "ELECTRA's discriminator", electra),
+        (MLM, "the masked LM", mlm),
+    ):
         gain = statistics.fmean(a - r for a, r in zip(f1[model], f1[RANDOM_INIT]))
         if gain <= 0:
             raise NotAComparison(
                 f"not a comparison at this budget: {name} after {updates[model]} pretraining updates (of "
                 f"{results['planned'][model]} planned) fine-tunes no better than the same encoder from random init "
                 f"(NCBI-disease F1 {mean:.2f} vs {random_init:.2f}, {gain:+.2f} paired by seed; ELECTRA "
-                f"{electra:.2f}, masked LM {mlm:.2f}){separation}; it needs a longer budget (--scale gpu)")  # fmt: skip
-    budget = f" in {minutes:g} min each" if minutes else ""  # None: the same updates for both (no budget)
-    return differences([e - m for e, m in zip(f1[ELECTRA], f1[MLM])], lambda m, n: f"NCBI-disease F1: ELECTRA "
-                       f"discriminator {electra:.2f} vs masked LM {mlm:.2f} (**{m:+.2f}** {n}; random init "
-                       f"{random_init:.2f}; {updates[ELECTRA]} vs {updates[MLM]} pretraining updates"
-                       f"{budget})")  # fmt: skip
+                f"{electra:.2f}, masked LM {mlm:.2f}){separation}; it needs a longer budget (--scale gpu)"
+            )
+    budget = (
+        f" in {minutes:g} min each" if minutes else ""
+    )  # None: the same updates for both (no budget)
+    return differences(
+        [e - m for e, m in zip(f1[ELECTRA], f1[MLM])],
+        lambda m, n: f"NCBI-disease F1: ELECTRA "
+        f"discriminator {electra:.2f} vs masked LM {mlm:.2f} (**{m:+.2f}** {n}; random init "
+        f"{random_init:.2f}; {updates[ELECTRA]} vs {updates[MLM]} pretraining updates"
+        f"{budget})",
+    )
 
 
 def _distill_paper(kind: str) -> Callable[[], Measure]:
     def paper() -> Measure:
         if kind == "retention":  # seed 004 Table 1, NCBI-disease F1
-            return Measure(85.22 - 88.62, "NCBI-disease F1: TinyBioBERT 85.22 vs its teacher BioBERT 88.62 "
-                           "(**-3.40**, 96.2 %)")  # fmt: skip
-        return Measure(85.0 - 84.7, "Table 6, mean over 18 tasks: distill + align 85.0 vs ours-base 84.7 (**+0.3**)")
+            return Measure(
+                85.22 - 88.62,
+                "NCBI-disease F1: TinyBioBERT 85.22 vs its teacher BioBERT 88.62 "
+                "(**-3.40**, 96.2 %)",
+            )
+        return Measure(
+            85.0 - 84.7,
+            "Table 6, mean over 18 tasks: distill + align 85.0 vs ours-base 84.7 (**+0.3**)",
+        )
 
     return paper
 
@@ -265,11 +386,17 @@ def _distill_ours(kind: str) -> Callable[[Dict], Measure]:
         diffs = [s - o for s, o in zip(f1[DISTILLED], f1[other])]
         if kind == "retention":
             kept = statistics.fmean(f1[DISTILLED]) / statistics.fmean(f1[TEACHER])
-            return differences(diffs, lambda m, n: f"2 x 128 student {statistics.fmean(f1[DISTILLED]):.2f} vs its "
-                               f"4 x 256 teacher {statistics.fmean(f1[TEACHER]):.2f} (**{m:+.2f}** {n}, "
-                               f"{100 * kept:.1f} %)")  # fmt: skip
-        return differences(diffs, lambda m, n: f"distilled 2 x 128 {statistics.fmean(f1[DISTILLED]):.2f} vs the same "
-                           f"from random init {statistics.fmean(f1[RANDOM]):.2f} (**{m:+.2f}** {n})")  # fmt: skip
+            return differences(
+                diffs,
+                lambda m, n: f"2 x 128 student {statistics.fmean(f1[DISTILLED]):.2f} vs its "
+                f"4 x 256 teacher {statistics.fmean(f1[TEACHER]):.2f} (**{m:+.2f}** {n}, "
+                f"{100 * kept:.1f} %)",
+            )
+        return differences(
+            diffs,
+            lambda m, n: f"distilled 2 x 128 {statistics.fmean(f1[DISTILLED]):.2f} vs the same "
+            f"from random init {statistics.fmean(f1[RANDOM]):.2f} (**{m:+.2f}** {n})",
+        )
 
     return ours
 
@@ -278,8 +405,12 @@ def _speed_ours(results: Dict) -> Measure:
     six, tiny = results["speedup"]["student 6 x 768"], results["speedup"]["student 4 x 312"]
     mean, spread = statistics.fmean(six), spread_of(six)
     repeats = f"± {spread:.2f} over {len(six)} runs" if spread is not None else "one run"
-    return Measure(mean - 1, f"6 x 768 **{mean:.2f}x** {repeats} (4 x 312: {statistics.fmean(tiny):.1f}x)", spread,
-                   [v - 1 for v in six])  # fmt: skip
+    return Measure(
+        mean - 1,
+        f"6 x 768 **{mean:.2f}x** {repeats} (4 x 312: {statistics.fmean(tiny):.1f}x)",
+        spread,
+        [v - 1 for v in six],
+    )
 
 
 def _variant(name: str, reference: str, paper_text: str, paper_effect: float):
@@ -289,128 +420,282 @@ def _variant(name: str, reference: str, paper_text: str, paper_effect: float):
     def ours(results: Dict) -> Measure:
         row, ref = results[name], results[reference]
         before, after = statistics.fmean(ref["values"]), statistics.fmean(row["values"])
-        return differences(row["diffs"], lambda m, n: f"{name.split(':')[0]}: {before:.2f} → {after:.2f} "
-                           f"(**{m:+.2f}** {n})")  # fmt: skip
+        return differences(
+            row["diffs"],
+            lambda m, n: f"{name.split(':')[0]}: {before:.2f} → {after:.2f} " f"(**{m:+.2f}** {n})",
+        )
 
     return paper, ours
 
 
 def _dapt_paper() -> Measure:
     table = table_6()
-    gains = {d: table["BioBERT"][d] - table["BERT-cased"][d] for d in ("NCBI-disease", "BC5-disease", "GAD")}
-    return Measure(gains["NCBI-disease"], "BioBERT (BERT continued on PubMed) vs BERT-cased: NCBI-disease "
-                   f"**{gains['NCBI-disease']:+.2f}**, BC5-disease {gains['BC5-disease']:+.2f}, GAD "
-                   f"{gains['GAD']:+.2f}")  # fmt: skip
+    gains = {
+        d: table["BioBERT"][d] - table["BERT-cased"][d]
+        for d in ("NCBI-disease", "BC5-disease", "GAD")
+    }
+    return Measure(
+        gains["NCBI-disease"],
+        "BioBERT (BERT continued on PubMed) vs BERT-cased: NCBI-disease "
+        f"**{gains['NCBI-disease']:+.2f}**, BC5-disease {gains['BC5-disease']:+.2f}, GAD "
+        f"{gains['GAD']:+.2f}",
+    )
 
 
 def _dapt_ours(results: Dict) -> Measure:
     ncbi = results["NCBI-disease"]
-    others = "".join(f", {d} {statistics.fmean(r['gains']):+.2f}" for d, r in results.items() if d != "NCBI-disease")
-    return differences(ncbi["gains"], lambda m, n: f"MiniLM continued on PubMed, NCBI-disease: "
-                       f"{statistics.fmean(ncbi['scores']):.2f} → {statistics.fmean(ncbi['continued']):.2f} "
-                       f"(**{m:+.2f}** {n}){others}")  # fmt: skip
+    others = "".join(
+        f", {d} {statistics.fmean(r['gains']):+.2f}"
+        for d, r in results.items()
+        if d != "NCBI-disease"
+    )
+    return differences(
+        ncbi["gains"],
+        lambda m, n: f"MiniLM continued on PubMed, NCBI-disease: "
+        f"{statistics.fmean(ncbi['scores']):.2f} → {statistics.fmean(ncbi['continued']):.2f} "
+        f"(**{m:+.2f}** {n}){others}",
+    )
 
 
 _VOCAB_DOMAIN = _break_out("BERT-cased", "PubMedBERT-uncased (30k)", "MiniLM", "pubmedbert")
-_VOCAB_SIZE = _break_out("BioMegatron-bio-30k-cased", "BioMegatron-bio-50k-cased", "biomegatron-30k", "biomegatron-50k")
-_BLURB_SUMS = _arithmetic("columns", "PubMedBERT", 2, "PubMedBERT's BLURB score 81.10 and the 8 other models' "
-                          "(BERT-uncased 75.99, ...) from the 13 numbers above each")
-_BIOLM_SUMS = _arithmetic("cells", "Ours-large Mean (all)", 1, "Ours-large's Mean (all) 85.8 and the other 39 summary "
-                          "cells (5 rows x 8 models) from the 18 per-task numbers")
-_BILSTM = _variant("bc5-disease:bilstm", "bc5-disease:linear", "Table 10, BC5-disease F1: linear 85.62 → Bi-LSTM "
-                   "85.64 (**+0.02**: no substantial gain)", 0.02)  # fmt: skip
-_MARKERS = _variant("gad:marker_start", "gad:dummy_cls", "Table 12 (no GAD column), DDI F1: dummified [CLS] 82.36 → "
-                    "markers + entity start 82.18 (**-0.18**; ChemProt +0.34)", -0.18)  # fmt: skip
+_VOCAB_SIZE = _break_out(
+    "BioMegatron-bio-30k-cased", "BioMegatron-bio-50k-cased", "biomegatron-30k", "biomegatron-50k"
+)
+_BLURB_SUMS = _arithmetic(
+    "columns",
+    "PubMedBERT",
+    2,
+    "PubMedBERT's BLURB score 81.10 and the 8 other models' "
+    "(BERT-uncased 75.99, ...) from the 13 numbers above each",
+)
+_BIOLM_SUMS = _arithmetic(
+    "cells",
+    "Ours-large Mean (all)",
+    1,
+    "Ours-large's Mean (all) 85.8 and the other 39 summary "
+    "cells (5 rows x 8 models) from the 18 per-task numbers",
+)
+_BILSTM = _variant(
+    "bc5-disease:bilstm",
+    "bc5-disease:linear",
+    "Table 10, BC5-disease F1: linear 85.62 → Bi-LSTM " "85.64 (**+0.02**: no substantial gain)",
+    0.02,
+)
+_MARKERS = _variant(
+    "gad:marker_start",
+    "gad:dummy_cls",
+    "Table 12 (no GAD column), DDI F1: dummified [CLS] 82.36 → "
+    "markers + entity start 82.18 (**-0.18**; ChemProt +0.34)",
+    -0.18,
+)
 SHORT = "at this scale: "
 
 FINDINGS = [
-    Finding("vocab-breakout", "002", "An in-domain vocabulary breaks entity words into fewer sub-tokens than "
-            "BERT's general one (Table 3)", SIGN, _VOCAB_DOMAIN[0], "vocab", _VOCAB_DOMAIN[1],
-            "sub-tokens per entity word (BC5CDR-disease train) of MiniLM's BERT WordPiece and of the pubmedbert "
-            "preset learned from the PubMed sample, from vocab_report.json",
-            "our general vocabulary is BERT's uncased one (MiniLM's), the paper's BERT-cased; our corpus is the "
-            "PubMed sample (6 M words), not PubMed", unit="sub-tokens per entity word"),
-    Finding("vocab-size", "002", "A larger in-domain vocabulary (50k vs 30k) breaks entity words less (Table 3)",
-            SIGN, _VOCAB_SIZE[0], "vocab", _VOCAB_SIZE[1],
-            "sub-tokens per entity word (BC5CDR-disease train) of the biomegatron-30k and -50k presets (SentencePiece) "
-            "learned from the PubMed sample",
-            "a 50k vocabulary learned from 6 M words holds rarer pieces than one learned from PubMed",
-            unit="sub-tokens per entity word"),
-    Finding("vocab-terms", "001", "PubMedBERT's vocabulary keeps common biomedical terms whole where BERT's "
-            "shatters them (Table 1)", SIGN, _terms_paper, "vocab", _terms_ours,
-            "Table 1's terms kept whole (one piece) by MiniLM's BERT WordPiece and by the pubmedbert preset",
-            "our in-domain vocabulary is learned from the PubMed sample (6 M words), not PubMed",
-            unit="terms kept whole"),
-    Finding("blurb-arithmetic", "001", "The BLURB score is the macro average over the six task types of each type's "
-            "mean (Table 6)", VALUE, _BLURB_SUMS[0], "blurb-table-6", _BLURB_SUMS[1],
-            "each of Table 6's nine BLURB scores computed from its 13 published numbers by fairseq_bio's BLURB",
-            "the published inputs are rounded to 0.01", tolerance=0.01 + 1e-9, unit="|computed - published|"),
-    Finding("dapt", "001", "Pretraining on PubMed beats general-domain pretraining downstream (Table 6)", SIGN,
-            _dapt_paper, "dapt", _dapt_ours,
-            "test entity F1 gain on NCBI-disease of MiniLM continued on PubMed over MiniLM itself, paired by "
-            "fine-tuning seed, from domain_adaptation.py's results.json",
-            SHORT + "MiniLM continued for a few hundred updates on 4 M tokens, not BERT on PubMed for days; the "
-            "fine-tuning is one or two epochs", unit="F1 points"),
-    Finding("variants-bilstm", "001", "A Bi-LSTM head adds nothing over a linear layer for NER (Table 10)", NONE,
-            _BILSTM[0], "variants", _BILSTM[1],
-            "BC5-disease test entity F1 of the BiLSTM head minus the linear one, paired by seed, from "
-            "finetune_variants.py's results.json",
-            SHORT + "the fresh BiLSTM trains one epoch at the encoder's learning rate and is undertrained "
-            "(benchmarks/README.md: with 20 x the rate it gains +4.7 instead)", tolerance=NO_DIFFERENCE,
-            unit="F1 points"),
-    Finding("variants-markers", "001", "Entity markers + entity start encode a relation as well as dummified [CLS] "
-            "(Table 12)", NONE, _MARKERS[0], "variants", _MARKERS[1],
-            "GAD test micro F1 of markers + entity start minus dummified [CLS], paired by seed",
-            SHORT + "the four marker tokens start as the mean embedding and the entity-start head is new, with two "
-            "epochs at lr 3e-5 of a 6-layer MiniLM on GAD (Table 12 measures DDI and ChemProt)",
-            tolerance=NO_DIFFERENCE, unit="F1 points"),
-    Finding("biolm-arithmetic", "000", "Table 2's summary rows are plain means over the tasks of each group",
-            VALUE, _BIOLM_SUMS[0], "biolm-table-2", _BIOLM_SUMS[1],
-            "all 40 summary cells (8 models x 5 rows) computed from the 18 published per-task numbers by "
-            "fairseq_bio's bio-lm benchmark", "the published inputs are rounded to 0.1", tolerance=0.1 + 1e-9,
-            unit="|computed - published|"),
-    Finding("biolm-distill", "000", "Distilling from the larger teacher improves the student (sec. 7, Table 6)",
-            SIGN, _distill_paper("gain"), "distill-ner", _distill_ours("gain"),
-            "NCBI-disease test entity F1 of the distilled student minus the same architecture from random "
-            "initialisation, paired by seed, from distillation_ner.md",
-            SHORT + "our student starts from random weights (bio-lm's from its MLM-pretrained base), the teacher "
-            "is a 4 x 256 model pretrained for minutes, the fine-tuning 1,000 sentences", unit="F1 points"),
-    Finding("electra-arithmetic", "003", "BioELECTRA's BLURB score is the same macro average (Table 2)", VALUE,
-            _bioelectra_paper, "blurb-table-6", _bioelectra_ours,
-            "BioELECTRA (P)'s 13 published numbers through fairseq_bio's BLURB", "the inputs are rounded to 0.01",
-            tolerance=0.01 + 1e-9, unit="|computed - published|"),
-    Finding("electra-downstream", "003", "Replaced-token detection pretraining beats masked-LM pretraining "
-            "downstream (Tables 2-4)", SIGN, _electra_paper, "electra-downstream", _electra_ours,
-            "NCBI-disease test entity F1 of a tiny ELECTRA's 4 x 256 discriminator (extracted by "
-            "fairseq-bio-extract-encoder) minus a masked-LM bio_roberta of the same size, both pretrained on the "
-            "PubMed sample for the same wall-clock minutes (ELECTRA's last checkpoint), paired by fine-tuning seed, "
-            "from electra_downstream.py's results.json; a side whose encoder fine-tunes no better than the same "
-            "architecture from random init learned nothing, and the row is then no comparison; ours is in F1 points "
-            "on one NER set, the paper's in BLURB points (13 tasks)",
-            SHORT + "minutes of pretraining each (about a thousand updates of 16 x 128 tokens: the discriminator "
-            "separates replaced tokens while the generator's samples are near random, and loses most of it once the "
-            "generator reaches the unigram stage, benchmarks/HISTORY.md), against the paper's 1M steps of 512 "
-            "sequences (as many sequences as PubMedBERT saw); a 64-wide generator; one NER set fine-tuned on 1,000 "
-            "sentences; and the paper's baseline is PubMedBERT itself, not a masked LM trained beside it",
-            unit="points (paper BLURB, ours F1)"),
-    Finding("compact-retention", "004", "A distilled tiny student falls a little short of its teacher's NER F1 "
-            "(Table 1)", SIGN, _distill_paper("retention"), "distill-ner", _distill_ours("retention"),
-            "NCBI-disease test entity F1 of the distilled student minus its teacher's, paired by seed, from "
-            "distillation_ner.md",
-            SHORT + "the teacher is a 4 x 256 model pretrained for minutes; only the TinyBioBERT preset is distilled "
-            "(DistilBioBERT and CompactBioBERT are not run by the benchmark)", unit="F1 points"),
-    Finding("compact-speed", "004", "A 6-layer student of a 12 x 768 teacher runs about 1.6x as fast (sec. 2, "
-            "Figure 2)", SIGN, lambda: Measure(0.6, "DistilBERT's \"60 % faster\" (**1.6x**), the 6 x 768 shape of "
-                                              "DistilBioBERT and CompactBioBERT; Figure 2 gives no numbers"),
-            "distill-speed", _speed_ours,
-            "inference speed-up of the 6 x 768 student over the 12 x 768 teacher (speed-up - 1 is compared), from "
-            "distillation.md", "timings on a shared machine vary from run to run", unit="speed-up - 1"),
-]  # fmt: skip
+    Finding(
+        "vocab-breakout",
+        "002",
+        "An in-domain vocabulary breaks entity words into fewer sub-tokens than "
+        "BERT's general one (Table 3)",
+        SIGN,
+        _VOCAB_DOMAIN[0],
+        "vocab",
+        _VOCAB_DOMAIN[1],
+        "sub-tokens per entity word (BC5CDR-disease train) of MiniLM's BERT WordPiece and of the pubmedbert "
+        "preset learned from the PubMed sample, from vocab_report.json",
+        "our general vocabulary is BERT's uncased one (MiniLM's), the paper's BERT-cased; our corpus is the "
+        "PubMed sample (6 M words), not PubMed",
+        unit="sub-tokens per entity word",
+    ),
+    Finding(
+        "vocab-size",
+        "002",
+        "A larger in-domain vocabulary (50k vs 30k) breaks entity words less (Table 3)",
+        SIGN,
+        _VOCAB_SIZE[0],
+        "vocab",
+        _VOCAB_SIZE[1],
+        "sub-tokens per entity word (BC5CDR-disease train) of the biomegatron-30k and -50k presets (SentencePiece) "
+        "learned from the PubMed sample",
+        "a 50k vocabulary learned from 6 M words holds rarer pieces than one learned from PubMed",
+        unit="sub-tokens per entity word",
+    ),
+    Finding(
+        "vocab-terms",
+        "001",
+        "PubMedBERT's vocabulary keeps common biomedical terms whole where BERT's "
+        "shatters them (Table 1)",
+        SIGN,
+        _terms_paper,
+        "vocab",
+        _terms_ours,
+        "Table 1's terms kept whole (one piece) by MiniLM's BERT WordPiece and by the pubmedbert preset",
+        "our in-domain vocabulary is learned from the PubMed sample (6 M words), not PubMed",
+        unit="terms kept whole",
+    ),
+    Finding(
+        "blurb-arithmetic",
+        "001",
+        "The BLURB score is the macro average over the six task types of each type's "
+        "mean (Table 6)",
+        VALUE,
+        _BLURB_SUMS[0],
+        "blurb-table-6",
+        _BLURB_SUMS[1],
+        "each of Table 6's nine BLURB scores computed from its 13 published numbers by fairseq_bio's BLURB",
+        "the published inputs are rounded to 0.01",
+        tolerance=0.01 + 1e-9,
+        unit="|computed - published|",
+    ),
+    Finding(
+        "dapt",
+        "001",
+        "Pretraining on PubMed beats general-domain pretraining downstream (Table 6)",
+        SIGN,
+        _dapt_paper,
+        "dapt",
+        _dapt_ours,
+        "test entity F1 gain on NCBI-disease of MiniLM continued on PubMed over MiniLM itself, paired by "
+        "fine-tuning seed, from domain_adaptation.py's results.json",
+        SHORT
+        + "MiniLM continued for a few hundred updates on 4 M tokens, not BERT on PubMed for days; the "
+        "fine-tuning is one or two epochs",
+        unit="F1 points",
+    ),
+    Finding(
+        "variants-bilstm",
+        "001",
+        "A Bi-LSTM head adds nothing over a linear layer for NER (Table 10)",
+        NONE,
+        _BILSTM[0],
+        "variants",
+        _BILSTM[1],
+        "BC5-disease test entity F1 of the BiLSTM head minus the linear one, paired by seed, from "
+        "finetune_variants.py's results.json",
+        SHORT
+        + "the fresh BiLSTM trains one epoch at the encoder's learning rate and is undertrained "
+        "(benchmarks/README.md: with 20 x the rate it gains +4.7 instead)",
+        tolerance=NO_DIFFERENCE,
+        unit="F1 points",
+    ),
+    Finding(
+        "variants-markers",
+        "001",
+        "Entity markers + entity start encode a relation as well as dummified [CLS] " "(Table 12)",
+        NONE,
+        _MARKERS[0],
+        "variants",
+        _MARKERS[1],
+        "GAD test micro F1 of markers + entity start minus dummified [CLS], paired by seed",
+        SHORT
+        + "the four marker tokens start as the mean embedding and the entity-start head is new, with two "
+        "epochs at lr 3e-5 of a 6-layer MiniLM on GAD (Table 12 measures DDI and ChemProt)",
+        tolerance=NO_DIFFERENCE,
+        unit="F1 points",
+    ),
+    Finding(
+        "biolm-arithmetic",
+        "000",
+        "Table 2's summary rows are plain means over the tasks of each group",
+        VALUE,
+        _BIOLM_SUMS[0],
+        "biolm-table-2",
+        _BIOLM_SUMS[1],
+        "all 40 summary cells (8 models x 5 rows) computed from the 18 published per-task numbers by "
+        "fairseq_bio's bio-lm benchmark",
+        "the published inputs are rounded to 0.1",
+        tolerance=0.1 + 1e-9,
+        unit="|computed - published|",
+    ),
+    Finding(
+        "biolm-distill",
+        "000",
+        "Distilling from the larger teacher improves the student (sec. 7, Table 6)",
+        SIGN,
+        _distill_paper("gain"),
+        "distill-ner",
+        _distill_ours("gain"),
+        "NCBI-disease test entity F1 of the distilled student minus the same architecture from random "
+        "initialisation, paired by seed, from distillation_ner.md",
+        SHORT
+        + "our student starts from random weights (bio-lm's from its MLM-pretrained base), the teacher "
+        "is a 4 x 256 model pretrained for minutes, the fine-tuning 1,000 sentences",
+        unit="F1 points",
+    ),
+    Finding(
+        "electra-arithmetic",
+        "003",
+        "BioELECTRA's BLURB score is the same macro average (Table 2)",
+        VALUE,
+        _bioelectra_paper,
+        "blurb-table-6",
+        _bioelectra_ours,
+        "BioELECTRA (P)'s 13 published numbers through fairseq_bio's BLURB",
+        "the inputs are rounded to 0.01",
+        tolerance=0.01 + 1e-9,
+        unit="|computed - published|",
+    ),
+    Finding(
+        "electra-downstream",
+        "003",
+        "Replaced-token detection pretraining beats masked-LM pretraining "
+        "downstream (Tables 2-4)",
+        SIGN,
+        _electra_paper,
+        "electra-downstream",
+        _electra_ours,
+        "NCBI-disease test entity F1 of a tiny ELECTRA's 4 x 256 discriminator (extracted by "
+        "fairseq-bio-extract-encoder) minus a masked-LM bio_roberta of the same size, both pretrained on the "
+        "PubMed sample for the same wall-clock minutes (ELECTRA's last checkpoint), paired by fine-tuning seed, "
+        "from electra_downstream.py's results.json; a side whose encoder fine-tunes no better than the same "
+        "architecture from random init learned nothing, and the row is then no comparison; ours is in F1 points "
+        "on one NER set, the paper's in BLURB points (13 tasks)",
+        SHORT
+        + "minutes of pretraining each (about a thousand updates of 16 x 128 tokens: the discriminator "
+        "separates replaced tokens while the generator's samples are near random, and loses most of it once the "
+        "generator reaches the unigram stage, benchmarks/HISTORY.md), against the paper's 1M steps of 512 "
+        "sequences (as many sequences as PubMedBERT saw); a 64-wide generator; one NER set fine-tuned on 1,000 "
+        "sentences; and the paper's baseline is PubMedBERT itself, not a masked LM trained beside it",
+        unit="points (paper BLURB, ours F1)",
+    ),
+    Finding(
+        "compact-retention",
+        "004",
+        "A distilled tiny student falls a little short of its teacher's NER F1 " "(Table 1)",
+        SIGN,
+        _distill_paper("retention"),
+        "distill-ner",
+        _distill_ours("retention"),
+        "NCBI-disease test entity F1 of the distilled student minus its teacher's, paired by seed, from "
+        "distillation_ner.md",
+        SHORT
+        + "the teacher is a 4 x 256 model pretrained for minutes; only the TinyBioBERT preset is distilled "
+        "(DistilBioBERT and CompactBioBERT are not run by the benchmark)",
+        unit="F1 points",
+    ),
+    Finding(
+        "compact-speed",
+        "004",
+        "A 6-layer student of a 12 x 768 teacher runs about 1.6x as fast (sec. 2, " "Figure 2)",
+        SIGN,
+        lambda: Measure(
+            0.6,
+            'DistilBERT\'s "60 % faster" (**1.6x**), the 6 x 768 shape of '
+            "DistilBioBERT and CompactBioBERT; Figure 2 gives no numbers",
+        ),
+        "distill-speed",
+        _speed_ours,
+        "inference speed-up of the 6 x 768 student over the 12 x 768 teacher (speed-up - 1 is compared), from "
+        "distillation.md",
+        "timings on a shared machine vary from run to run",
+        unit="speed-up - 1",
+    ),
+]
 
 
 @dataclass(frozen=True)
 class Row:
-    """A finding evaluated: the paper's measure, ours (None: not measured), the verdict, the record it came from."""
+    """A finding evaluated: the paper's measure, ours (None: not measured), the verdict, the record
+    it came from."""
 
     finding: Finding
     paper: Measure
@@ -421,7 +706,8 @@ class Row:
 
 
 class NotAComparison(Exception):
-    """A finding's ``ours`` raises it when its step ran but one side never learned (the page says why, no number)."""
+    """A finding's ``ours`` raises it when its step ran but one side never learned (the page says
+    why, no number)."""
 
 
 def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
@@ -440,7 +726,9 @@ def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
         except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
             note = f"its step's results lack what it reads ({type(e).__name__}: {e})"
     spread = ours.spread if ours else None
-    result = verdict(finding.claim, paper.effect, ours.effect if ours else None, spread, finding.tolerance)
+    result = verdict(
+        finding.claim, paper.effect, ours.effect if ours else None, spread, finding.tolerance
+    )
     return Row(finding, paper, ours, result, record, note)
 
 

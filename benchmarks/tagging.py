@@ -1,6 +1,6 @@
-"""NER fine-tuning benchmark: test entity F1 on NCBI-disease and BC5CDR-disease from an encoder pretrained here
-within a wall-clock budget against the same architecture from random initialisation, with fine-tuning and
-prediction throughput.
+"""NER fine-tuning benchmark: test entity F1 on NCBI-disease and BC5CDR-disease from an encoder
+pretrained here within a wall-clock budget against the same architecture from random initialisation,
+with fine-tuning and prediction throughput.
 
 Everything runs through the user-facing tools: the demo's data pipeline, fairseq's hydra entry
 point with ``bio_roberta_tiny`` (pretraining) and ``bio_tagging_ner`` (fine-tuning, same updates,
@@ -48,12 +48,30 @@ from harness import (  # noqa: E402
 DATASETS = ("NCBI-disease", "BC5CDR-disease")
 INITS = ("pretrained", "random")
 
-FULL = dict(workdir="runs/bench_tagging", pretrain_minutes=30.0, size="tiny", max_docs_per_file=None,
-            train_sentences=None, dev_sentences=None, epochs=10, batch_size=32, pretrain_updates=None,
-            probe_updates=50)  # fmt: skip
-QUICK = dict(workdir="runs/bench_tagging_quick", pretrain_minutes=2.0, size="mini", max_docs_per_file=3000,
-             train_sentences=200, dev_sentences=300, epochs=5, batch_size=16, pretrain_updates=300,
-             probe_updates=20)  # fmt: skip
+FULL = dict(
+    workdir="runs/bench_tagging",
+    pretrain_minutes=30.0,
+    size="tiny",
+    max_docs_per_file=None,
+    train_sentences=None,
+    dev_sentences=None,
+    epochs=10,
+    batch_size=32,
+    pretrain_updates=None,
+    probe_updates=50,
+)
+QUICK = dict(
+    workdir="runs/bench_tagging_quick",
+    pretrain_minutes=2.0,
+    size="mini",
+    max_docs_per_file=3000,
+    train_sentences=200,
+    dev_sentences=300,
+    epochs=5,
+    batch_size=16,
+    pretrain_updates=300,
+    probe_updates=20,
+)
 
 
 def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:
@@ -76,15 +94,26 @@ def report(rows: List[Dict], meta: Dict, commands: List[str]) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        cells = [r["dataset"], r["init"], r["seed"], *(f"{r[k]:.2f}" for k in ("p", "r", "f1", "dev_f1")),
-                 *(f"{r[k]:.1f}" for k in ("train_sps", "predict_sps", "predict_net_sps")), r["updates"],
-                 f"{r['wall']:.0f}"]  # fmt: skip
+        cells = [
+            r["dataset"],
+            r["init"],
+            r["seed"],
+            *(f"{r[k]:.2f}" for k in ("p", "r", "f1", "dev_f1")),
+            *(f"{r[k]:.1f}" for k in ("train_sps", "predict_sps", "predict_net_sps")),
+            r["updates"],
+            f"{r['wall']:.0f}",
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines.append("")
     for dataset in meta["datasets"]:
-        f1 = {i: statistics.mean(r["f1"] for r in rows if r["dataset"] == dataset and r["init"] == i) for i in INITS}
-        lines.append(f"- {dataset}: test F1 pretrained {f1['pretrained']:.2f} vs random {f1['random']:.2f} "
-                     f"({f1['pretrained'] - f1['random']:+.2f})")  # fmt: skip
+        f1 = {
+            i: statistics.mean(r["f1"] for r in rows if r["dataset"] == dataset and r["init"] == i)
+            for i in INITS
+        }
+        lines.append(
+            f"- {dataset}: test F1 pretrained {f1['pretrained']:.2f} vs random {f1['random']:.2f} "
+            f"({f1['pretrained'] - f1['random']:+.2f})"
+        )
     lines += [
         "",
         "Train sent/s: training examples (windows of long sentences count once each) per second of fairseq's "
@@ -116,16 +145,25 @@ def plot(rows: List[Dict], datasets: Sequence[str], path: Path) -> None:
     for k, init in enumerate(INITS):
         stats = [spread(d, init, "f1") for d in datasets]
         xs = [i + (k - 0.5) * width for i in range(len(datasets))]
-        bars = ax1.bar(xs, [s[0] for s in stats], width, yerr=[[s[1] for s in stats], [s[2] for s in stats]],
-                       label=f"{init} init")  # fmt: skip
+        bars = ax1.bar(
+            xs,
+            [s[0] for s in stats],
+            width,
+            yerr=[[s[1] for s in stats], [s[2] for s in stats]],
+            label=f"{init} init",
+        )
         ax1.bar_label(bars, fmt="%.1f", fontsize=8)
     ax1.set_xticks(range(len(datasets)), datasets)
     ax1.set_ylabel("test entity F1 (%)")
     ax1.set_title("NER test F1: pretrained vs random init")
     ax1.legend(fontsize=8)
-    for k, (key, label) in enumerate((("train_sps", "fine-tuning"), ("predict_sps", "prediction, end to end"))):
+    for k, (key, label) in enumerate(
+        (("train_sps", "fine-tuning"), ("predict_sps", "prediction, end to end"))
+    ):
         values = [statistics.mean(r[key] for r in rows if r["dataset"] == d) for d in datasets]
-        bars = ax2.bar([i + (k - 0.5) * width for i in range(len(datasets))], values, width, label=label)
+        bars = ax2.bar(
+            [i + (k - 0.5) * width for i in range(len(datasets))], values, width, label=label
+        )
         ax2.bar_label(bars, fmt="%.0f", fontsize=8)
     ax2.set_xticks(range(len(datasets)), datasets)
     ax2.set_ylabel("sentences / s")
@@ -138,30 +176,71 @@ def plot(rows: List[Dict], datasets: Sequence[str], path: Path) -> None:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--quick", action="store_true", help="smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items())
+        "--quick",
+        action="store_true",
+        help="smoke run: " + ", ".join(f"{k}={v}" for k, v in QUICK.items()),
     )
-    parser.add_argument("--workdir", help=f"pretraining data and encoder, logs; reused (default {FULL['workdir']})")
-    parser.add_argument("--pretrain-minutes", type=float, help="pretraining wall-clock budget (default 30)")
-    parser.add_argument("--size", choices=sorted(SIZES), help="encoder size (default tiny: 4 x 256)")
-    parser.add_argument("--max-docs-per-file", type=int, help="pretraining corpus: documents per input file")
+    parser.add_argument(
+        "--workdir", help=f"pretraining data and encoder, logs; reused (default {FULL['workdir']})"
+    )
+    parser.add_argument(
+        "--pretrain-minutes", type=float, help="pretraining wall-clock budget (default 30)"
+    )
+    parser.add_argument(
+        "--size", choices=sorted(SIZES), help="encoder size (default tiny: 4 x 256)"
+    )
+    parser.add_argument(
+        "--max-docs-per-file", type=int, help="pretraining corpus: documents per input file"
+    )
     parser.add_argument("--vocab-size", type=int, default=16000, help="byte-level BPE size")
-    parser.add_argument("--new-encoder", action="store_true", help="pretrain again even if the workdir has one")
-    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), help=f"folders of {NER_DATA}")
-    parser.add_argument("--train-sentences", type=int, help="first N train sentences (default: all)")
+    parser.add_argument(
+        "--new-encoder", action="store_true", help="pretrain again even if the workdir has one"
+    )
+    parser.add_argument(
+        "--datasets", nargs="+", default=list(DATASETS), help=f"folders of {NER_DATA}"
+    )
+    parser.add_argument(
+        "--train-sentences", type=int, help="first N train sentences (default: all)"
+    )
     parser.add_argument("--dev-sentences", type=int, help="first N dev sentences (default: all)")
-    parser.add_argument("--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch")
+    parser.add_argument(
+        "--epochs", type=float, help="fine-tuning updates = epochs x train sentences / batch"
+    )
     parser.add_argument("--updates", type=int, help="fine-tuning updates (instead of --epochs)")
-    parser.add_argument("--batch-size", type=int, help="fine-tuning sentences per update (default 32)")
-    parser.add_argument("--lr", type=float, default=5e-4, help="fine-tuning peak lr (tiny models need more than 5e-5)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="one fine-tuning run per seed and init")
-    parser.add_argument("--pretrain-dropout", type=float, default=0.0,
-                        help="pretraining dropout and attention dropout (default 0: a 30-min encoder underfits, and "
-                        "dropout only slows it; see tests/test_tagging_margin.py)")
-    parser.add_argument("--pretrain-updates", type=int, help="planned pretraining updates (default: from a probe)")
-    parser.add_argument("--probe-updates", type=int, help="updates of the pretraining speed probe (default 50)")
-    parser.add_argument("--threads", type=int, help="OMP/MKL threads of every tool (default: torch's, all cores; "
-                        "1 is far faster on a core shared with other jobs)")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes")
+    parser.add_argument(
+        "--batch-size", type=int, help="fine-tuning sentences per update (default 32)"
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=5e-4,
+        help="fine-tuning peak lr (tiny models need more than 5e-5)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[1], help="one fine-tuning run per seed and init"
+    )
+    parser.add_argument(
+        "--pretrain-dropout",
+        type=float,
+        default=0.0,
+        help="pretraining dropout and attention dropout (default 0: a 30-min encoder underfits, and "
+        "dropout only slows it; see tests/test_tagging_margin.py)",
+    )
+    parser.add_argument(
+        "--pretrain-updates", type=int, help="planned pretraining updates (default: from a probe)"
+    )
+    parser.add_argument(
+        "--probe-updates", type=int, help="updates of the pretraining speed probe (default 50)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="OMP/MKL threads of every tool (default: torch's, all cores; "
+        "1 is far faster on a core shared with other jobs)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes"
+    )
     args = parser.parse_args(argv)
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
@@ -192,7 +271,8 @@ def main(argv=None):
             train_n = len(conll_blocks(data / "train.tsv"))
             updates = args.updates or max(1, math.ceil(args.epochs * train_n / args.batch_size))
             for s, seed in enumerate(args.seeds):
-                # alternate which starting point goes first, so drifts in machine load hit both alike
+                # alternate which starting point goes first, so drifts in machine load hit both
+                # alike
                 order = INITS if (n + s) % 2 == 0 else INITS[::-1]
                 arch = {}
                 for init in order:
@@ -200,22 +280,33 @@ def main(argv=None):
                     save_dir = tmp / name
                     save_dir.mkdir()
                     row = {"dataset": dataset, "init": init, "seed": seed}
-                    row.update(fine_tune(run, name, data, save_dir, inits[init], args, updates, seed, data_bin))
+                    row.update(
+                        fine_tune(
+                            run, name, data, save_dir, inits[init], args, updates, seed, data_bin
+                        )
+                    )
                     checkpoint = save_dir / "checkpoint_best.pt"
                     arch[init] = architecture(checkpoint)
                     pred_dir = tmp / f"{name}-predict"
                     pred_dir.mkdir()
                     row.update(predict(run, name, checkpoint, data / "test.tsv", pred_dir))
                     for suffix in ("train.log",):  # keep the logs; checkpoints go with the temp dir
-                        (run.logs / f"{name}.{suffix}").write_bytes((save_dir / suffix).read_bytes())
+                        (run.logs / f"{name}.{suffix}").write_bytes(
+                            (save_dir / suffix).read_bytes()
+                        )
                     rows.append(row)
-                    print(f"[bench] {name}: test F1 {row['f1']:.2f} (dev {row['dev_f1']:.2f}), "
-                          f"{row['train_sps']:.1f} train sent/s, {row['predict_sps']:.1f} predict sent/s "
-                          f"({row['predict_net_sps']:.1f} net of start-up), "
-                          f"{row['updates']} updates in {row['wall']:.0f} s", flush=True)  # fmt: skip
+                    print(
+                        f"[bench] {name}: test F1 {row['f1']:.2f} (dev {row['dev_f1']:.2f}), "
+                        f"{row['train_sps']:.1f} train sent/s, {row['predict_sps']:.1f} predict sent/s "
+                        f"({row['predict_net_sps']:.1f} net of start-up), "
+                        f"{row['updates']} updates in {row['wall']:.0f} s",
+                        flush=True,
+                    )
                 if arch["pretrained"] != arch["random"]:
                     differ = set(arch["pretrained"].items()) ^ set(arch["random"].items())
-                    raise PreprocessError(f"the fine-tuned models differ in architecture: {sorted(differ)[:4]}")
+                    raise PreprocessError(
+                        f"the fine-tuned models differ in architecture: {sorted(differ)[:4]}"
+                    )
         dev = "all" if args.dev_sentences is None else f"first {args.dev_sentences}"
         meta = {
             "mode": "quick (smoke)" if args.quick else "full",
@@ -225,7 +316,7 @@ def main(argv=None):
                 if torch.cuda.is_available()
                 else f"CPU, {os.cpu_count()} cores, torch {torch.__version__}"
             )
-            + (f", {args.threads} thread(s) per tool" if args.threads else ""),  # fmt: skip
+            + (f", {args.threads} thread(s) per tool" if args.threads else ""),
             "size": args.size,
             "encoder": encoder,
             "budget": args.pretrain_minutes,

@@ -1,14 +1,15 @@
-"""Whether a checkpoint fits the run or command that reads it, said in one line before anything is trained or
-predicted: a training run never writes over the checkpoints it reads; the dictionary a checkpoint was trained with is
-the one it is given; the checkpoint is one whole model, not a shard; and, when fairseq cannot load it into a run's
-model, which architecture options or vocabulary sizes differ.
+"""Whether a checkpoint fits the run or command that reads it, said in one line before anything is
+trained or predicted: a training run never writes over the checkpoints it reads; the dictionary a
+checkpoint was trained with is the one it is given; the checkpoint is one whole model, not a shard;
+and, when fairseq cannot load it into a run's model, which architecture options or vocabulary sizes
+differ.
 
-Every checkpoint the plugin's tasks save (their ``get_checkpoint_dict``, which fairseq merges into the checkpoint's
-``extra_state``) and every encoder checkpoint its commands write records its dictionary in
-``extra_state["dictionary_identity"]`` (``dictionary_record``): the symbols in id order (the specials, ``dict.txt``'s
-lines, ``<mask>``), their count and sha256, and the ``dict.txt`` they were read from. A checkpoint without the record
-(older, or made elsewhere) is checked by what it does record: its embedding rows and the ``dict.txt`` of the data
-directory it names.
+Every checkpoint the plugin's tasks save (their ``get_checkpoint_dict``, which fairseq merges into
+the checkpoint's ``extra_state``) and every encoder checkpoint its commands write records its
+dictionary in ``extra_state["dictionary_identity"]`` (``dictionary_record``): the symbols in id
+order (the specials, ``dict.txt``'s lines, ``<mask>``), their count and sha256, and the ``dict.txt``
+they were read from. A checkpoint without the record (older, or made elsewhere) is checked by what
+it does record: its embedding rows and the ``dict.txt`` of the data directory it names.
 """
 
 import hashlib
@@ -20,24 +21,52 @@ import torch
 
 from .errors import BioConfigError, BioError
 
-# Model options that decide the parameter shapes or the computation: a training run restoring an imported
-# checkpoint must set them (on top of any primary config).
-STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
-                      "encoder_normalize_before", "layernorm_embedding", "layer_norm_eps", "activation_fn",
-                      "max_positions", "untie_weights_roberta")  # fmt: skip
+# Model options that decide the parameter shapes or the computation: a training run restoring an
+# imported checkpoint must set them (on top of any primary config).
+STRUCTURAL_OPTIONS = (
+    "encoder_layers",
+    "encoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "encoder_attention_heads",
+    "encoder_normalize_before",
+    "layernorm_embedding",
+    "layer_norm_eps",
+    "activation_fn",
+    "max_positions",
+    "untie_weights_roberta",
+)
 # The same for a bio_electra checkpoint: both encoders' sizes and the shared embedding width.
-ELECTRA_STRUCTURAL_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads",
-                              "generator_layers", "generator_embed_dim", "generator_ffn_embed_dim",
-                              "generator_attention_heads", "embedding_dim", "encoder_normalize_before",
-                              "layernorm_embedding", "layer_norm_eps", "activation_fn", "max_positions")  # fmt: skip
+ELECTRA_STRUCTURAL_OPTIONS = (
+    "encoder_layers",
+    "encoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "encoder_attention_heads",
+    "generator_layers",
+    "generator_embed_dim",
+    "generator_ffn_embed_dim",
+    "generator_attention_heads",
+    "embedding_dim",
+    "encoder_normalize_before",
+    "layernorm_embedding",
+    "layer_norm_eps",
+    "activation_fn",
+    "max_positions",
+)
 
 RECORD = "dictionary_identity"  # the extra_state key of the record
 DICT_TXT = "dict.txt"
-DEFAULT_RESTORE_FILE = "checkpoint_last.pt"  # fairseq's default: resume the run in checkpoint.save_dir
+DEFAULT_RESTORE_FILE = (
+    "checkpoint_last.pt"  # fairseq's default: resume the run in checkpoint.save_dir
+)
 # The rows of the token embeddings: a bio_roberta's, a bio_electra's (shared by its two encoders).
-EMBEDDING_KEYS = ("encoder.sentence_encoder.embed_tokens.weight", "discriminator.embed_tokens.weight")
+EMBEDDING_KEYS = (
+    "encoder.sentence_encoder.embed_tokens.weight",
+    "discriminator.embed_tokens.weight",
+)
 # What fixes a model's shapes, compared when fairseq cannot load a checkpoint into a run's model.
-ARCHITECTURE_OPTIONS = ("arch",) + tuple(dict.fromkeys(STRUCTURAL_OPTIONS + ELECTRA_STRUCTURAL_OPTIONS))
+ARCHITECTURE_OPTIONS = ("arch",) + tuple(
+    dict.fromkeys(STRUCTURAL_OPTIONS + ELECTRA_STRUCTURAL_OPTIONS)
+)
 CONSOLIDATE = (
     "consolidate the shards into one checkpoint first (a fully sharded run of this plugin writes consolidated "
     "checkpoints: use those)"
@@ -50,8 +79,12 @@ CONSOLIDATE = (
 def dictionary_record(dictionary, file: Optional[str]) -> Dict:
     """What a checkpoint records of the dictionary it was trained with (``extra_state[RECORD]``)."""
     symbols = [str(s) for s in dictionary.symbols]
-    return {"size": len(symbols), "sha256": _sha256(symbols), "symbols": symbols,
-            "file": os.path.abspath(file) if file else None}  # fmt: skip
+    return {
+        "size": len(symbols),
+        "sha256": _sha256(symbols),
+        "symbols": symbols,
+        "file": os.path.abspath(file) if file else None,
+    }
 
 
 def _sha256(symbols: Sequence[str]) -> str:
@@ -66,7 +99,8 @@ def recorded_dictionary(state) -> Optional[Dict]:
 
 
 def task_vocabulary(task) -> Tuple[object, str]:
-    """(dictionary, its dict.txt) of a task: a fine-tuning task's vocabulary, else the first data directory's."""
+    """(dictionary, its dict.txt) of a task: a fine-tuning task's vocabulary, else the first data
+    directory's."""
     vocab_dir = getattr(task, "vocab_dir", None)
     if vocab_dir:
         return task.dictionary, os.path.join(vocab_dir, DICT_TXT)
@@ -77,16 +111,25 @@ def task_vocabulary(task) -> Tuple[object, str]:
     return dictionary, "the task's dictionary"
 
 
-def first_difference(ours: Sequence[str], theirs: Sequence[str], ours_name: str, theirs_name: str) -> str:
-    """Where two dictionaries' symbol lists (ids in order) first differ, in words: the sizes when they differ, the
-    first differing id with its dict.txt line and both symbols."""
-    i = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-    line = f" (line {i - 3})" if i >= 4 else ""  # fairseq's four specials come before dict.txt's lines
+def first_difference(
+    ours: Sequence[str], theirs: Sequence[str], ours_name: str, theirs_name: str
+) -> str:
+    """Where two dictionaries' symbol lists (ids in order) first differ, in words: the sizes when
+    they differ, the first differing id with its dict.txt line and both symbols."""
+    i = next(
+        (i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs))
+    )
+    line = (
+        f" (line {i - 3})" if i >= 4 else ""
+    )  # fairseq's four specials come before dict.txt's lines
     if len(ours) == len(theirs):
         return f"symbol {i}{line} is {ours[i]!r} in {ours_name} and {theirs[i]!r} in {theirs_name}"
     sizes = f"{ours_name} has {len(ours)} symbols and {theirs_name} {len(theirs)}"
-    return sizes + (f", first differing at symbol {i}{line}: {ours[i]!r} and {theirs[i]!r}"
-                    if i < min(len(ours), len(theirs)) else "")  # fmt: skip
+    return sizes + (
+        f", first differing at symbol {i}{line}: {ours[i]!r} and {theirs[i]!r}"
+        if i < min(len(ours), len(theirs))
+        else ""
+    )
 
 
 def embedding_rows(state) -> Optional[int]:
@@ -99,7 +142,8 @@ def embedding_rows(state) -> Optional[int]:
 
 
 def checkpoint_cfg(state, name: str) -> Dict:
-    """Section ``name`` (model, task) of a loaded checkpoint's settings as a dict (empty when it has none)."""
+    """Section ``name`` (model, task) of a loaded checkpoint's settings as a dict (empty when it has
+    none)."""
     from .checkpoints import checkpoint_section
 
     section = checkpoint_section(state, name) if isinstance(state, dict) else {}
@@ -109,15 +153,25 @@ def checkpoint_cfg(state, name: str) -> Dict:
 def recorded_dict_files(state) -> List[str]:
     """The dict.txt of the vocabulary and data directories a checkpoint's task settings name."""
     task = checkpoint_cfg(state, "task")
-    dirs = [task.get("vocab")] + ([str(task["data"]).split(os.pathsep)[0]] if task.get("data") else [])
+    dirs = [task.get("vocab")] + (
+        [str(task["data"]).split(os.pathsep)[0]] if task.get("data") else []
+    )
     return [os.path.join(str(d), DICT_TXT) for d in dirs if d]
 
 
-def check_dictionary(checkpoint, state, dictionary, dict_file: str, rows: Optional[int] = None,
-                     verb: str = "was trained", error=BioConfigError) -> None:  # fmt: skip
-    """Refuse ``dictionary`` (read from ``dict_file``) for a checkpoint trained with another one: by the record
-    when the checkpoint has one; else by its embedding rows, when ``rows`` (what the model built for it embeds) is
-    given, and by the dict.txt of the data directory the checkpoint names."""
+def check_dictionary(
+    checkpoint,
+    state,
+    dictionary,
+    dict_file: str,
+    rows: Optional[int] = None,
+    verb: str = "was trained",
+    error=BioConfigError,
+) -> None:
+    """Refuse ``dictionary`` (read from ``dict_file``) for a checkpoint trained with another one: by
+    the record when the checkpoint has one; else by its embedding rows, when ``rows`` (what the
+    model built for it embeds) is given, and by the dict.txt of the data directory the checkpoint
+    names."""
     record = recorded_dictionary(state)
     symbols = [str(s) for s in dictionary.symbols]
     if record is not None:
@@ -125,11 +179,21 @@ def check_dictionary(checkpoint, state, dictionary, dict_file: str, rows: Option
             return
         recorded = record.get("file")
         if recorded and os.path.abspath(recorded) != os.path.abspath(dict_file):
-            where, ours, theirs = f"{recorded}, which differs from {dict_file}", "the checkpoint's", dict_file
+            where, ours, theirs = (
+                f"{recorded}, which differs from {dict_file}",
+                "the checkpoint's",
+                dict_file,
+            )
         else:  # the same file, changed since (re-binarised, edited)
-            where, ours, theirs = f"{dict_file} as it was then, not as it is now", "the checkpoint's", "today's"
+            where, ours, theirs = (
+                f"{dict_file} as it was then, not as it is now",
+                "the checkpoint's",
+                "today's",
+            )
         first = first_difference(record["symbols"], symbols, ours, theirs)
-        raise error(f"{checkpoint}: {verb} with {where}: {first} (each token id would mean another token)")
+        raise error(
+            f"{checkpoint}: {verb} with {where}: {first} (each token id would mean another token)"
+        )
     found = embedding_rows(state)
     if rows is not None and found is not None and found != rows:
         raise error(
@@ -141,13 +205,15 @@ def check_dictionary(checkpoint, state, dictionary, dict_file: str, rows: Option
             theirs, ours = _dict_symbols(other), _dict_symbols(dict_file)
             if theirs is not None and ours is not None and theirs != ours:
                 first = first_difference(theirs, ours, other, dict_file)
-                raise error(f"{checkpoint}: {verb} with {other}, which differs from {dict_file}: {first}")
+                raise error(
+                    f"{checkpoint}: {verb} with {other}, which differs from {dict_file}: {first}"
+                )
             break
 
 
 def _dict_symbols(path: str) -> Optional[List[str]]:
-    """The symbols of a dict.txt's lines after fairseq's four specials, so that ids match a dictionary's (None when
-    it cannot be read: its own loading says why)."""
+    """The symbols of a dict.txt's lines after fairseq's four specials, so that ids match a
+    dictionary's (None when it cannot be read: its own loading says why)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = [line.rstrip("\n").rsplit(" ", 1)[0] for line in f if line.strip()]
@@ -162,23 +228,26 @@ _LAYER = re.compile(r"^(.*\.)?layers\.(\d+)\.(.+)$")
 
 
 def shard_problem(state) -> Optional[str]:
-    """Why a loaded checkpoint holds one shard of a model rather than the whole model (None when nothing shows):
-    fairscale's flat FSDP parameters, or transformer layers whose tensors contradict each other or the
-    checkpoint's own model settings (each cut along one dimension, layers missing)."""
+    """Why a loaded checkpoint holds one shard of a model rather than the whole model (None when
+    nothing shows): fairscale's flat FSDP parameters, or transformer layers whose tensors contradict
+    each other or the checkpoint's own model settings (each cut along one dimension, layers
+    missing)."""
     weights = state.get("model") if isinstance(state, dict) else None
     if not isinstance(weights, dict):
         return None
-    if "fsdp_metadata" in state or "shard_metadata" in state or any(
-        "flat_param" in key or "_fsdp_wrapped_module" in key for key in weights
+    if (
+        "fsdp_metadata" in state
+        or "shard_metadata" in state
+        or any("flat_param" in key or "_fsdp_wrapped_module" in key for key in weights)
     ):
         return "an unconsolidated fully sharded (FSDP) state: flat parameter shards, not the model's tensors"
     layers: Dict[str, Dict[int, Dict[str, tuple]]] = {}
     for key, value in weights.items():
         match = _LAYER.match(key)
         if match and torch.is_tensor(value):
-            layers.setdefault(match.group(1) or "", {}).setdefault(int(match.group(2)), {})[match.group(3)] = tuple(
-                value.shape
-            )
+            layers.setdefault(match.group(1) or "", {}).setdefault(int(match.group(2)), {})[
+                match.group(3)
+            ] = tuple(value.shape)
     model = checkpoint_cfg(state, "model")
     for prefix, by_index in layers.items():
         if not any("self_attn.q_proj.weight" in shapes for shapes in by_index.values()):
@@ -186,7 +255,10 @@ def shard_problem(state) -> Optional[str]:
         missing = sorted(set(range(max(by_index) + 1)) - set(by_index))
         if missing:
             return f"{prefix}layers.{missing[0]} is missing (layers {', '.join(map(str, sorted(by_index)))} are there)"
-        if prefix == "encoder.sentence_encoder." and model.get("encoder_layers") not in (None, len(by_index)):
+        if prefix == "encoder.sentence_encoder." and model.get("encoder_layers") not in (
+            None,
+            len(by_index),
+        ):
             return f"{len(by_index)} layers where its settings say encoder_layers={model['encoder_layers']}"
         for i, shapes in sorted(by_index.items()):
             problem = _layer_problem(shapes, by_index[0])
@@ -217,18 +289,28 @@ def check_whole(checkpoint, state, error=BioConfigError) -> None:
     """Refuse a checkpoint that holds one shard of a model (``shard_problem``)."""
     problem = shard_problem(state)
     if problem:
-        raise error(f"{checkpoint}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}")
+        raise error(
+            f"{checkpoint}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}"
+        )
 
 
-def check_fits(checkpoint, state, dictionary, dict_file: str, rows: Optional[int] = None,
-               verb: str = "was trained", error=BioConfigError) -> None:  # fmt: skip
+def check_fits(
+    checkpoint,
+    state,
+    dictionary,
+    dict_file: str,
+    rows: Optional[int] = None,
+    verb: str = "was trained",
+    error=BioConfigError,
+) -> None:
     """A whole model (``check_whole``) trained with ``dictionary`` (``check_dictionary``)."""
     check_whole(checkpoint, state, error)
     check_dictionary(checkpoint, state, dictionary, dict_file, rows, verb, error)
 
 
 def read_state(path) -> Dict:
-    """A checkpoint's contents without reading its tensors' bytes where it can (mmap; the legacy format is read)."""
+    """A checkpoint's contents without reading its tensors' bytes where it can (mmap; the legacy
+    format is read)."""
     from .checkpoints import load_checkpoint
 
     try:
@@ -245,12 +327,16 @@ def read_state(path) -> Dict:
 
 
 def _fairseq_name(suffix: str) -> "re.Pattern":
-    # checkpoint_best, checkpoint_last, checkpoint<epoch>, checkpoint_<epoch>_<update>, checkpoint.best_<metric>
-    return re.compile(r"checkpoint(?:_best|_last|\d+|_\d+_\d+|\.best_.+)" + re.escape(suffix or "") + r"\.pt")
+    # checkpoint_best, checkpoint_last, checkpoint<epoch>, checkpoint_<epoch>_<update>,
+    # checkpoint.best_<metric>
+    return re.compile(
+        r"checkpoint(?:_best|_last|\d+|_\d+_\d+|\.best_.+)" + re.escape(suffix or "") + r"\.pt"
+    )
 
 
 def written_by_fairseq(path, save_dir, suffix: str = "") -> bool:
-    """Whether ``path`` (links followed) is a file that a training run saving into ``save_dir`` writes over."""
+    """Whether ``path`` (links followed) is a file that a training run saving into ``save_dir``
+    writes over."""
     if not path or not save_dir:
         return False
     real = os.path.realpath(os.fspath(path))
@@ -260,10 +346,11 @@ def written_by_fairseq(path, save_dir, suffix: str = "") -> bool:
 
 
 def start_checkpoint(checkpoint_cfg_, suffix: str = "") -> Tuple[Optional[str], Optional[str]]:
-    """(option, path) of the checkpoint a training run loads before its first update, by fairseq's own rule in
-    ``checkpoint_utils.load_checkpoint`` (its existence tests too): ``checkpoint.restore_file`` when given; else the
-    run's own ``checkpoint_last.pt`` when it is there, else ``checkpoint.continue_once`` or
-    ``checkpoint.finetune_from_model``; (None, None) when it starts from scratch."""
+    """(option, path) of the checkpoint a training run loads before its first update, by fairseq's
+    own rule in ``checkpoint_utils.load_checkpoint`` (its existence tests too):
+    ``checkpoint.restore_file`` when given; else the run's own ``checkpoint_last.pt`` when it is
+    there, else ``checkpoint.continue_once`` or ``checkpoint.finetune_from_model``; (None, None)
+    when it starts from scratch."""
     from fairseq.file_io import PathManager
 
     cfg = checkpoint_cfg_
@@ -280,9 +367,12 @@ def start_checkpoint(checkpoint_cfg_, suffix: str = "") -> Tuple[Optional[str], 
     return None, None
 
 
-def check_not_overwritten(save_dir, reads: Dict[str, str], suffix: str = "", error=BioConfigError) -> None:
-    """Refuse a ``save_dir`` that holds one of the files a run reads ({option: path}) under a name fairseq writes
-    there (checkpoint_best.pt, checkpoint_last.pt, checkpointN.pt, checkpoint_N_M.pt)."""
+def check_not_overwritten(
+    save_dir, reads: Dict[str, str], suffix: str = "", error=BioConfigError
+) -> None:
+    """Refuse a ``save_dir`` that holds one of the files a run reads ({option: path}) under a name
+    fairseq writes there (checkpoint_best.pt, checkpoint_last.pt, checkpointN.pt,
+    checkpoint_N_M.pt)."""
     for option, path in reads.items():
         if written_by_fairseq(path, save_dir, suffix):
             raise error(
@@ -292,39 +382,53 @@ def check_not_overwritten(save_dir, reads: Dict[str, str], suffix: str = "", err
 
 
 def starts_a_new_run(checkpoint_cfg_, state, task_name: Optional[str]) -> bool:
-    """Whether loading ``state`` starts another run rather than resuming the one that saved it: a reset flag is
-    set, or it was saved by another task."""
+    """Whether loading ``state`` starts another run rather than resuming the one that saved it: a
+    reset flag is set, or it was saved by another task."""
     cfg = checkpoint_cfg_
-    if any(getattr(cfg, flag, False) for flag in ("reset_optimizer", "reset_lr_scheduler", "reset_meters",
-                                                   "reset_dataloader")):  # fmt: skip
+    if any(
+        getattr(cfg, flag, False)
+        for flag in ("reset_optimizer", "reset_lr_scheduler", "reset_meters", "reset_dataloader")
+    ):
         return True
     recorded = checkpoint_cfg(state, "task").get("_name") if state is not None else None
     return bool(task_name and recorded and recorded != task_name)
 
 
-def check_start_kept(checkpoint_cfg_, task_name: Optional[str], reads: Optional[Dict[str, str]] = None,
-                     suffix: str = "") -> Tuple[Optional[str], Optional[Dict]]:  # fmt: skip
-    """Refuse a ``checkpoint.save_dir`` that holds the checkpoint a run starts from (unless the run resumes the
-    one that saved it: ``starts_a_new_run``) or one of the other files it ``reads`` ({option: path}). Returns (the
-    checkpoint fairseq will load, its contents read without the tensors' bytes); (None, None) when there is none."""
+def check_start_kept(
+    checkpoint_cfg_,
+    task_name: Optional[str],
+    reads: Optional[Dict[str, str]] = None,
+    suffix: str = "",
+) -> Tuple[Optional[str], Optional[Dict]]:
+    """Refuse a ``checkpoint.save_dir`` that holds the checkpoint a run starts from (unless the run
+    resumes the one that saved it: ``starts_a_new_run``) or one of the other files it ``reads``
+    ({option: path}). Returns (the checkpoint fairseq will load, its contents read without the
+    tensors' bytes); (None, None) when there is none.
+    """
     option, path = start_checkpoint(checkpoint_cfg_, suffix)
     state = read_state(path) if isinstance(path, str) and os.path.isfile(path) else None
     reads = dict(reads or {})
-    # fairseq starts a new run from finetune_from_model (every reset flag set); a restore_file may resume
-    if option == "checkpoint.finetune_from_model" or (option and starts_a_new_run(checkpoint_cfg_, state, task_name)):
+    # fairseq starts a new run from finetune_from_model (every reset flag set); a restore_file may
+    # resume
+    if option == "checkpoint.finetune_from_model" or (
+        option and starts_a_new_run(checkpoint_cfg_, state, task_name)
+    ):
         reads[option] = path
     check_not_overwritten(checkpoint_cfg_.save_dir, reads, suffix)
     return path, state
 
 
 def check_run_start(checkpoint_cfg_, trainer) -> Tuple[Optional[str], Optional[Dict]]:
-    """Before a training run loads anything (``checkpoint_utils.load_checkpoint``): ``check_start_kept`` with the
-    files its criterion reads (``criterion.reads``), then refuse a checkpoint that is a shard or was trained with
-    another dictionary than the task's. Returns what ``check_start_kept`` does."""
+    """Before a training run loads anything (``checkpoint_utils.load_checkpoint``):
+    ``check_start_kept`` with the files its criterion reads (``criterion.reads``), then refuse a
+    checkpoint that is a shard or was trained with another dictionary than the task's. Returns what
+    ``check_start_kept`` does."""
     task = trainer.task
     reads = getattr(trainer.get_criterion(), "reads", None)
     task_name = getattr(getattr(task, "cfg", None), "_name", None)
-    path, state = check_start_kept(checkpoint_cfg_, task_name, reads, trainer.checkpoint_suffix or "")
+    path, state = check_start_kept(
+        checkpoint_cfg_, task_name, reads, trainer.checkpoint_suffix or ""
+    )
     if state is not None:
         check_whole(path, state)
         vocabulary = _task_vocabulary_or_none(task)
@@ -336,20 +440,28 @@ def check_run_start(checkpoint_cfg_, trainer) -> Tuple[Optional[str], Optional[D
 def _task_vocabulary_or_none(task):
     try:
         return task_vocabulary(task)
-    except (AttributeError, NotImplementedError):  # a task with no single dictionary (translation, ...)
+    except (
+        AttributeError,
+        NotImplementedError,
+    ):  # a task with no single dictionary (translation, ...)
         return None
 
 
 def load_failure(path, state, trainer) -> Optional[BioConfigError]:
-    """Why fairseq could not load the checkpoint ``path`` (``state``) into the run's model, in one line naming the
-    architecture options or the vocabulary sizes that differ; None when none of them explains it."""
+    """Why fairseq could not load the checkpoint ``path`` (``state``) into the run's model, in one
+    line naming the architecture options or the vocabulary sizes that differ; None when none of them
+    explains it."""
     problem = shard_problem(state)
     if problem:
-        return BioConfigError(f"{path}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}")
+        return BioConfigError(
+            f"{path}: one shard of a model, not a whole one ({problem}); {CONSOLIDATE}"
+        )
     recorded, current = checkpoint_cfg(state, "model"), trainer.cfg.model
     differ = []
     for key in ARCHITECTURE_OPTIONS:
-        theirs, ours = recorded.get(key), current.get(key) if hasattr(current, "get") else getattr(current, key, None)
+        theirs, ours = recorded.get(key), (
+            current.get(key) if hasattr(current, "get") else getattr(current, key, None)
+        )
         if theirs is not None and ours is not None and theirs != ours:
             differ.append(f"model.{key}={ours} here, {theirs} in it")
     if differ:
@@ -360,7 +472,11 @@ def load_failure(path, state, trainer) -> Optional[BioConfigError]:
     weights = state.get("model") or {}
     mine = trainer.get_model().state_dict()
     for key in EMBEDDING_KEYS:
-        if torch.is_tensor(weights.get(key)) and key in mine and weights[key].shape[0] != mine[key].shape[0]:
+        if (
+            torch.is_tensor(weights.get(key))
+            and key in mine
+            and weights[key].shape[0] != mine[key].shape[0]
+        ):
             _, dict_file = _task_vocabulary_or_none(trainer.task) or (None, "its dictionary")
             return BioConfigError(
                 f"{path}: its embeddings have {weights[key].shape[0]} rows but this run's model has "

@@ -1,11 +1,13 @@
-"""Reading fairseq checkpoints safely: ``torch.load(weights_only=True)`` with the classes fairseq pickles
-allowlisted, and one line naming a file that is corrupt, truncated, not a checkpoint, or pickles anything else.
+"""Reading fairseq checkpoints safely: ``torch.load(weights_only=True)`` with the classes fairseq
+pickles allowlisted, and one line naming a file that is corrupt, truncated, not a checkpoint, or
+pickles anything else.
 
-Under torch >= 2.6 ``torch.load`` refuses every pickled global it does not know, and fairseq 0.12 writes some: an
-``argparse.Namespace`` (``cfg.model`` of argparse-built models) and, in a state that was loaded and saved again, the
-omegaconf containers of its config. Upstream fairseq "fixed" this with ``weights_only=False``, which runs arbitrary
-code from the file. Here exactly the classes fairseq writes are allowlisted. Reading a checkpoint changes nothing
-else in fairseq or torch: the plugin's changes are ``patches.install()``'s.
+Under torch >= 2.6 ``torch.load`` refuses every pickled global it does not know, and fairseq 0.12
+writes some: an ``argparse.Namespace`` (``cfg.model`` of argparse-built models) and, in a state that
+was loaded and saved again, the omegaconf containers of its config. Upstream fairseq "fixed" this
+with ``weights_only=False``, which runs arbitrary code from the file. Here exactly the classes
+fairseq writes are allowlisted. Reading a checkpoint changes nothing else in fairseq or torch: the
+plugin's changes are ``patches.install()``'s.
 """
 
 import argparse
@@ -27,10 +29,10 @@ from .errors import BioError
 
 FALLBACK_ENV = "FAIRSEQ_BIO_RESUME_FALLBACK"
 
-# What fairseq 0.12 pickles into checkpoints besides tensors and plain containers (measured on checkpoints
-# written by fairseq-train, fairseq-hydra-train, and on states loaded and saved again; see
-# tests/test_checkpoint_loading.py). The builtin types and typing.Any appear as omegaconf's type metadata
-# (key/element/object types), defaultdict as its resolver cache.
+# What fairseq 0.12 pickles into checkpoints besides tensors and plain containers (measured on
+# checkpoints written by fairseq-train, fairseq-hydra-train, and on states loaded and saved again;
+# see tests/test_checkpoint_loading.py). The builtin types and typing.Any appear as omegaconf's type
+# metadata (key/element/object types), defaultdict as its resolver cache.
 FAIRSEQ_SAFE_GLOBALS = [
     argparse.Namespace,
     DictConfig,
@@ -63,12 +65,15 @@ def unsafe_refusal(path, error: Exception) -> str:
 
 
 def load_checkpoint(path, map_location="cpu", mmap: bool = False):
-    """``torch.load`` a fairseq checkpoint with ``weights_only=True`` and the fairseq allowlist; ``mmap``: the tensors
-    mapped from the file rather than read (for a look at the checkpoint's other entries)."""
+    """``torch.load`` a fairseq checkpoint with ``weights_only=True`` and the fairseq allowlist;
+    ``mmap``: the tensors mapped from the file rather than read (for a look at the checkpoint's
+    other entries)."""
     allow_fairseq_globals()
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
+    except (
+        Exception
+    ) as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
         failure = read_failure(path, e)
         if failure is None:
             raise
@@ -77,8 +82,10 @@ def load_checkpoint(path, map_location="cpu", mmap: bool = False):
 
 def read_failure(path, error: BaseException) -> Optional[BioError]:
     """The one-line error for ``error``, raised while reading checkpoint ``path``: a corrupt file
-    (``CorruptCheckpointError``; an empty or truncated file is not an unsafe one) or one that pickles a class outside
-    the allowlist (``UnsafeCheckpointError``); ``error`` itself when it is one already, None for any other."""
+    (``CorruptCheckpointError``; an empty or truncated file is not an unsafe one) or one that
+    pickles a class outside the allowlist (``UnsafeCheckpointError``); ``error`` itself when it is
+    one already, None for any other.
+    """
     if isinstance(error, (CorruptCheckpointError, UnsafeCheckpointError)):
         return error
     corrupt = corrupt_error(path, error)
@@ -88,15 +95,17 @@ def read_failure(path, error: BaseException) -> Optional[BioError]:
         return UnsafeCheckpointError(unsafe_refusal(path, error))
     return None
 
+
 def allow_fairseq_globals() -> None:
-    """Allowlist ``FAIRSEQ_SAFE_GLOBALS`` for torch's ``weights_only`` loader, for good (torch's ``safe_globals()``
-    context manager drops globals added before it on exit). Idempotent."""
+    """Allowlist ``FAIRSEQ_SAFE_GLOBALS`` for torch's ``weights_only`` loader, for good (torch's
+    ``safe_globals()`` context manager drops globals added before it on exit). Idempotent."""
     known = set(map(id, torch.serialization.get_safe_globals()))
     torch.serialization.add_safe_globals([g for g in FAIRSEQ_SAFE_GLOBALS if id(g) not in known])
 
 
 class CorruptCheckpointError(BioError, RuntimeError):
-    """A checkpoint file is empty, truncated or damaged; ``fallback`` is the newest intact one beside it (or None)."""
+    """A checkpoint file is empty, truncated or damaged; ``fallback`` is the newest intact one
+    beside it (or None)."""
 
     def __init__(
         self,
@@ -107,11 +116,17 @@ class CorruptCheckpointError(BioError, RuntimeError):
         fallback_updates: Optional[int] = None,
     ):
         super().__init__(f"{path}: corrupt checkpoint, {problem}; {advice}")
-        self.path, self.problem, self.fallback, self.fallback_updates = path, problem, fallback, fallback_updates
+        self.path, self.problem, self.fallback, self.fallback_updates = (
+            path,
+            problem,
+            fallback,
+            fallback_updates,
+        )
 
 
 def checkpoint_problem(path) -> Optional[str]:
-    """What makes ``path`` unreadable as a checkpoint (empty, truncated, damaged, not one), or None if nothing shows."""
+    """What makes ``path`` unreadable as a checkpoint (empty, truncated, damaged, not one), or None
+    if nothing shows."""
     path = os.fspath(path)
     try:
         size = os.path.getsize(path)
@@ -131,9 +146,12 @@ def checkpoint_problem(path) -> Optional[str]:
         return f"truncated: {size:,} bytes and no complete zip directory at its end"
     with archive:
         names = archive.namelist()
-        # torch's archives hold <name>/data.pkl (the pickled structure) beside the tensors' <name>/data/<key>
+        # torch's archives hold <name>/data.pkl (the pickled structure) beside the tensors'
+        # <name>/data/<key>
         if not any(name.count("/") == 1 and name.endswith("/data.pkl") for name in names):
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3:,} more" if len(names) > 3 else "")
+            shown = ", ".join(names[:3]) + (
+                f" and {len(names) - 3:,} more" if len(names) > 3 else ""
+            )
             return f"not a PyTorch checkpoint (a zip archive without torch's data.pkl; it holds {shown or 'nothing'})"
         try:
             damaged = _crc_failure(archive)
@@ -143,7 +161,8 @@ def checkpoint_problem(path) -> Optional[str]:
 
 
 def _crc_failure(archive: zipfile.ZipFile) -> Optional[str]:
-    """The first member whose bytes differ from its CRC; skipped when the file was saved without CRCs."""
+    """The first member whose bytes differ from its CRC; skipped when the file was saved without
+    CRCs."""
     # torch.serialization.set_crc32_options(False) writes CRC 0 for every member.
     if any(info.CRC == 0 and info.file_size > 0 for info in archive.infolist()):
         return None
@@ -157,18 +176,23 @@ def updates(state: Dict) -> Optional[int]:
 
 
 def resume_point(path) -> Optional[int]:
-    """The update count a training checkpoint records, read without its tensors' bytes; None if its archive is
-    incomplete, its state does not unpickle under ``weights_only``, or it records no count."""
+    """The update count a training checkpoint records, read without its tensors' bytes; None if its
+    archive is incomplete, its state does not unpickle under ``weights_only``, or it records no
+    count."""
     try:
         # mmap: only the pickled structure is read, not the tensors
-        return updates(torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True))
+        return updates(
+            torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True)
+        )
     except Exception:
         return None
 
 
 def newest_intact_checkpoint(directory, exclude=None) -> Optional[Tuple[str, int]]:
-    """(path, update count) of the intact ``checkpoint*.pt`` in ``directory`` with the most updates (ties: the newer
-    file), ``exclude`` left out; None if there is none. Intact: complete archive, CRCs match, state unpickles."""
+    """(path, update count) of the intact ``checkpoint*.pt`` in ``directory`` with the most updates
+    (ties: the newer file), ``exclude`` left out; None if there is none. Intact: complete archive,
+    CRCs match, state unpickles.
+    """
     exclude = os.path.abspath(exclude) if exclude else None
     candidates = []
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), "checkpoint*.pt")):
@@ -184,20 +208,28 @@ def newest_intact_checkpoint(directory, exclude=None) -> Optional[Tuple[str, int
     return None
 
 
-def corrupt_error(path, error: BaseException, resuming: bool = False) -> Optional[CorruptCheckpointError]:
-    """A ``CorruptCheckpointError`` for ``path`` if that is why loading it raised ``error``, else None. Only a
-    training run that is ``resuming`` is told which intact checkpoint beside it to resume from; a command that
-    reads a checkpoint (predict, export, a fine-tuning's encoder) is told the file itself is the problem."""
+def corrupt_error(
+    path, error: BaseException, resuming: bool = False
+) -> Optional[CorruptCheckpointError]:
+    """A ``CorruptCheckpointError`` for ``path`` if that is why loading it raised ``error``, else
+    None. Only a training run that is ``resuming`` is told which intact checkpoint beside it to
+    resume from; a command that reads a checkpoint (predict, export, a fine-tuning's encoder) is
+    told the file itself is the problem.
+    """
     path = os.fspath(path)
     problem = checkpoint_problem(path)
     if problem is None:
         return None
     if not resuming:
-        return CorruptCheckpointError(path, problem, "copy it again from where it came from, or name another one")
+        return CorruptCheckpointError(
+            path, problem, "copy it again from where it came from, or name another one"
+        )
     directory = os.path.dirname(os.path.abspath(path))
     newest = newest_intact_checkpoint(directory, exclude=path)
     if newest is None:
-        advice = f"no intact checkpoint in {directory} to resume from (move it away to start afresh)"
+        advice = (
+            f"no intact checkpoint in {directory} to resume from (move it away to start afresh)"
+        )
         return CorruptCheckpointError(path, problem, advice)
     fallback, updates = newest
     advice = (
@@ -209,7 +241,8 @@ def corrupt_error(path, error: BaseException, resuming: bool = False) -> Optiona
 
 def checkpoint_section(state: Dict, name: str) -> Dict:
     """Section ``name`` of a loaded checkpoint's settings as a dict."""
-    # Hydra-trained checkpoints hold plain dicts; argparse-trained ones an argparse.Namespace per section.
+    # Hydra-trained checkpoints hold plain dicts; argparse-trained ones an argparse.Namespace per
+    # section.
     cfg = state.get("cfg") or {}
     section = cfg.get(name) if isinstance(cfg, dict) else None
     if section is None and state.get("args") is not None:

@@ -1,9 +1,11 @@
-"""The plugin's user errors: bad input, settings or files that the user must fix, reported in one line.
+"""The plugin's user errors: bad input, settings or files that the user must fix, reported in one
+line.
 
-Every such error derives from ``BioError``; its message names the file and line (or the option) and says what to
-change. It reaches the user as one line from every entry point: the plugin's console scripts (``cli.options.run_cli``),
-fairseq-hydra-train with the shipped configs (the hydra callback ``OneLineErrors``), fairseq-train and the other
-argparse entry points (``patches.excepthook``). ``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere.
+Every such error derives from ``BioError``; its message names the file and line (or the option) and
+says what to change. It reaches the user as one line from every entry point: the plugin's console
+scripts (``cli.options.run_cli``), fairseq-hydra-train with the shipped configs (the hydra callback
+``OneLineErrors``), fairseq-train and the other argparse entry points (``patches.excepthook``).
+``FAIRSEQ_BIO_TRACEBACK=1`` asks for the traceback everywhere.
 """
 
 import os
@@ -17,36 +19,44 @@ TRACEBACK_ENV = "FAIRSEQ_BIO_TRACEBACK"
 
 
 class BioError(CompactHydraException):
-    """Bad input or settings the user must fix; the message is one line naming the file and line or the option."""
+    """Bad input or settings the user must fix; the message is one line naming the file and line or
+    the option."""
 
 
 class BioConfigError(BioError, ValueError):
-    """A setting (hydra override, command-line option, config-file entry) that cannot work, or a checkpoint it names
-    that does not fit the run; the message names it."""
+    """A setting (hydra override, command-line option, config-file entry) that cannot work, or a
+    checkpoint it names that does not fit the run; the message names it."""
 
 
 class BioFileNotFoundError(BioError, FileNotFoundError):
     """A file or directory the settings name is missing; the message names it and the setting."""
 
-    def __str__(self) -> str:  # FileNotFoundError's str is "[Errno ...] ..." only when built from (errno, text)
+    def __str__(
+        self,
+    ) -> str:  # FileNotFoundError's str is "[Errno ...] ..." only when built from (errno, text)
         return str(self.args[0]) if self.args else ""
 
 
 def json_error(path, error, line: Optional[int] = None) -> str:
-    """``<path>:<line>:<column>: not valid JSON (<what>)`` for a ``json.JSONDecodeError``; ``line``: the file line
-    of a JSON-lines record (the error's own line is then 1)."""
+    """``<path>:<line>:<column>: not valid JSON (<what>)`` for a ``json.JSONDecodeError``; ``line``:
+    the file line of a JSON-lines record (the error's own line is then 1)."""
     return f"{path}:{error.lineno if line is None else line}:{error.colno}: not valid JSON ({error.msg})"
 
 
 def traceback_requested() -> bool:
-    """Whether the user asked for tracebacks (``FAIRSEQ_BIO_TRACEBACK=1``, or hydra's ``HYDRA_FULL_ERROR=1``)."""
-    return any(os.environ.get(name, "") not in ("", "0") for name in (TRACEBACK_ENV, "HYDRA_FULL_ERROR"))
+    """Whether the user asked for tracebacks (``FAIRSEQ_BIO_TRACEBACK=1``, or hydra's
+    ``HYDRA_FULL_ERROR=1``)."""
+    return any(
+        os.environ.get(name, "") not in ("", "0") for name in (TRACEBACK_ENV, "HYDRA_FULL_ERROR")
+    )
 
 
 class OneLineErrors(Callback):
     """hydra callback (``hydra.callbacks``; the shipped ``run_config``s set its subclass
-    ``settings.OneLineSettingErrors``): a single run whose job failed with a ``BioError`` ends here, the message alone
-    on stderr, exit status 1. Sweeps (``-m``) keep hydra's own report, so that the other jobs still run."""
+    ``settings.OneLineSettingErrors``): a single run whose job failed with a ``BioError`` ends here,
+    the message alone on stderr, exit status 1. Sweeps (``-m``) keep hydra's own report, so that the
+    other jobs still run.
+    """
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
         from hydra.core.hydra_config import HydraConfig
@@ -55,7 +65,9 @@ class OneLineErrors(Callback):
 
         if job_return.status != JobStatus.FAILED or traceback_requested():
             return
-        error = job_return._return_value  # the public getter prints hydra's "Error executing job" line and raises
+        error = (
+            job_return._return_value
+        )  # the public getter prints hydra's "Error executing job" line and raises
         error = self.named(config, error)
         if isinstance(error, BioError) and HydraConfig.get().mode == RunMode.RUN:
             sys.stderr.write(f"{error}\n")
@@ -63,5 +75,6 @@ class OneLineErrors(Callback):
             raise SystemExit(1)
 
     def named(self, config, error: BaseException) -> BaseException:
-        """The error to report for a job of ``config`` that failed with ``error``: here ``error`` itself."""
+        """The error to report for a job of ``config`` that failed with ``error``: here ``error``
+        itself."""
         return error

@@ -1,10 +1,10 @@
 """The project's one way to write an output, and the one check that a command may write it.
 
-An output is written under a temp name beside it and renamed onto it only when complete (``publish``,
-``atomic_write``), so a crash leaves the old file or none. What a command made is recorded beside it
-(``record_made``), and ``--overwrite`` replaces only what that record says the same command made, unchanged since
-(``check_output`` for a file, ``check_destination`` for a directory). The rules a user sees: docs/reliability.md,
-"One rule for outputs".
+An output is written under a temp name beside it and renamed onto it only when complete
+(``publish``, ``atomic_write``), so a crash leaves the old file or none. What a command made is
+recorded beside it (``record_made``), and ``--overwrite`` replaces only what that record says the
+same command made, unchanged since (``check_output`` for a file, ``check_destination`` for a
+directory). The rules a user sees: docs/reliability.md, "One rule for outputs".
 """
 
 import contextlib
@@ -24,7 +24,8 @@ from .errors import BioError
 
 
 class InputError(BioError):
-    """A failure caused by the input or the environment (a file, a directory, an option); one line, no traceback."""
+    """A failure caused by the input or the environment (a file, a directory, an option); one line,
+    no traceback."""
 
 
 class NoSpaceError(InputError):
@@ -66,7 +67,8 @@ def file_sha256(path) -> str:
 
 
 def _made_records(directory) -> Dict[str, dict]:
-    """The entries of ``directory`` this project recorded as made ({} when there is no readable record)."""
+    """The entries of ``directory`` this project recorded as made ({} when there is no readable
+    record)."""
     try:
         with open(os.path.join(directory, MADE), encoding="utf-8") as f:
             made = json.load(f).get("made")
@@ -233,8 +235,10 @@ def not_made_reason(path, by: str) -> str:
     if isinstance(entry, dict) and entry.get("by") == by:
         change = _change(path, entry)
         if change == _NO_HASHES:
-            return (f"has a record ({MADE}) from an older fairseq_bio, without the content hash "
-                    f"that would show it unchanged since {by} wrote it")  # fmt: skip
+            return (
+                f"has a record ({MADE}) from an older fairseq_bio, without the content hash "
+                f"that would show it unchanged since {by} wrote it"
+            )
         return f"was changed since {by} wrote it ({change})"
     if isinstance(entry, dict) and entry.get("by"):
         return f"was made by {entry['by']}, not {by}"
@@ -242,7 +246,8 @@ def not_made_reason(path, by: str) -> str:
 
 
 def _owner_tag() -> str:
-    """``<host>-<pid>``: whose temp file this is (hosts other than letters, digits, ``_`` and ``-`` are folded)."""
+    """``<host>-<pid>``: whose temp file this is (hosts other than letters, digits, ``_`` and ``-``
+    are folded)."""
     return f"{re.sub(r'[^A-Za-z0-9_-]', '_', socket.gethostname())}-{os.getpid()}"
 
 
@@ -257,8 +262,8 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale(path) -> None:
-    """Remove the temp files and directories beside ``path`` that a killed process of this host left (their names
-    carry host and pid; another host's, or a live process's, are left alone)."""
+    """Remove the temp files and directories beside ``path`` that a killed process of this host left
+    (their names carry host and pid; another host's, or a live process's, are left alone)."""
     path = Path(path)
     host = _owner_tag().rsplit("-", 1)[0]
     pattern = re.compile(re.escape(f".{path.name}.") + r"(?:tmp-)?" + re.escape(host) + r"-(\d+)\.")
@@ -277,9 +282,9 @@ def remove_stale(path) -> None:
 
 
 def discard_failed_write(tmp, path, error: BaseException) -> None:
-    """Remove the temp file ``tmp`` of a write of ``path`` that failed with ``error``; a full disk is then raised as
-    the one-line ``InputError`` naming ``path`` (asked before the removal frees the space); other errors are the
-    caller's to re-raise."""
+    """Remove the temp file ``tmp`` of a write of ``path`` that failed with ``error``; a full disk
+    is then raised as the one-line ``InputError`` naming ``path`` (asked before the removal frees
+    the space); other errors are the caller's to re-raise."""
     full = no_space(error, path)
     with contextlib.suppress(OSError):
         os.unlink(tmp)
@@ -294,8 +299,8 @@ _FULL_MESSAGES = ("No space left on device", "StorageFull", "Disk quota exceeded
 
 def no_space(error: BaseException, path) -> Optional[NoSpaceError]:
     """A one-line ``NoSpaceError`` for a full disk (or quota) while writing ``path`` (also when
-    ``error`` is one for a file inside it); None for other errors. torch's
-    writer raises a RuntimeError without errno ("file write failed", "unexpected pos"): that counts when the disk
+    ``error`` is one for a file inside it); None for other errors. torch's writer raises a
+    RuntimeError without errno ("file write failed", "unexpected pos"): that counts when the disk
     has under 1 MiB left (ask before removing the partial file)."""
     full = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
     full = full or isinstance(error, NoSpaceError)
@@ -319,8 +324,8 @@ def _umask() -> int:
 
 
 def publish(tmp, path, durable: bool = False) -> None:
-    """Rename the finished ``tmp`` onto ``path``; ``durable``: fsync the directory too, so the rename survives a
-    crash (the file's own bytes are the writer's to fsync)."""
+    """Rename the finished ``tmp`` onto ``path``; ``durable``: fsync the directory too, so the
+    rename survives a crash (the file's own bytes are the writer's to fsync)."""
     os.replace(tmp, path)
     if not durable:
         return
@@ -339,28 +344,36 @@ def _empty(path: Path) -> bool:
         return False
     if path.is_file():
         return path.stat().st_size == 0
-    sizes = (os.path.getsize(os.path.join(parent, name)) for parent, _, names in os.walk(path)
-             for name in names)  # fmt: skip
+    sizes = (
+        os.path.getsize(os.path.join(parent, name))
+        for parent, _, names in os.walk(path)
+        for name in names
+    )
     return not any(sizes)
 
 
 def _refuse_empty(new: Path, path: Path, by: str) -> None:
     """An output is never replaced by an empty one (a run that found nothing to write failed)."""
     if _empty(new) and os.path.lexists(path) and not _empty(path):
-        raise InputError(f"{path}: the new output of {by} is empty; not replacing the existing "
-                         "one with it (nothing was written)")  # fmt: skip
+        raise InputError(
+            f"{path}: the new output of {by} is empty; not replacing the existing "
+            "one with it (nothing was written)"
+        )
 
 
 @contextlib.contextmanager
 def atomic_path(path, by: Optional[str] = None) -> Iterator[Path]:
-    """A temp path beside ``path`` (same suffix, so writers that look at it, like matplotlib, still do the right
-    thing) for a writer that wants a name rather than a file object; renamed onto ``path`` if the block succeeds,
-    and recorded as made by command ``by`` when given (an empty result then never replaces a
-    non-empty file). A full disk is an ``InputError`` naming ``path``."""
+    """A temp path beside ``path`` (same suffix, so writers that look at it, like matplotlib, still
+    do the right thing) for a writer that wants a name rather than a file object; renamed onto
+    ``path`` if the block succeeds, and recorded as made by command ``by`` when given (an empty
+    result then never replaces a non-empty file). A full disk is an ``InputError`` naming
+    ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.", suffix=f".tmp{path.suffix}")
+    fd, tmp = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.", suffix=f".tmp{path.suffix}"
+    )
     os.close(fd)
     try:
         yield Path(tmp)
@@ -382,7 +395,9 @@ def atomic_write(path, mode: str = "w", by: Optional[str] = None) -> Iterator:
     """``open(path, mode)`` that writes to a temp file beside ``path`` (text: UTF-8, ``\\n`` line ends) and renames it
     onto ``path`` only if the block succeeds (recorded as made by ``by`` when given)."""
     with atomic_path(path, by) as tmp:
-        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})) as f:
+        with open(
+            tmp, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": "\n"})
+        ) as f:
             yield f
 
 
@@ -400,8 +415,8 @@ def write_json(path, obj, indent: int = 2) -> None:
 
 
 def make_temp_dir(dest: Path) -> Path:
-    """A fresh temp directory beside ``dest`` (same filesystem, so a rename onto ``dest`` is atomic); what a killed
-    earlier run left beside ``dest`` is removed first."""
+    """A fresh temp directory beside ``dest`` (same filesystem, so a rename onto ``dest`` is
+    atomic); what a killed earlier run left beside ``dest`` is removed first."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(dest)
@@ -415,12 +430,14 @@ def _is_empty_dir(dest: Path) -> bool:
 
 
 def _already_exists(path) -> str:
-    """The refusal of an existing output when ``--overwrite`` was not given (a file or a directory)."""
+    """The refusal of an existing output when ``--overwrite`` was not given (a file or a
+    directory)."""
     return f"{path}: already exists; pass --overwrite to replace it"
 
 
 def same_file(a, b) -> bool:
-    """Whether ``a`` and ``b`` are one file (also through a symbolic or hard link); False if either is missing."""
+    """Whether ``a`` and ``b`` are one file (also through a symbolic or hard link); False if either
+    is missing."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -428,7 +445,8 @@ def same_file(a, b) -> bool:
 
 
 def _protected(inputs: Iterable[Optional[str]]) -> List[str]:
-    """The files of ``inputs``: a file itself, a directory's files (what a command may read from it)."""
+    """The files of ``inputs``: a file itself, a directory's files (what a command may read from
+    it)."""
     files = []
     for item in inputs:
         if item is None:
@@ -441,12 +459,16 @@ def _protected(inputs: Iterable[Optional[str]]) -> List[str]:
 
 
 def check_output(
-    path, inputs: Iterable[Optional[str]], overwrite: bool, option: str = "--out", by: Optional[str] = None
+    path,
+    inputs: Iterable[Optional[str]],
+    overwrite: bool,
+    option: str = "--out",
+    by: Optional[str] = None,
 ) -> None:
-    """Refuse to write the file ``path`` when it is one of ``inputs`` (or a file in an input directory), whatever
-    ``overwrite`` says; when it exists unless ``overwrite``; and, when command ``by`` is named, when it exists and
-    ``by`` did not make it or it changed since (a user's file or edit, a vocabulary, another
-    command's output: ``--overwrite`` or not).
+    """Refuse to write the file ``path`` when it is one of ``inputs`` (or a file in an input
+    directory), whatever ``overwrite`` says; when it exists unless ``overwrite``; and, when command
+    ``by`` is named, when it exists and ``by`` did not make it or it changed since (a user's file or
+    edit, a vocabulary, another command's output: ``--overwrite`` or not).
     One-line ``InputError``s naming ``option``."""
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; {option} names the file to write")
@@ -457,8 +479,10 @@ def check_output(
     if os.path.lexists(path) and not overwrite:
         raise InputError(_already_exists(path))
     if os.path.lexists(path) and by is not None and not made_by(path, by):
-        raise InputError(f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
-                         f"(move it away or choose another {option})")  # fmt: skip
+        raise InputError(
+            f"{path}: exists and {not_made_reason(path, by)}; not replacing it, --overwrite or not "
+            f"(move it away or choose another {option})"
+        )
 
 
 def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
@@ -482,12 +506,16 @@ def check_destination(dest: Path, overwrite: bool, markers: Sequence[str], by: s
         )
     change = _change(dest, entry)
     if change == _NO_HASHES:
-        raise InputError(f"{dest}: has a record ({MADE}) from an older fairseq_bio, without the "
-                         f"content hashes that would show nothing in it changed since {by} "
-                         "wrote it; not replacing it (move it away once)")  # fmt: skip
+        raise InputError(
+            f"{dest}: has a record ({MADE}) from an older fairseq_bio, without the "
+            f"content hashes that would show nothing in it changed since {by} "
+            "wrote it; not replacing it (move it away once)"
+        )
     if change is not None:
-        raise InputError(f"{dest}: changed since {by} wrote it ({change}); not replacing it (move "
-                         "your changes out of it, or choose another output)")  # fmt: skip
+        raise InputError(
+            f"{dest}: changed since {by} wrote it ({change}); not replacing it (move "
+            "your changes out of it, or choose another output)"
+        )
 
 
 def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], by: str) -> None:
@@ -511,8 +539,10 @@ def replace_dir(tmp: Path, dest: Path, overwrite: bool, markers: Sequence[str], 
             keep = [e for e in dest.iterdir() if e.name not in made]
             clash = [e.name for e in keep if e.name in new]
             if clash:
-                raise InputError(f"{dest / clash[0]}: was not made by {by}; the new output has "
-                                 "this name; not replacing it")  # fmt: skip
+                raise InputError(
+                    f"{dest / clash[0]}: was not made by {by}; the new output has "
+                    "this name; not replacing it"
+                )
             # moved into the new directory first: a crash in between leaves them in the temp one
             for kept in keep:
                 os.replace(kept, tmp / kept.name)

@@ -1,11 +1,12 @@
 """Binarise encoded text with fairseq-preprocess into self-describing fairseq data directories.
 
-``fairseq-preprocess --only-source --srcdict <vocab>/dict.txt`` turns the encoded ``train``/``valid``
-files into ``train.bin/.idx``, ``valid.bin/.idx`` and ``dict.txt``; ``bpe.json`` and the tokenizer files
-it names are copied beside them. With ``shards=N`` the encoded train file is cut at document boundaries
-(blank lines) into N contiguous parts of similar size, giving ``<dest>/shard0 .. shard{N-1}``, each a
-complete data directory (the same valid set in each), for ``task.data=<dest>/shard0:<dest>/shard1:...``.
-Everything is built in a temp directory beside ``dest`` and renamed into place when complete.
+``fairseq-preprocess --only-source --srcdict <vocab>/dict.txt`` turns the encoded
+``train``/``valid`` files into ``train.bin/.idx``, ``valid.bin/.idx`` and ``dict.txt``; ``bpe.json``
+and the tokenizer files it names are copied beside them. With ``shards=N`` the encoded train file is
+cut at document boundaries (blank lines) into N contiguous parts of similar size, giving
+``<dest>/shard0 .. shard{N-1}``, each a complete data directory (the same valid set in each), for
+``task.data=<dest>/shard0:<dest>/shard1:...``. Everything is built in a temp directory beside
+``dest`` and renamed into place when complete.
 """
 
 import array
@@ -27,28 +28,35 @@ from fairseq_bio.files import check_destination, make_temp_dir, remove_temp_dir,
 from .common import PreprocessError, default_workers, has_text
 
 BINARIZED_MARKERS = ("bpe.json", "shard0/bpe.json")
-BINARIZE = "fairseq-bio-binarize"  # the script, and what a data directory is recorded as made by (fairseq_bio.files)
-# Encoded text has (nearly) no <unk>: byte-level BPE none, WordPiece/SentencePiece a character now and then. Plain
-# text binarised with a subword dictionary is mostly <unk> (94.5 % on the demo's corpus).
+# the script, and what a data directory is recorded as made by (fairseq_bio.files)
+BINARIZE = "fairseq-bio-binarize"
+# Encoded text has (nearly) no <unk>: byte-level BPE none, WordPiece/SentencePiece a character now
+# and then. Plain text binarised with a subword dictionary is mostly <unk> (94.5 % on the demo's
+# corpus).
 MAX_UNKNOWN = 0.10
 WARN_UNKNOWN = 0.01
 _REPLACED = re.compile(r"\] (.+): (\d+) sents, (\d+) tokens, ([\d.]+)% replaced")
 
 
 def fairseq_preprocess_command() -> List[str]:
-    """The ``fairseq-preprocess`` of this environment (the bin directory next to ``sys.executable``)."""
+    """The ``fairseq-preprocess`` of this environment (the bin directory next to
+    ``sys.executable``)."""
     exe = Path(sys.executable).parent / "fairseq-preprocess"
     if not exe.exists():
         raise PreprocessError(f"{exe}: not found (is fairseq installed in this environment?)")
     return [str(exe)]
 
 
-def _run_preprocess(dict_txt: Path, train: Path, valids: List[Path], dest: Path, workers: int) -> Dict[str, tuple]:
-    """fairseq-preprocess into ``dest``: ``train`` -> train.bin/idx, ``valids`` -> valid, valid1, valid2, ...;
-    returns {input path: (tokens, fraction replaced by <unk>)} from its log."""
+def _run_preprocess(
+    dict_txt: Path, train: Path, valids: List[Path], dest: Path, workers: int
+) -> Dict[str, tuple]:
+    """fairseq-preprocess into ``dest``: ``train`` -> train.bin/idx, ``valids`` -> valid, valid1,
+    valid2, ...; returns {input path: (tokens, fraction replaced by <unk>)} from its log."""
     paths = [dict_txt, train, *valids, dest]
     if any("," in str(path) for path in paths):
-        raise PreprocessError(f"fairseq-preprocess splits paths at commas; rename: {', '.join(map(str, paths))}")
+        raise PreprocessError(
+            f"fairseq-preprocess splits paths at commas; rename: {', '.join(map(str, paths))}"
+        )
     cmd = fairseq_preprocess_command() + [
         "--only-source",
         "--srcdict",
@@ -75,11 +83,16 @@ def _run_preprocess(dict_txt: Path, train: Path, valids: List[Path], dest: Path,
         for ext in ("bin", "idx"):
             if not (dest / f"{name}.{ext}").is_file():
                 raise PreprocessError(f"fairseq-preprocess did not write {name}.{ext}")
-    return {m[1]: (int(m[3]), float(m[4]) / 100) for m in _REPLACED.finditer(proc.stdout + proc.stderr)}
+    return {
+        m[1]: (int(m[3]), float(m[4]) / 100) for m in _REPLACED.finditer(proc.stdout + proc.stderr)
+    }
 
 
-def _check_unknown(replaced: Dict[str, tuple], names: Dict[str, Path], vocab_dir: Path, max_unknown: float) -> None:
-    """Refuse text whose <unk> share shows it was never encoded (above ``max_unknown``); warn above 1 %."""
+def _check_unknown(
+    replaced: Dict[str, tuple], names: Dict[str, Path], vocab_dir: Path, max_unknown: float
+) -> None:
+    """Refuse text whose <unk> share shows it was never encoded (above ``max_unknown``); warn above
+    1 %."""
     tokens, unknown = collections.Counter(), collections.Counter()
     for path, (count, rate) in replaced.items():
         user = names.get(path, Path(path))
@@ -124,7 +137,8 @@ def _document_offsets(path: Path) -> array.array:
 
 
 def split_documents(path: Path, out_paths: List[Path]) -> None:
-    """Cut ``path`` at document boundaries into ``len(out_paths)`` contiguous parts of similar size."""
+    """Cut ``path`` at document boundaries into ``len(out_paths)`` contiguous parts of similar
+    size."""
     parts = len(out_paths)
     starts = _document_offsets(path)
     if len(starts) < parts:
@@ -162,8 +176,9 @@ def binarize(
     overwrite: bool = False,
     max_unknown: float = MAX_UNKNOWN,
 ) -> str:
-    """Binarise encoded ``train``/``valid`` into ``dest``; returns the (absolute) value for ``task.data``. Text with
-    more than ``max_unknown`` of its tokens unknown to the dictionary (never encoded) is refused.
+    """Binarise encoded ``train``/``valid`` into ``dest``; returns the (absolute) value for
+    ``task.data``. Text with more than ``max_unknown`` of its tokens unknown to the dictionary
+    (never encoded) is refused.
 
     ``shards=1``: ``dest`` itself is the data directory. ``shards=N``: ``dest/shard0..N-1`` and the
     returned path is ``dest/shard0:dest/shard1:...``.
@@ -193,12 +208,18 @@ def binarize(
         else:
             parts = [tmp / f"train-part{i}.txt" for i in range(shards)]
             split_documents(train, parts)
-            # One fairseq-preprocess run for all shards (its start-up costs seconds): part 0 as train, valid and
-            # parts 1.. as extra valid sets (valid1, valid2, ...), then moved into shard directories.
+            # One fairseq-preprocess run for all shards (its start-up costs seconds): part 0 as
+            # train, valid and parts 1.. as extra valid sets (valid1, valid2, ...), then moved into
+            # shard directories.
             work = tmp / "all"
             work.mkdir()
             replaced = _run_preprocess(dict_txt, parts[0], [valid] + parts[1:], work, workers)
-            _check_unknown(replaced, {**{str(p): train for p in parts}, str(valid): valid}, vocab_dir, max_unknown)
+            _check_unknown(
+                replaced,
+                {**{str(p): train for p in parts}, str(valid): valid},
+                vocab_dir,
+                max_unknown,
+            )
             for i in range(shards):
                 shard = tmp / f"shard{i}"
                 shard.mkdir()
@@ -225,20 +246,31 @@ def binarize(
 
 def build_parser() -> Parser:
     parser = Parser(prog=BINARIZE, description=__doc__.splitlines()[0])
-    parser.add_argument("--vocab", required=True, help="vocabulary directory (dict.txt, bpe.json, ...)")
-    parser.add_argument("--train", required=True, help="encoded training text (fairseq-bio-encode output)")
+    parser.add_argument(
+        "--vocab", required=True, help="vocabulary directory (dict.txt, bpe.json, ...)"
+    )
+    parser.add_argument(
+        "--train", required=True, help="encoded training text (fairseq-bio-encode output)"
+    )
     parser.add_argument("--valid", required=True, help="encoded validation text")
     add_out(parser, "the data directory to write (with --shards, its shard0, shard1, ...)")
-    parser.add_argument("--shards", type=int, default=1, help="split train into this many shard directories")
     parser.add_argument(
-        "--workers", type=int, default=1, help=f"fairseq-preprocess workers (this machine: {default_workers()})"
+        "--shards", type=int, default=1, help="split train into this many shard directories"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help=f"fairseq-preprocess workers (this machine: {default_workers()})",
     )
     add_overwrite(parser, "a data directory")
     parser.add_argument(
-        "--max-unknown", type=float, default=MAX_UNKNOWN,
+        "--max-unknown",
+        type=float,
+        default=MAX_UNKNOWN,
         help=f"refuse text with more than this fraction of tokens not in dict.txt (default {MAX_UNKNOWN}: "
         "text that was never encoded); a share above 1 %% is warned about",
-    )  # fmt: skip
+    )
     return parser
 
 

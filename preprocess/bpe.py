@@ -1,11 +1,17 @@
-"""A vocabulary directory's tokenizer (its ``bpe.json``), shared by vocabulary learning and encoding."""
+"""A vocabulary directory's tokenizer (its ``bpe.json``), shared by vocabulary learning and
+encoding."""
 
 import json
 import os
 from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Union
 
-from fairseq_bio.data.tokenizer_files import BPE_JSON, WordBoundaryError, load_bpe_json, require_fastbpe
+from fairseq_bio.data.tokenizer_files import (
+    BPE_JSON,
+    WordBoundaryError,
+    load_bpe_json,
+    require_fastbpe,
+)
 
 from .common import PreprocessError, normalize_space
 
@@ -13,7 +19,8 @@ UNK = "<unk>"
 
 
 def bpe_options(vocab_dir: Union[str, os.PathLike]) -> Dict:
-    """``bpe.json`` of ``vocab_dir`` with its file options made absolute (ready for fairseq's build_bpe)."""
+    """``bpe.json`` of ``vocab_dir`` with its file options made absolute (ready for fairseq's
+    build_bpe)."""
     try:
         return load_bpe_json(str(Path(vocab_dir) / BPE_JSON))
     except WordBoundaryError as e:
@@ -33,13 +40,15 @@ def read_chunks(f, size: int) -> Iterator[List[str]]:
 
 
 def _gpt2_merges(path: str) -> List[tuple]:
-    # Exactly fairseq's reading of vocab.bpe (gpt2_bpe_utils.get_encoder): first and last line dropped.
+    # Exactly fairseq's reading of vocab.bpe (gpt2_bpe_utils.get_encoder): first and last line
+    # dropped.
     with open(path, encoding="utf-8") as f:
         return [tuple(merge.split()) for merge in f.read().split("\n")[1:-1]]
 
 
 class Encoder:
-    """A vocabulary directory's tokenizer. ``symbols[id]`` is the dict.txt symbol, None for specials."""
+    """A vocabulary directory's tokenizer. ``symbols[id]`` is the dict.txt symbol, None for
+    specials."""
 
     def __init__(self, vocab_dir: Union[str, os.PathLike], threads: bool = True):
         if not threads:
@@ -68,7 +77,8 @@ class Encoder:
         with open(options["gpt2_encoder_json"], encoding="utf-8") as f:
             vocab = json.load(f)
         merges = _gpt2_merges(options["gpt2_vocab_bpe"])
-        # ignore_merges=False: every word goes through the merges, as in GPT-2's (and fairseq's) bpe().
+        # ignore_merges=False: every word goes through the merges, as in GPT-2's (and fairseq's)
+        # bpe().
         tokenizer = Tokenizer(models.BPE(vocab, merges, ignore_merges=False))
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         self._hf = tokenizer
@@ -83,7 +93,8 @@ class Encoder:
         self._sp_threads = -1 if threads else 1
         sp = self._sp
         self.symbols = [
-            None if sp.is_control(i) or sp.is_unknown(i) else sp.id_to_piece(i) for i in range(sp.get_piece_size())
+            None if sp.is_control(i) or sp.is_unknown(i) else sp.id_to_piece(i)
+            for i in range(sp.get_piece_size())
         ]
 
     def _init_bert(self, options: Dict) -> None:
@@ -105,7 +116,8 @@ class Encoder:
         self.symbols = [None if t in special else t for t in tokens]
 
     def _init_fastbpe(self, options: Dict, dict_file: Path) -> None:
-        # fastBPE emits subword strings, not ids: the vocabulary is dict.txt (absent while it is being learned).
+        # fastBPE emits subword strings, not ids: the vocabulary is dict.txt (absent while it is
+        # being learned).
         self._fastbpe = require_fastbpe().fastBPE(options["bpe_codes"])
         self.known = None
         if dict_file.is_file():
@@ -113,7 +125,8 @@ class Encoder:
                 self.known = {line.rsplit(" ", 1)[0] for line in f}
 
     def encode_ids(self, lines: Sequence[str]) -> List[List[int]]:
-        """Token ids of each (stripped) line (not for fastbpe, whose symbols are strings: use ``encode``)."""
+        """Token ids of each (stripped) line (not for fastbpe, whose symbols are strings: use
+        ``encode``)."""
         if self.kind == "fastbpe":
             raise PreprocessError("fastbpe encodes to subword strings, not ids")
         lines = [line.strip() for line in lines]
@@ -122,17 +135,23 @@ class Encoder:
         return [e.ids for e in self._hf.encode_batch(lines, **self._hf_kwargs)]
 
     def encode(self, lines: Sequence[str]) -> List[str]:
-        """Each line as space-separated dict.txt symbols (``<unk>`` for anything not in dict.txt)."""
+        """Each line as space-separated dict.txt symbols (``<unk>`` for anything not in
+        dict.txt)."""
         if self.kind == "fastbpe":
             encoded = self._fastbpe.apply([normalize_space(line) for line in lines])
             if self.known is None:
                 return encoded
             known = self.known
-            return [" ".join(s if s in known else UNK for s in line.split(" ")) if line else "" for line in encoded]
+            return [
+                " ".join(s if s in known else UNK for s in line.split(" ")) if line else ""
+                for line in encoded
+            ]
         symbols = self.output_symbols
         return [" ".join(symbols[i] for i in ids) for ids in self.encode_ids(lines)]
 
 
 def _added_tokens(tokenizer) -> List[str]:
     """The special tokens of an HF tokenizer ([PAD], [UNK], [CLS], [SEP], [MASK] for BERT)."""
-    return [t.content for t in tokenizer._tokenizer.get_added_tokens_decoder().values() if t.special]
+    return [
+        t.content for t in tokenizer._tokenizer.get_added_tokens_decoder().values() if t.special
+    ]

@@ -1,12 +1,14 @@
-"""Every console script's start (setup.py's entry points): a script reads its command line before the plugin
-registers with fairseq, so that ``--help`` and a mistyped option answer at once, without torch or fairseq.
+"""Every console script's start (setup.py's entry points): a script reads its command line before
+the plugin registers with fairseq, so that ``--help`` and a mistyped option answer at once, without
+torch or fairseq.
 
-Registering (``fairseq_bio.register``) imports torch and fairseq, which takes seconds. While ``reading_arguments``
-is true, importing ``fairseq_bio`` leaves registration for later (its ``__init__`` looks here), and the script's
-module gives its parser (``build_parser()``) importing neither: tests/test_commands_start_light.py holds this for
-every script. Once the command line is read, the script registers the plugin, unless it is a corpus command that
-needs no model, and runs the module's ``cli_main``. Nothing else waits: any other import of ``fairseq_bio``
-(fairseq's ``--user-dir``, a child process, a notebook, the tests) registers at once.
+Registering (``fairseq_bio.register``) imports torch and fairseq, which takes seconds. While
+``reading_arguments`` is true, importing ``fairseq_bio`` leaves registration for later (its
+``__init__`` looks here), and the script's module gives its parser (``build_parser()``) importing
+neither: tests/test_commands_start_light.py holds this for every script. Once the command line is
+read, the script registers the plugin, unless it is a corpus command that needs no model, and runs
+the module's ``cli_main``. Nothing else waits: any other import of ``fairseq_bio`` (fairseq's
+``--user-dir``, a child process, a notebook, the tests) registers at once.
 """
 
 import importlib
@@ -16,15 +18,17 @@ reading_arguments = False
 
 
 def _script(module: str, plugin: bool = True) -> Callable[[], None]:
-    """The console-script function of ``module`` (its ``build_parser`` and ``cli_main``; the function's ``module``
-    attribute names it); ``plugin``: whether the command registers the plugin before it runs."""
+    """The console-script function of ``module`` (its ``build_parser`` and ``cli_main``; the
+    function's ``module`` attribute names it); ``plugin``: whether the command registers the plugin
+    before it runs."""
 
     def main() -> None:
         global reading_arguments
         reading_arguments = True
         try:
             command = importlib.import_module(module)
-            command.build_parser().parse_args()  # --help and a bad option end here, before registration
+            # --help and a bad option end here, before registration
+            command.build_parser().parse_args()
         finally:
             reading_arguments = False
         if plugin:

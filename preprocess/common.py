@@ -1,7 +1,8 @@
-"""Helpers of the corpus scripts: one-line user errors, worker pools and a bounded ordered parallel map, text
-normalisation.
+"""Helpers of the corpus scripts: one-line user errors, worker pools and a bounded ordered parallel
+map, text normalisation.
 
-Atomic outputs and directory replacement are the plugin's (``fairseq_bio.files``), used here as everywhere.
+Atomic outputs and directory replacement are the plugin's (``fairseq_bio.files``), used here as
+everywhere.
 """
 
 import collections
@@ -16,17 +17,22 @@ PreprocessError = InputError
 
 
 def worker_pool(workers: int, initializer: Callable, initargs: tuple):
-    """A ``multiprocessing.Pool`` of ``workers`` processes started fresh ("spawn"), never forked from the caller.
+    """A ``multiprocessing.Pool`` of ``workers`` processes started fresh ("spawn"), never forked
+    from the caller.
 
-    Forking copies the caller's locks but not the threads that hold them: a caller that has threads (torch's OpenMP
-    and compile workers, a notebook, the test suite's workers) can fork a pool worker that waits forever on a lock
-    nobody will release, and the pool then hangs. Spawned workers import the module and take ``initargs`` pickled.
+    Forking copies the caller's locks but not the threads that hold them: a caller that has threads
+    (torch's OpenMP and compile workers, a notebook, the test suite's workers) can fork a pool
+    worker that waits forever on a lock nobody will release, and the pool then hangs. Spawned
+    workers import the module and take ``initargs`` pickled.
     """
-    return multiprocessing.get_context("spawn").Pool(workers, initializer=initializer, initargs=initargs)
+    return multiprocessing.get_context("spawn").Pool(
+        workers, initializer=initializer, initargs=initargs
+    )
 
 
 def ordered_map(pool, func: Callable, items: Iterable, max_in_flight: int) -> Iterator:
-    """``pool.imap(func, items)`` that reads ``items`` lazily: at most ``max_in_flight`` tasks queued.
+    """``pool.imap(func, items)`` that reads ``items`` lazily: at most ``max_in_flight`` tasks
+    queued.
 
     ``Pool.imap`` consumes its whole input up front, which would load an entire corpus into memory.
     """
@@ -40,7 +46,8 @@ def ordered_map(pool, func: Callable, items: Iterable, max_in_flight: int) -> It
 
 
 def normalize_space(line: str) -> str:
-    """``line`` with every run of whitespace one space, none at the ends: fastBPE splits words at " " only."""
+    """``line`` with every run of whitespace one space, none at the ends: fastBPE splits words at "
+    " only."""
     return " ".join(line.split())
 
 

@@ -1,14 +1,15 @@
-"""Tagging data from other sources -> CoNLL for the ``bio_tagging`` task (``token<TAB>tag``, blank line between
-sentences).
+"""Tagging data from other sources -> CoNLL for the ``bio_tagging`` task (``token<TAB>tag``, blank
+line between sentences).
 
-Every subcommand of ``fairseq-bio-convert-tagging`` writes ``train.tsv`` / ``devel.tsv`` / ``test.tsv`` (the task's
-default names), the document ids of each split (``<split>.pmids``, one per line, usable as ``--dev-pmids`` /
-``--<split>-pmids`` input) and ``convert_stats.json``, every file atomically and only after all input has been read
-and checked, so a bad input leaves nothing behind.
+Every subcommand of ``fairseq-bio-convert-tagging`` writes ``train.tsv`` / ``devel.tsv`` /
+``test.tsv`` (the task's default names), the document ids of each split (``<split>.pmids``, one per
+line, usable as ``--dev-pmids`` / ``--<split>-pmids`` input) and ``convert_stats.json``, every file
+atomically and only after all input has been read and checked, so a bad input leaves nothing behind.
 
-The converters: ``ebm_nlp`` (BLURB's PICO from EBM-NLP); ``pubtator`` (PubTator / BioC JSON offset annotations),
-whose tagging and splits the other offset formats share: ``standoff`` (brat, LINNAEUS, Species-800, CHEMDNER /
-BC4CHEMD) and ``i2b2`` (2010 concepts, 2012 temporal, 2014 de-identification); the outputs: ``tagging_outputs``.
+The converters: ``ebm_nlp`` (BLURB's PICO from EBM-NLP); ``pubtator`` (PubTator / BioC JSON offset
+annotations), whose tagging and splits the other offset formats share: ``standoff`` (brat, LINNAEUS,
+Species-800, CHEMDNER / BC4CHEMD) and ``i2b2`` (2010 concepts, 2012 temporal, 2014
+de-identification); the outputs: ``tagging_outputs``.
 """
 
 import argparse
@@ -48,28 +49,52 @@ CONVERTERS = {
 }
 # Options of one subcommand only, passed on by name when present.
 _FORMAT_OPTIONS = ("encoding", "annotations", "texts", "tags", "phi_level", "allow_text_mismatch")
-OUT_HELP = "the directory to write (train.tsv, devel.tsv, test.tsv, <split>.pmids, convert_stats.json)"
+OUT_HELP = (
+    "the directory to write (train.tsv, devel.tsv, test.tsv, <split>.pmids, convert_stats.json)"
+)
 OVERWRITE_WHAT = "the files"
 
 
 def _offset_arguments(p: Parser, ids: str) -> None:
-    p.add_argument("inputs", nargs="*", metavar="INPUT",
-                   help="input files or directories, split by the --<split>-pmids lists")  # fmt: skip
+    p.add_argument(
+        "inputs",
+        nargs="*",
+        metavar="INPUT",
+        help="input files or directories, split by the --<split>-pmids lists",
+    )
     add_out(p, OUT_HELP)
     for split in SPLITS:
         p.add_argument(f"--{split}", nargs="+", metavar="PATH", help=f"inputs of the {split} split")
     for split in SPLITS:
         p.add_argument(
-            f"--{split}-pmids", f"--{split}-ids", metavar="FILE", help=f"{ids} of the {split} split, one per line"
+            f"--{split}-pmids",
+            f"--{split}-ids",
+            metavar="FILE",
+            help=f"{ids} of the {split} split, one per line",
         )
-    p.add_argument("--test-fraction", type=float, help="hold this fraction of the train documents out as test")
     p.add_argument(
-        "--dev-fraction", type=float, help="hold this fraction of the train documents (after --test-fraction) out as dev"
+        "--test-fraction", type=float, help="hold this fraction of the train documents out as test"
+    )
+    p.add_argument(
+        "--dev-fraction",
+        type=float,
+        help="hold this fraction of the train documents (after --test-fraction) out as dev",
     )
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out documents")
-    p.add_argument("--types", nargs="+", help="keep only these mention types (after --rename), e.g. Disease")
-    p.add_argument("--rename", nargs="+", metavar="OLD=NEW", help="rename mention types, e.g. SpecificDisease=Disease")
-    p.add_argument("--one-type", metavar="NAME", help="every mention type becomes NAME (e.g. Chemical for BC4CHEMD)")
+    p.add_argument(
+        "--types", nargs="+", help="keep only these mention types (after --rename), e.g. Disease"
+    )
+    p.add_argument(
+        "--rename",
+        nargs="+",
+        metavar="OLD=NEW",
+        help="rename mention types, e.g. SpecificDisease=Disease",
+    )
+    p.add_argument(
+        "--one-type",
+        metavar="NAME",
+        help="every mention type becomes NAME (e.g. Chemical for BC4CHEMD)",
+    )
     p.add_argument(
         "--sentence-training-texts",
         type=int,
@@ -120,13 +145,26 @@ def build_parser() -> Parser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ebm = sub.add_parser("ebm-nlp", help="EBM-NLP PICO as BLURB uses it (I-PAR/I-INT/I-OUT, gold test set)")
-    ebm.add_argument("--input", required=True, help="ebm_nlp_2_00/ (unpacked) or ebm_nlp_2_00.tar.gz")
+    ebm = sub.add_parser(
+        "ebm-nlp", help="EBM-NLP PICO as BLURB uses it (I-PAR/I-INT/I-OUT, gold test set)"
+    )
+    ebm.add_argument(
+        "--input", required=True, help="ebm_nlp_2_00/ (unpacked) or ebm_nlp_2_00.tar.gz"
+    )
     add_out(ebm, OUT_HELP)
-    ebm.add_argument("--dev-fraction", type=float, default=0.2, help="train documents held out as dev (BLURB: 0.2)")
+    ebm.add_argument(
+        "--dev-fraction",
+        type=float,
+        default=0.2,
+        help="train documents held out as dev (BLURB: 0.2)",
+    )
     ebm.add_argument("--seed", type=int, default=1, help="seed of the dev selection")
-    ebm.add_argument("--dev-pmids", help="file of dev PMIDs, one per line (instead of --dev-fraction/--seed)")
-    ebm.add_argument("--scheme", choices=("io", "bio"), default="io", help="tags: io (BLURB's I-PAR...) or bio")
+    ebm.add_argument(
+        "--dev-pmids", help="file of dev PMIDs, one per line (instead of --dev-fraction/--seed)"
+    )
+    ebm.add_argument(
+        "--scheme", choices=("io", "bio"), default="io", help="tags: io (BLURB's I-PAR...) or bio"
+    )
     ebm.add_argument(
         "--sentences",
         choices=("period", "document"),
@@ -153,12 +191,18 @@ def build_parser() -> Parser:
 
     for name, help_ in STANDOFF_FORMATS.items():
         p = sub.add_parser(name, help=help_)
-        _offset_arguments(p, "document ids (file names without .txt)" if name != "chemdner" else "PMIDs")
+        _offset_arguments(
+            p, "document ids (file names without .txt)" if name != "chemdner" else "PMIDs"
+        )
         if name != "chemdner":
             _sentence_argument(p, "punkt")
-    sub.choices["brat"].add_argument("--encoding", default="utf-8", help="encoding of the .txt and .ann files")
+    sub.choices["brat"].add_argument(
+        "--encoding", default="utf-8", help="encoding of the .txt and .ann files"
+    )
     sub.choices["linnaeus"].add_argument(
-        "--annotations", default="tags.tsv", help="the mention table in the release: tags.tsv or filtered_tags.tsv"
+        "--annotations",
+        default="tags.tsv",
+        help="the mention table in the release: tags.tsv or filtered_tags.tsv",
     )
 
     for name, help_ in I2B2_FORMATS.items():
@@ -171,10 +215,18 @@ def build_parser() -> Parser:
             help="keep the offsets of an annotation whose text is not the record's there (counted), not an error",
         )
     sub.choices["i2b2-2010"].add_argument(
-        "--texts", nargs="+", default=[], metavar="DIR", help="directories with the records' .txt (test_data/)"
+        "--texts",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="directories with the records' .txt (test_data/)",
     )
     sub.choices["i2b2-2012"].add_argument(
-        "--tags", nargs="+", default=["EVENT"], choices=("EVENT", "TIMEX3"), help="tags to convert (bio-lm: EVENT)"
+        "--tags",
+        nargs="+",
+        default=["EVENT"],
+        choices=("EVENT", "TIMEX3"),
+        help="tags to convert (bio-lm: EVENT)",
     )
     sub.choices["i2b2-2014"].add_argument(
         "--phi-level",

@@ -1,7 +1,8 @@
-"""``fairseq-bio-convert-tagging ebm-nlp``: BLURB's PICO data (Gu et al. 2020, sec. 4.2) from the EBM-NLP release (Nye et al. 2018,
-github.com/bepnye/EBM-NLP, ``ebm_nlp_2_00.tar.gz``, unpacked or not). BLURB "use[s] the original dataset and their
-scripts for preprocessing", i.e. that repository's ``models/lstm-crf/build_data.py`` (its group ``p1_all``), which
-this reproduces (``convert_ebm_nlp`` says how, and where it differs).
+"""``fairseq-bio-convert-tagging ebm-nlp``: BLURB's PICO data (Gu et al. 2020, sec. 4.2) from the
+EBM-NLP release (Nye et al. 2018, github.com/bepnye/EBM-NLP, ``ebm_nlp_2_00.tar.gz``, unpacked or
+not). BLURB "use[s] the original dataset and their scripts for preprocessing", i.e. that
+repository's ``models/lstm-crf/build_data.py`` (its group ``p1_all``), which this reproduces
+(``convert_ebm_nlp`` says how, and where it differs).
 
 Labels are the aggregated phase-1 spans; the test set is the expert ``test/gold``. IO tags
 ``I-PAR`` / ``I-INT`` / ``I-OUT`` / ``O`` (``--scheme bio``: B-/I-); a word in two elements' spans
@@ -21,7 +22,15 @@ from fairseq_bio.data.tag_schemes import convert_tags
 from fairseq_bio.metrics.tagging import JOINT
 
 from .common import PreprocessError
-from .tagging_outputs import SPLITS, Tagged, check_outputs, decode, id_key, read_id_list, write_outputs
+from .tagging_outputs import (
+    SPLITS,
+    Tagged,
+    check_outputs,
+    decode,
+    id_key,
+    read_id_list,
+    write_outputs,
+)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -31,7 +40,8 @@ from .tagging_outputs import SPLITS, Tagged, check_outputs, decode, id_key, read
 # (element folder, tag type) in build_data.py's reading order: on overlap the later element wins.
 PICO_ELEMENTS = (("participants", "PAR"), ("interventions", "INT"), ("outcomes", "OUT"))
 SPANS_DIR = "annotations/aggregated/starting_spans"
-# A word of several elements: the last element's tag (build_data.py, BLURB), or all of them as one joint type.
+# A word of several elements: the last element's tag (build_data.py, BLURB), or all of them as one
+# joint type.
 OVERLAP_CHOICES = ("last", "joint")
 # Our split name -> the release's folder under each element.
 EBM_PARTS = (("train", "train"), ("test", "test/gold"))
@@ -45,7 +55,9 @@ class EbmNlpStats:
     documents: Dict[str, int] = dataclasses.field(default_factory=dict)  # per split
     sentences: Dict[str, int] = dataclasses.field(default_factory=dict)
     words: Dict[str, int] = dataclasses.field(default_factory=dict)
-    tagged_words: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)  # split -> tag -> words
+    tagged_words: Dict[str, Dict[str, int]] = dataclasses.field(
+        default_factory=dict
+    )  # split -> tag -> words
     overlap_words: int = 0  # words inside spans of two or three elements (tagged with the last)
     train_in_test: int = 0  # release train documents dropped because they are gold test documents
     missing_element_files: int = 0  # with --allow-missing-elements
@@ -56,7 +68,8 @@ class EbmNlpStats:
 
 
 class _Release:
-    """The files of an EBM-NLP release that the conversion reads: a directory, or the .tar.gz read in one pass."""
+    """The files of an EBM-NLP release that the conversion reads: a directory, or the .tar.gz read
+    in one pass."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -66,7 +79,9 @@ class _Release:
         elif path.is_file():
             self._open_tar(path)
         else:
-            raise PreprocessError(f"{path}: not found (expected the EBM-NLP release: ebm_nlp_2_00/ or its .tar.gz)")
+            raise PreprocessError(
+                f"{path}: not found (expected the EBM-NLP release: ebm_nlp_2_00/ or its .tar.gz)"
+            )
 
     def _open_dir(self, path: Path) -> None:
         root = path
@@ -90,7 +105,8 @@ class _Release:
     def _open_tar(self, path: Path) -> None:
         prefix = None
         try:
-            # Streaming mode: a .tar.gz does not seek, and the release holds tens of thousands of files we skip.
+            # Streaming mode: a .tar.gz does not seek, and the release holds tens of thousands of
+            # files we skip.
             with tarfile.open(path, mode="r|*") as tar:
                 for member in tar:
                     if not member.isfile():
@@ -111,13 +127,18 @@ class _Release:
                         prefix = "/".join(parts[:k]) if prefix is None else prefix
                         self.files[rel] = tar.extractfile(member).read()
         except (tarfile.TarError, EOFError, OSError) as e:
-            raise PreprocessError(f"{path}: not a readable EBM-NLP archive ({type(e).__name__}: {e})") from None
+            raise PreprocessError(
+                f"{path}: not a readable EBM-NLP archive ({type(e).__name__}: {e})"
+            ) from None
         if not any(rel.startswith("documents/") for rel in self.files):
-            raise PreprocessError(f"{path}: no documents/*.tokens in the archive; not an EBM-NLP release")
+            raise PreprocessError(
+                f"{path}: no documents/*.tokens in the archive; not an EBM-NLP release"
+            )
         self.root = f"{path}:{prefix}/" if prefix else f"{path}:"
 
     def where(self, rel: str) -> str:
-        """How messages name a file of the release (``<dir>/<rel>``, ``<archive>:<top dir>/<rel>``)."""
+        """How messages name a file of the release (``<dir>/<rel>``,
+        ``<archive>:<top dir>/<rel>``)."""
         return self.root + rel
 
     def names_in(self, rel_dir: str) -> List[str]:
@@ -140,7 +161,9 @@ def _ebm_annotation_files(release: _Release, element: str, part: str) -> Dict[st
     for name in release.names_in(rel_dir):
         pmid = name.split(".", 1)[0]
         if pmid in found:
-            raise PreprocessError(f"{release.where(rel_dir + '/' + name)}: a second annotation file for PMID {pmid}")
+            raise PreprocessError(
+                f"{release.where(rel_dir + '/' + name)}: a second annotation file for PMID {pmid}"
+            )
         found[pmid] = f"{rel_dir}/{name}"
     if not found:
         raise PreprocessError(
@@ -153,9 +176,9 @@ def _ebm_annotation_files(release: _Release, element: str, part: str) -> Dict[st
 def _ebm_tokens(release: _Release, pmid: str, encoding: str) -> List[str]:
     rel = f"documents/{pmid}.tokens"
     where = release.where(rel)
-    lines = decode(release.read(rel), where, encoding, "; pass --encoding if the .tokens files are not UTF-8").split(
-        "\n"
-    )
+    lines = decode(
+        release.read(rel), where, encoding, "; pass --encoding if the .tokens files are not UTF-8"
+    ).split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     if not lines:
@@ -181,16 +204,24 @@ def _ebm_labels(release: _Release, rel: str) -> List[bool]:
             if not value:
                 continue
             if value not in ("0", "1"):
-                raise PreprocessError(f"{where}:{number}: label {value!r} is not 0 or 1 (starting_spans labels)")
+                raise PreprocessError(
+                    f"{where}:{number}: label {value!r} is not 0 or 1 (starting_spans labels)"
+                )
             labels.append(value == "1")
     return labels
 
 
 def _ebm_document(
-    release: _Release, pmid: str, files: Sequence[Optional[str]], encoding: str, overlap: str, stats: EbmNlpStats
+    release: _Release,
+    pmid: str,
+    files: Sequence[Optional[str]],
+    encoding: str,
+    overlap: str,
+    stats: EbmNlpStats,
 ) -> Tuple[List[str], List[str]]:
-    """Tokens and one IO tag per token of one document; ``files``: its annotation file per element (or None). A
-    word of several elements: the last one's tag (``overlap`` last), or their joint type (joint)."""
+    """Tokens and one IO tag per token of one document; ``files``: its annotation file per element
+    (or None). A word of several elements: the last one's tag (``overlap`` last), or their joint
+    type (joint)."""
     tokens = _ebm_tokens(release, pmid, encoding)
     elements: List[List[str]] = [[] for _ in tokens]
     for (_, type_), rel in zip(PICO_ELEMENTS, files):
@@ -251,7 +282,8 @@ def convert_ebm_nlp(
     encoding: str = "utf-8",
     overwrite: bool = False,
 ) -> EbmNlpStats:
-    """EBM-NLP (directory or .tar.gz) -> ``out_dir/{train,devel,test}.tsv`` as BLURB's PICO task (module docstring)."""
+    """EBM-NLP (directory or .tar.gz) -> ``out_dir/{train,devel,test}.tsv`` as BLURB's PICO task
+    (module docstring)."""
     if scheme not in ("io", "bio"):
         raise PreprocessError(f"--scheme {scheme}: expected io (BLURB) or bio")
     if sentence_split not in ("period", "document"):
@@ -268,7 +300,9 @@ def convert_ebm_nlp(
     # split -> PMID -> annotation file per element (None: missing)
     parts: Dict[str, Dict[str, List[Optional[str]]]] = {}
     for split, part in EBM_PARTS:
-        per_element = [_ebm_annotation_files(release, element, part) for element, _ in PICO_ELEMENTS]
+        per_element = [
+            _ebm_annotation_files(release, element, part) for element, _ in PICO_ELEMENTS
+        ]
         pmids = set().union(*per_element)
         parts[split] = {}
         for pmid in sorted(pmids, key=id_key):
@@ -292,7 +326,9 @@ def convert_ebm_nlp(
         pool_set = set(pool)
         for pmid, line in listed:
             if pmid not in pool_set:
-                why = "a gold test document" if pmid in test_ids else "not an EBM-NLP train document"
+                why = (
+                    "a gold test document" if pmid in test_ids else "not an EBM-NLP train document"
+                )
                 raise PreprocessError(f"{dev_pmids}:{line}: PMID {pmid} is {why}")
         dev = {pmid for pmid, _ in listed}
         stats.dev_selection = f"listed in {dev_pmids}"
@@ -300,9 +336,13 @@ def convert_ebm_nlp(
         order = list(pool)
         random.Random(seed).shuffle(order)
         dev = set(order[: int(len(order) * dev_fraction)])
-        stats.dev_selection = f"int({dev_fraction} * {len(pool)}) = {len(dev)} train documents, seed {seed}"
+        stats.dev_selection = (
+            f"int({dev_fraction} * {len(pool)}) = {len(dev)} train documents, seed {seed}"
+        )
     if not dev or len(dev) == len(pool):
-        raise PreprocessError(f"{release.path}: {len(pool)} train documents cannot give both a train and a dev split")
+        raise PreprocessError(
+            f"{release.path}: {len(pool)} train documents cannot give both a train and a dev split"
+        )
 
     assignment = {
         "train": [p for p in pool if p not in dev],

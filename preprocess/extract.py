@@ -1,4 +1,5 @@
-"""Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles, plain-text folders and MIMIC-III notes.
+"""Extract clean pretraining text from MEDLINE/PubMed XML, PMC articles, plain-text folders and
+MIMIC-III notes.
 
 Output (``train.txt`` and ``valid.txt`` in the output directory): per document the title line, then
 the abstract (then, for PMC, the body paragraphs), one sentence per line, documents separated by
@@ -35,7 +36,15 @@ from fairseq_bio.files import (
 
 from .common import PreprocessError, worker_pool
 from .mimic import DEID_MODES, NOTES_SUFFIXES, NoteOptions, NoteStats, note_options
-from .sources import Deletion, Document, InputFile, Stripe, describe_error, find_input_files, iter_records
+from .sources import (
+    Deletion,
+    Document,
+    InputFile,
+    Stripe,
+    describe_error,
+    find_input_files,
+    iter_records,
+)
 
 # Per-record status codes kept for the merge pass.
 OK, NO_ABSTRACT, TOO_SHORT, DELETED = 0, 1, 2, 3
@@ -44,7 +53,8 @@ _PMC_KEY_OFFSET = 1 << 40  # PMIDs and PMCIDs share one int64 key space
 _HASH_KEY_FLAG = 1 << 62
 _NO_DEDUPE = -1
 
-EXTRACT = "fairseq-bio-extract"  # the script, and what its output directory is recorded as made by (fairseq_bio.files)
+# the script, and what its output directory is recorded as made by (fairseq_bio.files)
+EXTRACT = "fairseq-bio-extract"
 OUTPUT_NAMES = ("train.txt", "valid.txt", "extract_stats.json")
 
 
@@ -67,7 +77,9 @@ class ExtractStats:
     words: int = 0  # whitespace-separated words written, titles included
     skipped_files: List[str] = dataclasses.field(default_factory=list)
     files_without_abstracts: List[str] = dataclasses.field(default_factory=list)
-    notes: NoteStats = dataclasses.field(default_factory=NoteStats)  # MIMIC-III NOTEEVENTS rows (of good files)
+    notes: NoteStats = dataclasses.field(
+        default_factory=NoteStats
+    )  # MIMIC-III NOTEEVENTS rows (of good files)
     input_mb: float = 0.0  # bytes read from disk (compressed size for .gz)
     xml_mb: float = 0.0  # uncompressed XML/text bytes parsed
     seconds: float = 0.0
@@ -82,7 +94,11 @@ class ExtractStats:
     def summary(self) -> str:
         """Human-readable multi-line summary."""
         skip = {"skipped_files", "files_without_abstracts", "notes"}
-        lines = [f"{f.name}: {getattr(self, f.name)}" for f in dataclasses.fields(self) if f.name not in skip]
+        lines = [
+            f"{f.name}: {getattr(self, f.name)}"
+            for f in dataclasses.fields(self)
+            if f.name not in skip
+        ]
         if self.notes.read:
             n = self.notes
             lines.append(
@@ -142,7 +158,9 @@ class _FileResult:
     valid: np.ndarray = None  # bool
     sentences: np.ndarray = None  # int32 lines written
     words: np.ndarray = None  # int32 words written
-    notes: NoteStats = dataclasses.field(default_factory=NoteStats)  # rows of this stripe, for NOTEEVENTS files
+    notes: NoteStats = dataclasses.field(
+        default_factory=NoteStats
+    )  # rows of this stripe, for NOTEEVENTS files
 
 
 _SPLITTER: Optional[SentenceSplitter] = None
@@ -160,7 +178,9 @@ def _process_file(task: _Task) -> _FileResult:
     readers: list = []
     try:
         with open(task.shard, "w", encoding="utf-8", newline="\n") as out:
-            records = iter_records(task.source, task.max_docs, task.stripe, readers, task.notes, result.notes)
+            records = iter_records(
+                task.source, task.max_docs, task.stripe, readers, task.notes, result.notes
+            )
             for position, record in records:
                 key = _dedupe_key(record.doc_id)
                 if isinstance(record, Deletion):
@@ -183,10 +203,14 @@ def _process_file(task: _Task) -> _FileResult:
                 out.write("\n".join(lines))
                 out.write("\n\n")
                 # Words counted from the output: Punkt may split inside a token ("p.o.Treatment").
-                rows.append((position, key, OK, valid, len(lines), sum(len(line.split()) for line in lines)))
+                rows.append(
+                    (position, key, OK, valid, len(lines), sum(len(line.split()) for line in lines))
+                )
     except Exception as e:
         message = describe_error(e)
-        if message is None or no_space(e, task.shard) is not None:  # a full disk is the output's problem
+        if (
+            message is None or no_space(e, task.shard) is not None
+        ):  # a full disk is the output's problem
             raise
         result.error = f"{task.source.display}: {message}"
     result.xml_bytes = sum(r.bytes for r in readers)
@@ -200,8 +224,11 @@ def _process_file(task: _Task) -> _FileResult:
     return result
 
 
-def _training_paragraphs(files: Sequence[InputFile], max_docs: Optional[int], notes: NoteOptions) -> Iterator[str]:
-    """Abstract/body paragraphs in file order, for training Punkt; bad files are left to the main pass."""
+def _training_paragraphs(
+    files: Sequence[InputFile], max_docs: Optional[int], notes: NoteOptions
+) -> Iterator[str]:
+    """Abstract/body paragraphs in file order, for training Punkt; bad files are left to the main
+    pass."""
     for source in files:
         try:
             for _, record in iter_records(source, max_docs, notes=notes):
@@ -217,7 +244,8 @@ def _training_paragraphs(files: Sequence[InputFile], max_docs: Optional[int], no
 
 
 def _last_occurrence(keys: np.ndarray) -> np.ndarray:
-    """Mask of the records that are the last occurrence of their key (records without a key: all)."""
+    """Mask of the records that are the last occurrence of their key (records without a key:
+    all)."""
     n = len(keys)
     order = np.lexsort((np.arange(n), keys))
     sorted_keys = keys[order]
@@ -251,7 +279,9 @@ class _MergedFile(NamedTuple):
 
 def _interleave(results: List[_FileResult]) -> _MergedFile:
     positions = np.concatenate([r.positions for r in results])
-    stripe = np.concatenate([np.full(len(r.positions), j, dtype=np.int32) for j, r in enumerate(results)])
+    stripe = np.concatenate(
+        [np.full(len(r.positions), j, dtype=np.int32) for j, r in enumerate(results)]
+    )
     order = np.argsort(positions, kind="stable")
     return _MergedFile(results, stripe[order], order)
 
@@ -292,7 +322,9 @@ def _merge(files: List[_MergedFile], out_dir: Path, stats: ExtractStats) -> None
     stats.words = int(_concat(files, "words", np.int32)[write].sum(dtype=np.int64))
 
     (out_dir / "extract_stats.json").unlink(missing_ok=True)  # the stats file marks a finished run
-    with atomic_write(out_dir / "train.txt") as train, atomic_write(out_dir / "valid.txt") as valid_out:
+    with atomic_write(out_dir / "train.txt") as train, atomic_write(
+        out_dir / "valid.txt"
+    ) as valid_out:
         started = {id(train): False, id(valid_out): False}
         offset = 0
         for f in files:
@@ -329,12 +361,22 @@ def _make_tasks(files: List[InputFile], tmp: Path, workers: int, **options) -> L
     share = max(1, sum(sizes) // (4 * workers))
     tasks = []
     for i, (source, size) in enumerate(zip(files, sizes)):
-        # MEDLINE files and NOTEEVENTS are large (PMC .nxml are small): every stripe parses the whole file but
-        # sentence-splits only its own records.
-        large = source.path.name.endswith((".xml", ".xml.gz")) or source.path.name.lower().endswith(NOTES_SUFFIXES)
+        # MEDLINE files and NOTEEVENTS are large (PMC .nxml are small): every stripe parses the
+        # whole file but sentence-splits only its own records.
+        large = source.path.name.endswith((".xml", ".xml.gz")) or source.path.name.lower().endswith(
+            NOTES_SUFFIXES
+        )
         count = min(workers, -(-size // share)) if workers > 1 and large else 1
         for j in range(max(1, count)):
-            tasks.append(_Task(i, source, Stripe(j, max(1, count)), tmp / f"shard{i:07d}-{j:03d}.txt", **options))
+            tasks.append(
+                _Task(
+                    i,
+                    source,
+                    Stripe(j, max(1, count)),
+                    tmp / f"shard{i:07d}-{j:03d}.txt",
+                    **options,
+                )
+            )
     return tasks
 
 
@@ -355,14 +397,14 @@ def extract(
 ) -> ExtractStats:
     """Extract ``inputs`` into ``out_dir/train.txt``, ``valid.txt`` and ``extract_stats.json``.
 
-    Everything is written in a temp directory beside ``out_dir`` that replaces it only when complete; an existing
-    ``out_dir`` (not an empty one) is refused unless ``overwrite`` and an earlier extract made it,
-    unchanged since. Inputs that give no document to train on (no abstracts, all under
-    ``min_words``, all in valid) are refused: nothing is written.
+    Everything is written in a temp directory beside ``out_dir`` that replaces it only when
+    complete; an existing ``out_dir`` (not an empty one) is refused unless ``overwrite`` and an
+    earlier extract made it, unchanged since. Inputs that give no document to train on (no
+    abstracts, all under ``min_words``, all in valid) are refused: nothing is written.
 
-    ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders`` (one of
-    ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line naming the file) for a bad
-    input file unless ``skip_bad_files``.
+    ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders``
+    (one of ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line
+    naming the file) for a bad input file unless ``skip_bad_files``.
     """
     if min_words < 0:
         raise PreprocessError("--min-words must be >= 0")
@@ -384,8 +426,19 @@ def extract(
         raise PreprocessError(f"no input files found in {', '.join(map(str, inputs))}")
     tmp = make_temp_dir(out_dir)
     try:
-        stats = _extract(files, out_dir, tmp, min_words, valid_fraction, max_docs_per_file, workers, skip_bad_files,
-                         sentence_training_texts, notes, progress)  # fmt: skip
+        stats = _extract(
+            files,
+            out_dir,
+            tmp,
+            min_words,
+            valid_fraction,
+            max_docs_per_file,
+            workers,
+            skip_bad_files,
+            sentence_training_texts,
+            notes,
+            progress,
+        )
         _refuse_empty(stats, files)
         stats.seconds = round(time.time() - start, 3)
         stats.mb_per_s = round(stats.xml_mb / stats.seconds, 3) if stats.seconds > 0 else 0.0
@@ -406,12 +459,26 @@ def extract(
     return stats
 
 
-def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_docs_per_file, workers, skip_bad_files,
-             sentence_training_texts, notes, progress) -> ExtractStats:  # fmt: skip
-    """``extract``'s work: the corpus and its statistics written into ``tmp`` (named by their final paths)."""
+def _extract(
+    files,
+    out_dir: Path,
+    tmp: Path,
+    min_words,
+    valid_fraction,
+    max_docs_per_file,
+    workers,
+    skip_bad_files,
+    sentence_training_texts,
+    notes,
+    progress,
+) -> ExtractStats:
+    """``extract``'s work: the corpus and its statistics written into ``tmp`` (named by their final
+    paths)."""
     from tqdm import tqdm
 
-    splitter = SentenceSplitter.train(_training_paragraphs(files, max_docs_per_file, notes), sentence_training_texts)
+    splitter = SentenceSplitter.train(
+        _training_paragraphs(files, max_docs_per_file, notes), sentence_training_texts
+    )
     stats = ExtractStats(
         min_words=min_words,
         valid_fraction=valid_fraction,
@@ -425,13 +492,23 @@ def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_doc
         ),
     )
     with tempfile.TemporaryDirectory(dir=tmp, prefix=".shards-") as shards:
-        options = dict(max_docs=max_docs_per_file, min_words=min_words, valid_fraction=valid_fraction, notes=notes)
+        options = dict(
+            max_docs=max_docs_per_file,
+            min_words=min_words,
+            valid_fraction=valid_fraction,
+            notes=notes,
+        )
         tasks = _make_tasks(files, Path(shards), workers, **options)
-        # Largest pieces first keeps the workers busy; results are put back in file order afterwards.
+        # Largest pieces first keeps the workers busy; results are put back in file order
+        # afterwards.
         queue = sorted(tasks, key=lambda t: -_size(t.source.path) / t.stripe.count)
         results: List[List[_FileResult]] = [[] for _ in files]
         bar = tqdm(
-            total=sum(_size(f.path) for f in files), unit="B", unit_scale=True, desc="extract", disable=not progress
+            total=sum(_size(f.path) for f in files),
+            unit="B",
+            unit_scale=True,
+            desc="extract",
+            disable=not progress,
         )
         with bar:
             if workers == 1:
@@ -439,7 +516,9 @@ def _extract(files, out_dir: Path, tmp: Path, min_words, valid_fraction, max_doc
                 _collect(map(_process_file, queue), results, bar, skip_bad_files)
             else:
                 with worker_pool(workers, _init_worker, (splitter,)) as pool:
-                    _collect(pool.imap_unordered(_process_file, queue), results, bar, skip_bad_files)
+                    _collect(
+                        pool.imap_unordered(_process_file, queue), results, bar, skip_bad_files
+                    )
         good = []
         for source, parts in zip(files, results):
             errors = [r.error for r in parts if r.error is not None]
@@ -480,16 +559,20 @@ def _refuse_empty(stats: ExtractStats, files: List[InputFile]) -> None:
         ]
         if stats.skipped:
             found.append(f"{stats.skipped} files skipped")
-        raise PreprocessError(f"{names}: no document with text to extract ({', '.join(found)}); "
-                              "nothing written")  # fmt: skip
+        raise PreprocessError(
+            f"{names}: no document with text to extract ({', '.join(found)}); " "nothing written"
+        )
     if stats.train_documents == 0:
-        raise PreprocessError(f"{names}: all {stats.written:,} documents fell in valid.txt "
-                              f"(--valid-fraction {stats.valid_fraction}); train.txt would be "
-                              "empty; nothing written")  # fmt: skip
+        raise PreprocessError(
+            f"{names}: all {stats.written:,} documents fell in valid.txt "
+            f"(--valid-fraction {stats.valid_fraction}); train.txt would be "
+            "empty; nothing written"
+        )
 
 
 def _warn_unmatched_categories(notes: NoteStats) -> None:
-    """A --note-categories name no note read has (a typo, or a category spelled otherwise) is worth a warning."""
+    """A --note-categories name no note read has (a typo, or a category spelled otherwise) is worth
+    a warning."""
     if not notes.read or notes.category_filter is None:
         return
     seen = {name.casefold() for name in notes.categories}
@@ -520,8 +603,11 @@ def build_parser() -> Parser:
         metavar="INPUT",
         help="input files or directories (*.xml, *.xml.gz, *.nxml, *.txt, NOTEEVENTS*.csv, NOTEEVENTS*.csv.gz)",
     )
-    add_out(parser, "the corpus directory to write (train.txt, valid.txt, extract_stats.json); new or empty unless "
-            "--overwrite")  # fmt: skip
+    add_out(
+        parser,
+        "the corpus directory to write (train.txt, valid.txt, extract_stats.json); new or empty unless "
+        "--overwrite",
+    )
     parser.add_argument(
         "--min-words",
         type=int,
@@ -541,7 +627,10 @@ def build_parser() -> Parser:
         help="read at most this many documents from each file (quick runs, tests)",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="parallel processes (a file each; large files are shared in stripes)"
+        "--workers",
+        type=int,
+        default=1,
+        help="parallel processes (a file each; large files are shared in stripes)",
     )
     parser.add_argument(
         "--skip-bad-files",

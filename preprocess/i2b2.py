@@ -1,7 +1,8 @@
-"""``fairseq-bio-convert-tagging i2b2-2010 | i2b2-2012 | i2b2-2014``: the i2b2 / n2c2 clinical NER releases (under
-a data use agreement; never shipped with this project) -> CoNLL, tagged, split and written as the ``pubtator``
-converter does (``pubtator.convert_documents``). bio-lm (Lewis et al. 2020) evaluates on all three with the
-clinicalBERT preprocessing; what that does, this does too, and where it differs it says so.
+"""``fairseq-bio-convert-tagging i2b2-2010 | i2b2-2012 | i2b2-2014``: the i2b2 / n2c2 clinical NER
+releases (under a data use agreement; never shipped with this project) -> CoNLL, tagged, split and
+written as the ``pubtator`` converter does (``pubtator.convert_documents``). bio-lm (Lewis et
+al. 2020) evaluates on all three with the clinicalBERT preprocessing; what that does, this does too,
+and where it differs it says so.
 
 2010: ``.txt`` + ``.con`` concept files (``read_i2b2_2010``); 2012 (``EVENT`` tags) and 2014 (PHI
 tags): XML with character offsets into the record (``read_tagged_xml``). A mention whose text is
@@ -26,13 +27,15 @@ from .standoff import line_segments, parse_offsets, read_text
 class I2b2Stats(PubtatorStats):
     """Summary of an i2b2 conversion (also written to ``convert_stats.json``)."""
 
-    tags_skipped: Dict[str, int] = dataclasses.field(default_factory=dict)  # per tag name; "<name> without type"
+    tags_skipped: Dict[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # per tag name; "<name> without type"
     text_mismatches_kept: int = 0  # with --allow-text-mismatch
 
 
 def _same_text(found: str, expected: str, lower: bool = False) -> bool:
-    """Whether the record's text at the offsets is the annotation's: whitespace runs as one space, XML entities of
-    the record (``&apos;``) as their characters, ``lower``: case ignored."""
+    """Whether the record's text at the offsets is the annotation's: whitespace runs as one space,
+    XML entities of the record (``&apos;``) as their characters, ``lower``: case ignored."""
     want = " ".join(expected.split())
     for candidate in (found, html.unescape(found)):
         got = " ".join(candidate.split())
@@ -42,9 +45,17 @@ def _same_text(found: str, expected: str, lower: bool = False) -> bool:
 
 
 def _mention(
-    document: Document, span: Tuple[int, int], expected: str, type_: str, where: str, allow: bool, stats, lower=False
+    document: Document,
+    span: Tuple[int, int],
+    expected: str,
+    type_: str,
+    where: str,
+    allow: bool,
+    stats,
+    lower=False,
 ) -> Mention:
-    """The mention at ``span`` of ``document``, its annotated text checked (or, with ``allow``, counted if not)."""
+    """The mention at ``span`` of ``document``, its annotated text checked (or, with ``allow``,
+    counted if not)."""
     start, end = span
     mention = Mention(start, end, document.text[start:end], type_, where)
     check_mention(document, mention)  # offsets inside the record, a type
@@ -55,7 +66,10 @@ def _mention(
                 "--allow-text-mismatch keeps the offsets"
             )
         stats.text_mismatches_kept += 1
-        note(stats, f"{where}: kept offsets {start}-{end} ({mention.text!r}) for annotated text {expected!r}")
+        note(
+            stats,
+            f"{where}: kept offsets {start}-{end} ({mention.text!r}) for annotated text {expected!r}",
+        )
     return mention
 
 
@@ -66,7 +80,8 @@ _CONCEPT = re.compile(r'^c="(.*)" (\d+):(\d+) (\d+):(\d+)\|\|t="([^"]*)"')
 
 
 def _token_spans(text: str) -> List[List[Tuple[int, int]]]:
-    """Per line of ``text``: the character span of each token, tokens being the pieces between single spaces."""
+    """Per line of ``text``: the character span of each token, tokens being the pieces between
+    single spaces."""
     lines, start = [], 0
     for line in text.split("\n"):
         body = line.rstrip("\r")
@@ -80,14 +95,19 @@ def _token_spans(text: str) -> List[List[Tuple[int, int]]]:
 
 
 def _record_text(con: Path, text_dirs: Sequence[Path]) -> Path:
-    """The ``.txt`` of a ``.con``: in ``../txt/`` (the training layout), beside it, or in one of ``text_dirs``."""
+    """The ``.txt`` of a ``.con``: in ``../txt/`` (the training layout), beside it, or in one of
+    ``text_dirs``."""
     name = con.stem + ".txt"
-    candidates = [con.parent.parent / "txt" / name, con.with_suffix(".txt")] + [d / name for d in text_dirs]
+    candidates = [con.parent.parent / "txt" / name, con.with_suffix(".txt")] + [
+        d / name for d in text_dirs
+    ]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
     looked = ", ".join(str(c.parent) for c in candidates)
-    raise PreprocessError(f"{con}: no record text {name} (looked in {looked}; --texts DIR adds a directory)")
+    raise PreprocessError(
+        f"{con}: no record text {name} (looked in {looked}; --texts DIR adds a directory)"
+    )
 
 
 def read_i2b2_2010(
@@ -117,15 +137,21 @@ def read_i2b2_2010(
             where = f"{con}:{number}"
             m = _CONCEPT.match(line)
             if not m:
-                raise PreprocessError(f'{where}: not a concept line (c="text" LINE:TOKEN LINE:TOKEN||t="type")')
+                raise PreprocessError(
+                    f'{where}: not a concept line (c="text" LINE:TOKEN LINE:TOKEN||t="type")'
+                )
             text, l1, t1, l2, t2, type_ = m.group(1), *map(int, m.group(2, 3, 4, 5)), m.group(6)
             for line_no, token in ((l1, t1), (l2, t2)):
                 if not 1 <= line_no <= len(tokens) or token >= len(tokens[line_no - 1]):
                     raise PreprocessError(f"{where}: token {line_no}:{token} is not in {txt}")
             start, end = tokens[l1 - 1][t1][0], tokens[l2 - 1][t2][1]
             if end <= start:
-                raise PreprocessError(f"{where}: concept ends ({l2}:{t2}) before it starts ({l1}:{t1})")
-            document.mentions.append(_mention(document, (start, end), text, type_, where, allow, stats, lower=True))
+                raise PreprocessError(
+                    f"{where}: concept ends ({l2}:{t2}) before it starts ({l1}:{t1})"
+                )
+            document.mentions.append(
+                _mention(document, (start, end), text, type_, where, allow, stats, lower=True)
+            )
         documents.append(document)
     return documents
 
@@ -135,21 +161,27 @@ def read_i2b2_2010(
 
 _TEXT = re.compile(r"<TEXT>\s*<!\[CDATA\[")
 _TEXT_END = "]]></TEXT>"
-# '&' that starts no entity: the 2012 release has some in attribute values, which no XML parser accepts.
+# '&' that starts no entity: the 2012 release has some in attribute values, which no XML parser
+# accepts.
 _BARE_AMPERSAND = re.compile(r"&(?!(?:amp|lt|gt|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);)")
 
 Tag = Tuple[str, Dict[str, str], int]  # name, attributes, file line
 
 
 def read_i2b2_xml(path: Path) -> Tuple[str, List[Tag]]:
-    """(record text, the children of ``<TAGS>``) of one i2b2 XML file; offsets count the CDATA text as stored."""
+    """(record text, the children of ``<TAGS>``) of one i2b2 XML file; offsets count the CDATA text
+    as stored."""
     raw = read_text(path)
     m = _TEXT.search(raw)
     close = raw.find(_TEXT_END, m.end()) if m else -1
     if close < 0:
         raise PreprocessError(f"{path}: no <TEXT><![CDATA[...]]></TEXT>; not an i2b2 XML record")
     text = raw[m.end() : close]
-    fixed = _BARE_AMPERSAND.sub("&amp;", raw[: m.end()]) + text + _BARE_AMPERSAND.sub("&amp;", raw[close:])
+    fixed = (
+        _BARE_AMPERSAND.sub("&amp;", raw[: m.end()])
+        + text
+        + _BARE_AMPERSAND.sub("&amp;", raw[close:])
+    )
     tags: List[Tag] = []
     stack: List[str] = []
     parser = xml.parsers.expat.ParserCreate()
@@ -164,7 +196,9 @@ def read_i2b2_xml(path: Path) -> Tuple[str, List[Tag]]:
     try:
         parser.Parse(fixed, True)
     except xml.parsers.expat.ExpatError as e:
-        raise PreprocessError(f"{path}:{e.lineno}: XML {xml.parsers.expat.errors.messages[e.code]}") from None
+        raise PreprocessError(
+            f"{path}:{e.lineno}: XML {xml.parsers.expat.errors.messages[e.code]}"
+        ) from None
     return text, tags
 
 
@@ -206,7 +240,9 @@ def read_tagged_xml(
                 stats.tags_skipped[key] = stats.tags_skipped.get(key, 0) + 1
                 continue
             span = parse_offsets((attributes["start"], attributes["end"]), where)
-            document.mentions.append(_mention(document, span, attributes["text"], type_, where, allow, stats))
+            document.mentions.append(
+                _mention(document, span, attributes["text"], type_, where, allow, stats)
+            )
         documents.append(document)
     return documents
 
@@ -229,37 +265,52 @@ def _phi_category(name: str, attributes: Dict[str, str]) -> str:
 
 def _convert(out_dir, read, options) -> I2b2Stats:
     stats = I2b2Stats()
-    options.setdefault("split_segments", False)  # a line of the record is a sentence (clinicalBERT's)
+    options.setdefault(
+        "split_segments", False
+    )  # a line of the record is a sentence (clinicalBERT's)
     return convert_documents(out_dir, lambda path: read(path, stats), stats, **options)
 
 
-def convert_i2b2_2010(out_dir, *, texts: Sequence = (), allow_text_mismatch: bool = False, **options) -> I2b2Stats:
-    """i2b2 2010 concepts -> ``out_dir/<split>.tsv``; ``texts``: more directories holding the records' ``.txt``."""
+def convert_i2b2_2010(
+    out_dir, *, texts: Sequence = (), allow_text_mismatch: bool = False, **options
+) -> I2b2Stats:
+    """i2b2 2010 concepts -> ``out_dir/<split>.tsv``; ``texts``: more directories holding the
+    records' ``.txt``."""
     text_dirs = [Path(t) for t in texts]
     for directory in text_dirs:
         if not directory.is_dir():
             raise PreprocessError(f"--texts {directory}: not a directory")
-    return _convert(out_dir, lambda p, stats: read_i2b2_2010(p, stats, text_dirs, allow_text_mismatch), options)
+    return _convert(
+        out_dir, lambda p, stats: read_i2b2_2010(p, stats, text_dirs, allow_text_mismatch), options
+    )
 
 
 def convert_i2b2_2012(
     out_dir, *, tags: Sequence[str] = ("EVENT",), allow_text_mismatch: bool = False, **options
 ) -> I2b2Stats:
-    """i2b2 2012 temporal XML -> ``out_dir/<split>.tsv``; ``tags``: EVENT (bio-lm), TIMEX3 or both."""
+    """i2b2 2012 temporal XML -> ``out_dir/<split>.tsv``; ``tags``: EVENT (bio-lm), TIMEX3 or
+    both."""
     for name in tags:
         if name not in ("EVENT", "TIMEX3"):
             raise PreprocessError(f"--tags {name}: expected EVENT and/or TIMEX3")
     return _convert(
-        out_dir, lambda p, stats: read_tagged_xml(p, stats, tuple(tags), _event_type, allow_text_mismatch), options
+        out_dir,
+        lambda p, stats: read_tagged_xml(p, stats, tuple(tags), _event_type, allow_text_mismatch),
+        options,
     )
 
 
 def convert_i2b2_2014(
     out_dir, *, phi_level: str = "type", allow_text_mismatch: bool = False, **options
 ) -> I2b2Stats:
-    """i2b2 2014 de-identification XML -> ``out_dir/<split>.tsv``; ``phi_level``: type (TYPE, bio-lm) or category."""
+    """i2b2 2014 de-identification XML -> ``out_dir/<split>.tsv``; ``phi_level``: type (TYPE,
+    bio-lm) or category."""
     if phi_level not in ("type", "category"):
         raise PreprocessError(f"--phi-level {phi_level}: expected type or category")
     type_of = _phi_type if phi_level == "type" else _phi_category
     options.setdefault("group", ("patients", lambda record: record.split("-", 1)[0]))
-    return _convert(out_dir, lambda p, stats: read_tagged_xml(p, stats, None, type_of, allow_text_mismatch), options)
+    return _convert(
+        out_dir,
+        lambda p, stats: read_tagged_xml(p, stats, None, type_of, allow_text_mismatch),
+        options,
+    )

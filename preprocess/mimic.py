@@ -19,9 +19,9 @@ NOTES_SUFFIXES = (".csv", ".csv.gz")
 REQUIRED_COLUMNS = ("ROW_ID", "CATEGORY", "TEXT")
 DEID_MODES = ("keep", "normalise", "drop")
 
-# (token, pattern searched in the placeholder's lower-cased text); first match wins, e.g. "Hospital Ward Name" is a
-# HOSPITAL (not a NAME) and "E-mail address" a CONTACT (not a LOCATION). A placeholder of digits and separators only
-# ("2151-7-16", "7-16", "2151") is a shifted date.
+# (token, pattern searched in the placeholder's lower-cased text); first match wins, e.g. "Hospital
+# Ward Name" is a HOSPITAL (not a NAME) and "E-mail address" a CONTACT (not a LOCATION). A
+# placeholder of digits and separators only ("2151-7-16", "7-16", "2151") is a shifted date.
 PLACEHOLDER_TYPES: Tuple[Tuple[str, str], ...] = (
     ("[HOSPITAL]", r"hospital|ward"),
     ("[CONTACT]", r"e-?mail|url|telephone|fax|pager|contact"),
@@ -58,13 +58,16 @@ class Note(NamedTuple):
 
 @dataclasses.dataclass
 class NoteStats:
-    """Counts over the NOTEEVENTS rows read: ``read == kept + skipped_iserror + skipped_category``."""
+    """Counts over the NOTEEVENTS rows read:
+    ``read == kept + skipped_iserror + skipped_category``."""
 
     read: int = 0
     kept: int = 0  # passed both filters: became documents
     skipped_iserror: int = 0
     skipped_category: int = 0
-    categories: Dict[str, int] = dataclasses.field(default_factory=dict)  # rows read per (stripped) CATEGORY
+    categories: Dict[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # rows read per (stripped) CATEGORY
     category_filter: Optional[List[str]] = None  # --note-categories (None: all)
     deid_placeholders: str = "normalise"
 
@@ -78,9 +81,12 @@ class NoteStats:
 
 
 def note_options(categories=None, deid: str = "normalise") -> NoteOptions:
-    """Checked options; ``categories`` a list or a comma-separated string ("Discharge summary,Radiology")."""
+    """Checked options; ``categories`` a list or a comma-separated string ("Discharge
+    summary,Radiology")."""
     if deid not in DEID_MODES:
-        raise ValueError(f"--deid-placeholders must be one of {', '.join(DEID_MODES)}, not {deid!r}")
+        raise ValueError(
+            f"--deid-placeholders must be one of {', '.join(DEID_MODES)}, not {deid!r}"
+        )
     if categories is None:
         return NoteOptions(None, deid)
     names = categories.split(",") if isinstance(categories, str) else list(categories)
@@ -107,7 +113,9 @@ def is_notes_header(line: str) -> bool:
 def placeholder_type(text: str) -> str:
     """The typed token for a placeholder's inner text ("Known lastname 1234" -> "[NAME]")."""
     text = text.strip().lower()
-    return next((token for token, pattern in _TYPE_PATTERNS if pattern.search(text)), FALLBACK_TOKEN)
+    return next(
+        (token for token, pattern in _TYPE_PATTERNS if pattern.search(text)), FALLBACK_TOKEN
+    )
 
 
 def replace_placeholders(text: str, mode: str) -> str:
@@ -129,12 +137,15 @@ def note_paragraphs(text: str) -> List[str]:
 
     MIMIC notes are hard-wrapped at ~80 columns, hence the joining; header blocks ("Admission Date:
     ... Discharge Date: ...") stay paragraphs of their own."""
-    paragraphs = (" ".join(block.split()) for block in _BLANK_LINES.split(text.replace("\r\n", "\n")))
+    paragraphs = (
+        " ".join(block.split()) for block in _BLANK_LINES.split(text.replace("\r\n", "\n"))
+    )
     return [p for p in paragraphs if p]
 
 
 class _Lines:
-    """A binary file's lines, decoded for ``csv.reader``; counts lines and bytes, keeps the current row's lines."""
+    """A binary file's lines, decoded for ``csv.reader``; counts lines and bytes, keeps the current
+    row's lines."""
 
     def __init__(self, f):
         self._f = f
@@ -152,15 +163,19 @@ class _Lines:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise NotesError(f"line {self.lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+            raise NotesError(
+                f"line {self.lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x})"
+            ) from None
         if len(self.row) < _ROW_LINES_KEPT:
             self.row.append(line)
         return line.lstrip("\ufeff") if self.lineno == 1 else line
 
 
 def _quoting_error_field(lines: List[str]) -> int:
-    """Index of the field a quoting error is in, for the message (csv.Error does not say): the quoted field that
-    closes into something other than a comma or a line end, or the one still open where ``lines`` end."""
+    """Index of the field a quoting error is in, for the message (csv.Error does not say): the
+    quoted field that closes into something other than a comma or a line end, or the one still open
+    where ``lines`` end.
+    """
     field, quoted, start = 0, False, True
     text = "".join(lines)
     i = 0
@@ -193,9 +208,9 @@ def iter_notes(
     stats: Optional[NoteStats] = None,
     readers: Optional[list] = None,
 ) -> Iterator[Tuple[int, Note]]:
-    """``(position, Note)`` for the rows of a binary NOTEEVENTS file whose position is in ``stripe``, kept by
-    ``options``; ``stats`` counts those rows (so stripes add up). Raises ``NotesError`` for a bad
-    file or row.
+    """``(position, Note)`` for the rows of a binary NOTEEVENTS file whose position is in
+    ``stripe``, kept by ``options``; ``stats`` counts those rows (so stripes add up). Raises
+    ``NotesError`` for a bad file or row.
 
     Categories are compared after ``strip()``, case-insensitively: real values such as
     ``"Physician "`` end in a space."""
@@ -216,10 +231,16 @@ def iter_notes(
             row = next(reader, None)
         except csv.Error as e:
             at = _quoting_error_field(lines.row)
-            field = "header" if not columns else columns[at] if at < len(columns) else f"field {at + 1}"
+            field = (
+                "header" if not columns else columns[at] if at < len(columns) else f"field {at + 1}"
+            )
             at_end = "end of data" in str(e)
             what = "quoted field not closed before the end of the file" if at_end else str(e)
-            where = f" (the parser stopped on line {lines.lineno})" if lines.lineno != start and not at_end else ""
+            where = (
+                f" (the parser stopped on line {lines.lineno})"
+                if lines.lineno != start and not at_end
+                else ""
+            )
             raise NotesError(f"line {start}: {field}: malformed CSV: {what}{where}") from None
         if row is None:
             break
@@ -228,14 +249,18 @@ def iter_notes(
             index = {name: i for i, name in enumerate(columns)}
             missing = [c for c in REQUIRED_COLUMNS if c not in index]
             if missing:
-                raise NotesError(f"line {start}: not a MIMIC-III NOTEEVENTS header (no {', '.join(missing)} column)")
+                raise NotesError(
+                    f"line {start}: not a MIMIC-III NOTEEVENTS header (no {', '.join(missing)} column)"
+                )
             continue
         if not row:
             continue  # a blank line between rows
         if len(row) != len(columns):
             what = "missing" if len(row) < len(columns) else "extra field after it"
             field = columns[min(len(row), len(columns) - 1)]
-            raise NotesError(f"line {start}: {field}: {what} ({len(row)} fields, the header has {len(columns)})")
+            raise NotesError(
+                f"line {start}: {field}: {what} ({len(row)} fields, the header has {len(columns)})"
+            )
         row_id = row[index["ROW_ID"]].strip()
         if not row_id.isdigit():
             raise NotesError(f"line {start}: ROW_ID: not a number ({row_id[:40]!r})")

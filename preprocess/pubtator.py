@@ -43,7 +43,8 @@ from .tagging_outputs import (
 
 @dataclasses.dataclass
 class Mention:
-    """A mention: character offsets into its document's text, the text there, its type, and where it was read."""
+    """A mention: character offsets into its document's text, the text there, its type, and where it
+    was read."""
 
     start: int
     end: int
@@ -54,7 +55,8 @@ class Mention:
 
 @dataclasses.dataclass
 class Document:
-    """A document: its id, full text, the spans of text split into sentences on their own, and its mentions."""
+    """A document: its id, full text, the spans of text split into sentences on their own, and its
+    mentions."""
 
     pmid: str
     text: str
@@ -70,9 +72,13 @@ class PubtatorStats:
     documents: Dict[str, int] = dataclasses.field(default_factory=dict)  # per split
     sentences: Dict[str, int] = dataclasses.field(default_factory=dict)
     words: Dict[str, int] = dataclasses.field(default_factory=dict)
-    mentions: Dict[str, Dict[str, int]] = dataclasses.field(default_factory=dict)  # split -> type -> kept mentions
+    mentions: Dict[str, Dict[str, int]] = dataclasses.field(
+        default_factory=dict
+    )  # split -> type -> kept mentions
     mentions_read: int = 0
-    types_read: Dict[str, int] = dataclasses.field(default_factory=dict)  # mentions per type (after --rename)
+    types_read: Dict[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # mentions per type (after --rename)
     other_types: Dict[str, int] = dataclasses.field(default_factory=dict)  # dropped by --types
     boundary_inside_word: int = 0  # kept; the whole word is tagged
     overlapping_dropped: int = 0
@@ -81,7 +87,9 @@ class PubtatorStats:
     sentence_joins: int = 0  # sentence boundaries removed because a mention crossed them
     relations_skipped: int = 0
     unassigned_documents: int = 0  # in the inputs but in none of the --<split>-pmids lists
-    held_out: Dict[str, str] = dataclasses.field(default_factory=dict)  # split -> how it was held out of train
+    held_out: Dict[str, str] = dataclasses.field(
+        default_factory=dict
+    )  # split -> how it was held out of train
     examples: List[str] = dataclasses.field(default_factory=list)
 
 
@@ -90,7 +98,8 @@ _INT = re.compile(r"^-?\d+$")
 
 
 def read_pubtator(path, stats: Optional[PubtatorStats] = None) -> List[Document]:
-    """Documents of a PubTator file; every mention checked against the text (one-line errors with file:line)."""
+    """Documents of a PubTator file; every mention checked against the text (one-line errors with
+    file:line)."""
     path = Path(path)
     text = decode(read_bytes(path), str(path), "utf-8")
     documents: List[Document] = []
@@ -111,11 +120,17 @@ def read_pubtator(path, stats: Optional[PubtatorStats] = None) -> List[Document]
             pmid, kind, body = m.groups()
             if kind == "t":
                 close()  # a title line always starts a new document, blank line or not
-                current = dict(pmid=pmid, title=body, abstract=None, mentions=[], where=f"{path}:{number}")
+                current = dict(
+                    pmid=pmid, title=body, abstract=None, mentions=[], where=f"{path}:{number}"
+                )
             elif current is None or current["pmid"] != pmid:
-                raise PreprocessError(f"{path}:{number}: abstract of PMID {pmid} without its title line before it")
+                raise PreprocessError(
+                    f"{path}:{number}: abstract of PMID {pmid} without its title line before it"
+                )
             elif current["abstract"] is not None or current["mentions"]:
-                raise PreprocessError(f"{path}:{number}: a second abstract line, or one after the annotations")
+                raise PreprocessError(
+                    f"{path}:{number}: a second abstract line, or one after the annotations"
+                )
             else:
                 current["abstract"] = body
             continue
@@ -125,7 +140,9 @@ def read_pubtator(path, stats: Optional[PubtatorStats] = None) -> List[Document]
                 f"{path}:{number}: not a title (PMID|t|), abstract (PMID|a|), mention or relation line"
             )
         if current is None:
-            raise PreprocessError(f"{path}:{number}: an annotation line before any title line (PMID|t|title)")
+            raise PreprocessError(
+                f"{path}:{number}: an annotation line before any title line (PMID|t|title)"
+            )
         if columns[0] != current["pmid"]:
             raise PreprocessError(
                 f"{path}:{number}: annotation for PMID {columns[0]} inside document {current['pmid']}"
@@ -136,12 +153,16 @@ def read_pubtator(path, stats: Optional[PubtatorStats] = None) -> List[Document]
                     f"{path}:{number}: {len(columns)} columns; a mention is PMID, start, end, text, type[, id]"
                 )
             start, end = int(columns[1]), int(columns[2])
-            current["mentions"].append(Mention(start, end, columns[3], columns[4].strip(), f"{path}:{number}"))
+            current["mentions"].append(
+                Mention(start, end, columns[3], columns[4].strip(), f"{path}:{number}")
+            )
         elif stats is not None:
             stats.relations_skipped += 1
     close()
     if not documents:
-        raise PreprocessError(f"{path}: no documents (expected PubTator: PMID|t|title, PMID|a|abstract, mentions)")
+        raise PreprocessError(
+            f"{path}: no documents (expected PubTator: PMID|t|title, PMID|a|abstract, mentions)"
+        )
     return documents
 
 
@@ -159,7 +180,8 @@ def _pubtator_document(raw: dict) -> Document:
 
 
 def check_mention(document: Document, mention: Mention) -> None:
-    """The mention lies inside its document, has a type, and its text is the document's text at its offsets."""
+    """The mention lies inside its document, has a type, and its text is the document's text at its
+    offsets."""
     if not 0 <= mention.start < mention.end <= len(document.text):
         raise PreprocessError(
             f"{mention.where}: offsets {mention.start}-{mention.end} are outside the text of document "
@@ -176,7 +198,8 @@ def check_mention(document: Document, mention: Mention) -> None:
 
 
 def read_bioc_json(path, stats: Optional[PubtatorStats] = None) -> List[Document]:
-    """Documents of a BioC JSON file (collection, list of documents, PubTator3 export, or one document per line)."""
+    """Documents of a BioC JSON file (collection, list of documents, PubTator3 export, or one
+    document per line)."""
     path = Path(path)
     text = decode(read_bytes(path), str(path), "utf-8")
     try:
@@ -211,7 +234,9 @@ def _bioc_documents(obj, path: Path, line: Optional[int]) -> list:
         if "passages" in obj:
             return [obj]
     where = f"{path}:{line}" if line else str(path)
-    raise PreprocessError(f"{where}: not BioC JSON (expected a collection, documents or a document with passages)")
+    raise PreprocessError(
+        f"{where}: not BioC JSON (expected a collection, documents or a document with passages)"
+    )
 
 
 def _bioc_document(raw: dict, path: Path, line: Optional[int], index: int, stats) -> Document:
@@ -226,12 +251,18 @@ def _bioc_document(raw: dict, path: Path, line: Optional[int], index: int, stats
         body = passage.get("text")
         if body is None:
             if passage.get("sentences"):
-                raise PreprocessError(f"{where}, passage {p + 1}: sentence-level BioC is not supported (no text)")
+                raise PreprocessError(
+                    f"{where}, passage {p + 1}: sentence-level BioC is not supported (no text)"
+                )
             body = ""
         if not isinstance(offset, int) or not isinstance(body, str):
-            raise PreprocessError(f"{where}, passage {p + 1}: offset must be a number and text a string")
+            raise PreprocessError(
+                f"{where}, passage {p + 1}: offset must be a number and text a string"
+            )
         if offset < len(text):
-            raise PreprocessError(f"{where}, passage {p + 1}: offset {offset} overlaps the passage before")
+            raise PreprocessError(
+                f"{where}, passage {p + 1}: offset {offset} overlaps the passage before"
+            )
         text += " " * (offset - len(text)) + body
         if body:
             segments.append((offset, offset + len(body)))
@@ -249,7 +280,11 @@ def _bioc_document(raw: dict, path: Path, line: Optional[int], index: int, stats
             start, length = locations[0].get("offset"), locations[0].get("length")
             if not isinstance(start, int) or not isinstance(length, int):
                 raise PreprocessError(f"{ann_where}: location offset and length must be numbers")
-            mentions.append(Mention(start, start + length, str(annotation.get("text", "")), str(type_), ann_where))
+            mentions.append(
+                Mention(
+                    start, start + length, str(annotation.get("text", "")), str(type_), ann_where
+                )
+            )
     document = Document(pmid, text, segments, mentions, where)
     for mention in mentions:
         check_mention(document, mention)
@@ -268,8 +303,9 @@ def read_documents(path, stats: Optional[PubtatorStats] = None) -> List[Document
 def _sentence_spans(
     splitter: Optional[SentenceSplitter], text: str, start: int, end: int
 ) -> List[Tuple[int, int]]:
-    """Character spans of the sentences of ``text[start:end]``, from the splitter's whitespace-collapsed output;
-    without a splitter the segment is one sentence (none if it is blank)."""
+    """Character spans of the sentences of ``text[start:end]``, from the splitter's
+    whitespace-collapsed output; without a splitter the segment is one sentence (none if it is
+    blank)."""
     segment = text[start:end]
     if splitter is None:
         stripped = segment.strip()
@@ -277,7 +313,8 @@ def _sentence_spans(
             return []
         first = start + segment.index(stripped[0])
         return [(first, first + len(stripped))]
-    # The splitter drops only whitespace, so the k-th non-space character of its output is the k-th of the input.
+    # The splitter drops only whitespace, so the k-th non-space character of its output is the k-th
+    # of the input.
     visible = [i for i, c in enumerate(segment) if not c.isspace()]
     spans, k = [], 0
     for sentence in splitter.split(segment):
@@ -285,7 +322,9 @@ def _sentence_spans(
         spans.append((start + visible[k], start + visible[k + n - 1] + 1))
         k += n
     if k != len(visible):
-        raise PreprocessError(f"sentence splitter lost characters of {segment[:60]!r}")  # a bug, not bad input
+        raise PreprocessError(
+            f"sentence splitter lost characters of {segment[:60]!r}"
+        )  # a bug, not bad input
     return spans
 
 
@@ -315,7 +354,11 @@ def tag_document(
     words = words_with_offsets(document.text)
     starts = [w[1] for w in words]
     ends = [w[2] for w in words]
-    sentences = [span for a, b in document.segments for span in _sentence_spans(splitter, document.text, a, b)]
+    sentences = [
+        span
+        for a, b in document.segments
+        for span in _sentence_spans(splitter, document.text, a, b)
+    ]
     sentence_starts = [a for a, _ in sentences]
     sentence_of = [bisect_right(sentence_starts, s) - 1 for s in starts]
 
@@ -323,7 +366,8 @@ def tag_document(
     kept: Counter = Counter()
     seen = set()
     joined = [False] * len(sentences)  # joined[i]: sentence i continues into sentence i + 1
-    # Earlier mentions first, the longer one first at the same start: that is the one kept on overlap.
+    # Earlier mentions first, the longer one first at the same start: that is the one kept on
+    # overlap.
     for mention in sorted(document.mentions, key=lambda m: (m.start, -m.end, m.type)):
         stats.mentions_read += 1
         type_ = rename.get(mention.type, mention.type)
@@ -347,7 +391,10 @@ def tag_document(
         if starts[first] < mention.start or ends[last] > mention.end:
             stats.boundary_inside_word += 1
             whole = document.text[starts[first] : ends[last]]
-            note(stats, f"{mention.where}: boundary inside a word; tagged {whole!r} for {mention.text!r}")
+            note(
+                stats,
+                f"{mention.where}: boundary inside a word; tagged {whole!r} for {mention.text!r}",
+            )
         tags[first] = f"B-{type_}"
         for i in range(first + 1, last + 1):
             tags[i] = f"I-{type_}"
@@ -356,7 +403,10 @@ def tag_document(
             if not joined[s]:
                 joined[s] = True
                 stats.sentence_joins += 1
-                note(stats, f"{mention.where}: sentence boundary inside {mention.text!r}; sentences joined")
+                note(
+                    stats,
+                    f"{mention.where}: sentence boundary inside {mention.text!r}; sentences joined",
+                )
 
     out: List[Tagged] = []
     current: Tagged = ([], [])
@@ -390,8 +440,10 @@ def _parse_types(types: Optional[Sequence[str]]) -> Optional[Set[str]]:
 
 
 def _hold_out(ordered, source: str, target: str, fraction: float, seed: int, group, stats) -> list:
-    """``ordered`` with ``int(fraction * n)`` of the ``source`` split's documents moved to ``target``: a seeded
-    shuffle of their sorted ids; ``group`` (name, id -> group id) moves whole groups (a patient's records)."""
+    """``ordered`` with ``int(fraction * n)`` of the ``source`` split's documents moved to
+    ``target``: a seeded shuffle of their sorted ids; ``group`` (name, id -> group id) moves whole
+    groups (a patient's records).
+    """
     option = f"--{'dev' if target == 'devel' else target}-fraction"
     if not 0.0 < fraction < 1.0:
         raise PreprocessError(f"{option} {fraction}: expected a number in (0, 1)")
@@ -404,8 +456,13 @@ def _hold_out(ordered, source: str, target: str, fraction: float, seed: int, gro
         raise PreprocessError(
             f"{option} {fraction}: {len(groups)} {source} {unit} cannot give both a {source} and a {target} split"
         )
-    stats.held_out[target] = f"int({fraction} * {len(groups)}) = {len(chosen)} {source} {unit}, seed {seed}"
-    return [(d, target if split == source and group(d.pmid) in chosen else split) for d, split in ordered]
+    stats.held_out[target] = (
+        f"int({fraction} * {len(groups)}) = {len(chosen)} {source} {unit}, seed {seed}"
+    )
+    return [
+        (d, target if split == source and group(d.pmid) in chosen else split)
+        for d, split in ordered
+    ]
 
 
 def convert_documents(
@@ -427,11 +484,12 @@ def convert_documents(
     group: Optional[Tuple[str, Callable[[str], str]]] = None,
     overwrite: bool = False,
 ) -> PubtatorStats:
-    """Documents with offset mentions (``read(path)`` of each input) -> ``out_dir/<split>.tsv``. Splits: input files
-    per split (``split_files``), id lists over ``inputs`` (``split_pmids``: split -> list file), or ``inputs`` alone
-    as train; ``test_fraction`` then ``dev_fraction`` hold train documents out for a split not given (``group``:
-    whole groups of them, see ``_hold_out``). ``split_segments``: Punkt splits each segment of a document into
-    sentences; False: each segment is one sentence."""
+    """Documents with offset mentions (``read(path)`` of each input) -> ``out_dir/<split>.tsv``.
+    Splits: input files per split (``split_files``), id lists over ``inputs`` (``split_pmids``:
+    split -> list file), or ``inputs`` alone as train; ``test_fraction`` then ``dev_fraction`` hold
+    train documents out for a split not given (``group``: whole groups of them, see ``_hold_out``).
+    ``split_segments``: Punkt splits each segment of a document into sentences; False: each segment
+    is one sentence."""
     split_files = {s: list(f) for s, f in (split_files or {}).items() if f}
     split_pmids = {s: p for s, p in (split_pmids or {}).items() if p}
     fractions = {"test": test_fraction, "devel": dev_fraction}
@@ -442,7 +500,9 @@ def convert_documents(
             "inputs (INPUT... --train-pmids/--devel-pmids/--test-pmids FILE), not both"
         )
     if split_files and inputs:
-        raise PreprocessError("positional inputs are used only without --train/--devel/--test; drop them")
+        raise PreprocessError(
+            "positional inputs are used only without --train/--devel/--test; drop them"
+        )
     if not split_files and not inputs:
         raise PreprocessError("no input: give INPUT... or --train/--devel/--test FILE...")
     if not split_files and not split_pmids and not fractions:
@@ -457,7 +517,9 @@ def convert_documents(
     for split in fractions:
         if split in split_files or split in split_pmids:
             name = "dev" if split == "devel" else split
-            raise PreprocessError(f"--{name}-fraction: the {split} split is already given; drop one of the two")
+            raise PreprocessError(
+                f"--{name}-fraction: the {split} split is already given; drop one of the two"
+            )
     if one_type is not None and (rename or not one_type.strip()):
         raise PreprocessError("--one-type NAME: a non-empty name, and not together with --rename")
     rename_map = _parse_rename(rename)
@@ -474,7 +536,7 @@ def convert_documents(
     # Read and check everything first.
     read_docs: Dict[str, Tuple[Document, str]] = {}  # pmid -> (document, split or "")
     ordered: List[Tuple[Document, str]] = []
-    for split, paths in (split_files.items() if split_files else [("train", inputs)]):
+    for split, paths in split_files.items() if split_files else [("train", inputs)]:
         for path in paths:
             for document in read(Path(path)):
                 if document.pmid in read_docs:
@@ -489,9 +551,13 @@ def convert_documents(
         for split, list_path in split_pmids.items():
             for pmid, line in read_id_list(list_path):
                 if pmid in owner:
-                    raise PreprocessError(f"{list_path}:{line}: PMID {pmid} is also in {owner[pmid][1]}")
+                    raise PreprocessError(
+                        f"{list_path}:{line}: PMID {pmid} is also in {owner[pmid][1]}"
+                    )
                 if pmid not in read_docs:
-                    raise PreprocessError(f"{list_path}:{line}: PMID {pmid} is in none of the input files")
+                    raise PreprocessError(
+                        f"{list_path}:{line}: PMID {pmid} is in none of the input files"
+                    )
                 owner[pmid] = (split, list_path)
         ordered = [(d, owner[d.pmid][0]) for d, _ in ordered if d.pmid in owner]
         stats.unassigned_documents = len(read_docs) - len(ordered)
@@ -503,7 +569,8 @@ def convert_documents(
     splitter = None  # without one, each segment (title, abstract, line, ...) is a sentence
     if split_segments:
         splitter = SentenceSplitter.train(
-            (document.text[a:b] for document, _ in ordered for a, b in document.segments), sentence_training_texts
+            (document.text[a:b] for document, _ in ordered for a, b in document.segments),
+            sentence_training_texts,
         )
     outputs: Dict[str, List[Tuple[str, List[Tagged]]]] = {s: [] for s in splits}
     kept_by_split: Dict[str, Counter] = {s: Counter() for s in splits}
@@ -514,7 +581,9 @@ def convert_documents(
     for type_ in sorted(wanted_types or ()):
         if type_ not in stats.types_read:
             seen = ", ".join(sorted(stats.types_read)) or "none"
-            raise PreprocessError(f"--types {type_}: no mention has this type (types in the input: {seen})")
+            raise PreprocessError(
+                f"--types {type_}: no mention has this type (types in the input: {seen})"
+            )
     for split in splits:
         if not outputs[split]:
             raise PreprocessError(f"split {split}: no documents")

@@ -1,10 +1,11 @@
-"""The corpus inputs fairseq-bio-extract reads, as records: MEDLINE/PubMed XML, PMC articles, plain text,
-MIMIC-III clinical notes (``NOTEEVENTS.csv``, parsed in ``mimic``).
+"""The corpus inputs fairseq-bio-extract reads, as records: MEDLINE/PubMed XML, PMC articles, plain
+text, MIMIC-III clinical notes (``NOTEEVENTS.csv``, parsed in ``mimic``).
 
-``find_input_files`` lists what a path names (directories searched for ``*.xml``, ``*.xml.gz``, ``*.nxml``,
-``*.txt``, and ``*.csv``/``*.csv.gz`` named ``NOTEEVENTS*`` or with its header); ``iter_records`` yields each
-file's ``Document`` records (and, for MEDLINE update files, ``Deletion`` records); ``describe_error`` turns a
-parser's exception into one line. See ``extract`` for what is done with them.
+``find_input_files`` lists what a path names (directories searched for ``*.xml``, ``*.xml.gz``,
+``*.nxml``, ``*.txt``, and ``*.csv``/``*.csv.gz`` named ``NOTEEVENTS*`` or with its header);
+``iter_records`` yields each file's ``Document`` records (and, for MEDLINE update files,
+``Deletion`` records); ``describe_error`` turns a parser's exception into one line. See ``extract``
+for what is done with them.
 """
 
 import gzip
@@ -15,7 +16,15 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq_bio.errors import BioError
 
-from .mimic import NOTES_SUFFIXES, NoteOptions, NotesError, NoteStats, is_notes_header, is_notes_name, iter_notes
+from .mimic import (
+    NOTES_SUFFIXES,
+    NoteOptions,
+    NotesError,
+    NoteStats,
+    is_notes_header,
+    is_notes_name,
+    iter_notes,
+)
 
 XML_SUFFIXES = (".xml", ".xml.gz", ".nxml")
 TEXT_SUFFIXES = (".txt",)
@@ -30,7 +39,9 @@ class InputFile(NamedTuple):
 
 
 class Document(NamedTuple):
-    doc_id: str  # "pmid:123", "pmc:456", "mimic:174" (ROW_ID), "txt:notes/a.txt#0", "file:<rel>#<n>"
+    doc_id: (
+        str  # "pmid:123", "pmc:456", "mimic:174" (ROW_ID), "txt:notes/a.txt#0", "file:<rel>#<n>"
+    )
     title: str
     paragraphs: List[str]
 
@@ -47,8 +58,11 @@ class _InputError(BioError):
 # Finding and opening inputs
 
 
-def find_input_files(inputs: Sequence[Union[str, os.PathLike]], exclude: Optional[Path] = None) -> List[InputFile]:
-    """The corpus files named by ``inputs`` (files or directories), sorted by base name then path."""
+def find_input_files(
+    inputs: Sequence[Union[str, os.PathLike]], exclude: Optional[Path] = None
+) -> List[InputFile]:
+    """The corpus files named by ``inputs`` (files or directories), sorted by base name then
+    path."""
     found = []
     exclude = exclude.resolve() if exclude is not None else None
     for given in inputs:
@@ -62,16 +76,20 @@ def find_input_files(inputs: Sequence[Union[str, os.PathLike]], exclude: Optiona
                     continue  # never read our own train.txt/valid.txt back in
                 found.append(InputFile(path, str(path), path.relative_to(root).as_posix()))
         else:
-            # Missing or odd files are kept: processing reports them (or counts them with --skip-bad-files).
+            # Missing or odd files are kept: processing reports them (or counts them with
+            # --skip-bad-files).
             found.append(InputFile(root, str(root), root.name))
     return sorted(set(found), key=lambda f: (f.path.name, str(f.path)))
 
 
 def _is_corpus_file(path: Path) -> bool:
-    """Whether a directory search reads ``path``: other CSV files (MIMIC's other tables) are left alone."""
+    """Whether a directory search reads ``path``: other CSV files (MIMIC's other tables) are left
+    alone."""
     if path.name.endswith(XML_SUFFIXES + TEXT_SUFFIXES):
         return True
-    return path.name.lower().endswith(NOTES_SUFFIXES) and (is_notes_name(path.name) or _has_notes_header(path))
+    return path.name.lower().endswith(NOTES_SUFFIXES) and (
+        is_notes_name(path.name) or _has_notes_header(path)
+    )
 
 
 def _has_notes_header(path: Path) -> bool:
@@ -133,22 +151,28 @@ def _medline_document(element, position: int, source: InputFile) -> Document:
     try:
         record = parse_article_info(element, True, False, False, False)
     except Exception as e:  # pubmed_parser fails on malformed records with assorted errors
-        raise _InputError(f"record {position + 1}: pubmed_parser cannot parse it ({type(e).__name__}: {e})")
+        raise _InputError(
+            f"record {position + 1}: pubmed_parser cannot parse it ({type(e).__name__}: {e})"
+        )
     pmid = (record["pmid"] or "").strip()
     doc_id = f"pmid:{pmid}" if pmid.isdigit() else f"file:{source.rel}#{position}"
     abstract = record["abstract"] or ""
     sections = element.findall("MedlineCitation/Article/Abstract/AbstractText")
     if len(sections) > 1:
-        # pubmed_parser joins structured sections as "LABEL\ntext" blocks; keep the texts, drop the labels.
+        # pubmed_parser joins structured sections as "LABEL\ntext" blocks; keep the texts, drop the
+        # labels.
         labels = {(s.get("Label") or "").strip() for s in sections}
-        paragraphs = [line for line in abstract.split("\n") if line.strip() and line.strip() not in labels]
+        paragraphs = [
+            line for line in abstract.split("\n") if line.strip() and line.strip() not in labels
+        ]
     else:
         paragraphs = [abstract] if abstract.strip() else []
     return Document(doc_id, record["title"] or "", paragraphs)
 
 
 class Stripe(NamedTuple):
-    """Records ``position % count == index`` of a file: lets several workers share one large file."""
+    """Records ``position % count == index`` of a file: lets several workers share one large
+    file."""
 
     index: int = 0
     count: int = 1
@@ -157,7 +181,9 @@ class Stripe(NamedTuple):
         return position % self.count == self.index
 
 
-def _iter_medline(source: InputFile, max_docs: Optional[int], stripe: Stripe, readers: list) -> Iterator:
+def _iter_medline(
+    source: InputFile, max_docs: Optional[int], stripe: Stripe, readers: list
+) -> Iterator:
     # Each <PubmedArticle> goes through pubmed_parser's own record parser (parse_article_info, what
     # parse_medline_xml calls). The loop is ours: parse_medline_xml 0.5.1 only opens gzipped files
     # and silently drops <DeleteCitation>, and a citation an update file deletes must not survive
@@ -169,7 +195,9 @@ def _iter_medline(source: InputFile, max_docs: Optional[int], stripe: Stripe, re
         readers.append(reader)
         position = 0
         articles = 0
-        for _, element in etree.iterparse(reader, events=("end",), tag=("PubmedArticle", "DeleteCitation")):
+        for _, element in etree.iterparse(
+            reader, events=("end",), tag=("PubmedArticle", "DeleteCitation")
+        ):
             if element.tag == "PubmedArticle":
                 if max_docs is not None and articles >= max_docs:
                     break
@@ -193,14 +221,17 @@ def _iter_pmc(source: InputFile) -> Iterator:
     from lxml import etree
 
     path = str(source.path)
-    # Parse once ourselves first: pubmed_parser prints to stdout and re-raises an unrelated error on bad XML.
+    # Parse once ourselves first: pubmed_parser prints to stdout and re-raises an unrelated error on
+    # bad XML.
     etree.parse(path)
     meta = pubmed_parser.parse_pubmed_xml(path, nxml=True)
     body = [p["text"] for p in pubmed_parser.parse_pubmed_paragraph(path, all_paragraph=True)]
     pmc = (meta["pmc"] or "").strip().removeprefix("PMC")
     doc_id = f"pmc:{pmc}" if pmc.isdigit() else f"file:{source.rel}#0"
     abstract = meta["abstract"] or ""
-    yield Document(doc_id, meta["full_title"] or "", ([abstract] if abstract.strip() else []) + body)
+    yield Document(
+        doc_id, meta["full_title"] or "", ([abstract] if abstract.strip() else []) + body
+    )
 
 
 def _iter_text(source: InputFile, readers: list) -> Iterator:
@@ -214,7 +245,9 @@ def _iter_text(source: InputFile, readers: list) -> Iterator:
         offset = 0
         for lineno, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # no byte-order mark in the text
+                line = raw.decode(
+                    "utf-8-sig" if lineno == 1 else "utf-8"
+                )  # no byte-order mark in the text
             except UnicodeDecodeError as e:
                 raise _InputError(
                     f"line {lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at byte offset {offset + e.start})"
@@ -233,10 +266,13 @@ def _iter_text(source: InputFile, readers: list) -> Iterator:
             yield Document(f"txt:{source.rel}#{index}", "", lines)
 
 
-def _iter_notes(source: InputFile, max_docs, stripe: Stripe, readers: list, options: NoteOptions, stats) -> Iterator:
+def _iter_notes(
+    source: InputFile, max_docs, stripe: Stripe, readers: list, options: NoteOptions, stats
+) -> Iterator:
     with _open_binary(source.path) as f:
         for position, note in iter_notes(f, options, stripe, max_docs, stats, readers):
-            # No title: a category line ("Radiology") repeated over millions of notes would teach the model nothing.
+            # No title: a category line ("Radiology") repeated over millions of notes would teach
+            # the model nothing.
             yield position, Document(f"mimic:{note.row_id}", "", note.paragraphs)
 
 
@@ -250,8 +286,9 @@ def iter_records(
 ) -> Iterator:
     """``(position, record)`` for the Documents and Deletions of one file, in file order.
 
-    ``notes`` filters and cleans MIMIC-III notes; ``note_stats`` counts their rows. Raises ``_InputError`` (or a
-    ``NotesError``, an lxml/gzip/OS error, see ``describe_error``) for bad input.
+    ``notes`` filters and cleans MIMIC-III notes; ``note_stats`` counts their rows. Raises
+    ``_InputError`` (or a ``NotesError``, an lxml/gzip/OS error, see ``describe_error``) for bad
+    input.
     """
     readers = readers if readers is not None else []
     name = source.path.name
@@ -276,7 +313,9 @@ def iter_records(
     else:
         _open_binary(source.path).close()  # missing/empty files get their own message
         expected = ", ".join(XML_SUFFIXES + TEXT_SUFFIXES)
-        raise _InputError(f"unsupported file type (expected {expected}, or MIMIC-III NOTEEVENTS .csv/.csv.gz)")
+        raise _InputError(
+            f"unsupported file type (expected {expected}, or MIMIC-III NOTEEVENTS .csv/.csv.gz)"
+        )
     for position, record in enumerate(records):
         if max_docs is not None and position >= max_docs:
             break

@@ -1,6 +1,7 @@
-"""``fairseq-bio-convert-tagging brat | linnaeus | s800 | chemdner``: texts with stand-off mentions (character
-offsets into the text, kept in a separate file) -> CoNLL, tagged, split and written as the ``pubtator`` converter
-does (``pubtator.convert_documents``: BLURB's words, ``B-``/``I-<type>``, the same counted oddities).
+"""``fairseq-bio-convert-tagging brat | linnaeus | s800 | chemdner``: texts with stand-off mentions
+(character offsets into the text, kept in a separate file) -> CoNLL, tagged, split and written as
+the ``pubtator`` converter does (``pubtator.convert_documents``: BLURB's words, ``B-``/``I-<type>``,
+the same counted oddities).
 
 Each release's layout is read by its ``read_*`` function. Texts are split into sentences line by
 line (``--sentences punkt``: Punkt inside each line). A mention whose text is not the document's at
@@ -25,12 +26,15 @@ Row = Tuple[str, int, int, str, str]
 class StandoffStats(PubtatorStats):
     """Summary of a stand-off conversion (also written to ``convert_stats.json``)."""
 
-    annotations_skipped: Dict[str, int] = dataclasses.field(default_factory=dict)  # brat lines by kind (R, E, A, ...)
+    annotations_skipped: Dict[str, int] = dataclasses.field(
+        default_factory=dict
+    )  # brat lines by kind (R, E, A, ...)
     documents_without_mentions: int = 0
 
 
 def line_segments(text: str) -> List[Tuple[int, int]]:
-    """``(start, end)`` of every line of ``text`` with something on it: the units split into sentences."""
+    """``(start, end)`` of every line of ``text`` with something on it: the units split into
+    sentences."""
     segments, start = [], 0
     for line in text.split("\n"):
         if line.strip():
@@ -45,7 +49,8 @@ def read_text(path: Path, encoding: str = "utf-8") -> str:
 
 
 def checked(document: Document, mention: Mention) -> None:
-    """``check_mention``, saying when the text is there under the other end convention (inclusive/exclusive)."""
+    """``check_mention``, saying when the text is there under the other end convention
+    (inclusive/exclusive)."""
     try:
         check_mention(document, mention)
     except PreprocessError as e:
@@ -56,15 +61,20 @@ def checked(document: Document, mention: Mention) -> None:
 
 
 def parse_offsets(values, where: str) -> Tuple[int, int]:
-    """(start, end) from two strings; a one-line error naming ``where`` if they are not whole numbers."""
+    """(start, end) from two strings; a one-line error naming ``where`` if they are not whole
+    numbers."""
     try:
         start, end = (int(v) for v in values)
     except ValueError:
-        raise PreprocessError(f"{where}: offsets {' '.join(values)!r} are not two whole numbers") from None
+        raise PreprocessError(
+            f"{where}: offsets {' '.join(values)!r} are not two whole numbers"
+        ) from None
     return start, end
 
 
-def _document(doc_id: str, text: str, where: str, mentions: List[Mention], stats: StandoffStats) -> Document:
+def _document(
+    doc_id: str, text: str, where: str, mentions: List[Mention], stats: StandoffStats
+) -> Document:
     document = Document(doc_id, text, line_segments(text), mentions, where)
     for mention in mentions:
         checked(document, mention)
@@ -87,7 +97,9 @@ def read_brat(path: Path, stats: StandoffStats, encoding: str = "utf-8") -> List
     if path.is_dir():
         annotation_files = sorted(path.rglob("*.ann"))
         if not annotation_files:
-            raise PreprocessError(f"{path}: no .ann files below it (brat stand-off: X.txt with X.ann beside it)")
+            raise PreprocessError(
+                f"{path}: no .ann files below it (brat stand-off: X.txt with X.ann beside it)"
+            )
     elif path.suffix in (".ann", ".txt"):
         annotation_files = [path.with_suffix(".ann")]
     else:
@@ -106,7 +118,9 @@ def read_brat(path: Path, stats: StandoffStats, encoding: str = "utf-8") -> List
             columns = line.split("\t")
             type_, _, spans = columns[1].partition(" ") if len(columns) >= 3 else ("", "", "")
             if not spans:
-                raise PreprocessError(f"{ann}:{number}: not a text-bound annotation (ID<TAB>TYPE START END<TAB>TEXT)")
+                raise PreprocessError(
+                    f"{ann}:{number}: not a text-bound annotation (ID<TAB>TYPE START END<TAB>TEXT)"
+                )
             fragments = spans.split(";")
             if len(fragments) > 1:
                 stats.discontinuous_dropped += 1
@@ -123,10 +137,14 @@ def read_brat(path: Path, stats: StandoffStats, encoding: str = "utf-8") -> List
 
 
 def read_mention_table(
-    table: Path, texts: Path, parse: Callable[[List[str], str], Row], stats: StandoffStats, encoding: str = "utf-8"
+    table: Path,
+    texts: Path,
+    parse: Callable[[List[str], str], Row],
+    stats: StandoffStats,
+    encoding: str = "utf-8",
 ) -> List[Document]:
-    """Documents of every ``<doc>.txt`` in ``texts``, with the mentions of ``table`` (``parse(columns, where)`` reads
-    a row; ``#`` lines are comments)."""
+    """Documents of every ``<doc>.txt`` in ``texts``, with the mentions of ``table``
+    (``parse(columns, where)`` reads a row; ``#`` lines are comments)."""
     if not texts.is_dir():
         raise PreprocessError(f"{texts}: not found (the directory of the corpus's .txt files)")
     files = {p.stem: p for p in texts.glob("*.txt")}
@@ -143,7 +161,9 @@ def read_mention_table(
             raise PreprocessError(f"{where}: document {doc_id!r} has no text file in {texts}")
         mentions[doc_id].append(Mention(start, end, text, type_, where))
     return [
-        _document(doc_id, read_text(files[doc_id], encoding), str(files[doc_id]), mentions[doc_id], stats)
+        _document(
+            doc_id, read_text(files[doc_id], encoding), str(files[doc_id]), mentions[doc_id], stats
+        )
         for doc_id in sorted(files, key=id_key)
     ]
 
@@ -171,13 +191,16 @@ def _s800_row(columns: List[str], where: str) -> Row:
 
 
 def _release(path: Path, table: str, texts: str) -> Tuple[Path, Path]:
-    """(mention table, text directory) of a release directory, or of its table file given directly."""
+    """(mention table, text directory) of a release directory, or of its table file given
+    directly."""
     if path.is_dir():
         return path / table, path / texts
     return path, path.parent / texts
 
 
-def read_linnaeus(path: Path, stats: StandoffStats, annotations: str = "tags.tsv") -> List[Document]:
+def read_linnaeus(
+    path: Path, stats: StandoffStats, annotations: str = "tags.tsv"
+) -> List[Document]:
     # manual-corpus-species-1.0/: txt/<doc>.txt and tags.tsv (or filtered_tags.tsv): a #-commented
     # header, then species-id<TAB>document<TAB>start<TAB>end<TAB>text[<TAB>comment], the end
     # exclusive; the type is the id's prefix (species:ncbi:9606 -> species). Every text file is a
@@ -205,7 +228,9 @@ def read_chemdner(path: Path, stats: StandoffStats) -> List[Document]:
     ``PMID<TAB>T|A<TAB>start<TAB>end<TAB>text<TAB>class`` with offsets into the title (T) or the
     abstract (A); the text is title + space + abstract, as PubTator's."""
     if "abstracts" not in path.name:
-        raise PreprocessError(f"{path}: expected a CHEMDNER <part>.abstracts.txt (its annotations file beside it)")
+        raise PreprocessError(
+            f"{path}: expected a CHEMDNER <part>.abstracts.txt (its annotations file beside it)"
+        )
     annotations = path.with_name(path.name.replace("abstracts", "annotations"))
     documents: Dict[str, Document] = {}
     for number, line in enumerate(read_text(path).split("\n"), start=1):
@@ -216,7 +241,9 @@ def read_chemdner(path: Path, stats: StandoffStats) -> List[Document]:
         _columns(columns, 3, "PMID, title, abstract", f"{path}:{number}")
         pmid, title, abstract = columns[0].strip(), columns[1], "\t".join(columns[2:])
         if pmid in documents:
-            raise PreprocessError(f"{path}:{number}: PMID {pmid} already read at {documents[pmid].where}")
+            raise PreprocessError(
+                f"{path}:{number}: PMID {pmid} already read at {documents[pmid].where}"
+            )
         text = f"{title} {abstract}"
         segments = [(0, len(title)), (len(title) + 1, len(text))]
         documents[pmid] = Document(pmid, text, segments, [], f"{path}:{number}")
@@ -233,10 +260,14 @@ def read_chemdner(path: Path, stats: StandoffStats) -> List[Document]:
         if pmid not in documents:
             raise PreprocessError(f"{where}: PMID {pmid} is not in {path}")
         if section not in ("T", "A"):
-            raise PreprocessError(f"{where}: section {section!r}; expected T (title) or A (abstract)")
+            raise PreprocessError(
+                f"{where}: section {section!r}; expected T (title) or A (abstract)"
+            )
         shift = 0 if section == "T" else documents[pmid].segments[1][0]
         start, end = parse_offsets((start, end), where)
-        documents[pmid].mentions.append(Mention(start + shift, end + shift, text, class_.strip(), where))
+        documents[pmid].mentions.append(
+            Mention(start + shift, end + shift, text, class_.strip(), where)
+        )
     for document in documents.values():
         for mention in document.mentions:
             checked(document, mention)
@@ -249,18 +280,22 @@ def read_chemdner(path: Path, stats: StandoffStats) -> List[Document]:
 # Conversions
 
 
-def _convert(out_dir, read: Callable[[Path, StandoffStats], List[Document]], options) -> StandoffStats:
+def _convert(
+    out_dir, read: Callable[[Path, StandoffStats], List[Document]], options
+) -> StandoffStats:
     stats = StandoffStats()
     return convert_documents(out_dir, lambda path: read(path, stats), stats, **options)
 
 
 def convert_brat(out_dir, *, encoding: str = "utf-8", **options) -> StandoffStats:
-    """brat directories/files -> ``out_dir/<split>.tsv`` (``pubtator.convert_documents``'s options)."""
+    """brat directories/files -> ``out_dir/<split>.tsv`` (``pubtator.convert_documents``'s
+    options)."""
     return _convert(out_dir, lambda path, stats: read_brat(path, stats, encoding), options)
 
 
 def convert_linnaeus(out_dir, *, annotations: str = "tags.tsv", **options) -> StandoffStats:
-    """LINNAEUS's manual corpus -> ``out_dir/<split>.tsv``; ``annotations``: ``tags.tsv`` or ``filtered_tags.tsv``."""
+    """LINNAEUS's manual corpus -> ``out_dir/<split>.tsv``; ``annotations``: ``tags.tsv`` or
+    ``filtered_tags.tsv``."""
     return _convert(out_dir, lambda path, stats: read_linnaeus(path, stats, annotations), options)
 
 
@@ -270,6 +305,6 @@ def convert_s800(out_dir, **options) -> StandoffStats:
 
 
 def convert_chemdner(out_dir, **options) -> StandoffStats:
-    """CHEMDNER (BC4CHEMD) parts -> ``out_dir/<split>.tsv``, usually ``--one-type Chemical`` (BioBERT's files)."""
+    """CHEMDNER (BC4CHEMD) parts -> ``out_dir/<split>.tsv``, usually ``--one-type Chemical``
+    (BioBERT's files)."""
     return _convert(out_dir, read_chemdner, options)
-

@@ -1,5 +1,5 @@
-"""What the tagging converters share: id lists, strict reading, and the CoNLL splits they write (atomically,
-only once all input is read and checked); see ``convert_tagging``."""
+"""What the tagging converters share: id lists, strict reading, and the CoNLL splits they write
+(atomically, only once all input is read and checked); see ``convert_tagging``."""
 
 import dataclasses
 import json
@@ -13,7 +13,8 @@ from .common import PreprocessError
 
 SPLITS = ("train", "devel", "test")
 STATS_FILE = "convert_stats.json"
-CONVERT = "fairseq-bio-convert-tagging"  # what the converted files are recorded as made by (fairseq_bio.files)
+# what the converted files are recorded as made by (fairseq_bio.files)
+CONVERT = "fairseq-bio-convert-tagging"
 MAX_EXAMPLES = 20  # examples of each counted oddity kept in the stats
 
 Tagged = Tuple[List[str], List[str]]  # one sentence: words, tags
@@ -29,7 +30,8 @@ def id_key(pmid: str):
 
 
 def read_id_list(path) -> List[Tuple[str, int]]:
-    """``(id, line)`` of a list file: one PMID per line; blank lines and ``#`` comments are ignored."""
+    """``(id, line)`` of a list file: one PMID per line; blank lines and ``#`` comments are
+    ignored."""
     path = Path(path)
     text = decode(read_bytes(path), str(path), "utf-8")
     ids: List[Tuple[str, int]] = []
@@ -39,9 +41,13 @@ def read_id_list(path) -> List[Tuple[str, int]]:
         if not line:
             continue
         if len(line.split()) != 1:
-            raise PreprocessError(f"{path}:{number}: {line!r} is not one PMID (one per line expected)")
+            raise PreprocessError(
+                f"{path}:{number}: {line!r} is not one PMID (one per line expected)"
+            )
         if line in first:
-            raise PreprocessError(f"{path}:{number}: PMID {line} listed twice (first at line {first[line]})")
+            raise PreprocessError(
+                f"{path}:{number}: PMID {line} listed twice (first at line {first[line]})"
+            )
         first[line] = number
         ids.append((line, number))
     if not ids:
@@ -63,21 +69,26 @@ def decode(data: bytes, where: str, encoding: str, hint: str = "") -> str:
         return data.decode(encoding)
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise PreprocessError(f"{where}:{line}: not valid {encoding} (byte 0x{data[e.start]:02x}){hint}") from None
+        raise PreprocessError(
+            f"{where}:{line}: not valid {encoding} (byte 0x{data[e.start]:02x}){hint}"
+        ) from None
 
 
 def check_outputs(out_dir: Path, splits: Iterable[str], overwrite: bool) -> List[Path]:
-    """The files a conversion writes: ``<split>.tsv`` and ``<split>.pmids`` of each split, then the stats; each
-    checked by ``fairseq_bio.files.check_output`` (none replaced without ``overwrite``, and with it only what an
-    earlier conversion wrote, unchanged since)."""
-    targets = [out_dir / f"{s}{ext}" for s in splits for ext in (".tsv", ".pmids")] + [out_dir / STATS_FILE]
+    """The files a conversion writes: ``<split>.tsv`` and ``<split>.pmids`` of each split, then the
+    stats; each checked by ``fairseq_bio.files.check_output`` (none replaced without ``overwrite``,
+    and with it only what an earlier conversion wrote, unchanged since)."""
+    targets = [out_dir / f"{s}{ext}" for s in splits for ext in (".tsv", ".pmids")] + [
+        out_dir / STATS_FILE
+    ]
     for target in targets:
         check_output(target, [], overwrite, option="output folder", by=CONVERT)
     return targets
 
 
 def write_outputs(out_dir: Path, splits: Dict[str, List[Tuple[str, List[Tagged]]]], stats) -> None:
-    """``<split>.tsv`` and ``<split>.pmids`` for each split, then the stats; each file atomically."""
+    """``<split>.tsv`` and ``<split>.pmids`` for each split, then the stats; each file
+    atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, documents in splits.items():
         with atomic_write(out_dir / f"{split}.tsv", by=CONVERT) as f:

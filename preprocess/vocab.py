@@ -20,50 +20,76 @@ import numpy as np
 
 from fairseq_bio.cli.options import Parser, add_out, add_overwrite, run_cli
 from fairseq_bio.data.tokenizer_files import require_fastbpe
-from fairseq_bio.files import atomic_write, check_destination, make_temp_dir, remove_temp_dir, replace_dir
+from fairseq_bio.files import (
+    atomic_write,
+    check_destination,
+    make_temp_dir,
+    remove_temp_dir,
+    replace_dir,
+)
 
 from .bpe import Encoder, read_chunks
 from .common import PreprocessError, normalize_space
 
 KINDS = ("bytebpe", "sentencepiece", "wordpiece", "fastbpe")
-DEFAULT_VOCAB_SIZE = {"bytebpe": 50000, "sentencepiece": 32000, "wordpiece": 30000, "fastbpe": 30000}
+DEFAULT_VOCAB_SIZE = {
+    "bytebpe": 50000,
+    "sentencepiece": 32000,
+    "wordpiece": 30000,
+    "fastbpe": 30000,
+}
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 GPT2_MERGES_HEADER = "#version: 0.2"
 VOCAB_MARKERS = ("bpe.json",)
-VOCAB = "fairseq-bio-vocab"  # the script, and what a vocabulary directory is recorded as made by (fairseq_bio.files)
-# The smallest size each kind can have: byte-level BPE starts from the 256 bytes, WordPiece from its special tokens.
-MIN_VOCAB_SIZE = {"bytebpe": 256, "sentencepiece": 1, "wordpiece": len(BERT_SPECIAL_TOKENS) + 1, "fastbpe": 1}
+# the script, and what a vocabulary directory is recorded as made by (fairseq_bio.files)
+VOCAB = "fairseq-bio-vocab"
+# The smallest size each kind can have: byte-level BPE starts from the 256 bytes, WordPiece from its
+# special tokens.
+MIN_VOCAB_SIZE = {
+    "bytebpe": 256,
+    "sentencepiece": 1,
+    "wordpiece": len(BERT_SPECIAL_TOKENS) + 1,
+    "fastbpe": 1,
+}
 FASTBPE_CODES = "codes"
 END_OF_WORD = "</w>"  # subword-nmt's and fastBPE's end-of-word marker in codes
 FAIRSEQ_SYMBOLS = {"<s>", "<pad>", "</s>", "<unk>", "<mask>"}
 # The seed papers' vocabularies (--preset): what each learned, and where the paper says so.
 PRESETS = {
-    # PubMedBERT (seed 001 sec. 6.1): uncased WordPiece from PubMed; 30,522 entries as BERT's and the released model's
+    # PubMedBERT (seed 001 sec. 6.1): uncased WordPiece from PubMed; 30,522 entries as BERT's and
+    # the released model's
     "pubmedbert": dict(kind="wordpiece", vocab_size=30522, cased=False),
-    # bio-lm (seed 000 sec. 4.1): byte-level BPE learned on the pretraining corpus, 50k units as RoBERTa's
+    # bio-lm (seed 000 sec. 4.1): byte-level BPE learned on the pretraining corpus, 50k units as
+    # RoBERTa's
     "biolm": dict(kind="bytebpe", vocab_size=50000, cased=False),
-    # BioMegatron (seed 002 sec. 3, Table 3): SentencePiece on PubMed, 30k or 50k pieces, cased (SentencePiece keeps
-    # case; `cased` is WordPiece's option)
+    # BioMegatron (seed 002 sec. 3, Table 3): SentencePiece on PubMed, 30k or 50k pieces, cased
+    # (SentencePiece keeps case; `cased` is WordPiece's option)
     "biomegatron-30k": dict(kind="sentencepiece", vocab_size=30000, cased=False),
     "biomegatron-50k": dict(kind="sentencepiece", vocab_size=50000, cased=False),
 }
 
 
-def preset_options(preset: str, kind: Optional[str], vocab_size: Optional[int], cased: bool) -> Dict:
-    """``PRESETS[preset]`` with the options given beside it checked against it (one-line error on a conflict)."""
+def preset_options(
+    preset: str, kind: Optional[str], vocab_size: Optional[int], cased: bool
+) -> Dict:
+    """``PRESETS[preset]`` with the options given beside it checked against it (one-line error on a
+    conflict)."""
     if preset not in PRESETS:
         raise PreprocessError(f"unknown --preset {preset!r} (choose from {', '.join(PRESETS)})")
     options = PRESETS[preset]
     given = {"kind": kind, "vocab_size": vocab_size, "cased": cased or None}
     for key, value in given.items():
         if value is not None and value != options[key]:
-            raise PreprocessError(f"--preset {preset} sets {key}={options[key]}; --{key.replace('_', '-')} {value} "
-                                  "contradicts it (give one or the other)")  # fmt: skip
+            raise PreprocessError(
+                f"--preset {preset} sets {key}={options[key]}; --{key.replace('_', '-')} {value} "
+                "contradicts it (give one or the other)"
+            )
     return dict(options)
 
 
 def _training_lines(train_file: Path, sample_lines: Optional[int]) -> Iterator[str]:
-    """Non-blank lines of ``train_file``; with ``sample_lines``, an evenly spaced (deterministic) sample."""
+    """Non-blank lines of ``train_file``; with ``sample_lines``, an evenly spaced (deterministic)
+    sample."""
     stride = 1
     if sample_lines is not None:
         with open(train_file, encoding="utf-8-sig") as f:
@@ -83,7 +109,9 @@ def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> int
     from tokenizers import ByteLevelBPETokenizer
 
     tokenizer = ByteLevelBPETokenizer(add_prefix_space=False)
-    tokenizer.train_from_iterator(lines, vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False)
+    tokenizer.train_from_iterator(
+        lines, vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False
+    )
     model = json.loads(tokenizer._tokenizer.to_str())["model"]
     vocab = sorted(model["vocab"].items(), key=lambda item: item[1])
     if [i for _, i in vocab] != list(range(len(vocab))):
@@ -95,7 +123,9 @@ def _train_bytebpe(lines, out: Path, vocab_size: int, min_frequency: int) -> int
     with open(out / "vocab.bpe", "w", encoding="utf-8", newline="\n") as f:
         f.write(GPT2_MERGES_HEADER + "\n")
         f.writelines(merge + "\n" for merge in merges)
-    _write_bpe_json(out, {"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe": "vocab.bpe"})
+    _write_bpe_json(
+        out, {"_name": "gpt2", "gpt2_encoder_json": "encoder.json", "gpt2_vocab_bpe": "vocab.bpe"}
+    )
     return len(vocab)
 
 
@@ -127,7 +157,8 @@ def _train_sentencepiece(lines, out: Path, vocab_size: int, spm_type: str) -> No
 def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, cased: bool) -> int:
     from tokenizers import BertWordPieceTokenizer
 
-    # The same normalisation as transformers' BertTokenizer(do_lower_case=not cased), which fairseq uses.
+    # The same normalisation as transformers' BertTokenizer(do_lower_case=not cased), which fairseq
+    # uses.
     tokenizer = BertWordPieceTokenizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=not cased
     )
@@ -148,7 +179,8 @@ def _train_wordpiece(lines, out: Path, vocab_size: int, min_frequency: int, case
 
 
 def _train_fastbpe(lines, out: Path, vocab_size: int, min_frequency: int) -> List[str]:
-    """subword-nmt codes written for fastBPE; returns the vocabulary (characters, then merged subwords)."""
+    """subword-nmt codes written for fastBPE; returns the vocabulary (characters, then merged
+    subwords)."""
     import collections
     import contextlib
     import io
@@ -160,7 +192,8 @@ def _train_fastbpe(lines, out: Path, vocab_size: int, min_frequency: int) -> Lis
     if not words:
         raise PreprocessError("fastbpe: the training text has no words")
     codes, log = io.StringIO(), io.StringIO()
-    # verbose=True is the only way subword-nmt tells each merge's frequency, which fastBPE's format carries.
+    # verbose=True is the only way subword-nmt tells each merge's frequency, which fastBPE's format
+    # carries.
     with contextlib.redirect_stderr(log):
         learn_bpe(
             (f"{w} {c}" for w, c in words.items()),
@@ -171,24 +204,32 @@ def _train_fastbpe(lines, out: Path, vocab_size: int, min_frequency: int) -> Lis
             is_dict=True,
             total_symbols=True,
         )
-    merges = [tuple(line.split(" ")) for line in codes.getvalue().splitlines()[1:]]  # after "#version: 0.2"
+    merges = [
+        tuple(line.split(" ")) for line in codes.getvalue().splitlines()[1:]
+    ]  # after "#version: 0.2"
     # (tqdm's progress bar shares that stream, so a line may start with it)
-    counts = [int(c) for c in re.findall(r"pair \d+: \S+ \S+ -> \S+ \(frequency (\d+)\)\n", log.getvalue())]
+    counts = [
+        int(c)
+        for c in re.findall(r"pair \d+: \S+ \S+ -> \S+ \(frequency (\d+)\)\n", log.getvalue())
+    ]
     if len(counts) != len(merges) or any(len(m) != 2 for m in merges):
         raise PreprocessError("fastbpe: could not read subword-nmt's merges (subword-nmt version?)")
-    # fastBPE reads "left right count" lines, no header; "</w>" marks the end of a word in both tools.
+    # fastBPE reads "left right count" lines, no header; "</w>" marks the end of a word in both
+    # tools.
     with open(out / FASTBPE_CODES, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(f"{a} {b} {c}\n" for (a, b), c in zip(merges, counts))
     _write_bpe_json(out, {"_name": "fastbpe", "bpe_codes": FASTBPE_CODES})
 
-    # Every symbol the applier can emit: each character (word-internal as "c@@", final as "c") and each merge.
+    # Every symbol the applier can emit: each character (word-internal as "c@@", final as "c") and
+    # each merge.
     def symbol(unit: str) -> str:
         return unit[: -len(END_OF_WORD)] if unit.endswith(END_OF_WORD) else unit + "@@"
 
     chars = {c + "@@" for w in words for c in w[:-1]} | {w[-1] for w in words}
     symbols = dict.fromkeys(sorted(chars))
     symbols.update(dict.fromkeys(symbol(a + b) for a, b in merges))
-    # A text word "<unk>" or "</s>" must not duplicate fairseq's own symbols (Dictionary.load refuses that).
+    # A text word "<unk>" or "</s>" must not duplicate fairseq's own symbols (Dictionary.load
+    # refuses that).
     return [s for s in symbols if s not in FAIRSEQ_SYMBOLS]
 
 
@@ -199,7 +240,8 @@ def _write_bpe_json(out: Path, options: Dict) -> None:
 
 
 def _write_fastbpe_dict(vocab_dir: Path, train_file: Path, symbols: List[str]) -> int:
-    """dict.txt of a fastbpe vocabulary: every symbol with its count in the encoded training text."""
+    """dict.txt of a fastbpe vocabulary: every symbol with its count in the encoded training
+    text."""
     import collections
 
     encoder = Encoder(vocab_dir)
@@ -208,14 +250,18 @@ def _write_fastbpe_dict(vocab_dir: Path, train_file: Path, symbols: List[str]) -
         for chunk in read_chunks(f, 10000):
             counts.update(s for line in encoder.encode(chunk) for s in line.split(" ") if s)
     rank = {s: i for i, s in enumerate(symbols)}
-    # A character first seen outside a sampled training text is not in the vocabulary: fairseq reads it as <unk>.
+    # A character first seen outside a sampled training text is not in the vocabulary: fairseq reads
+    # it as <unk>.
     with atomic_write(vocab_dir / "dict.txt") as f:
-        f.writelines(f"{s} {counts[s]}\n" for s in sorted(symbols, key=lambda s: (-counts[s], rank[s])))
+        f.writelines(
+            f"{s} {counts[s]}\n" for s in sorted(symbols, key=lambda s: (-counts[s], rank[s]))
+        )
     return len(symbols)
 
 
 def _write_dict(vocab_dir: Path, train_file: Path) -> int:
-    """Count the symbols of the encoded training text; write dict.txt; return the number of entries."""
+    """Count the symbols of the encoded training text; write dict.txt; return the number of
+    entries."""
     encoder = Encoder(vocab_dir)
     counts = np.zeros(encoder.vocab_size, dtype=np.int64)
     with open(train_file, encoding="utf-8-sig") as f:
@@ -249,11 +295,12 @@ def learn_vocab(
     sample_lines: Optional[int] = None,
     overwrite: bool = False,
 ) -> Path:
-    """Learn a ``kind`` vocabulary from ``train_file`` into ``out_dir`` (built in a temp dir, then renamed).
+    """Learn a ``kind`` vocabulary from ``train_file`` into ``out_dir`` (built in a temp dir, then
+    renamed).
 
-    ``min_frequency`` applies to bytebpe/wordpiece/fastbpe (default 2); ``spm_type`` to sentencepiece; ``cased`` to
-    wordpiece. ``sample_lines`` trains on an evenly spaced sample of that many lines (dict.txt counts
-    still come from the whole file). Returns ``out_dir``.
+    ``min_frequency`` applies to bytebpe/wordpiece/fastbpe (default 2); ``spm_type`` to
+    sentencepiece; ``cased`` to wordpiece. ``sample_lines`` trains on an evenly spaced sample of
+    that many lines (dict.txt counts still come from the whole file). Returns ``out_dir``.
     """
     train_file, out_dir = Path(train_file), Path(out_dir)
     if kind not in KINDS:
@@ -265,17 +312,24 @@ def learn_vocab(
     if spm_type != "unigram" and kind != "sentencepiece":
         raise PreprocessError("--spm-type applies only to --kind sentencepiece")
     if cased and kind != "wordpiece":
-        raise PreprocessError("--cased applies only to --kind wordpiece (bytebpe and sentencepiece are cased)")
+        raise PreprocessError(
+            "--cased applies only to --kind wordpiece (bytebpe and sentencepiece are cased)"
+        )
     if sample_lines is not None and sample_lines < 1:
         raise PreprocessError("--sample-lines must be >= 1")
     if not train_file.is_file() or train_file.stat().st_size == 0:
         raise PreprocessError(f"{train_file}: missing or empty training text")
     vocab_size = vocab_size if vocab_size is not None else DEFAULT_VOCAB_SIZE[kind]
     if vocab_size < MIN_VOCAB_SIZE[kind]:
-        why = {"bytebpe": "byte-level BPE starts from the 256 bytes", "wordpiece": "WordPiece needs its "
-               f"{len(BERT_SPECIAL_TOKENS)} special tokens and at least one piece"}.get(kind, "a size is positive")
-        raise PreprocessError(f"--vocab-size {vocab_size}: impossible for {kind} (at least {MIN_VOCAB_SIZE[kind]}: "
-                              f"{why})")  # fmt: skip
+        why = {
+            "bytebpe": "byte-level BPE starts from the 256 bytes",
+            "wordpiece": "WordPiece needs its "
+            f"{len(BERT_SPECIAL_TOKENS)} special tokens and at least one piece",
+        }.get(kind, "a size is positive")
+        raise PreprocessError(
+            f"--vocab-size {vocab_size}: impossible for {kind} (at least {MIN_VOCAB_SIZE[kind]}: "
+            f"{why})"
+        )
     min_frequency = min_frequency if min_frequency is not None else 2
     check_destination(out_dir, overwrite, VOCAB_MARKERS, by=VOCAB)
 
@@ -295,8 +349,11 @@ def learn_vocab(
             symbols = _train_fastbpe(lines, tmp, vocab_size, min_frequency)
             reached = len(symbols)
         if reached < vocab_size:
-            print(f"{VOCAB}: warning: --vocab-size {vocab_size}: {train_file} supports only {reached} {kind} entries "
-                  f"(min frequency {min_frequency}); the vocabulary has {reached}", file=sys.stderr)  # fmt: skip
+            print(
+                f"{VOCAB}: warning: --vocab-size {vocab_size}: {train_file} supports only {reached} {kind} entries "
+                f"(min frequency {min_frequency}); the vocabulary has {reached}",
+                file=sys.stderr,
+            )
         trained = time.time()
         if kind == "fastbpe":
             entries = _write_fastbpe_dict(tmp, train_file, symbols)
@@ -327,12 +384,20 @@ def learn_vocab(
 
 def build_parser() -> Parser:
     parser = Parser(prog=VOCAB, description="Learn a vocabulary for fairseq.")
-    parser.add_argument("--input", required=True, help="the training text (train.txt from fairseq-bio-extract)")
+    parser.add_argument(
+        "--input", required=True, help="the training text (train.txt from fairseq-bio-extract)"
+    )
     add_out(parser, "the vocabulary directory to write (new or empty unless --overwrite)")
-    parser.add_argument("--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="a seed paper's vocabulary: pubmedbert (uncased WordPiece 30,522), biolm (byte BPE "
-                        "50k), biomegatron-30k / -50k (cased SentencePiece)")  # fmt: skip
+    parser.add_argument(
+        "--kind", choices=KINDS, default=None, help="tokenizer kind (default bytebpe)"
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a seed paper's vocabulary: pubmedbert (uncased WordPiece 30,522), biolm (byte BPE "
+        "50k), biomegatron-30k / -50k (cased SentencePiece)",
+    )
     parser.add_argument(
         "--vocab-size",
         type=int,
@@ -349,7 +414,9 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--spm-type", choices=("unigram", "bpe"), default="unigram", help="sentencepiece model type"
     )
-    parser.add_argument("--cased", action="store_true", help="wordpiece: keep case (PubMedBERT is uncased)")
+    parser.add_argument(
+        "--cased", action="store_true", help="wordpiece: keep case (PubMedBERT is uncased)"
+    )
     parser.add_argument(
         "--sample-lines",
         type=int,

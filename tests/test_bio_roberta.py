@@ -1,4 +1,5 @@
-"""bio_roberta: sizes, pre-LN, and per-layer states / attention maps on request (2-layer, 32-dim)."""
+"""bio_roberta: sizes, pre-LN, and per-layer states / attention maps on request (2-layer,
+32-dim)."""
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from omegaconf import OmegaConf, open_dict
 
 import fairseq_bio  # noqa: F401
 from fairseq_bio.models.bio_roberta import ARCHITECTURES, BioRobertaConfig, BioRobertaModel
+
 
 @pytest.fixture(scope="module")
 def task():
@@ -36,7 +38,9 @@ def test_shapes_and_extras_only_on_request(task):
 
     features, extra = model(tokens, features_only=True, return_all_hiddens=True, return_attn=True)
     assert features.shape == (B, T, 32)
-    assert len(extra["inner_states"]) == 3 and all(s.shape == (T, B, 32) for s in extra["inner_states"])
+    assert len(extra["inner_states"]) == 3 and all(
+        s.shape == (T, B, 32) for s in extra["inner_states"]
+    )
     assert len(extra["attn"]) == 2
     for attn in extra["attn"]:
         assert attn.shape == (B, 4, T, T)
@@ -88,31 +92,51 @@ def test_named_sizes_argparse_and_hydra(task, arch):
     sizes = ARCHITECTURES[arch]
     args = model_args(arch)
     assert {k: getattr(args, k) for k in sizes} == sizes
-    hydra_cfg = OmegaConf.merge(OmegaConf.structured(BioRobertaConfig), {"_name": arch, "encoder_layers": 1})
+    hydra_cfg = OmegaConf.merge(
+        OmegaConf.structured(BioRobertaConfig), {"_name": arch, "encoder_layers": 1}
+    )
     with open_dict(hydra_cfg):
-        ARCH_CONFIG_REGISTRY[arch](hydra_cfg)  # what fairseq.models.build_model does for an arch name
+        ARCH_CONFIG_REGISTRY[arch](
+            hydra_cfg
+        )  # what fairseq.models.build_model does for an arch name
     assert hydra_cfg.encoder_layers == 1
     assert hydra_cfg.encoder_embed_dim == sizes["encoder_embed_dim"]
 
 
 def test_build_through_fairseq_registry(task):
-    """fairseq's own build_model with a hydra-style config naming the model, not an arch: base sizes."""
+    """fairseq's own build_model with a hydra-style config naming the model, not an arch: base
+    sizes."""
     cfg = OmegaConf.create({"_name": "bio_roberta", **SMALL, "encoder_layers": None})
     model = build_model(cfg, task)
     assert isinstance(model, BioRobertaModel)
-    assert len(model.encoder.sentence_encoder.layers) == ARCHITECTURES["bio_roberta_base"]["encoder_layers"]
+    assert (
+        len(model.encoder.sentence_encoder.layers)
+        == ARCHITECTURES["bio_roberta_base"]["encoder_layers"]
+    )
 
 
 def test_argparse_namespace_converts(task):
     cfg = convert_namespace_to_omegaconf(
-        model_args("bio_roberta_large", task="bio_masked_lm", data="x", encoder_layers=2, encoder_embed_dim=32)
+        model_args(
+            "bio_roberta_large",
+            task="bio_masked_lm",
+            data="x",
+            encoder_layers=2,
+            encoder_embed_dim=32,
+        )
     )
-    assert cfg.model.encoder_attention_heads == ARCHITECTURES["bio_roberta_large"]["encoder_attention_heads"]
+    assert (
+        cfg.model.encoder_attention_heads
+        == ARCHITECTURES["bio_roberta_large"]["encoder_attention_heads"]
+    )
 
 
 def _layer_and_input(task, attention_dropout):
-    """The first layer of a small model (only attention dropout on) and its input ``T x B x C`` with a pad mask."""
-    model = small_model(task, attention_dropout=attention_dropout, dropout=0.0, activation_dropout=0.0)
+    """The first layer of a small model (only attention dropout on) and its input ``T x B x C`` with
+    a pad mask."""
+    model = small_model(
+        task, attention_dropout=attention_dropout, dropout=0.0, activation_dropout=0.0
+    )
     encoder = model.encoder.sentence_encoder
     tokens = batch(task)
     x, _ = encoder.forward_embedding(tokens)
@@ -120,8 +144,9 @@ def _layer_and_input(task, attention_dropout):
 
 
 def test_attention_maps_are_fairseqs_attention_in_eval_mode(task):
-    """Eval: the maps path's output equals fairseq's MultiheadAttention (need_weights=False) and its maps equal
-    the per-head weights torch's F.multi_head_attention_forward gives for the same parameters."""
+    """Eval: the maps path's output equals fairseq's MultiheadAttention (need_weights=False) and its
+    maps equal the per-head weights torch's F.multi_head_attention_forward gives for the same
+    parameters."""
     import torch.nn.functional as F
 
     layer, x, pad = _layer_and_input(task, attention_dropout=0.1)
@@ -131,12 +156,28 @@ def test_attention_maps_are_fairseqs_attention_in_eval_mode(task):
     fairseq_out, _ = attn(query=x, key=x, value=x, key_padding_mask=pad, need_weights=False)
     torch.testing.assert_close(out, fairseq_out, rtol=0, atol=1e-6)
     _, torch_maps = F.multi_head_attention_forward(
-        x, x, x, attn.embed_dim, attn.num_heads, torch.empty([0]),
-        torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)), None, None, False, 0.1,
-        attn.out_proj.weight, attn.out_proj.bias, False, pad, need_weights=True, use_separate_proj_weight=True,
-        q_proj_weight=attn.q_proj.weight, k_proj_weight=attn.k_proj.weight, v_proj_weight=attn.v_proj.weight,
+        x,
+        x,
+        x,
+        attn.embed_dim,
+        attn.num_heads,
+        torch.empty([0]),
+        torch.cat((attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias)),
+        None,
+        None,
+        False,
+        0.1,
+        attn.out_proj.weight,
+        attn.out_proj.bias,
+        False,
+        pad,
+        need_weights=True,
+        use_separate_proj_weight=True,
+        q_proj_weight=attn.q_proj.weight,
+        k_proj_weight=attn.k_proj.weight,
+        v_proj_weight=attn.v_proj.weight,
         average_attn_weights=False,
-    )  # fmt: skip
+    )
     assert maps.shape == (2, 4, 7, 7)
     torch.testing.assert_close(maps, torch_maps, rtol=0, atol=1e-6)
     # The whole layer and encoder: the same states with and without maps.
@@ -146,9 +187,9 @@ def test_attention_maps_are_fairseqs_attention_in_eval_mode(task):
 
 
 def test_attention_maps_in_training_come_before_dropout(task):
-    """Training with attention dropout 0.1: the maps are distributions, 0 on padding columns and the same as in eval
-    mode, while the values are still mixed through dropped-out weights (the output depends on the seed and is on
-    average the eval output: inverted dropout)."""
+    """Training with attention dropout 0.1: the maps are distributions, 0 on padding columns and the
+    same as in eval mode, while the values are still mixed through dropped-out weights (the output
+    depends on the seed and is on average the eval output: inverted dropout)."""
     layer, x, pad = _layer_and_input(task, attention_dropout=0.1)
     layer.eval()
     eval_out, eval_maps = layer._attention_with_maps(x, pad, None)
@@ -172,8 +213,9 @@ def test_attention_maps_in_training_come_before_dropout(task):
 
 
 def test_encoder_maps_in_training_match_eval_without_other_dropout(task):
-    """Through the whole encoder: with only attention dropout on, every layer's maps in training equal eval's in
-    the first layer (later layers see dropped-out mixing) and are distributions in all."""
+    """Through the whole encoder: with only attention dropout on, every layer's maps in training
+    equal eval's in the first layer (later layers see dropped-out mixing) and are distributions in
+    all."""
     model = small_model(task, attention_dropout=0.1, dropout=0.0, activation_dropout=0.0)
     tokens = batch(task)
     _, eval_extra = model(tokens, features_only=True, return_attn=True)

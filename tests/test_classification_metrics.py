@@ -1,5 +1,6 @@
-"""Sentence/document-level metrics (RE micro F1, accuracy, macro F1, HoC as BLURB and as BLUE, Pearson): hand-computed
-cases, and scikit-learn / scipy on the real label files in ../shared/data with perturbed predictions, to 1e-9."""
+"""Sentence/document-level metrics (RE micro F1, accuracy, macro F1, HoC as BLURB and as BLUE,
+Pearson): hand-computed cases, and scikit-learn / scipy on the real label files in ../shared/data
+with perturbed predictions, to 1e-9."""
 
 import csv
 import json
@@ -106,7 +107,9 @@ def test_re_micro_by_hand():
     assert micro_prf(gold, pred) == pytest.approx((0.5, 0.5, 0.5))
     # the negative class never counts, even when right; integer ids and a named negative work alike
     assert positive_counts([0, 0, 1], [0, 1, 1]) == SpanCounts(gold=1, pred=2, correct=1)
-    assert positive_counts(["DDI-false", "DDI-int"], ["DDI-false", "DDI-false"]) == SpanCounts(1, 0, 0)
+    assert positive_counts(["DDI-false", "DDI-int"], ["DDI-false", "DDI-false"]) == SpanCounts(
+        1, 0, 0
+    )
     assert micro_f1(["none", "x"], ["x", "x"], negatives=["none"]) == pytest.approx(2 / 3)
     assert is_negative(0) and is_negative("false") and not is_negative("DDI-None")
     assert micro_prf(["0", "0"], ["0", "0"]) == (0.0, 0.0, 0.0)
@@ -120,12 +123,17 @@ def test_re_micro_matches_sklearn_on_real_gad_and_ddi(gad_gold, ddi_gold, rate):
         labels = sorted(set(gold))
         positives = [label for label in labels if label != "0"]
         pred = perturb(gold, labels, rate, seed=int(rate * 100))
-        expected = precision_recall_fscore_support(gold, pred, labels=positives, average="micro", zero_division=0)
+        expected = precision_recall_fscore_support(
+            gold, pred, labels=positives, average="micro", zero_division=0
+        )
         assert micro_prf(gold, pred) == pytest.approx(expected[:3], abs=TOL)
-        # per-batch counts add up to the corpus counts (what the criterion logs and reduce_metrics derives)
+        # per-batch counts add up to the corpus counts (what the criterion logs and reduce_metrics
+        # derives)
         parts = [positive_counts(g, p) for g, p in zip(batches(gold, 37), batches(pred, 37))]
         assert sum(parts, SpanCounts()) == positive_counts(gold, pred)
-        per_class = add_class_counts(*[class_counts(g, p) for g, p in zip(batches(gold, 50), batches(pred, 50))])
+        per_class = add_class_counts(
+            *[class_counts(g, p) for g, p in zip(batches(gold, 50), batches(pred, 50))]
+        )
         assert per_class == class_counts(gold, pred)
         assert positive_counts_from(per_class) == positive_counts(gold, pred)
     assert len(set(ddi_gold)) == 5 and len(gad_gold) == 534
@@ -141,7 +149,9 @@ def test_accuracy_and_macro_f1_by_hand():
     assert macro_f1(gold, pred) == pytest.approx((2 / 3 + 1 / 2 + 0) / 3)
     assert macro_f1(gold, pred, labels=["yes", "no"]) == pytest.approx((2 / 3 + 1 / 2) / 2)
     assert accuracy(gold, pred) == 0.5
-    assert accuracy_counts(gold, pred) + accuracy_counts(["no"], ["yes"]) == AccuracyCounts(correct=2, total=5)
+    assert accuracy_counts(gold, pred) + accuracy_counts(["no"], ["yes"]) == AccuracyCounts(
+        correct=2, total=5
+    )
     assert accuracy([], []) == 0.0 and macro_f1([], []) == 0.0
 
 
@@ -154,12 +164,16 @@ def test_accuracy_and_macro_f1_match_sklearn_on_real_pubmedqa(pubmedqa_gold, rat
     assert len(gold) == 500 and set(gold) == {"yes", "no", "maybe"}
     assert accuracy(gold, pred) == pytest.approx(accuracy_score(gold, pred), abs=TOL)
     assert macro_f1(gold, pred) == pytest.approx(f1_score(gold, pred, average="macro"), abs=TOL)
-    counts = add_class_counts(*[class_counts(g, p) for g, p in zip(batches(gold, 16), batches(pred, 16))])
+    counts = add_class_counts(
+        *[class_counts(g, p) for g, p in zip(batches(gold, 16), batches(pred, 16))]
+    )
     assert accuracy_from(counts) == pytest.approx(accuracy_score(gold, pred), abs=TOL)
     assert macro_f1_from(counts) == pytest.approx(f1_score(gold, pred, average="macro"), abs=TOL)
     # a class the model never predicts still counts (sklearn: classes seen in gold or predictions)
     only_yes = ["yes"] * len(gold)
-    assert macro_f1(gold, only_yes) == pytest.approx(f1_score(gold, only_yes, average="macro", zero_division=0))
+    assert macro_f1(gold, only_yes) == pytest.approx(
+        f1_score(gold, only_yes, average="macro", zero_division=0)
+    )
 
 
 # --- HoC as BLURB computes it: micro over (abstract, hallmark) cells ------------------------------------------------
@@ -173,13 +187,19 @@ def perturb_rows(rows, rate, seed):
 def test_hoc_blurb_by_hand():
     gold = [[1, 0, 1], [0, 0, 0]]
     pred = [[1, 1, 0], [0, 0, 1]]
-    # cells: correct 1, predicted 3, gold 2 -> P 1/3, R 1/2, F 0.4 (LinkBERT utils_hoc.compute_p_r_f)
+    # cells: correct 1, predicted 3, gold 2 -> P 1/3, R 1/2, F 0.4 (LinkBERT
+    # utils_hoc.compute_p_r_f)
     assert hoc_prf(gold, pred) == pytest.approx((1 / 3, 1 / 2, 0.4))
     # macro over hallmarks: label 0 F 1, label 1 F 0 (P 0), label 2 F 0 -> 1/3
     assert hoc_prf(gold, pred, average="macro")[2] == pytest.approx(1 / 3)
-    # sentence rows of one abstract are ORed first: two sentences of "7" with one hallmark each = one abstract
-    assert hoc_f1([[1, 0], [0, 1]], [[1, 0], [0, 0]], ids=["7_0", "7_1"]) == pytest.approx(2 * 1 * 0.5 / 1.5)
-    assert group_by_document(["7_0", "8_0", "7_1"], [[1, 0], [0, 0], [0, 1]], [[0, 0], [1, 0], [0, 0]]) == (
+    # sentence rows of one abstract are ORed first: two sentences of "7" with one hallmark each =
+    # one abstract
+    assert hoc_f1([[1, 0], [0, 1]], [[1, 0], [0, 0]], ids=["7_0", "7_1"]) == pytest.approx(
+        2 * 1 * 0.5 / 1.5
+    )
+    assert group_by_document(
+        ["7_0", "8_0", "7_1"], [[1, 0], [0, 0], [0, 1]], [[0, 0], [1, 0], [0, 0]]
+    ) == (
         ["7", "8"],
         [(1, 1), (0, 0)],
         [(0, 0), (1, 0)],
@@ -193,7 +213,10 @@ def test_hoc_blurb_matches_sklearn_on_real_hoc(hoc_test, rate):
     ids, gold = hoc_test
     assert len(gold) == 371 and all(len(row) == 10 for row in gold)
     pred = perturb_rows(gold, rate, seed=int(rate * 1000))
-    expected = tuple(f(gold, pred, average="micro", zero_division=0) for f in (precision_score, recall_score, f1_score))
+    expected = tuple(
+        f(gold, pred, average="micro", zero_division=0)
+        for f in (precision_score, recall_score, f1_score)
+    )
     assert hoc_prf(gold, pred, ids) == pytest.approx(expected, abs=TOL)
     macro = f1_score(gold, pred, average="macro", zero_division=0)
     assert hoc_prf(gold, pred, ids, average="macro")[2] == pytest.approx(macro, abs=TOL)
@@ -220,12 +243,15 @@ def test_hoc_blurb_matches_sklearn_on_real_hoc(hoc_test, rate):
 
 
 def test_hoc_blue_by_hand():
-    # BLUE's own test case (ncbi-nlp/BLUE_Benchmark blue/ext/pmetrics.py): recall 1, precision (1 + 2/3 + 1) / 3
+    # BLUE's own test case (ncbi-nlp/BLUE_Benchmark blue/ext/pmetrics.py): recall 1, precision (1 +
+    # 2/3 + 1) / 3
     gold = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]]
     pred = [[1, 0, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
     p, r, f = blue_hoc_prf(gold, pred)
     assert (p, r) == pytest.approx((8 / 9, 1.0))
-    assert f == pytest.approx(2 * p * r / (p + r))  # F1 of the means, not the mean of per-abstract F1s
+    assert f == pytest.approx(
+        2 * p * r / (p + r)
+    )  # F1 of the means, not the mean of per-abstract F1s
     assert f != pytest.approx((1 + 0.8 + 1) / 3)
     # an abstract with nothing predicted has precision 0; sums add across batches
     sums = example_based_sums([[1, 0]], [[0, 0]]) + example_based_sums([[0, 1]], [[0, 1]])
@@ -238,7 +264,9 @@ def test_hoc_blue_matches_sklearn_samples_on_real_hoc(hoc_test):
     from sklearn.metrics import precision_score, recall_score
 
     ids, gold = hoc_test
-    kept = [i for i, g in enumerate(gold) if any(g)]  # BLUE's HoC has no abstract without a hallmark
+    kept = [
+        i for i, g in enumerate(gold) if any(g)
+    ]  # BLUE's HoC has no abstract without a hallmark
     ids, gold = [ids[i] for i in kept], [gold[i] for i in kept]
     pred = perturb_rows(gold, 0.2, seed=3)
     p = precision_score(gold, pred, average="samples", zero_division=0)
@@ -265,12 +293,19 @@ def test_hoc_bad_rows_are_one_line_errors():
 def test_pearson_by_hand():
     assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
     assert pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    # x = (0, 1, 2, 3), y = (0, 1, 1, 4): sum dx*dy = 6, sum dx^2 = 5, sum dy^2 = 9 -> r = 6 / sqrt(45)
+    # x = (0, 1, 2, 3), y = (0, 1, 1, 4): sum dx*dy = 6, sum dx^2 = 5, sum dy^2 = 9 -> r = 6 /
+    # sqrt(45)
     r = 6 / 45**0.5
     assert pearson([0, 1, 2, 3], [0, 1, 1, 4]) == pytest.approx(r)
-    assert pearson_sums([0, 1], [0, 1]) + pearson_sums([2, 3], [1, 4]) == pearson_sums([0, 1, 2, 3], [0, 1, 1, 4])
-    # undefined (constant predictions, a single pair) is 0.0, not nan, so checkpoint selection stays ordered
-    assert pearson([2.0, 2.0, 2.0], [0, 1, 4]) == 0.0 and pearson_sums([2.0] * 3, [0, 1, 4]).value() == 0.0
+    assert pearson_sums([0, 1], [0, 1]) + pearson_sums([2, 3], [1, 4]) == pearson_sums(
+        [0, 1, 2, 3], [0, 1, 1, 4]
+    )
+    # undefined (constant predictions, a single pair) is 0.0, not nan, so checkpoint selection stays
+    # ordered
+    assert (
+        pearson([2.0, 2.0, 2.0], [0, 1, 4]) == 0.0
+        and pearson_sums([2.0] * 3, [0, 1, 4]).value() == 0.0
+    )
     assert pearson([1.0], [3.0]) == 0.0 and PearsonSums().value() == 0.0
     with pytest.raises(ValueError, match=r"^pair 1: non-finite score"):
         pearson([0.0, float("nan")], [1.0, 2.0])
@@ -288,7 +323,9 @@ def test_pearson_matches_scipy_on_real_biosses(biosses_gold, noise):
     pred = [g + rng.gauss(0, noise) for g in gold]
     expected = float(pearsonr(pred, gold)[0])
     assert pearson(pred, gold) == pytest.approx(expected, abs=TOL)
-    sums = sum((pearson_sums(p, g) for p, g in zip(batches(pred, 8), batches(gold, 8))), PearsonSums())
+    sums = sum(
+        (pearson_sums(p, g) for p, g in zip(batches(pred, 8), batches(gold, 8))), PearsonSums()
+    )
     assert sums.value() == pytest.approx(expected, abs=TOL)
 
 
@@ -302,13 +339,17 @@ def test_log_fields_round_trip_as_fairseq_sums_them(ddi_gold):
         log = log_fields(class_counts(g, p), "re_")
         log.update(log_fields(pearson_sums([len(x) for x in g], [len(x) for x in p]), "sim_"))
         logs.append(log)
-    totals = {key: sum(log.get(key, 0) for log in logs) for log in logs for key in log}  # fairseq's summation
+    totals = {
+        key: sum(log.get(key, 0) for log in logs) for log in logs for key in log
+    }  # fairseq's summation
     labels = sorted(set(ddi_gold) | set(pred))
     counts = from_log_fields(SpanCounts, totals, "re_", labels)
     assert counts == class_counts(ddi_gold, pred)
     assert "re_correct_DDI-int" in totals
     sim = from_log_fields(PearsonSums, totals, "sim_")
-    assert sim.value() == pytest.approx(pearson([len(x) for x in ddi_gold], [len(x) for x in pred]), abs=TOL)
+    assert sim.value() == pytest.approx(
+        pearson([len(x) for x in ddi_gold], [len(x) for x in pred]), abs=TOL
+    )
     per_label = log_fields(multilabel_counts([[1, 0]], [[1, 1]]), "hoc_")
     assert per_label == {
         "hoc_gold_0": 1,

@@ -1,12 +1,14 @@
-"""Every console script speaks one vocabulary (STYLE habit 15, ``fairseq_bio.cli.options``): ``--out`` for what it
-writes, ``--checkpoint`` for the model it reads, ``--data`` for task data only, ``--overwrite``, ``--no-progress``,
-errors as ``<full script name>: <message>``; the old spellings are gone.
+"""Every console script speaks one vocabulary (STYLE habit 15, ``fairseq_bio.cli.options``):
+``--out`` for what it writes, ``--checkpoint`` for the model it reads, ``--data`` for task data
+only, ``--overwrite``, ``--no-progress``, errors as ``<full script name>: <message>``; the old
+spellings are gone.
 
-What a script reads follows one rule: ``--input`` for a command that reads one input, positional ``INPUT...`` for
-one that reads many. A flag that names a role rather than "the input" is allowed where ``ROLES`` says why.
+What a script reads follows one rule: ``--input`` for a command that reads one input, positional
+``INPUT...`` for one that reads many. A flag that names a role rather than "the input" is allowed
+where ``ROLES`` says why.
 
-Each script runs in this process through its setup.py entry point (``sys.argv`` set, ``--help`` or a user error
-that stops it before any work), so the whole file takes seconds."""
+Each script runs in this process through its setup.py entry point (``sys.argv`` set, ``--help`` or a
+user error that stops it before any work), so the whole file takes seconds."""
 
 import argparse
 import ast
@@ -20,28 +22,67 @@ from helpers.console_scripts import entry_points
 
 SCRIPTS = entry_points()
 READS_MODEL = {"predict", "import-hf", "export-hf", "extract-encoder", "init-student", "blurb"}
-TASK_DATA = {"demo", "vocab-report", "blurb"}  # the scripts whose --data is task data (no other has one)
+TASK_DATA = {
+    "demo",
+    "vocab-report",
+    "blurb",
+}  # the scripts whose --data is task data (no other has one)
 PROGRESS = {"extract", "encode", "predict", "demo"}
 WRITES_NOTHING = {"config-dir"}
-# fairseq-bio-blurb reuses the finished runs in --out and has no --overwrite (redoing them is not implemented)
+# fairseq-bio-blurb reuses the finished runs in --out and has no --overwrite (redoing them is not
+# implemented)
 NO_OVERWRITE = WRITES_NOTHING | {"blurb"}
-SUBCOMMANDS = {"convert-tagging": ("ebm-nlp", "pubtator", "brat", "i2b2-2014")}  # each has its own --out
+SUBCOMMANDS = {
+    "convert-tagging": ("ebm-nlp", "pubtator", "brat", "i2b2-2014")
+}  # each has its own --out
 
-# How each (sub)command takes what it reads: --input (one input) or positional INPUT... (many); the others read no
-# "input" (a --checkpoint, --data, --vocab, or only inputs that ROLES names).
+# How each (sub)command takes what it reads: --input (one input) or positional INPUT... (many); the
+# others read no "input" (a --checkpoint, --data, --vocab, or only inputs that ROLES names).
 ONE_INPUT = {"vocab", "predict", "convert-tagging ebm-nlp"}
-MANY_INPUTS = {"extract", "encode"} | {f"convert-tagging {name}" for name in ("pubtator", "brat", "linnaeus", "s800",
-                                                                               "chemdner", "i2b2-2010", "i2b2-2012",
-                                                                               "i2b2-2014")}  # fmt: skip
+MANY_INPUTS = {"extract", "encode"} | {
+    f"convert-tagging {name}"
+    for name in (
+        "pubtator",
+        "brat",
+        "linnaeus",
+        "s800",
+        "chemdner",
+        "i2b2-2010",
+        "i2b2-2012",
+        "i2b2-2014",
+    )
+}
 # Flags that name a role rather than "the input", with why they stay.
 ROLES = {
-    "binarize": ({"--train", "--valid"}, "needs both splits; each flag says which split its text becomes"),
-    "convert-tagging": ({"--train", "--devel", "--test"}, "each says the split its files go to (unsplit inputs are "
-                        "the positional INPUT..., split by --<split>-pmids or held out)"),
-}  # fmt: skip
-NOT_INPUTS = {("demo", "overrides")}  # positional arguments that are not inputs: the demo's hydra overrides
-SPLIT_FLAGS = {"--train", "--valid", "--dev", "--devel", "--test"}  # spell an input by its split: a role, or wrong
-OTHER_INPUT_FLAGS = {"--inputs", "--in", "--infile", "--input-file", "--input-files", "--files", "--source"}
+    "binarize": (
+        {"--train", "--valid"},
+        "needs both splits; each flag says which split its text becomes",
+    ),
+    "convert-tagging": (
+        {"--train", "--devel", "--test"},
+        "each says the split its files go to (unsplit inputs are "
+        "the positional INPUT..., split by --<split>-pmids or held out)",
+    ),
+}
+NOT_INPUTS = {
+    ("demo", "overrides")
+}  # positional arguments that are not inputs: the demo's hydra overrides
+SPLIT_FLAGS = {
+    "--train",
+    "--valid",
+    "--dev",
+    "--devel",
+    "--test",
+}  # spell an input by its split: a role, or wrong
+OTHER_INPUT_FLAGS = {
+    "--inputs",
+    "--in",
+    "--infile",
+    "--input-file",
+    "--input-files",
+    "--files",
+    "--source",
+}
 
 
 def short(script: str) -> str:
@@ -65,20 +106,29 @@ def helps(script, monkeypatch, capsys) -> str:
     texts = []
     for argv in [["--help"]] + [[sub, "--help"] for sub in SUBCOMMANDS.get(short(script), ())]:
         code, out, err = run_script(script, argv, monkeypatch, capsys)
-        assert code == 0 and out.startswith(f"usage: {script} "), (script, argv, out[:200], err[-500:])
+        assert code == 0 and out.startswith(f"usage: {script} "), (
+            script,
+            argv,
+            out[:200],
+            err[-500:],
+        )
         texts.append(out)
     return "\n".join(texts)
 
 
 def options(help_text: str) -> set:
     """The options --help lists (the first word of each entry in its options sections)."""
-    return {line.split()[0].rstrip(",") for line in help_text.splitlines() if line.startswith("  --")}
+    return {
+        line.split()[0].rstrip(",") for line in help_text.splitlines() if line.startswith("  --")
+    }
 
 
 def test_every_script_is_covered():
     names = {short(s) for s in SCRIPTS}
     assert len(names) >= 14 and set(ERRORS) == names  # a new console script needs its row here
-    assert READS_MODEL | TASK_DATA | PROGRESS | NO_OVERWRITE | set(SUBCOMMANDS) | set(ROLES) <= names
+    assert (
+        READS_MODEL | TASK_DATA | PROGRESS | NO_OVERWRITE | set(SUBCOMMANDS) | set(ROLES) <= names
+    )
     assert {name.split()[0] for name in ONE_INPUT | MANY_INPUTS} <= names
 
 
@@ -100,16 +150,31 @@ ERRORS = {
     "extract": lambda t: ([t / "nothing", "--out", t / "o"], "nothing"),
     "vocab": lambda t: (["--input", t / "nothing.txt", "--out", t / "v"], "nothing.txt"),
     "encode": lambda t: (["--vocab", t, t / "nothing.txt", "--out", t / "o.bpe"], "nothing.txt"),
-    "binarize": lambda t: (["--vocab", t, "--train", t / "a", "--valid", t / "b", "--out", t / "bin"], "dict.txt"),
+    "binarize": lambda t: (
+        ["--vocab", t, "--train", t / "a", "--valid", t / "b", "--out", t / "bin"],
+        "dict.txt",
+    ),
     "demo": lambda t: (["--out", t / "file"], "file: exists and is not a directory"),
-    "predict": lambda t: (["--checkpoint", t / "none.pt", "--input", t / "nothing", "--out", t / "p"], "nothing"),
-    "convert-tagging": lambda t: (["pubtator", "--train", t / "nothing", "--out", t / "c"], "nothing"),
+    "predict": lambda t: (
+        ["--checkpoint", t / "none.pt", "--input", t / "nothing", "--out", t / "p"],
+        "nothing",
+    ),
+    "convert-tagging": lambda t: (
+        ["pubtator", "--train", t / "nothing", "--out", t / "c"],
+        "nothing",
+    ),
     "import-hf": lambda t: (["--checkpoint", t / "nothing", "--out", t / "o"], "nothing"),
     "export-hf": lambda t: (["--checkpoint", t / "none.pt", "--out", t / "o"], "none.pt"),
     "extract-encoder": lambda t: (["--checkpoint", t / "none.pt", "--out", t / "o.pt"], "none.pt"),
     "init-student": lambda t: (["--checkpoint", t / "none.pt", "--out", t / "o.pt"], "none.pt"),
-    "vocab-report": lambda t: (["--vocab", t, "--data", t / "nothing", "--out", t / "o"], "neither bpe.json"),
-    "blurb": lambda t: (["--checkpoint", t / "none.pt", "--data", t, "--out", t / "runs"], "none.pt"),
+    "vocab-report": lambda t: (
+        ["--vocab", t, "--data", t / "nothing", "--out", t / "o"],
+        "neither bpe.json",
+    ),
+    "blurb": lambda t: (
+        ["--checkpoint", t / "none.pt", "--data", t, "--out", t / "runs"],
+        "none.pt",
+    ),
     "config-dir": lambda t: ([], "no hydra_configs/"),
 }
 
@@ -121,20 +186,35 @@ def test_errors_name_the_script_in_full(script, tmp_path, monkeypatch, capsys):
         monkeypatch.setattr("fairseq_bio.runs.PLUGIN_DIR", tmp_path)
     argv, named = ERRORS[short(script)](tmp_path)
     code, _, err = run_script(script, argv, monkeypatch, capsys)
-    assert isinstance(code, str) and code.startswith(f"{script}: ") and named in code, (code, err[-1000:])
+    assert isinstance(code, str) and code.startswith(f"{script}: ") and named in code, (
+        code,
+        err[-1000:],
+    )
     assert "\n" not in code
 
 
 # A removed spelling, the rest of the command line right: argparse refuses it before any work.
 REMOVED = [
-    ("predict", ["--checkpoint", "none.pt", "--input", "file", "--out", "p", "--output", "p"], "--output p"),
+    (
+        "predict",
+        ["--checkpoint", "none.pt", "--input", "file", "--out", "p", "--output", "p"],
+        "--output p",
+    ),
     ("predict", ["--checkpoint", "none.pt", "--input", "file", "--out", "p", "--quiet"], "--quiet"),
     ("encode", ["--vocab", "v", "file", "--out", "o", "--outputs", "o"], "--outputs o"),
     ("encode", ["--vocab", "v", "--inputs", "file", "--out", "o"], "--inputs"),
     ("vocab", ["--input", "file", "--out", "v", "--train", "file"], "--train file"),
-    ("binarize", ["--vocab", "v", "--train", "a", "--valid", "b", "--out", "o", "--destdir", "o"], "--destdir o"),
+    (
+        "binarize",
+        ["--vocab", "v", "--train", "a", "--valid", "b", "--out", "o", "--destdir", "o"],
+        "--destdir o",
+    ),
     ("demo", ["--workdir=w"], "--workdir=w"),  # a bare value would be a hydra override
-    ("init-student", ["--checkpoint", "t.pt", "--out", "s.pt", "--teacher", "t.pt"], "--teacher t.pt"),
+    (
+        "init-student",
+        ["--checkpoint", "t.pt", "--out", "s.pt", "--teacher", "t.pt"],
+        "--teacher t.pt",
+    ),
     ("export-hf", ["--checkpoint", "m.pt", "--out", "hf", "--data", "vocab"], "--data vocab"),
     ("export-hf", ["--checkpoint", "m.pt", "--out", "hf", "m.pt", "hf"], "m.pt hf"),
     ("import-hf", ["--checkpoint", "hf", "--out", "o", "hf", "o"], "hf o"),
@@ -147,20 +227,30 @@ REMOVED = [
 def test_removed_spellings_are_refused(name, argv, refused, monkeypatch, capsys):
     script = f"fairseq-bio-{name}"
     code, _, err = run_script(script, argv, monkeypatch, capsys)
-    assert code == 2 and err.splitlines()[-1].endswith(f"error: unrecognized arguments: {refused}"), (code, err)
+    assert code == 2 and err.splitlines()[-1].endswith(
+        f"error: unrecognized arguments: {refused}"
+    ), (code, err)
 
 
 def test_the_fetch_module_names_itself_as_it_is_run(capsys):
     from fairseq_bio_preprocess.fetch import build_parser
 
-    assert build_parser().format_usage().startswith("usage: python -m fairseq_bio_preprocess.fetch ")
+    assert (
+        build_parser().format_usage().startswith("usage: python -m fairseq_bio_preprocess.fetch ")
+    )
 
 
 # ----------------------------------------------------------------------------------------- the parser itself
 
 
 def parser():
-    from fairseq_bio.cli.options import Parser, add_checkpoint, add_no_progress, add_out, add_overwrite
+    from fairseq_bio.cli.options import (
+        Parser,
+        add_checkpoint,
+        add_no_progress,
+        add_out,
+        add_overwrite,
+    )
 
     p = Parser(prog="fairseq-bio-x")
     add_checkpoint(p, "the model")
@@ -173,13 +263,21 @@ def parser():
 
 def test_parser_is_plain_argparse_with_the_vocabulary(capsys):
     args = vars(parser().parse_args(["--checkpoint", "m.pt", "--out", "o"]))
-    assert args == {"checkpoint": "m.pt", "out": "o", "overwrite": False, "no_progress": False, "lr": None}
+    assert args == {
+        "checkpoint": "m.pt",
+        "out": "o",
+        "overwrite": False,
+        "no_progress": False,
+        "lr": None,
+    }
     assert capsys.readouterr().err == ""
     for argv, message in (
         ([], "fairseq-bio-x: error: the following arguments are required: --checkpoint, --out"),
-        (["--checkpoint", "m.pt", "--out", "o", "--outputs", "p"], "fairseq-bio-x: error: unrecognized arguments: "
-                                                                     "--outputs p"),
-    ):  # fmt: skip
+        (
+            ["--checkpoint", "m.pt", "--out", "o", "--outputs", "p"],
+            "fairseq-bio-x: error: unrecognized arguments: " "--outputs p",
+        ),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             parser().parse_args(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -194,7 +292,9 @@ def test_parser_names_a_bad_value_in_one_line(capsys):
 
 def test_parser_help_shows_the_vocabulary():
     text = parser().format_help()
-    assert text.startswith("usage: fairseq-bio-x [-h] --checkpoint CHECKPOINT --out OUT [--overwrite]")
+    assert text.startswith(
+        "usage: fairseq-bio-x [-h] --checkpoint CHECKPOINT --out OUT [--overwrite]"
+    )
     assert "replace its output an earlier fairseq-bio-x wrote" in text
 
 
@@ -204,11 +304,14 @@ def test_parser_help_shows_the_vocabulary():
 def build_parser_of(script: str) -> argparse.ArgumentParser:
     """The script's parser, from the module its entry point (``...commands:extract``) starts."""
     module, function = SCRIPTS[script].split(":")
-    return importlib.import_module(getattr(importlib.import_module(module), function).module).build_parser()
+    return importlib.import_module(
+        getattr(importlib.import_module(module), function).module
+    ).build_parser()
 
 
 def parsers(name: str, parser: argparse.ArgumentParser):
-    """``(name, parser)`` of a command and of each of its subcommands (``convert-tagging ebm-nlp``)."""
+    """``(name, parser)`` of a command and of each of its subcommands
+    (``convert-tagging ebm-nlp``)."""
     yield name, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -217,13 +320,17 @@ def parsers(name: str, parser: argparse.ArgumentParser):
 
 
 def input_spelling(name: str, parser: argparse.ArgumentParser, roles=frozenset()):
-    """How ``parser`` takes its input (``"--input"``, ``"INPUT..."`` or None) and how it breaks the rule: ``--input``
-    for one input, positional for many; no other flag for "the input" (a split's flag only as one of ``roles``)."""
+    """How ``parser`` takes its input (``"--input"``, ``"INPUT..."`` or None) and how it breaks the
+    rule: ``--input`` for one input, positional for many; no other flag for "the input" (a split's
+    flag only as one of ``roles``).
+    """
     spellings, breaks = set(), []
     for action in parser._actions:
         if isinstance(action, (argparse._SubParsersAction, argparse._HelpAction)):
             continue
-        many = action.nargs in ("+", "*") or isinstance(action, (argparse._AppendAction, argparse._ExtendAction))
+        many = action.nargs in ("+", "*") or isinstance(
+            action, (argparse._AppendAction, argparse._ExtendAction)
+        )
         if not action.option_strings:
             if (name.split()[0], action.dest) in NOT_INPUTS:
                 continue
@@ -241,7 +348,9 @@ def input_spelling(name: str, parser: argparse.ArgumentParser, roles=frozenset()
             elif option in OTHER_INPUT_FLAGS:
                 breaks.append(f"{option}: one input is --input, many are positional INPUT...")
             elif option in SPLIT_FLAGS and option not in roles:
-                breaks.append(f"{option}: names the input by its split; --input, or a role listed in ROLES")
+                breaks.append(
+                    f"{option}: names the input by its split; --input, or a role listed in ROLES"
+                )
     if len(spellings) > 1:
         breaks.append(f"both {' and '.join(sorted(spellings))}")
     return (spellings.pop() if len(spellings) == 1 else None), breaks
@@ -249,7 +358,8 @@ def input_spelling(name: str, parser: argparse.ArgumentParser, roles=frozenset()
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_inputs_follow_the_rule(script):
-    """``--input`` for a command that reads one input, positional ``INPUT...`` for one that reads many."""
+    """``--input`` for a command that reads one input, positional ``INPUT...`` for one that reads
+    many."""
     roles = ROLES.get(short(script), (set(),))[0]
     for name, parser in parsers(short(script), build_parser_of(script)):
         spelling, breaks = input_spelling(name, parser, roles)
@@ -297,7 +407,10 @@ def test_run_cli_is_the_one_handler(monkeypatch):
     with pytest.raises(SystemExit) as ended:
         run_cli("fairseq-bio-x", lambda argv: 3)
     assert ended.value.code == 3
-    assert run_cli("fairseq-bio-x", lambda argv: 0) is None and run_cli("fairseq-bio-x", lambda argv: None) is None
+    assert (
+        run_cli("fairseq-bio-x", lambda argv: 0) is None
+        and run_cli("fairseq-bio-x", lambda argv: None) is None
+    )
 
     def interrupted(argv):
         raise KeyboardInterrupt
@@ -308,8 +421,8 @@ def test_run_cli_is_the_one_handler(monkeypatch):
 
 
 def test_options_module_needs_neither_torch_nor_fairseq():
-    """Corpus commands answer --help without torch or fairseq: the vocabulary imports the standard library and
-    fairseq_bio.errors only."""
+    """Corpus commands answer --help without torch or fairseq: the vocabulary imports the standard
+    library and fairseq_bio.errors only."""
     path = REPO / "fairseq_bio" / "cli" / "options.py"
     imported = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -321,8 +434,8 @@ def test_options_module_needs_neither_torch_nor_fairseq():
 
 
 def test_every_user_error_class_is_a_bio_error():
-    """The exception classes the plugin and the corpus code define are BioErrors (one handler prints them), except
-    the ones named here with why."""
+    """The exception classes the plugin and the corpus code define are BioErrors (one handler prints
+    them), except the ones named here with why."""
     from fairseq_bio.errors import BioError
 
     internal = {
@@ -330,10 +443,15 @@ def test_every_user_error_class_is_a_bio_error():
         "fairseq_bio.runs.RunError": "a fairseq run's failure, reported by the command that started it",
     }
     wrong = []
-    for directory, package in (("fairseq_bio", "fairseq_bio"), ("preprocess", "fairseq_bio_preprocess")):
+    for directory, package in (
+        ("fairseq_bio", "fairseq_bio"),
+        ("preprocess", "fairseq_bio_preprocess"),
+    ):
         for path in sorted((REPO / directory).rglob("*.py")):
             for node in ast.parse(path.read_text(encoding="utf-8")).body:
-                if isinstance(node, ast.ClassDef) and node.name.endswith(("Error", "Exception", "Failed")):
+                if isinstance(node, ast.ClassDef) and node.name.endswith(
+                    ("Error", "Exception", "Failed")
+                ):
                     parts = path.relative_to(REPO / directory).with_suffix("").parts
                     module = ".".join((package, *parts))
                     cls = getattr(importlib.import_module(module), node.name)

@@ -1,4 +1,5 @@
-"""fairseq-bio-convert-tagging: EBM-NLP PICO and PubTator/BioC JSON to the CoNLL splits bio_tagging reads."""
+"""fairseq-bio-convert-tagging: EBM-NLP PICO and PubTator/BioC JSON to the CoNLL splits bio_tagging
+reads."""
 
 import importlib.metadata
 import json
@@ -23,7 +24,13 @@ from fairseq_bio.metrics.tagging import get_entities
 from fairseq_bio_preprocess.common import PreprocessError
 from fairseq_bio_preprocess.convert_tagging import cli_main
 from fairseq_bio_preprocess.ebm_nlp import convert_ebm_nlp
-from fairseq_bio_preprocess.pubtator import Document, Mention, PubtatorStats, convert_pubtator, tag_document
+from fairseq_bio_preprocess.pubtator import (
+    Document,
+    Mention,
+    PubtatorStats,
+    convert_pubtator,
+    tag_document,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -41,7 +48,9 @@ def test_ebm_nlp_exact_conll_as_blurb(release, tmp_path):
     stats = convert_ebm_nlp(release, out, dev_pmids=dev_list(tmp_path, "103"))
     assert read(out / "train.tsv") == EXPECTED_TRAIN_IO
     assert read(out / "devel.tsv") == EXPECTED_DEVEL_IO
-    assert read(out / "test.tsv") == EXPECTED_TEST_IO  # gold labels of 201, not its train or crowd labels
+    assert (
+        read(out / "test.tsv") == EXPECTED_TEST_IO
+    )  # gold labels of 201, not its train or crowd labels
     assert read(out / "train.pmids") == "101\n102\n104\n"
     assert read(out / "devel.pmids") == "103\n"
     assert read(out / "test.pmids") == "201\n202\n"
@@ -59,10 +68,23 @@ def test_ebm_nlp_exact_conll_as_blurb(release, tmp_path):
 
 def test_ebm_nlp_bio_scheme_and_one_sentence_per_abstract(release, tmp_path):
     out = tmp_path / "pico"
-    convert_ebm_nlp(release, out, dev_pmids=dev_list(tmp_path, "103"), scheme="bio", sentence_split="document")
+    convert_ebm_nlp(
+        release, out, dev_pmids=dev_list(tmp_path, "103"), scheme="bio", sentence_split="document"
+    )
     sentences = read_conll(out / "train.tsv")
     assert [len(s.words) for s in sentences] == [10, 8, 5]
-    assert sentences[0].tags == ["B-INT", "O", "B-OUT", "O", "B-PAR", "I-PAR", "O", "B-OUT", "O", "O"]
+    assert sentences[0].tags == [
+        "B-INT",
+        "O",
+        "B-OUT",
+        "O",
+        "B-PAR",
+        "I-PAR",
+        "O",
+        "B-OUT",
+        "O",
+        "O",
+    ]
     assert sentences[1].tags == ["B-INT", "O", "B-PAR", "B-OUT", "B-PAR", "B-INT", "B-OUT", "I-OUT"]
 
 
@@ -74,7 +96,9 @@ def test_ebm_nlp_seeded_dev_split(tmp_path):
     runs = []
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
         convert_ebm_nlp(release, tmp_path / name, seed=seed)
-        runs.append({s: read(tmp_path / name / f"{s}.pmids").split() for s in ("train", "devel", "test")})
+        runs.append(
+            {s: read(tmp_path / name / f"{s}.pmids").split() for s in ("train", "devel", "test")}
+        )
     assert runs[0] == runs[1]  # reproducible
     for run in runs:
         assert len(run["devel"]) == 2 and len(run["train"]) == 8  # int(0.2 * 10)
@@ -85,7 +109,9 @@ def test_ebm_nlp_seeded_dev_split(tmp_path):
 
 def test_ebm_nlp_reads_the_tar_gz_as_the_directory(release, tmp_path):
     # An AppleDouble file, as tar on macOS adds: not an annotation file.
-    (release / SPANS / "outcomes" / "train" / "._101.AGGREGATED.ann").write_bytes(b"\x00\x05\x16\x07")
+    (release / SPANS / "outcomes" / "train" / "._101.AGGREGATED.ann").write_bytes(
+        b"\x00\x05\x16\x07"
+    )
     archive = tmp_path / "ebm_nlp_2_00.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(release, arcname="ebm_nlp_2_00")
@@ -98,12 +124,16 @@ def test_ebm_nlp_reads_the_tar_gz_as_the_directory(release, tmp_path):
     (release / "documents" / "104.tokens").write_text("No\neffect\n", encoding="utf-8")
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(release, arcname="ebm_nlp_2_00")
-    with pytest.raises(PreprocessError, match=r"ebm_nlp_2_00\.tar\.gz:ebm_nlp_2_00/annotations/.*/104\.AGGREGATED"):
+    with pytest.raises(
+        PreprocessError, match=r"ebm_nlp_2_00\.tar\.gz:ebm_nlp_2_00/annotations/.*/104\.AGGREGATED"
+    ):
         convert_ebm_nlp(archive, tmp_path / "bad", dev_pmids=dev)
 
 
 def _truncate_labels(release):
-    (release / SPANS / "outcomes" / "train" / "102.AGGREGATED.ann").write_text("0\n0\n1\n", encoding="utf-8")
+    (release / SPANS / "outcomes" / "train" / "102.AGGREGATED.ann").write_text(
+        "0\n0\n1\n", encoding="utf-8"
+    )
 
 
 def _drop_element(release):
@@ -111,7 +141,9 @@ def _drop_element(release):
 
 
 def _bad_label(release):
-    (release / SPANS / "participants" / "train" / "104.AGGREGATED.ann").write_text("0\n0\n2\n0\n0\n", encoding="utf-8")
+    (release / SPANS / "participants" / "train" / "104.AGGREGATED.ann").write_text(
+        "0\n0\n2\n0\n0\n", encoding="utf-8"
+    )
 
 
 def _drop_tokens(release):
@@ -133,7 +165,10 @@ def _empty_token_line(release):
             _truncate_labels,
             r"outcomes/train/102\.AGGREGATED\.ann: 3 labels for the 8 tokens of .*documents/102\.tokens$",
         ),
-        (_drop_element, r"interventions/test/gold/202\.AGGREGATED\.ann: missing, though PMID 202 has"),
+        (
+            _drop_element,
+            r"interventions/test/gold/202\.AGGREGATED\.ann: missing, though PMID 202 has",
+        ),
         (_bad_label, r"participants/train/104\.AGGREGATED\.ann:3: label '2' is not 0 or 1"),
         (_drop_tokens, r"documents/202\.tokens: missing$"),
         (
@@ -143,7 +178,9 @@ def _empty_token_line(release):
         (_empty_token_line, r"documents/104\.tokens:3: empty line"),
     ],
 )
-def test_ebm_nlp_bad_release_is_one_line_error_and_writes_nothing(release, tmp_path, damage, message):
+def test_ebm_nlp_bad_release_is_one_line_error_and_writes_nothing(
+    release, tmp_path, damage, message
+):
     damage(release)
     out = tmp_path / "pico"
     with pytest.raises(PreprocessError, match=message) as error:
@@ -155,28 +192,49 @@ def test_ebm_nlp_bad_release_is_one_line_error_and_writes_nothing(release, tmp_p
 def test_ebm_nlp_missing_elements_allowed_and_latin1_on_request(release, tmp_path):
     _drop_element(release)
     _latin1_tokens(release)
-    (release / SPANS / "participants" / "train" / "101.AGGREGATED.ann").write_text("0\n0\n0\n", encoding="utf-8")
-    (release / SPANS / "interventions" / "train" / "101.AGGREGATED.ann").write_text("1\n0\n0\n", encoding="utf-8")
-    (release / SPANS / "outcomes" / "train" / "101.AGGREGATED.ann").write_text("0\n0\n1\n", encoding="utf-8")
+    (release / SPANS / "participants" / "train" / "101.AGGREGATED.ann").write_text(
+        "0\n0\n0\n", encoding="utf-8"
+    )
+    (release / SPANS / "interventions" / "train" / "101.AGGREGATED.ann").write_text(
+        "1\n0\n0\n", encoding="utf-8"
+    )
+    (release / SPANS / "outcomes" / "train" / "101.AGGREGATED.ann").write_text(
+        "0\n0\n1\n", encoding="utf-8"
+    )
     out = tmp_path / "pico"
     stats = convert_ebm_nlp(
-        release, out, dev_pmids=dev_list(tmp_path, "103"), allow_missing_elements=True, encoding="latin-1"
+        release,
+        out,
+        dev_pmids=dev_list(tmp_path, "103"),
+        allow_missing_elements=True,
+        encoding="latin-1",
     )
     assert stats.missing_element_files == 1
     assert read(out / "train.tsv").startswith("Aspirin\tI-INT\nfor\tO\npa\xefn\tI-OUT\n\n")
-    assert read_conll(out / "test.tsv")[1].tags == ["I-PAR", "I-PAR", "O", "O", "O", "O"]  # no interventions
+    assert read_conll(out / "test.tsv")[1].tags == [
+        "I-PAR",
+        "I-PAR",
+        "O",
+        "O",
+        "O",
+        "O",
+    ]  # no interventions
 
 
 def test_ebm_nlp_bad_arguments(release, tmp_path):
     with pytest.raises(PreprocessError, match=r"dev\.pmids:3: PMID 201 is a gold test document"):
         convert_ebm_nlp(release, tmp_path / "a", dev_pmids=dev_list(tmp_path, "103", "201"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(PreprocessError, match=r"empty: no documents/ folder; not an EBM-NLP release"):
+    with pytest.raises(
+        PreprocessError, match=r"empty: no documents/ folder; not an EBM-NLP release"
+    ):
         convert_ebm_nlp(tmp_path / "empty", tmp_path / "b")
     with pytest.raises(PreprocessError, match=r"--dev-fraction 1.0"):
         convert_ebm_nlp(release, tmp_path / "c", dev_fraction=1.0)
     convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "103"))
-    with pytest.raises(PreprocessError, match=r"d/train\.tsv: already exists; pass --overwrite to replace it"):
+    with pytest.raises(
+        PreprocessError, match=r"d/train\.tsv: already exists; pass --overwrite to replace it"
+    ):
         convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "103"))
     convert_ebm_nlp(release, tmp_path / "d", dev_pmids=dev_list(tmp_path, "104"), overwrite=True)
     assert read(tmp_path / "d" / "devel.pmids") == "104\n"
@@ -184,21 +242,36 @@ def test_ebm_nlp_bad_arguments(release, tmp_path):
 
 def test_cli_ebm_nlp_and_console_script(release, tmp_path, capsys):
     out = tmp_path / "pico"
-    cli_main(["ebm-nlp", "--input", str(release), "--out", str(out), "--dev-pmids", str(dev_list(tmp_path, "103"))])
+    cli_main(
+        [
+            "ebm-nlp",
+            "--input",
+            str(release),
+            "--out",
+            str(out),
+            "--dev-pmids",
+            str(dev_list(tmp_path, "103")),
+        ]
+    )
     assert read(out / "train.tsv") == EXPECTED_TRAIN_IO
     assert "train_in_test: 1" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
         cli_main(["ebm-nlp", "--input", str(release), "--out", str(out)])
-    assert str(exit_.value).startswith("fairseq-bio-convert-tagging: ") and "already exists" in str(exit_.value)
+    assert str(exit_.value).startswith("fairseq-bio-convert-tagging: ") and "already exists" in str(
+        exit_.value
+    )
     scripts = {e.name: e.value for e in importlib.metadata.entry_points(group="console_scripts")}
-    assert scripts["fairseq-bio-convert-tagging"] == "fairseq_bio_preprocess.commands:convert_tagging"
+    assert (
+        scripts["fairseq-bio-convert-tagging"] == "fairseq_bio_preprocess.commands:convert_tagging"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
 # PubTator / BioC JSON
 
-# Two documents written in the style of the BioCreative V CDR corpus (text, offsets and ids are made up here):
-# a relation line, a composite mention with a 7th column, "Parkinson's" cut as Parkinson ' s.
+# Two documents written in the style of the BioCreative V CDR corpus (text, offsets and ids are made
+# up here): a relation line, a composite mention with a 7th column, "Parkinson's" cut as Parkinson '
+# s.
 CDR_SAMPLE = """\
 9990001|t|Haloperidol-induced neuroleptic malignant syndrome in a patient with Parkinson's disease.
 9990001|a|A 58-year-old man with Parkinson's disease developed hyperthermia, rigidity and acute renal failure 3 \
@@ -279,14 +352,22 @@ def test_pubtator_cdr_disease_exact_conll(tmp_path):
     assert read(tmp_path / "out" / "train.tsv") == conll_of(EXPECTED_DISEASE)
     assert read(tmp_path / "out" / "train.pmids") == "9990001\n9990002\n"
     assert stats.mentions == {"train": {"Disease": 10}}
-    assert stats.other_types == {"Chemical": 9} and stats.types_read == {"Chemical": 9, "Disease": 10}
+    assert stats.other_types == {"Chemical": 9} and stats.types_read == {
+        "Chemical": 9,
+        "Disease": 10,
+    }
     assert stats.relations_skipped == 2
     assert stats.sentences == {"train": 8}
-    assert (stats.boundary_inside_word, stats.overlapping_dropped, stats.sentence_joins) == (0, 0, 0)
+    assert (stats.boundary_inside_word, stats.overlapping_dropped, stats.sentence_joins) == (
+        0,
+        0,
+        0,
+    )
 
 
 def test_pubtator_every_mention_is_one_entity(tmp_path):
-    """Round trip: the entities get_entities reads back are exactly the mentions, with their types and words."""
+    """Round trip: the entities get_entities reads back are exactly the mentions, with their types
+    and words."""
     convert(tmp_path)
     sentences = read_conll(tmp_path / "out" / "train.tsv")
     entities = [(t, "".join(s.words[a:b])) for s in sentences for t, a, b in get_entities(s.tags)]
@@ -311,11 +392,14 @@ def test_pubtator_boundaries_inside_words_overlaps_and_sentence_joins(tmp_path):
 
     pubtator = f"7|t|{title}\n7|a|{abstract}\n" + "".join(
         [
-            line("toxicity", "Disease"),  # inside the word "Cardiotoxicity": the whole word is tagged
+            line(
+                "toxicity", "Disease"
+            ),  # inside the word "Cardiotoxicity": the whole word is tagged
             line("cardiotoxicity", "Disease"),
             line("doxorubicin", "Chemical"),
             line("doxorubicin", "Chemical"),  # the same mention twice
-            # Crosses a sentence boundary (a wrong split or annotation): the sentences are joined, the entity whole.
+            # Crosses a sentence boundary (a wrong split or annotation): the sentences are joined,
+            # the entity whole.
             line("seen. Heart failure", "Disease"),
             line("Renal failure", "Disease"),
             line("failure", "Disease"),  # overlaps the longer mention at an earlier start: dropped
@@ -333,22 +417,42 @@ def test_pubtator_boundaries_inside_words_overlaps_and_sentence_joins(tmp_path):
         ["O", "B-Disease", "O", "B-Disease", "I-Disease", "I-Disease", "I-Disease", "O", "O", "O"],
         ["B-Disease", "I-Disease", "O", "O"],
     ]
-    assert (stats.boundary_inside_word, stats.duplicates_dropped, stats.overlapping_dropped) == (1, 1, 1)
+    assert (stats.boundary_inside_word, stats.duplicates_dropped, stats.overlapping_dropped) == (
+        1,
+        1,
+        1,
+    )
     assert stats.sentence_joins == 1 and stats.sentences == {"train": 3}
-    assert any("boundary inside a word; tagged 'Cardiotoxicity' for 'toxicity'" in e for e in stats.examples)
-    assert any(e.startswith(f"{tmp_path / 'sample.PubTator.txt'}:9: overlaps") for e in stats.examples)
+    assert any(
+        "boundary inside a word; tagged 'Cardiotoxicity' for 'toxicity'" in e
+        for e in stats.examples
+    )
+    assert any(
+        e.startswith(f"{tmp_path / 'sample.PubTator.txt'}:9: overlaps") for e in stats.examples
+    )
 
 
 def test_pubtator_splits_by_pmid_lists_and_by_files(tmp_path):
-    lists = {s: write(tmp_path / f"{s}.list", text) for s, text in (("train", "9990002\n"), ("test", "9990001\n"))}
+    lists = {
+        s: write(tmp_path / f"{s}.list", text)
+        for s, text in (("train", "9990002\n"), ("test", "9990001\n"))
+    }
     source = write(tmp_path / "all.txt", CDR_SAMPLE + "\n5|t|Unlisted title.\n")
-    stats = convert_pubtator(tmp_path / "by_list", inputs=[source], split_pmids=lists, types=["Chemical"])
+    stats = convert_pubtator(
+        tmp_path / "by_list", inputs=[source], split_pmids=lists, types=["Chemical"]
+    )
     assert read(tmp_path / "by_list" / "train.pmids") == "9990002\n"
     assert read(tmp_path / "by_list" / "test.pmids") == "9990001\n"
     assert not (tmp_path / "by_list" / "devel.tsv").exists()
-    assert stats.unassigned_documents == 1 and stats.mentions == {"train": {"Chemical": 3}, "test": {"Chemical": 6}}
+    assert stats.unassigned_documents == 1 and stats.mentions == {
+        "train": {"Chemical": 3},
+        "test": {"Chemical": 6},
+    }
     first, second = CDR_SAMPLE.split("\n\n")
-    files = {"train": [write(tmp_path / "a.txt", second)], "test": [write(tmp_path / "b.txt", first)]}
+    files = {
+        "train": [write(tmp_path / "a.txt", second)],
+        "test": [write(tmp_path / "b.txt", first)],
+    }
     convert_pubtator(tmp_path / "by_file", split_files=files, types=["Chemical"])
     for name in ("train.tsv", "test.tsv"):
         assert read(tmp_path / "by_file" / name) == read(tmp_path / "by_list" / name)
@@ -372,11 +476,21 @@ def test_bioc_json_gives_the_same_conll(tmp_path):
         ]
         passages = [
             {"offset": 0, "text": title, "infons": {"type": "title"}, "annotations": []},
-            {"offset": len(title) + 1, "text": abstract, "infons": {"type": "abstract"}, "annotations": annotations},
+            {
+                "offset": len(title) + 1,
+                "text": abstract,
+                "infons": {"type": "abstract"},
+                "annotations": annotations,
+            },
         ]
         documents.append({"id": pmid, "passages": passages})
     documents[1]["passages"][1]["annotations"].append(
-        {"id": "d", "infons": {"type": "Disease"}, "text": "x", "locations": [{"offset": 0, "length": 5}] * 2}
+        {
+            "id": "d",
+            "infons": {"type": "Disease"},
+            "text": "x",
+            "locations": [{"offset": 0, "length": 5}] * 2,
+        }
     )
     bioc = write(tmp_path / "sample.json", json.dumps({"source": "test", "documents": documents}))
     stats = convert_pubtator(tmp_path / "bioc", split_files={"train": [bioc]}, types=["Disease"])
@@ -388,7 +502,9 @@ def test_bioc_json_gives_the_same_conll(tmp_path):
     assert read(tmp_path / "lines" / "train.tsv") == conll_of(EXPECTED_DISEASE)
     documents[1]["passages"][1]["annotations"][0]["text"] = "kidney"
     write(lines, "\n".join(json.dumps(d) for d in documents) + "\n")
-    with pytest.raises(PreprocessError, match=r"lines\.json:2: document 9990002, annotation 0: mention 'kidney'"):
+    with pytest.raises(
+        PreprocessError, match=r"lines\.json:2: document 9990002, annotation 0: mention 'kidney'"
+    ):
         convert_pubtator(tmp_path / "bad", split_files={"train": [lines]})
 
 
@@ -409,10 +525,19 @@ def _sample_with(old: str, new: str) -> str:
             _sample_with("9990002\t125\t135", "9990002\t125\t999"),
             r"sample\.PubTator\.txt:25: offsets 125-999 are outside the text of document 9990002",
         ),
-        (_sample_with("9990001\t0\t11\tHaloperidol\tChemical\tD006220", "9990001\t0\t11"), r"txt:3: 3 columns"),
-        (_sample_with("9990001\t20\t50", "9990003\t20\t50"), r"txt:4: annotation for PMID 9990003 inside document"),
+        (
+            _sample_with("9990001\t0\t11\tHaloperidol\tChemical\tD006220", "9990001\t0\t11"),
+            r"txt:3: 3 columns",
+        ),
+        (
+            _sample_with("9990001\t20\t50", "9990003\t20\t50"),
+            r"txt:4: annotation for PMID 9990003 inside document",
+        ),
         ("9990001\t0\t3\tHal\tChemical\n", r"txt:1: an annotation line before any title line"),
-        (_sample_with("9990002|a|", "9990009|a|"), r"txt:20: abstract of PMID 9990009 without its title line"),
+        (
+            _sample_with("9990002|a|", "9990009|a|"),
+            r"txt:20: abstract of PMID 9990009 without its title line",
+        ),
         ("9990001|t|A title\nnot pubtator\n", r"txt:2: not a title \(PMID\|t\|\), abstract"),
         ("\n\n", r"sample\.PubTator\.txt: no documents"),
     ],
@@ -425,10 +550,15 @@ def test_pubtator_bad_input_is_one_line_error_naming_file_and_line(tmp_path, tex
 
 
 def test_pubtator_bad_arguments(tmp_path):
-    with pytest.raises(PreprocessError, match=r"--types Disaese: no mention has this type \(types in the input: "):
+    with pytest.raises(
+        PreprocessError, match=r"--types Disaese: no mention has this type \(types in the input: "
+    ):
         convert(tmp_path, types=["Disaese"])
     source = write(tmp_path / "in.txt", CDR_SAMPLE)
-    lists = {"train": write(tmp_path / "t.list", "9990001\n"), "test": write(tmp_path / "e.list", "1\n9990001\n")}
+    lists = {
+        "train": write(tmp_path / "t.list", "9990001\n"),
+        "test": write(tmp_path / "e.list", "1\n9990001\n"),
+    }
     with pytest.raises(PreprocessError, match=r"e\.list:1: PMID 1 is in none of the input files"):
         convert_pubtator(tmp_path / "o", inputs=[source], split_pmids=lists)
     write(lists["test"], "9990002\n9990001\n")
@@ -437,7 +567,9 @@ def test_pubtator_bad_arguments(tmp_path):
     with pytest.raises(PreprocessError, match=r"either as input files"):
         convert_pubtator(tmp_path / "o", inputs=[source])
     copy = write(tmp_path / "copy.txt", CDR_SAMPLE)
-    with pytest.raises(PreprocessError, match=r"copy\.txt:1: document 9990001 already read at .*in\.txt:1$"):
+    with pytest.raises(
+        PreprocessError, match=r"copy\.txt:1: document 9990001 already read at .*in\.txt:1$"
+    ):
         convert_pubtator(tmp_path / "o", split_files={"train": [source], "test": [copy]})
     write(source, CDR_SAMPLE.replace("Leucovorin rescue", "Leucovorin r\xe9scue"))
     source.write_bytes(source.read_text(encoding="utf-8").encode("latin-1"))
@@ -459,13 +591,27 @@ def test_cli_pubtator(tmp_path, capsys):
     assert read(out / "train.tsv") == conll_of(EXPECTED_DISEASE)
     assert "relations_skipped: 2" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
-        cli_main(["pubtator", "--train", str(source), "--out", str(out), "--overwrite", "--types", "Gene"])
-    assert str(exit_.value).startswith("fairseq-bio-convert-tagging: --types Gene: no mention has this type")
+        cli_main(
+            [
+                "pubtator",
+                "--train",
+                str(source),
+                "--out",
+                str(out),
+                "--overwrite",
+                "--types",
+                "Gene",
+            ]
+        )
+    assert str(exit_.value).startswith(
+        "fairseq-bio-convert-tagging: --types Gene: no mention has this type"
+    )
 
 
 def test_real_bc5cdr_disease_words_and_tags_are_reproduced_from_offsets():
-    """BLURB's real BC5CDR-disease train file -> text with character-offset mentions -> tag_document: the same
-    words and tags (its words are what words_with_offsets cuts, its tags what mentions give)."""
+    """BLURB's real BC5CDR-disease train file -> text with character-offset mentions ->
+    tag_document: the same words and tags (its words are what words_with_offsets cuts, its tags what
+    mentions give)."""
     gold = read_conll(DATA / "ner" / "BC5CDR-disease" / "train.tsv")[:400]
     documents = []
     for d in range(0, len(gold), 10):
@@ -481,7 +627,9 @@ def test_real_bc5cdr_disease_words_and_tags_are_reproduced_from_offsets():
                 start, end = offsets[a], offsets[b - 1] + len(sentence.words[b - 1])
                 mentions.append(Mention(start, end, text[start:end], type_, f"sentence {d}"))
         title_end = len(" ".join(gold[d].words))
-        documents.append(Document(str(d), text, [(0, title_end), (title_end + 1, len(text))], mentions, str(d)))
+        documents.append(
+            Document(str(d), text, [(0, title_end), (title_end + 1, len(text))], mentions, str(d))
+        )
     splitter = SentenceSplitter.train(doc.text for doc in documents)
     stats = PubtatorStats()
     words, tags = [], []
@@ -492,4 +640,8 @@ def test_real_bc5cdr_disease_words_and_tags_are_reproduced_from_offsets():
     assert words == [w for s in gold for w in s.words]
     assert tags == [t for s in gold for t in s.tags]
     assert stats.mentions_read == sum(len(get_entities(s.tags)) for s in gold) > 300
-    assert (stats.boundary_inside_word, stats.overlapping_dropped, stats.sentence_joins) == (0, 0, 0)
+    assert (stats.boundary_inside_word, stats.overlapping_dropped, stats.sentence_joins) == (
+        0,
+        0,
+        0,
+    )

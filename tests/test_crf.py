@@ -1,5 +1,5 @@
-"""LinearChainCRF against brute-force enumeration of every tag path on tiny inputs; gradients, training on a task
-where transitions matter, half precision, BIO/BIOES constraints, bad input."""
+"""LinearChainCRF against brute-force enumeration of every tag path on tiny inputs; gradients,
+training on a task where transitions matter, half precision, BIO/BIOES constraints, bad input."""
 
 import itertools
 
@@ -34,7 +34,8 @@ def random_crf(k, seed, allowed_start=None, allowed=None):
 
 
 def random_batch(k, length, seed, rows=5):
-    """Emissions B x T x K, mask B x T with one empty row and one full row, tags with -100 where masked off."""
+    """Emissions B x T x K, mask B x T with one empty row and one full row, tags with -100 where
+    masked off."""
     g = torch.Generator().manual_seed(seed)
     emissions = torch.randn(rows, length, k, generator=g, dtype=torch.float64) * 2
     lengths = torch.randint(0, length + 1, (rows,), generator=g)
@@ -45,14 +46,17 @@ def random_batch(k, length, seed, rows=5):
 
 
 def brute_force(crf, emissions, length):
-    """Every path (N x L) of one row and its score (N), written independently of the module's own scoring."""
+    """Every path (N x L) of one row and its score (N), written independently of the module's own
+    scoring."""
     k = crf.num_tags
     start, transitions, end = crf.start.detach(), crf.transitions.detach(), crf.end.detach()
     if crf.allowed_start is not None:
         start = start + DISALLOWED * (~crf.allowed_start).double()
     if crf.allowed is not None:
         transitions = transitions + DISALLOWED * (~crf.allowed).double()
-    paths = torch.tensor(list(itertools.product(range(k), repeat=length)), dtype=torch.long).reshape(-1, length)
+    paths = torch.tensor(
+        list(itertools.product(range(k), repeat=length)), dtype=torch.long
+    ).reshape(-1, length)
     scores = []
     for path in paths.tolist():
         s = start[path[0]] + end[path[-1]] + sum(emissions[t, y] for t, y in enumerate(path))
@@ -70,7 +74,9 @@ def path_score(crf, emissions, path):
 def random_constraints(k, seed):
     g = torch.Generator().manual_seed(seed)
     allowed = torch.rand(k, k, generator=g) < 0.5
-    allowed[torch.arange(k), torch.randint(0, k, (k,), generator=g)] = True  # every tag has a successor
+    allowed[torch.arange(k), torch.randint(0, k, (k,), generator=g)] = (
+        True  # every tag has a successor
+    )
     allowed_start = torch.rand(k, generator=g) < 0.5
     allowed_start[0] = True
     return allowed_start, allowed
@@ -103,7 +109,9 @@ def test_matches_brute_force(k, length, constrained):
         best = decoded[b, :n].tolist()
         assert path_score(crf, emissions[b], best) == pytest.approx(scores.max().item(), abs=1e-9)
         if constrained:  # a legal path exists, so the best one is legal
-            assert crf.allowed_start[best[0]] and all(crf.allowed[i, j] for i, j in zip(best, best[1:]))
+            assert crf.allowed_start[best[0]] and all(
+                crf.allowed[i, j] for i, j in zip(best, best[1:])
+            )
 
 
 def test_rows_are_independent_of_their_batch():
@@ -141,14 +149,18 @@ def test_gradients_flow_and_gradcheck():
         return torch.func.functional_call(crf, params, (e, tags, mask))
 
     inputs = [emissions.detach().clone().requires_grad_(True)]
-    inputs += [p.detach().clone().requires_grad_(True) for p in (crf.transitions, crf.start, crf.end)]
+    inputs += [
+        p.detach().clone().requires_grad_(True) for p in (crf.transitions, crf.start, crf.end)
+    ]
     assert torch.autograd.gradcheck(nll, inputs)
 
 
 def test_nll_is_log_probability():
     """exp(-NLL) over every path of a row sums to one (with constraints, illegal paths get ~0)."""
     crf = random_crf(3, 7, *bio_constraints(["O", "B-X", "I-X"]))
-    emissions = torch.randn(1, 4, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    emissions = torch.randn(
+        1, 4, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64
+    )
     mask = torch.ones(1, 4, dtype=torch.bool)
     paths = torch.tensor(list(itertools.product(range(3), repeat=4)))
     nll = crf(emissions.expand(len(paths), -1, -1), paths, mask.expand(len(paths), -1))
@@ -158,14 +170,17 @@ def test_nll_is_log_probability():
 
 
 def markov_task(rows, seed, k=4, length=20, noise=1.0):
-    """Tags from a sticky cyclic Markov chain (t -> t+1, sometimes t), emissions = one-hot(tag) + heavy noise."""
+    """Tags from a sticky cyclic Markov chain (t -> t+1, sometimes t), emissions = one-hot(tag) +
+    heavy noise."""
     g = torch.Generator().manual_seed(seed)
     tags = torch.empty(rows, length, dtype=torch.long)
     tags[:, 0] = torch.randint(0, k, (rows,), generator=g)
     for t in range(1, length):
         step = (torch.rand(rows, generator=g) < 0.9).long()
         tags[:, t] = (tags[:, t - 1] + step) % k
-    emissions = torch.nn.functional.one_hot(tags, k).float() + noise * torch.randn(rows, length, k, generator=g)
+    emissions = torch.nn.functional.one_hot(tags, k).float() + noise * torch.randn(
+        rows, length, k, generator=g
+    )
     lengths = torch.randint(length // 2, length + 1, (rows,), generator=g)
     mask = torch.arange(length) < lengths.unsqueeze(1)
     return emissions, tags.masked_fill(~mask, -100), mask
@@ -196,7 +211,9 @@ def test_half_precision_gives_finite_float32(dtype):
     g = torch.Generator().manual_seed(0)
     emissions = (torch.randn(3, 300, len(BIO), generator=g) * 30).to(dtype).requires_grad_(True)
     mask = torch.arange(300) < torch.tensor([300, 17, 0]).unsqueeze(1)
-    tags = torch.randint(0, len(BIO), (3, 300), generator=g)  # mostly illegal paths: large but finite losses
+    tags = torch.randint(
+        0, len(BIO), (3, 300), generator=g
+    )  # mostly illegal paths: large but finite losses
     nll = crf(emissions, tags, mask)
     assert nll.dtype == torch.float32 and torch.isfinite(nll).all() and nll[2] == 0
     nll.sum().backward()
@@ -228,7 +245,11 @@ def test_bio_constraints_tables():
     assert allowed_start.tolist() == [True, True, False, True, False]
     assert ok("B-Disease", "I-Disease") and ok("I-Disease", "I-Disease") and ok("O", "B-Disease")
     assert ok("I-Disease", "O") and ok("B-Disease", "B-Chemical") and ok("B-Disease", "B-Disease")
-    assert not ok("O", "I-Disease") and not ok("B-Chemical", "I-Disease") and not ok("I-Chemical", "I-Disease")
+    assert (
+        not ok("O", "I-Disease")
+        and not ok("B-Chemical", "I-Disease")
+        and not ok("I-Chemical", "I-Disease")
+    )
     assert allowed.sum() == 25 - 2 * 3  # each I-X forbids O and both tags of the other type
 
     allowed_start, allowed = bio_constraints(BIOES)
@@ -239,10 +260,22 @@ def test_bio_constraints_tables():
         "I-Chemical",
         "E-Chemical",
     ]
-    assert ok("B-Disease", "E-Disease") and ok("I-Disease", "E-Disease") and ok("E-Disease", "S-Chemical")
+    assert (
+        ok("B-Disease", "E-Disease")
+        and ok("I-Disease", "E-Disease")
+        and ok("E-Disease", "S-Chemical")
+    )
     assert ok("S-Disease", "O") and ok("O", "B-Chemical") and ok("E-Disease", "B-Disease")
-    assert not ok("B-Disease", "O") and not ok("I-Disease", "B-Chemical") and not ok("B-Disease", "S-Disease")
-    assert not ok("E-Disease", "I-Disease") and not ok("S-Disease", "E-Disease") and not ok("O", "E-Chemical")
+    assert (
+        not ok("B-Disease", "O")
+        and not ok("I-Disease", "B-Chemical")
+        and not ok("B-Disease", "S-Disease")
+    )
+    assert (
+        not ok("E-Disease", "I-Disease")
+        and not ok("S-Disease", "E-Disease")
+        and not ok("O", "E-Chemical")
+    )
     assert not ok("B-Disease", "E-Chemical")
 
     # BIOUL is BIOES with other letters
@@ -254,7 +287,8 @@ def test_bio_constraints_tables():
 
 
 def legal(labels, path):
-    """True if a path of label strings obeys the scheme (written from the rules, not from the tables)."""
+    """True if a path of label strings obeys the scheme (written from the rules, not from the
+    tables)."""
     bioes = any(label[0] in "ES" for label in labels)
     continues = ("I", "E") if bioes else ("I",)
     previous = ("O", None)
@@ -276,7 +310,9 @@ def test_decoded_paths_obey_constraints(labels):
     crf.set_constraints(*bio_constraints(labels))
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        crf.transitions.copy_(torch.randn(k, k, generator=g) * 3)  # pull towards illegal transitions too
+        crf.transitions.copy_(
+            torch.randn(k, k, generator=g) * 3
+        )  # pull towards illegal transitions too
     emissions = torch.randn(64, 12, k, generator=g) * 5
     mask = torch.arange(12) < torch.randint(0, 13, (64,), generator=g).unsqueeze(1)
     decoded = crf.decode(emissions, mask)
@@ -297,7 +333,9 @@ def test_bad_input_is_refused_in_one_line():
         crf.decode(emissions, mask)
     mask = torch.tensor([[True, True, False, False], [True, True, True, False]])
     tags = torch.tensor([[0, 1, -100, -100], [0, 3, 2, -100]])
-    with pytest.raises(ValueError, match=r"tags\[1, 1\] = 3 at an unmasked position is not a tag in \[0, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"tags\[1, 1\] = 3 at an unmasked position is not a tag in \[0, 3\)"
+    ):
         crf(emissions, tags, mask)
     with pytest.raises(ValueError, match="emissions must be B x T x 3"):
         crf.log_partition(torch.zeros(2, 4, 5), mask)

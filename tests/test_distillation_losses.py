@@ -1,5 +1,5 @@
-"""The distillation loss terms (fairseq_bio.modules.distillation) against direct computations on hand-sized batches:
-position by position, with Python loops and math, to 1e-5."""
+"""The distillation loss terms (fairseq_bio.modules.distillation) against direct computations on
+hand-sized batches: position by position, with Python loops and math, to 1e-5."""
 
 import math
 
@@ -71,14 +71,20 @@ def test_kl_teacher_to_student_with_temperature_squared(temperature, which):
     assert got.item() == pytest.approx(reference_kl(student, teacher, temperature, mask), abs=1e-5)
     # padding (and, over masked positions, every unmasked one) is excluded
     student[~mask], teacher[~mask] = 50.0, -50.0
-    assert kl_loss(student, teacher, temperature, mask).item() == pytest.approx(got.item(), abs=1e-5)
+    assert kl_loss(student, teacher, temperature, mask).item() == pytest.approx(
+        got.item(), abs=1e-5
+    )
 
 
 def test_kl_is_teacher_first_and_zero_for_equal_logits():
     student, teacher = rand(3, 6, seed=4) * 2, rand(3, 6, seed=5) * 2
     forward = kl_loss(student, teacher).item()
-    assert forward != pytest.approx(kl_loss(teacher, student).item(), abs=1e-3)  # KL is not symmetric
-    assert forward == pytest.approx(reference_kl(student[None], teacher[None], 1.0, torch.ones(1, 3, dtype=torch.bool)))
+    assert forward != pytest.approx(
+        kl_loss(teacher, student).item(), abs=1e-3
+    )  # KL is not symmetric
+    assert forward == pytest.approx(
+        reference_kl(student[None], teacher[None], 1.0, torch.ones(1, 3, dtype=torch.bool))
+    )
     assert kl_loss(student, student, 2.0).item() == pytest.approx(0.0, abs=1e-6)
 
 
@@ -107,12 +113,16 @@ def test_cosine_alignment_with_a_projection_when_widths_differ():
     expected = []
     for b, t in positions(NONPAD):
         u, v = project(proj, student[b, t].tolist()), teacher[b, t].tolist()
-        cos = sum(x * y for x, y in zip(u, v)) / math.sqrt(sum(x * x for x in u) * sum(y * y for y in v))
+        cos = sum(x * y for x, y in zip(u, v)) / math.sqrt(
+            sum(x * x for x in u) * sum(y * y for y in v)
+        )
         expected.append(1 - cos)
     got = cosine_loss(student, teacher, NONPAD, projection=proj)
     assert got.item() == pytest.approx(sum(expected) / len(expected), abs=1e-5)
     got.backward()
-    assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0  # the projection learns
+    assert (
+        proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
+    )  # the projection learns
     with pytest.raises(ValueError, match="student width 3 != teacher width 4"):
         cosine_loss(student, teacher, NONPAD)
 
@@ -122,9 +132,17 @@ def test_cosine_without_projection_on_equal_widths():
     expected = []
     for b, t in positions(NONPAD):
         u, v = student[b, t].tolist(), teacher[b, t].tolist()
-        expected.append(1 - sum(x * y for x, y in zip(u, v)) / math.sqrt(sum(x * x for x in u) * sum(y * y for y in v)))
-    assert cosine_loss(student, teacher, NONPAD).item() == pytest.approx(sum(expected) / len(expected), abs=1e-5)
-    assert cosine_loss(teacher * 3.0, teacher, NONPAD).item() == pytest.approx(0.0, abs=1e-6)  # scale-free
+        expected.append(
+            1
+            - sum(x * y for x, y in zip(u, v))
+            / math.sqrt(sum(x * x for x in u) * sum(y * y for y in v))
+        )
+    assert cosine_loss(student, teacher, NONPAD).item() == pytest.approx(
+        sum(expected) / len(expected), abs=1e-5
+    )
+    assert cosine_loss(teacher * 3.0, teacher, NONPAD).item() == pytest.approx(
+        0.0, abs=1e-6
+    )  # scale-free
 
 
 def test_hidden_mse_over_positions_and_teacher_channels_with_projection():
@@ -137,14 +155,19 @@ def test_hidden_mse_over_positions_and_teacher_channels_with_projection():
     got = hidden_mse(student, teacher, NONPAD, projection=proj)
     assert got.item() == pytest.approx(sum(squares) / len(squares), abs=1e-5)
     student[1, 4], teacher[1, 4] = 1e3, -1e3  # the pad position is excluded
-    assert hidden_mse(student, teacher, NONPAD, projection=proj).item() == pytest.approx(got.item(), abs=1e-5)
+    assert hidden_mse(student, teacher, NONPAD, projection=proj).item() == pytest.approx(
+        got.item(), abs=1e-5
+    )
     # without padding and projection it is torch's MSE
     a, b = rand(2, 5, 4, seed=16), rand(2, 5, 4, seed=17)
-    assert hidden_mse(a, b).item() == pytest.approx(torch.nn.functional.mse_loss(a, b).item(), abs=1e-6)
+    assert hidden_mse(a, b).item() == pytest.approx(
+        torch.nn.functional.mse_loss(a, b).item(), abs=1e-6
+    )
 
 
 def attention_maps(seed, heads=3):
-    """Real softmax maps: B x H x T x T over the non-pad keys of each row (pad keys get probability 0)."""
+    """Real softmax maps: B x H x T x T over the non-pad keys of each row (pad keys get probability
+    0)."""
     scores = rand(2, heads, 5, 5, seed=seed) * 2
     scores = scores.masked_fill(~NONPAD[:, None, None, :], float("-inf"))
     return scores.softmax(-1)
@@ -176,10 +199,17 @@ def test_attention_kl_teacher_to_student_per_head_and_query_row():
             for q in range(5):
                 if not NONPAD[b, q]:
                     continue
-                rows.append(sum(
-                    teacher[b, h, q, k].item() * (math.log(teacher[b, h, q, k].item()) - math.log(student[b, h, q, k].item()))
-                    for k in range(5) if NONPAD[b, k]
-                ))  # fmt: skip
+                rows.append(
+                    sum(
+                        teacher[b, h, q, k].item()
+                        * (
+                            math.log(teacher[b, h, q, k].item())
+                            - math.log(student[b, h, q, k].item())
+                        )
+                        for k in range(5)
+                        if NONPAD[b, k]
+                    )
+                )
     got = attention_kl(student, teacher, NONPAD)
     assert torch.isfinite(got)
     assert got.item() == pytest.approx(sum(rows) / len(rows), abs=1e-5)  # 1/(H N) sum_h sum_n

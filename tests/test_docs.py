@@ -1,5 +1,6 @@
-"""The documentation: docs/ builds with mkdocs in strict mode, strict mode does refuse a broken link, every page is in
-the nav, and README.md stays a short entry point that names the two set-up commands."""
+"""The documentation: docs/ builds with mkdocs in strict mode, strict mode does refuse a broken
+link, every page is in the nav, and README.md stays a short entry point that names the two set-up
+commands."""
 
 import re
 import shutil
@@ -18,7 +19,17 @@ README = REPO / "README.md"
 def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess:
     """``python -m mkdocs build --strict`` of ``config``, run from the config's directory."""
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site_dir)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site_dir),
+        ],
         cwd=config.parent,
         capture_output=True,
         text=True,
@@ -47,12 +58,18 @@ def test_docs_build_strict(tmp_path):
 
 
 def test_strict_build_refuses_a_broken_link(tmp_path):
-    """The same config and pages, plus one link to a page that does not exist: the strict build must fail on it."""
+    """The same config and pages, plus one link to a page that does not exist: the strict build must
+    fail on it."""
     shutil.copytree(DOCS, tmp_path / "docs")
     shutil.copyfile(MKDOCS_YML, tmp_path / "mkdocs.yml")
-    assert build(tmp_path / "mkdocs.yml", tmp_path / "site-ok").returncode == 0  # the copy builds as it is
+    assert (
+        build(tmp_path / "mkdocs.yml", tmp_path / "site-ok").returncode == 0
+    )  # the copy builds as it is
     page = tmp_path / "docs" / "stack.md"
-    page.write_text(page.read_text(encoding="utf-8") + "\nSee [the missing page](no-such-page.md).\n", encoding="utf-8")
+    page.write_text(
+        page.read_text(encoding="utf-8") + "\nSee [the missing page](no-such-page.md).\n",
+        encoding="utf-8",
+    )
     result = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stdout + result.stderr
@@ -62,7 +79,10 @@ def test_strict_build_refuses_a_broken_anchor(tmp_path):
     shutil.copytree(DOCS, tmp_path / "docs")
     shutil.copyfile(MKDOCS_YML, tmp_path / "mkdocs.yml")
     page = tmp_path / "docs" / "stack.md"
-    page.write_text(page.read_text(encoding="utf-8") + "\nSee [a section](index.md#no-such-section).\n", encoding="utf-8")
+    page.write_text(
+        page.read_text(encoding="utf-8") + "\nSee [a section](index.md#no-such-section).\n",
+        encoding="utf-8",
+    )
     result = build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-section" in result.stdout + result.stderr
@@ -82,6 +102,8 @@ def test_readme_is_short_and_names_the_setup_commands():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 220
     assert "make demo" in text
-    assert "make test" in text  # CI's .ci/run calls `make test`: the README must keep naming it as the test command
+    assert (
+        "make test" in text
+    )  # CI's .ci/run calls `make test`: the README must keep naming it as the test command
     for target in re.findall(r"\]\((docs/[^)#\s]+)", text):
         assert (REPO / target).is_file(), f"README.md links to {target}, which does not exist"

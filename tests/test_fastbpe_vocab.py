@@ -1,7 +1,8 @@
-"""fairseq-bio-vocab --kind fastbpe on real PubMed text: codes fastBPE and fairseq's ``--bpe fastbpe`` read, a
-dict.txt of every symbol, encoding equal to fairseq's (and to subword-nmt's own applier), whole-word masking and
-the vocabulary report with "@@" continuations. fastBPE is an optional extra (``make fastbpe``): without it these
-tests skip and the command refuses in one line."""
+"""fairseq-bio-vocab --kind fastbpe on real PubMed text: codes fastBPE and fairseq's
+``--bpe fastbpe`` read, a dict.txt of every symbol, encoding equal to fairseq's (and to
+subword-nmt's own applier), whole-word masking and the vocabulary report with "@@" continuations.
+fastBPE is an optional extra (``make fastbpe``): without it these tests skip and the command refuses
+in one line."""
 
 import argparse
 import collections
@@ -41,13 +42,18 @@ def lines_of(path):
 
 
 def read_dict(vocab_dir):
-    return [(s, int(c)) for s, c in (line.rsplit(" ", 1) for line in lines_of(vocab_dir / "dict.txt"))]
+    return [
+        (s, int(c)) for s, c in (line.rsplit(" ", 1) for line in lines_of(vocab_dir / "dict.txt"))
+    ]
 
 
 def test_codes_bpe_json_and_dict(vocab, pubmed_corpus):
     from fairseq.data import Dictionary
 
-    assert json.loads((vocab / "bpe.json").read_text()) == {"_name": "fastbpe", "bpe_codes": "codes"}
+    assert json.loads((vocab / "bpe.json").read_text()) == {
+        "_name": "fastbpe",
+        "bpe_codes": "codes",
+    }
     codes = [line.split(" ") for line in lines_of(vocab / "codes")]
     # fastBPE's format: "left right count", no "#version" header (fastBPE would read it as a merge).
     assert all(len(c) == 3 and c[2].isdigit() for c in codes) and not codes[0][0].startswith("#")
@@ -58,14 +64,19 @@ def test_codes_bpe_json_and_dict(vocab, pubmed_corpus):
     info = json.loads((vocab / "vocab_info.json").read_text())
     # --vocab-size counts characters + merges, like subword-nmt's --total-symbols.
     assert len(entries) == info["dict_entries"] == 3000
-    assert len(set(symbols)) == len(symbols) and not {"<s>", "<pad>", "</s>", "<unk>"} & set(symbols)
+    assert len(set(symbols)) == len(symbols) and not {"<s>", "<pad>", "</s>", "<unk>"} & set(
+        symbols
+    )
     dictionary = Dictionary.load(str(vocab / "dict.txt"))
     assert len(dictionary) == dictionary.nspecial + len(entries)
     assert [c for _, c in entries] == sorted((c for _, c in entries), reverse=True)
 
-    # Counts are those of the training text encoded by fairseq's own fastbpe BPE; no symbol is missing.
+    # Counts are those of the training text encoded by fairseq's own fastbpe BPE; no symbol is
+    # missing.
     bpe = fairseq_bpe(vocab)
-    counts = collections.Counter(t for line in lines_of(pubmed_corpus / "train.txt") for t in bpe.encode(line).split())
+    counts = collections.Counter(
+        t for line in lines_of(pubmed_corpus / "train.txt") for t in bpe.encode(line).split()
+    )
     assert {s: c for s, c in entries if c} == dict(counts)
     assert any(s.endswith("@@") for s in symbols) and any(not s.endswith("@@") for s in symbols)
 
@@ -82,20 +93,26 @@ def test_encode_equals_fairseq_and_subword_nmt(vocab, pubmed_corpus, tmp_path):
     assert len(ours) == len(text) == stats["lines"] > 100
     dictionary = Dictionary.load(str(vocab / "dict.txt"))
     bpe = fairseq_bpe(vocab)
-    # subword-nmt's own applier, on the same merges written in its format, segments exactly as fastBPE does.
-    merges = "#version: 0.2\n" + "".join(" ".join(line.split(" ")[:2]) + "\n" for line in lines_of(vocab / "codes"))
+    # subword-nmt's own applier, on the same merges written in its format, segments exactly as
+    # fastBPE does.
+    merges = "#version: 0.2\n" + "".join(
+        " ".join(line.split(" ")[:2]) + "\n" for line in lines_of(vocab / "codes")
+    )
     reference = BPE(io.StringIO(merges))
     multi_piece_words = 0
     for line, encoded in zip(text, ours):
         theirs = bpe.encode(line)
         assert theirs == reference.process_line(line)
-        expected = [t if dictionary.index(t) != dictionary.unk() else "<unk>" for t in theirs.split()]
+        expected = [
+            t if dictionary.index(t) != dictionary.unk() else "<unk>" for t in theirs.split()
+        ]
         assert encoded.split() == expected, line
         multi_piece_words += theirs.count("@@ ")
     assert multi_piece_words > 500
     assert stats["tokens"] == sum(len(line.split()) for line in ours)
 
-    # Parallel workers give the same bytes; unknown characters become <unk>; whitespace runs are one space.
+    # Parallel workers give the same bytes; unknown characters become <unk>; whitespace runs are one
+    # space.
     encode_file(vocab, source, tmp_path / "two.enc", workers=2, chunk_lines=50, progress=False)
     assert (tmp_path / "two.enc").read_bytes() == (tmp_path / "valid.enc").read_bytes()
     odd = tmp_path / "odd.txt"
@@ -154,13 +171,18 @@ def test_whole_word_masking_with_continuation_markers(vocab, pubmed_corpus):
 
 
 def test_vocab_report_reads_fastbpe(vocab, tmp_path):
-    """The report (and so the tagger's WordEncoder) splits words with fastBPE: pieces joined give the word back."""
+    """The report (and so the tagger's WordEncoder) splits words with fastBPE: pieces joined give
+    the word back."""
     from fairseq_bio_preprocess.vocab_report import load_vocabulary
 
     fast = load_vocabulary(vocab)
     assert fast.kind == "fairseq fastbpe" and fast.size == 3000
     pieces = fast.split("acetyltransferase")
-    assert len(pieces) > 1 and all(p.endswith("@@") for p in pieces[:-1]) and not pieces[-1].endswith("@@")
+    assert (
+        len(pieces) > 1
+        and all(p.endswith("@@") for p in pieces[:-1])
+        and not pieces[-1].endswith("@@")
+    )
     assert "".join(p[:-2] if p.endswith("@@") else p for p in pieces) == "acetyltransferase"
     assert fast.split("the") == ["the"]
 
@@ -168,8 +190,20 @@ def test_vocab_report_reads_fastbpe(vocab, tmp_path):
 def test_cli_learns_fastbpe(fastbpe, pubmed_corpus, tmp_path, capsys):
     from fairseq_bio_preprocess.vocab import cli_main
 
-    cli_main(["--input", str(pubmed_corpus / "valid.txt"), "--out", str(tmp_path / "v"), "--kind", "fastbpe",
-              "--vocab-size", "300", "--min-frequency", "3"])  # fmt: skip
+    cli_main(
+        [
+            "--input",
+            str(pubmed_corpus / "valid.txt"),
+            "--out",
+            str(tmp_path / "v"),
+            "--kind",
+            "fastbpe",
+            "--vocab-size",
+            "300",
+            "--min-frequency",
+            "3",
+        ]
+    )
     info = json.loads(capsys.readouterr().out)
     assert info["kind"] == "fastbpe" and info["min_frequency"] == 3
     codes = lines_of(tmp_path / "v" / "codes")
@@ -178,8 +212,12 @@ def test_cli_learns_fastbpe(fastbpe, pubmed_corpus, tmp_path, capsys):
 
 
 def test_without_fastbpe_the_kind_is_refused_in_one_line(pubmed_corpus, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "fastBPE", None)  # what an environment without the optional extra sees
-    with pytest.raises(PreprocessError, match=r"fastBPE package is not installed \(run `make fastbpe`") as e:
+    monkeypatch.setitem(
+        sys.modules, "fastBPE", None
+    )  # what an environment without the optional extra sees
+    with pytest.raises(
+        PreprocessError, match=r"fastBPE package is not installed \(run `make fastbpe`"
+    ) as e:
         learn_vocab(pubmed_corpus / "valid.txt", tmp_path / "v", kind="fastbpe", vocab_size=300)
     assert "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []

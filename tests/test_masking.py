@@ -1,5 +1,6 @@
-"""BatchMasker on synthetic vocabularies: rates, 80/10/10, control symbols, whole words, determinism.
-(Whole-word masking with the real tokenizers on real PubMed text: test_whole_word_masking.py.)"""
+"""BatchMasker on synthetic vocabularies: rates, 80/10/10, control symbols, whole words,
+determinism. (Whole-word masking with the real tokenizers on real PubMed text:
+test_whole_word_masking.py.)"""
 
 import torch
 from helpers.masking import SYMBOLS, random_rows, wordpiece_setup
@@ -7,6 +8,7 @@ from helpers.small_models import make_dictionary
 
 from fairseq_bio.data.word_boundaries import WordBoundaries
 from fairseq_bio.modules.masking import BatchMasker
+
 
 def run(masker, tokens, rate=0.15, seed=3):
     return masker(tokens, rate, torch.Generator().manual_seed(seed))
@@ -73,7 +75,13 @@ def test_subword_nmt_continuation_marks_the_previous_token():
     d, mask = make_dictionary(["hyper@@", "tension", "the", "renal@@", "cell@@", "s"])
     boundaries = WordBoundaries.from_bpe(d, {"_name": "subword_nmt"})
     tokens = torch.tensor(
-        [[d.bos()] + [d.index(s) for s in ["the", "hyper@@", "tension", "renal@@", "cell@@", "s"]] + [d.eos()]]
+        [
+            [d.bos()]
+            + [d.index(s) for s in ["the", "hyper@@", "tension", "renal@@", "cell@@", "s"]]
+            + [d.eos()]
+        ]
     )
-    assert boundaries.word_starts(tokens).tolist() == [[False, True, True, False, True, False, False, False]]
+    assert boundaries.word_starts(tokens).tolist() == [
+        [False, True, True, False, True, False, False, False]
+    ]
     assert boundaries.word_ids(tokens).tolist() == [[0, 1, 2, 2, 3, 3, 3, 0]]

@@ -1,4 +1,5 @@
-"""Summable metric statistics add field by field (fairseq_bio.metrics.sums), for every such dataclass."""
+"""Summable metric statistics add field by field (fairseq_bio.metrics.sums), for every such
+dataclass."""
 
 import math
 
@@ -10,7 +11,9 @@ from fairseq_bio.metrics.similarity import PearsonSums, pearson_sums
 from fairseq_bio.metrics.tagging import SpanCounts
 
 
-@pytest.mark.parametrize("cls", [AccuracyCounts, ExampleSums, FactoidSums, SquadSums, PearsonSums, SpanCounts])
+@pytest.mark.parametrize(
+    "cls", [AccuracyCounts, ExampleSums, FactoidSums, SquadSums, PearsonSums, SpanCounts]
+)
 def test_sums_add_field_by_field(cls):
     from dataclasses import astuple, fields
 
@@ -26,4 +29,6 @@ def test_pearson_of_summed_parts_equals_the_whole():
     x, y = [1.0, 2.0, 3.5, 4.0, 7.0], [2.0, 1.0, 4.0, 3.0, 8.0]
     whole = pearson_sums(x, y).value()
     parts = pearson_sums(x[:2], y[:2]) + pearson_sums(x[2:], y[2:])
-    assert math.isclose(parts.value(), whole) and math.isclose(sum([pearson_sums(x, y)]).value(), whole)
+    assert math.isclose(parts.value(), whole) and math.isclose(
+        sum([pearson_sums(x, y)]).value(), whole
+    )

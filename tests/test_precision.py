@@ -1,6 +1,6 @@
-"""Precision switches: ``precision=fp32|fp16|bf16|memory_efficient_fp16|memory_efficient_bf16`` on every shipped
-training config, a real bf16 fine-tuning run on CPU, and the diagnosis fairseq's fp16 loss scaler now gives when
-it reaches its minimum scale."""
+"""Precision switches: ``precision=fp32|fp16|bf16|memory_efficient_fp16|memory_efficient_bf16`` on
+every shipped training config, a real bf16 fine-tuning run on CPU, and the diagnosis fairseq's fp16
+loss scaler now gives when it reaches its minimum scale."""
 
 import math
 
@@ -26,8 +26,9 @@ def compose(name, *overrides):
     from hydra import initialize_config_dir
 
     extra = ["sentence_task=re_gad"] if name == "bio_sentence_prediction" else []
-    # version_base 1.1 as fairseq and the other config tests: hydra's version base is global to the process, and
-    # None (this hydra's own) makes fairseq's later hydra.experimental.initialize raise in the same worker
+    # version_base 1.1 as fairseq and the other config tests: hydra's version base is global to the
+    # process, and None (this hydra's own) makes fairseq's later hydra.experimental.initialize raise
+    # in the same worker
     with initialize_config_dir(config_dir=str(REPO / "hydra_configs"), version_base="1.1"):
         return hydra_compose(config_name=name, overrides=[*extra, *overrides])
 
@@ -41,25 +42,40 @@ def test_every_training_config_has_the_precision_switch():
 
 
 def test_default_keeps_the_recipe_precision():
-    """The paper recipes train in fp16 (seed 000), the CPU configs in fp32; the SLURM presets may choose too."""
+    """The paper recipes train in fp16 (seed 000), the CPU configs in fp32; the SLURM presets may
+    choose too."""
     assert compose("bio_roberta_base").common.fp16 is True
     assert compose("bio_roberta_tiny").common.fp16 is False
-    assert compose("bio_roberta_base", "precision=bf16").common.fp16 is False  # a switch, not an addition
+    assert (
+        compose("bio_roberta_base", "precision=bf16").common.fp16 is False
+    )  # a switch, not an addition
 
 
 def test_fp16_scale_settings():
     common = compose("bio_roberta_large", "precision=fp16").common
-    assert (common.fp16_init_scale, common.fp16_scale_window, common.min_loss_scale) == (128, 128, 1e-4)
+    assert (common.fp16_init_scale, common.fp16_scale_window, common.min_loss_scale) == (
+        128,
+        128,
+        1e-4,
+    )
 
 
 def test_bf16_fine_tuning_runs_on_cpu(tiny_encoder, ncbi_slice, tmp_path):
-    """bf16 through fairseq's trainer (no loss scale) with the fine-tuning recipe's composite optimizer, restored
-    from an fp32 encoder: the loss is finite, and the saved weights are fp32 tensors (checkpoints do not depend on
-    the precision they were trained in) holding bf16 values: the model itself ran in bf16."""
+    """bf16 through fairseq's trainer (no loss scale) with the fine-tuning recipe's composite
+    optimizer, restored from an fp32 encoder: the loss is finite, and the saved weights are fp32
+    tensors (checkpoints do not depend on the precision they were trained in) holding bf16 values:
+    the model itself ran in bf16."""
     from conftest import fine_tune
 
-    log = fine_tune(ncbi_slice, tmp_path, f"checkpoint.restore_file={tiny_encoder}", "precision=bf16",
-                    "dataset.disable_validation=true", "common.log_interval=1", updates=3)  # fmt: skip
+    log = fine_tune(
+        ncbi_slice,
+        tmp_path,
+        f"checkpoint.restore_file={tiny_encoder}",
+        "precision=bf16",
+        "dataset.disable_validation=true",
+        "common.log_interval=1",
+        updates=3,
+    )
     losses = [float(entry["loss"]) for entry in logged(log, "train_inner").values()]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses), losses
     state = checkpoints.load_checkpoint(tmp_path / "checkpoint_last.pt")
@@ -70,9 +86,10 @@ def test_bf16_fine_tuning_runs_on_cpu(tiny_encoder, ncbi_slice, tmp_path):
 
 
 def test_minimum_loss_scale_gets_a_diagnosis():
-    """fairseq's own DynamicLossScaler, fed overflowing gradient norms as fp16 training would: each overflow halves
-    the scale, and the one that would pass the minimum raises a FloatingPointError (the type fairseq's trainer
-    handles) whose single line says how the run got there and what to do."""
+    """fairseq's own DynamicLossScaler, fed overflowing gradient norms as fp16 training would: each
+    overflow halves the scale, and the one that would pass the minimum raises a FloatingPointError
+    (the type fairseq's trainer handles) whose single line says how the run got there and what to
+    do."""
     from fairseq.optim.dynamic_loss_scaler import DynamicLossScaler
 
     scaler = DynamicLossScaler(init_scale=128.0, scale_window=128, min_loss_scale=1.0)
@@ -104,5 +121,7 @@ def test_a_finite_gradient_ends_the_overflow_run():
         except OverflowError:
             continue
         scaler.update()
-    with pytest.raises(FloatingPointError, match=r"after 1 gradient overflows in a row \(scale 2 -> 1"):
+    with pytest.raises(
+        FloatingPointError, match=r"after 1 gradient overflows in a row \(scale 2 -> 1"
+    ):
         scaler.check_overflow(float("inf"))

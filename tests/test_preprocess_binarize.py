@@ -53,13 +53,21 @@ def test_single_data_dir_is_readable_by_fairseq(encoded, tmp_path):
     assert (tmp_path / "bin" / "dict.txt").read_bytes() == (vocab / "dict.txt").read_bytes()
     for split in ("train", "valid"):
         dictionary, items = load(tmp_path / "bin", split)
-        assert items == expected_ids(dictionary, root / f"{split}.bpe")  # one item per line, blank lines = </s>
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and p.name != ".fairseq_bio-made.json"]
+        assert items == expected_ids(
+            dictionary, root / f"{split}.bpe"
+        )  # one item per line, blank lines = </s>
+    assert not [
+        p
+        for p in tmp_path.iterdir()
+        if p.name.startswith(".") and p.name != ".fairseq_bio-made.json"
+    ]
 
 
 def test_shards_split_at_document_boundaries(encoded, tmp_path):
     root, vocab = encoded
-    data = binarize(vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin", shards=3, workers=2)
+    data = binarize(
+        vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin", shards=3, workers=2
+    )
     shards = [tmp_path / "bin" / f"shard{i}" for i in range(3)]
     assert data == ":".join(map(str, shards))
     pieces = []
@@ -71,7 +79,8 @@ def test_shards_split_at_document_boundaries(encoded, tmp_path):
         assert load(shard, "valid")[1] == expected_ids(dictionary, root / "valid.bpe")
         pieces.append(items)
     assert all(len(p) > 50 for p in pieces)
-    # Re-joined with one blank line (a lone </s>) between shards, the shards are exactly the train file.
+    # Re-joined with one blank line (a lone </s>) between shards, the shards are exactly the train
+    # file.
     joined = pieces[0] + [[eos]] + pieces[1] + [[eos]] + pieces[2]
     assert joined == expected_ids(dictionary, root / "train.bpe")
 
@@ -98,8 +107,12 @@ def test_existing_destination_needs_overwrite(encoded, tmp_path):
         binarize(vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin")
     unrelated = tmp_path / "notes"
     unrelated.mkdir()
-    (unrelated / "todo.txt").write_text("mine\n")  # an empty folder is filled; one with a file is the user's
+    (unrelated / "todo.txt").write_text(
+        "mine\n"
+    )  # an empty folder is filled; one with a file is the user's
     with pytest.raises(PreprocessError, match="not made by this tool"):
         binarize(vocab, root / "train.bpe", root / "valid.bpe", unrelated, overwrite=True)
-    binarize(vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin", shards=2, overwrite=True)
+    binarize(
+        vocab, root / "train.bpe", root / "valid.bpe", tmp_path / "bin", shards=2, overwrite=True
+    )
     assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["shard0", "shard1"]

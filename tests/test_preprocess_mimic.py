@@ -1,5 +1,5 @@
-"""fairseq-bio-extract on MIMIC-III NOTEEVENTS.csv: synthetic rows in the real column layout (MIMIC is credentialed
-data; no real note text belongs in the repository)."""
+"""fairseq-bio-extract on MIMIC-III NOTEEVENTS.csv: synthetic rows in the real column layout (MIMIC
+is credentialed data; no real note text belongs in the repository)."""
 
 import gzip
 import json
@@ -33,11 +33,16 @@ RADIOLOGY = """[**2151-7-17**] 9:12 AM
  FINAL REPORT
  No acute cardiopulmonary process.  Lines and tubes unchanged.
 """
-PHYSICIAN = "Patient from [**Location (un) 86**], age [**Age over 90 **].\nPlan: continue aspirin.\n"
+PHYSICIAN = (
+    "Patient from [**Location (un) 86**], age [**Age over 90 **].\nPlan: continue aspirin.\n"
+)
 NURSING_ERROR = "This note was entered on the wrong patient.\n"
-NURSING = "Pt resting comfortably overnight.\n\nFamily called [**Telephone/Fax (1) 1111**] at 8pm.\n"
+NURSING = (
+    "Pt resting comfortably overnight.\n\nFamily called [**Telephone/Fax (1) 1111**] at 8pm.\n"
+)
 
-# (ROW_ID, CATEGORY, DESCRIPTION, ISERROR, TEXT); "Physician " ends in a space, as real MIMIC categories do.
+# (ROW_ID, CATEGORY, DESCRIPTION, ISERROR, TEXT); "Physician " ends in a space, as real MIMIC
+# categories do.
 ROWS = [
     ("101", "Discharge summary", "Report", "", DISCHARGE),
     ("102", "Radiology", "CHEST (PORTABLE AP)", "", RADIOLOGY),
@@ -54,7 +59,17 @@ def quote(value: str) -> str:
 def csv_row(row_id, category, description, iserror, text, subject="22532", hadm="167853") -> str:
     """One row as MIMIC-III writes it: numbers bare, strings quoted, empty fields empty."""
     dates = ["2151-08-04", "", ""]  # CHARTDATE, CHARTTIME, STORETIME
-    fields = [row_id, subject, hadm, *dates, quote(category), quote(description), "", iserror, quote(text)]
+    fields = [
+        row_id,
+        subject,
+        hadm,
+        *dates,
+        quote(category),
+        quote(description),
+        "",
+        iserror,
+        quote(text),
+    ]
     return ",".join(fields) + "\n"
 
 
@@ -69,7 +84,11 @@ def line_of(content: str, fragment: str) -> int:
 
 def cli(inputs, out, *options, check=True):
     args = ["fairseq-bio-extract", *inputs, "--out", out, "--no-progress", "--valid-fraction", "0"]
-    return run_cli([*args, "--sentence-training-texts", PUNKT_TEXTS, *options], cwd=Path(out).parent, check=check)
+    return run_cli(
+        [*args, "--sentence-training-texts", PUNKT_TEXTS, *options],
+        cwd=Path(out).parent,
+        check=check,
+    )
 
 
 def docs_of(out: Path):
@@ -87,10 +106,13 @@ def flat(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def mimic_dir(tmp_path_factory):
-    """A MIMIC-III folder: the notes table beside another table that a directory search must leave alone."""
+    """A MIMIC-III folder: the notes table beside another table that a directory search must leave
+    alone."""
     root = tmp_path_factory.mktemp("mimic")
     (root / "NOTEEVENTS.csv").write_text(notes_csv(), encoding="utf-8")
-    (root / "ADMISSIONS.csv").write_text('"ROW_ID","SUBJECT_ID","HADM_ID"\n1,2,3\n', encoding="utf-8")
+    (root / "ADMISSIONS.csv").write_text(
+        '"ROW_ID","SUBJECT_ID","HADM_ID"\n1,2,3\n', encoding="utf-8"
+    )
     return root
 
 
@@ -109,22 +131,33 @@ def test_notes_become_documents_with_typed_placeholders(default_run):
         "Admission Date: [DATE] Discharge Date: [DATE] Service: MEDICINE HISTORY OF PRESENT ILLNESS: Mr. [NAME] is "
         'a 67 year old man admitted to [HOSPITAL] with "crushing" chest pain. He was seen by Dr. [NAME] on [DATE].'
     )
-    # Paragraphs are blank-line separated blocks: the header block is a line of its own, wrapped lines are joined.
+    # Paragraphs are blank-line separated blocks: the header block is a line of its own, wrapped
+    # lines are joined.
     assert docs[0][:2] == ["Admission Date: [DATE] Discharge Date: [DATE]", "Service: MEDICINE"]
     assert any("67 year old man admitted to [HOSPITAL]" in line for line in docs[0])
-    assert joined(docs[1]).startswith("[DATE] 9:12 AM CHEST (PORTABLE AP) Clip # [NUMBER] FINAL REPORT No acute")
+    assert joined(docs[1]).startswith(
+        "[DATE] 9:12 AM CHEST (PORTABLE AP) Clip # [NUMBER] FINAL REPORT No acute"
+    )
     assert joined(docs[2]) == "Patient from [LOCATION], age [AGE]. Plan: continue aspirin."
     assert joined(docs[3]) == "Pt resting comfortably overnight. Family called [CONTACT] at 8pm."
     assert "[**" not in (out / "train.txt").read_text() and not (out / "valid.txt").read_text()
 
     stats = json.loads((out / "extract_stats.json").read_text())
-    assert stats["files"] == 1 and stats["written"] == stats["documents"] == 4  # ADMISSIONS.csv was not read
+    assert (
+        stats["files"] == 1 and stats["written"] == stats["documents"] == 4
+    )  # ADMISSIONS.csv was not read
     assert stats["notes"] == {
         "read": 5,
         "kept": 4,
         "skipped_iserror": 1,
         "skipped_category": 0,
-        "categories": {"Discharge summary": 1, "Radiology": 1, "Physician": 1, "Nursing/other": 1, "Nursing": 1},
+        "categories": {
+            "Discharge summary": 1,
+            "Radiology": 1,
+            "Physician": 1,
+            "Nursing/other": 1,
+            "Nursing": 1,
+        },
         "category_filter": None,
         "deid_placeholders": "normalise",
     }
@@ -136,7 +169,12 @@ def test_category_filter_ignores_case_and_trailing_spaces(mimic_dir, tmp_path):
     result = cli([mimic_dir / "NOTEEVENTS.csv"], tmp_path / "out", "--note-categories", categories)
     assert [doc[0].split()[0] for doc in docs_of(tmp_path / "out")] == ["Admission", "Patient"]
     notes = json.loads((tmp_path / "out" / "extract_stats.json").read_text())["notes"]
-    assert (notes["read"], notes["kept"], notes["skipped_category"], notes["skipped_iserror"]) == (5, 2, 2, 1)
+    assert (notes["read"], notes["kept"], notes["skipped_category"], notes["skipped_iserror"]) == (
+        5,
+        2,
+        2,
+        1,
+    )
     assert notes["category_filter"] == ["discharge SUMMARY", "Physician", "Echo"]
     assert "warning: --note-categories: no note has category 'Echo'" in result.stderr
 
@@ -144,7 +182,10 @@ def test_category_filter_ignores_case_and_trailing_spaces(mimic_dir, tmp_path):
 @pytest.mark.parametrize(
     "mode,expected",
     [
-        ("keep", "Patient from [**Location (un) 86**], age [**Age over 90 **]. Plan: continue aspirin."),
+        (
+            "keep",
+            "Patient from [**Location (un) 86**], age [**Age over 90 **]. Plan: continue aspirin.",
+        ),
         ("drop", "Patient from , age . Plan: continue aspirin."),
     ],
 )
@@ -189,7 +230,9 @@ def test_placeholder_types():
 
 def test_gzip_header_detection_and_workers_give_the_same_corpus(mimic_dir, default_run, tmp_path):
     # One note larger than csv's default 128 KiB field limit.
-    long_text = "\n\n".join(f"Day {i}: patient stable on the ward, plan unchanged." for i in range(4000))
+    long_text = "\n\n".join(
+        f"Day {i}: patient stable on the ward, plan unchanged." for i in range(4000)
+    )
     rows = ROWS + [("106", "Nursing", "Report", "", long_text)]
     content = notes_csv(rows).encode("utf-8")
     named = tmp_path / "in" / "NOTEEVENTS.csv.gz"
@@ -200,14 +243,31 @@ def test_gzip_header_detection_and_workers_give_the_same_corpus(mimic_dir, defau
     export.write_bytes(gzip.compress(content))
 
     cli([named], tmp_path / "gz")
-    # The same notes as the plain file (Punkt, trained on other paragraphs here, may split sentences elsewhere).
-    assert [joined(d) for d in docs_of(tmp_path / "gz")[:4]] == [joined(d) for d in docs_of(default_run[0])]
+    # The same notes as the plain file (Punkt, trained on other paragraphs here, may split sentences
+    # elsewhere).
+    assert [joined(d) for d in docs_of(tmp_path / "gz")[:4]] == [
+        joined(d) for d in docs_of(default_run[0])
+    ]
     long_doc = docs_of(tmp_path / "gz")[4]
-    assert len(long_doc) == 4000 and long_doc[-1] == "Day 3999: patient stable on the ward, plan unchanged."
+    assert (
+        len(long_doc) == 4000
+        and long_doc[-1] == "Day 3999: patient stable on the ward, plan unchanged."
+    )
 
-    one = extract([export.parent], tmp_path / "one", valid_fraction=0.3, sentence_training_texts=50, progress=False)
+    one = extract(
+        [export.parent],
+        tmp_path / "one",
+        valid_fraction=0.3,
+        sentence_training_texts=50,
+        progress=False,
+    )
     two = extract(
-        [export.parent], tmp_path / "two", valid_fraction=0.3, sentence_training_texts=50, progress=False, workers=2
+        [export.parent],
+        tmp_path / "two",
+        valid_fraction=0.3,
+        sentence_training_texts=50,
+        progress=False,
+        workers=2,
     )
     for name in ("train.txt", "valid.txt"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
@@ -229,7 +289,11 @@ def _bad(kind: str) -> str:
     if kind == "unclosed-at-end":
         return good + csv_row("107", "Echo", "Report", "", "Normal echo.\nLV normal.\n")[:-2]
     if kind == "unclosed-mid-file":
-        return notes_csv(ROWS[:1]) + csv_row("107", "Echo", "Report", "", "Normal echo.\n")[:-2] + csv_row(*ROWS[1])
+        return (
+            notes_csv(ROWS[:1])
+            + csv_row("107", "Echo", "Report", "", "Normal echo.\n")[:-2]
+            + csv_row(*ROWS[1])
+        )
     raise ValueError(kind)
 
 
@@ -242,7 +306,11 @@ STOP = "the parser stopped on line {stop}"  # where the row after a never-closed
         ("short-row", "107,", "TEXT: missing (10 fields, the header has 11)"),
         ("bad-row-id", "x7,", "ROW_ID: not a number ('x7')"),
         ("stray-quote", "107,", "DESCRIPTION: malformed CSV: ',' expected after '\"'"),
-        ("unclosed-at-end", "107,", "TEXT: malformed CSV: quoted field not closed before the end of the file"),
+        (
+            "unclosed-at-end",
+            "107,",
+            "TEXT: malformed CSV: quoted field not closed before the end of the file",
+        ),
         ("unclosed-mid-file", "107,", f"TEXT: malformed CSV: ',' expected after '\"' ({STOP})"),
     ],
 )
@@ -269,7 +337,9 @@ def test_cli_bad_row_is_one_line_without_traceback(tmp_path):
         f"fairseq-bio-extract: NOTEEVENTS.csv: line {line}: TEXT: malformed CSV: ',' expected after '\"' "
         f"(the parser stopped on line {stop})\n"
     )
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["NOTEEVENTS.csv"]  # no out, no temp directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "NOTEEVENTS.csv"
+    ]  # no out, no temp directory
 
 
 def test_csv_that_is_not_notes_is_refused_when_named(tmp_path):
@@ -286,7 +356,9 @@ def test_skip_bad_files_lists_a_file_with_a_bad_row(mimic_dir, tmp_path):
     bad.write_text(_bad("bad-row-id"), encoding="utf-8")
     result = cli([mimic_dir / "NOTEEVENTS.csv", bad], tmp_path / "out", "--skip-bad-files")
     stats = json.loads((tmp_path / "out" / "extract_stats.json").read_text())
-    assert stats["skipped"] == 1 and stats["written"] == 4 and stats["notes"]["read"] == 5  # good file's rows only
+    assert (
+        stats["skipped"] == 1 and stats["written"] == 4 and stats["notes"]["read"] == 5
+    )  # good file's rows only
     line = line_of(_bad("bad-row-id"), "\nx7,") + 1
     assert stats["skipped_files"] == [f"{bad}: line {line}: ROW_ID: not a number ('x7')"]
     assert "Traceback" not in result.stderr

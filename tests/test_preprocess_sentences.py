@@ -31,10 +31,14 @@ def _split_paragraph_with(paragraphs, splitter, snippet):
 
 # (snippet that finds a real abstract, sentences that must come out whole)
 CASES = [
-    # Punkt learns these boundaries from the corpus; rule-based splitters (blingfire, syntok) miss them.
+    # Punkt learns these boundaries from the corpus; rule-based splitters (blingfire, syntok) miss
+    # them.
     (
         "of type B. Type A",
-        ["Infant botulism is caused by two types of C. botulinum: type A and the proteolytic " "strains of type B."],
+        [
+            "Infant botulism is caused by two types of C. botulinum: type A and the proteolytic "
+            "strains of type B."
+        ],
     ),
     (
         "by 90 min. Equivalent",
@@ -68,7 +72,10 @@ CASES = [
     ),
     (
         "Remillard et al.",
-        ["Remillard et al. maintain that perinatal occlusion of the posterior cerebral artery " "is responsible."],
+        [
+            "Remillard et al. maintain that perinatal occlusion of the posterior cerebral artery "
+            "is responsible."
+        ],
     ),
     (
         "approx. 140 000",
@@ -77,7 +84,10 @@ CASES = [
             "140 000; the subunit weight being approx. 33 000."
         ],
     ),
-    ("Tab. I, Fig. 1", ["During this time 515 anaesthesias to 408 both-sex newborns were given (Tab. I, Fig. 1)."]),
+    (
+        "Tab. I, Fig. 1",
+        ["During this time 515 anaesthesias to 408 both-sex newborns were given (Tab. I, Fig. 1)."],
+    ),
     (
         "Candida spp. infections",
         [
@@ -93,7 +103,10 @@ CASES = [
     ),
     (
         "urines 24 hrs.",
-        ["66% of the radioactivity is found in urines 24 hrs. after the inoculation by " "intramuscular method."],
+        [
+            "66% of the radioactivity is found in urines 24 hrs. after the inoculation by "
+            "intramuscular method."
+        ],
     ),
     # ...but a sentence may start with a lower-case gene/molecule name.
     (
@@ -138,7 +151,10 @@ def test_punkt_without_the_abbreviation_splits_after_vs(paragraphs, splitter):
 
 def test_split_normalises_whitespace_and_drops_empties(splitter):
     assert splitter.split("  \n\t ") == []
-    assert splitter.split("First  sentence\nhere.\u00a0Second one.") == ["First sentence here.", "Second one."]
+    assert splitter.split("First  sentence\nhere.\u00a0Second one.") == [
+        "First sentence here.",
+        "Second one.",
+    ]
 
 
 def test_pickle_round_trip_keeps_behaviour(paragraphs, splitter):

@@ -1,6 +1,7 @@
-"""Pretraining end to end on real PubMed text through fairseq's own CLIs: extract -> vocab -> binarise
-(fixtures) -> fairseq-hydra-train / fairseq-train -> checkpoints, tensorboard, hub loading; and a kill -9
-in the middle of training that resumes to exactly the losses of an uninterrupted run."""
+"""Pretraining end to end on real PubMed text through fairseq's own CLIs: extract -> vocab ->
+binarise (fixtures) -> fairseq-hydra-train / fairseq-train -> checkpoints, tensorboard, hub loading;
+and a kill -9 in the middle of training that resumes to exactly the losses of an uninterrupted
+run."""
 
 import math
 
@@ -21,8 +22,11 @@ SMALL_MODEL = [
 
 
 def hydra_train(data, save_dir, *overrides):
-    """The bio_roberta_tiny config's training command line, small, with absolute paths (any working directory)."""
-    return runs.hydra_train("bio_roberta_tiny", f"task.data={data}", *SMALL_MODEL, *overrides, save_dir=save_dir)
+    """The bio_roberta_tiny config's training command line, small, with absolute paths (any working
+    directory)."""
+    return runs.hydra_train(
+        "bio_roberta_tiny", f"task.data={data}", *SMALL_MODEL, *overrides, save_dir=save_dir
+    )
 
 
 def test_hydra_pretraining_on_pubmed_lowers_valid_loss(data_bin, tmp_path):
@@ -54,35 +58,85 @@ def test_hydra_pretraining_on_pubmed_lowers_valid_loss(data_bin, tmp_path):
     events = list((save / "tensorboard").rglob("events.out.tfevents.*"))
     assert {p.parent.name for p in events} >= {"train", "train_inner", "valid"}
 
-    # The checkpoint loads as a hub model: BPE from the data dir's bpe.json, plugin from this install.
+    # The checkpoint loads as a hub model: BPE from the data dir's bpe.json, plugin from this
+    # install.
     from fairseq_bio.models.bio_roberta import BioRobertaModel
 
-    hub = BioRobertaModel.from_pretrained(str(save), "checkpoint_best.pt", data_name_or_path=str(data))
+    hub = BioRobertaModel.from_pretrained(
+        str(save), "checkpoint_best.pt", data_name_or_path=str(data)
+    )
     hub.eval()
     tokens = hub.encode("Aspirin reduces the risk of myocardial infarction.")
     assert hub.decode(tokens) == "Aspirin reduces the risk of myocardial infarction."
     states = hub.extract_features(tokens, return_all_hiddens=True)
     assert len(states) == 3 and states[-1].shape == (1, len(tokens), 64)
     filled = hub.fill_mask("The patient was treated with <mask> for hypertension.", topk=3)
-    assert len(filled) == 3 and all(text.startswith("The patient was treated with") for text, _, _ in filled)
+    assert len(filled) == 3 and all(
+        text.startswith("The patient was treated with") for text, _, _ in filled
+    )
 
 
 def test_fairseq_train_argparse_workflow(data_bin, tmp_path):
-    """Existing argparse workflows: fairseq-train --user-dir ... --task bio_masked_lm --arch bio_roberta_*."""
+    """Existing argparse workflows: fairseq-train --user-dir ... --task bio_masked_lm --arch
+    bio_roberta_*."""
     data = data_bin("sentencepiece")
     run_cli(
-        runs.train(data, "--task", "bio_masked_lm", "--arch", "bio_roberta_base", "--encoder-layers", "2",
-                   "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4",
-                   "--criterion", "masked_lm", "--mask-whole-words", "--mask-prob-schedule", "0.05,0.25",
-                   "--tokens-per-sample", "64", "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-4",
-                   "--max-update", "6", "--log-interval", "1", "--log-format", "json", "--cpu",
-                   "--save-dir", tmp_path / "ckpt", "--no-epoch-checkpoints", "--log-file", tmp_path / "train.log"),
+        runs.train(
+            data,
+            "--task",
+            "bio_masked_lm",
+            "--arch",
+            "bio_roberta_base",
+            "--encoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "64",
+            "--encoder-ffn-embed-dim",
+            "128",
+            "--encoder-attention-heads",
+            "4",
+            "--criterion",
+            "masked_lm",
+            "--mask-whole-words",
+            "--mask-prob-schedule",
+            "0.05,0.25",
+            "--tokens-per-sample",
+            "64",
+            "--batch-size",
+            "8",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-4",
+            "--max-update",
+            "6",
+            "--log-interval",
+            "1",
+            "--log-format",
+            "json",
+            "--cpu",
+            "--save-dir",
+            tmp_path / "ckpt",
+            "--no-epoch-checkpoints",
+            "--log-file",
+            tmp_path / "train.log",
+        ),
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     inner = logged(tmp_path / "train.log", "train_inner")
-    assert [float(inner[u]["mask_prob"]) for u in sorted(inner)] == [0.05, 0.05, 0.05, 0.25, 0.25, 0.25]
+    assert [float(inner[u]["mask_prob"]) for u in sorted(inner)] == [
+        0.05,
+        0.05,
+        0.05,
+        0.25,
+        0.25,
+        0.25,
+    ]
     state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", weights_only=True)
-    assert state["cfg"]["model"]["_name"] == "bio_roberta_base" and state["cfg"]["model"]["encoder_layers"] == 2
+    assert (
+        state["cfg"]["model"]["_name"] == "bio_roberta_base"
+        and state["cfg"]["model"]["encoder_layers"] == 2
+    )
     assert state["model"]["encoder.sentence_encoder.embed_tokens.weight"].shape[1] == 64
 
 
@@ -98,7 +152,10 @@ def test_kill_9_and_restart_resumes_to_the_uninterrupted_losses(data_bin, tmp_pa
         "common.tensorboard_logdir=null",
     ]
     reference_log = tmp_path / "reference.log"
-    run_cli(hydra_train(data, tmp_path / "reference", *settings, f"common.log_file={reference_log}"), cwd=tmp_path)
+    run_cli(
+        hydra_train(data, tmp_path / "reference", *settings, f"common.log_file={reference_log}"),
+        cwd=tmp_path,
+    )
     reference = logged(reference_log, "train_inner")
     assert sorted(reference) == list(range(5, 61, 5))
 

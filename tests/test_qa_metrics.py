@@ -1,5 +1,6 @@
-"""SQuAD exact match / F1 (official normalisation), BioASQ factoid strict / lenient accuracy and MRR (official
-BioASQ evaluator semantics) and BioBERT's merge of a question's snippet answers, on hand-computed cases."""
+"""SQuAD exact match / F1 (official normalisation), BioASQ factoid strict / lenient accuracy and MRR
+(official BioASQ evaluator semantics) and BioBERT's merge of a question's snippet answers, on
+hand-computed cases."""
 
 import pytest
 
@@ -27,7 +28,10 @@ from fairseq_bio.metrics.qa import (
         ("theory of the anthem", "theory of anthem"),  # articles only as whole words
         ("A an THE", ""),
         ("IL-6 (interleukin 6)", "il6 interleukin 6"),
-        ("5\u2013fluorouracil", "5\u2013fluorouracil"),  # only ASCII punctuation is removed, as the official script
+        (
+            "5\u2013fluorouracil",
+            "5\u2013fluorouracil",
+        ),  # only ASCII punctuation is removed, as the official script
         ("\tBRCA1\n", "brca1"),
     ],
 )
@@ -81,12 +85,18 @@ def test_bioasq_factoid_by_hand():
     assert factoid_scores([["IL 6"], [" il-6"]], ["IL-6", "IL-6"]) == (0.0, 0.0, 0.0)
     # sums add across batches; an empty answer list scores 0 and still counts
     whole = factoid_sums(predictions + [[]], golds + ["x"])
-    assert whole == factoid_sums(predictions[:2], golds[:2]) + factoid_sums(predictions[2:] + [[]], golds[2:] + ["x"])
+    assert whole == factoid_sums(predictions[:2], golds[:2]) + factoid_sums(
+        predictions[2:] + [[]], golds[2:] + ["x"]
+    )
     assert whole == FactoidSums(strict=1, lenient=2, reciprocal_rank=1 + 1 / 3, total=5)
     assert FactoidSums().value() == (0.0, 0.0, 0.0)
-    with pytest.raises(ValueError, match=r"^question 0: expected a ranked list of answers, got the string 'IL-6'$"):
+    with pytest.raises(
+        ValueError, match=r"^question 0: expected a ranked list of answers, got the string 'IL-6'$"
+    ):
         factoid_sums(["IL-6"], ["IL-6"])
-    with pytest.raises(ValueError, match=r"^question 0 gold: answer 6 is not a string or a list of strings$"):
+    with pytest.raises(
+        ValueError, match=r"^question 0 gold: answer 6 is not a string or a list of strings$"
+    ):
         factoid_sums([["IL-6"]], [[6]])
 
 
@@ -135,6 +145,10 @@ def test_merge_snippet_answers_by_hand():
     assert [a["probability"] for a in merged] == pytest.approx([0.35, 0.30, 0.05, 0.04, 0.03])
     assert len(merge_snippet_answers(snippets, max_answers=None)) == 6
     # ties keep the order they came in; nothing left gives no answers
-    assert [a["text"] for a in merge_snippet_answers([{"text": "b", "probability": 0.5},
-                                                      {"text": "a", "probability": 0.5}])] == ["b", "a"]  # fmt: skip
+    assert [
+        a["text"]
+        for a in merge_snippet_answers(
+            [{"text": "b", "probability": 0.5}, {"text": "a", "probability": 0.5}]
+        )
+    ] == ["b", "a"]
     assert merge_snippet_answers([{"text": ")", "probability": 1.0}]) == []

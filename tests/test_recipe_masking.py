@@ -1,14 +1,16 @@
-"""What the pretraining recipes' masking does to real PubMed blocks (the slice binarised with each tokenizer),
-measured over every block of a split: how many tokens a row predicts under BERT's budget (PubMedBERT, BioMegatron)
-and under fairseq's rule (bio-lm), and what ELECTRA's generator sees at the chosen positions (BioELECTRA).
+"""What the pretraining recipes' masking does to real PubMed blocks (the slice binarised with each
+tokenizer), measured over every block of a split: how many tokens a row predicts under BERT's budget
+(PubMedBERT, BioMegatron) and under fairseq's rule (bio-lm), and what ELECTRA's generator sees at
+the chosen positions (BioELECTRA).
 
-Measured on the slice's WordPiece data (1.38-1.44 pieces per word; the numbers in the asserts' comments): fairseq's
-15 % of the words predicts 15 % of the ordinary tokens on average, since uniformly drawn words carry their share of
-the pieces, but a row's count depends on which words were drawn (512-token blocks: 11-20 % of a row's tokens,
-standard deviation 1.2 points; 128-token blocks: 7-29 %, 2.7 points); BERT's budget predicts round(0.15 x tokens) in
-every row of the slice (15.0 % +- 0.06 points at 512, +- 0.3 at 128), 15.5 % of the ordinary tokens since [CLS]/[SEP]
-(here <s>/</s>, 3-4 % of a block) count in the budget but are never chosen. ELECTRA's generator input has [MASK] at
-85 % of the chosen positions and the original token at the rest."""
+Measured on the slice's WordPiece data (1.38-1.44 pieces per word; the numbers in the asserts'
+comments): fairseq's 15 % of the words predicts 15 % of the ordinary tokens on average, since
+uniformly drawn words carry their share of the pieces, but a row's count depends on which words were
+drawn (512-token blocks: 11-20 % of a row's tokens, standard deviation 1.2 points; 128-token blocks:
+7-29 %, 2.7 points); BERT's budget predicts round(0.15 x tokens) in every row of the slice (15.0 %
++- 0.06 points at 512, +- 0.3 at 128), 15.5 % of the ordinary tokens since [CLS]/[SEP] (here
+<s>/</s>, 3-4 % of a block) count in the budget but are never chosen. ELECTRA's generator input has
+[MASK] at 85 % of the chosen positions and the original token at the rest."""
 
 import pytest
 import torch
@@ -29,12 +31,15 @@ def compose():
 
 def recipe_task(compose, config, data, *overrides):
     """The task of ``config`` (a primary config) as fairseq-hydra-train builds it, on ``data``."""
-    cfg = job_config(compose(config, [f"task.data={data}", *REQUIRED.get(config[-4:], []), *overrides]))
+    cfg = job_config(
+        compose(config, [f"task.data={data}", *REQUIRED.get(config[-4:], []), *overrides])
+    )
     return tasks.setup_task(cfg.task)
 
 
 def masked_blocks(task, stream=0, split="valid"):
-    """Every block of ``split``, masked as a training batch is: (B x T tokens, B x T masked input, B x T targets)."""
+    """Every block of ``split``, masked as a training batch is: (B x T tokens, B x T masked input, B
+    x T targets)."""
     task.load_dataset(split)
     dataset = task.dataset(split)
     sample = dataset.collater([dataset[i] for i in range(len(dataset))])
@@ -43,15 +48,18 @@ def masked_blocks(task, stream=0, split="valid"):
 
 
 def predicted_share(task, tokens, targets):
-    """``B`` predicted tokens / non-pad tokens (specials counted, as BERT counts [CLS] and [SEP])."""
+    """``B`` predicted tokens / non-pad tokens (specials counted, as BERT counts [CLS] and
+    [SEP])."""
     pad = task.source_dictionary.pad()
     return targets.ne(pad).sum(1).float() / tokens.ne(pad).sum(1).float()
 
 
 @pytest.mark.parametrize("config", ["bio_pubmedbert", "bio_pubmedbert_512", "bio_megatron_345m"])
 def test_bert_recipes_predict_15_percent_of_the_tokens(compose, data_bin, config):
-    """BERT's create_pretraining_data.py (PubMedBERT) and Megatron-LM's create_masked_lm_predictions: whole words
-    until round(0.15 x tokens) tokens are predicted; a row falls short only when no word left fits what remains."""
+    """BERT's create_pretraining_data.py (PubMedBERT) and Megatron-LM's
+    create_masked_lm_predictions: whole words until round(0.15 x tokens) tokens are predicted; a row
+    falls short only when no word left fits what remains.
+    """
     task = recipe_task(compose, config, data_bin("wordpiece"))
     tokens, corrupted, targets = masked_blocks(task, split="train")
     pad = task.source_dictionary.pad()
@@ -60,10 +68,15 @@ def test_bert_recipes_predict_15_percent_of_the_tokens(compose, data_bin, config
     assert (predicted <= budget).all()
     exact = (predicted == budget).float().mean().item()
     share = predicted_share(task, tokens, targets)
-    print(f"{config}: {len(tokens)} blocks, {share.mean():.4f} of the tokens predicted, {exact:.3f} at the budget")
+    print(
+        f"{config}: {len(tokens)} blocks, {share.mean():.4f} of the tokens predicted, {exact:.3f} at the budget"
+    )
     assert exact > 0.95  # measured: 1.000 (1,154 blocks of 128 tokens, 247 of 512)
-    assert share.mean().item() == pytest.approx(0.15, abs=0.002)  # measured: 0.1498 (128), 0.1500 (512)
-    # and the chosen words are whole: a predicted continuation piece always follows a predicted piece
+    assert share.mean().item() == pytest.approx(
+        0.15, abs=0.002
+    )  # measured: 0.1498 (128), 0.1500 (512)
+    # and the chosen words are whole: a predicted continuation piece always follows a predicted
+    # piece
     boundaries = task.masker.word_boundaries
     starts = boundaries.word_starts(tokens)
     chosen = targets.ne(pad)
@@ -81,15 +94,22 @@ def test_bert_recipes_predict_15_percent_of_the_tokens(compose, data_bin, config
 
 
 def test_biolm_recipe_predicts_15_percent_of_the_words(compose, data_bin):
-    """fairseq's rule, the bio-lm recipe's: 15 % of the words. Single tokens (the recipe: RoBERTa's) give 15 % of the
-    ordinary tokens. With whole words (task.mask_whole_words=true, as recipe/cpu_demo) 15 % of the words is 15 % of
-    the WordPiece tokens on average too, but a row predicts as many tokens as its drawn words happen to have, where
-    BERT's budget (task.mask_budget=tokens) fixes the count per row."""
+    """fairseq's rule, the bio-lm recipe's: 15 % of the words. Single tokens (the recipe: RoBERTa's)
+    give 15 % of the ordinary tokens. With whole words (task.mask_whole_words=true, as
+    recipe/cpu_demo) 15 % of the words is 15 % of the WordPiece tokens on average too, but a row
+    predicts as many tokens as its drawn words happen to have, where BERT's budget
+    (task.mask_budget=tokens) fixes the count per row."""
     data = data_bin("wordpiece")
     single = recipe_task(compose, "bio_roberta_base", data)
     whole = recipe_task(compose, "bio_roberta_base", data, "task.mask_whole_words=true")
-    bert = recipe_task(compose, "bio_roberta_base", data, "task.mask_whole_words=true", "task.mask_budget=tokens",
-                       "task.mask_decision=token")  # fmt: skip
+    bert = recipe_task(
+        compose,
+        "bio_roberta_base",
+        data,
+        "task.mask_whole_words=true",
+        "task.mask_budget=tokens",
+        "task.mask_decision=token",
+    )
     tokens, _, targets = masked_blocks(single, split="train")
     pad, ordinary = single.source_dictionary.pad(), single.masker.maskable[tokens]
     token_share = targets.ne(pad).sum().item() / ordinary.sum().item()
@@ -105,19 +125,25 @@ def test_biolm_recipe_predicts_15_percent_of_the_words(compose, data_bin):
     def spread(rows):
         return f"{rows.mean():.4f} +- {rows.std():.4f} ({rows.min():.3f}-{rows.max():.3f})"
 
-    print(f"bio-lm: {len(tokens)} blocks, {pieces_per_word:.2f} pieces per word; single tokens {token_share:.4f} of "
-          f"the ordinary tokens; whole words {word_share:.4f} of the words = {whole_share:.4f} of the ordinary tokens, per "
-          f"row {spread(whole_rows)} of the tokens; BERT's budget {spread(bert_rows)}")  # fmt: skip
+    print(
+        f"bio-lm: {len(tokens)} blocks, {pieces_per_word:.2f} pieces per word; single tokens {token_share:.4f} of "
+        f"the ordinary tokens; whole words {word_share:.4f} of the words = {whole_share:.4f} of the ordinary tokens, per "
+        f"row {spread(whole_rows)} of the tokens; BERT's budget {spread(bert_rows)}"
+    )
     assert token_share == pytest.approx(0.15, abs=0.005)  # measured: 0.150
     assert word_share == pytest.approx(0.15, abs=0.005)  # measured: 0.150
     assert whole_share == pytest.approx(0.15, abs=0.01)  # measured: 0.149
-    assert whole_rows.std() > 0.008 and whole_rows.max() - whole_rows.min() > 0.05  # measured: 0.012, 0.11-0.20
-    assert bert_rows.mean().item() == pytest.approx(0.15, abs=0.002) and bert_rows.std() < 0.002  # 0.1500 +- 0.0006
+    assert (
+        whole_rows.std() > 0.008 and whole_rows.max() - whole_rows.min() > 0.05
+    )  # measured: 0.012, 0.11-0.20
+    assert (
+        bert_rows.mean().item() == pytest.approx(0.15, abs=0.002) and bert_rows.std() < 0.002
+    )  # 0.1500 +- 0.0006
 
 
 def test_bioelectra_generator_input_is_85_percent_mask(compose, data_bin):
-    """ELECTRA's pretrain_helpers.mask(): [MASK] at 85 % of the chosen positions, the original token at the other
-    15 %, never a random token; the budget round(0.15 x tokens) positions per block."""
+    """ELECTRA's pretrain_helpers.mask(): [MASK] at 85 % of the chosen positions, the original token
+    at the other 15 %, never a random token; the budget round(0.15 x tokens) positions per block."""
     task = recipe_task(compose, "bio_electra_base", data_bin("bytebpe"))
     tokens, corrupted, targets = masked_blocks(task, split="train")
     pad = task.source_dictionary.pad()
@@ -125,20 +151,25 @@ def test_bioelectra_generator_input_is_85_percent_mask(compose, data_bin):
     as_mask = corrupted[chosen].eq(task.mask_idx).float().mean().item()
     kept = corrupted[chosen].eq(tokens[chosen]).float().mean().item()
     share = predicted_share(task, tokens, targets).mean().item()
-    print(f"bioelectra: {int(chosen.sum())} chosen positions in {len(tokens)} blocks ({share:.4f} of the tokens), "
-          f"{as_mask:.4f} [MASK], {kept:.4f} kept")
+    print(
+        f"bioelectra: {int(chosen.sum())} chosen positions in {len(tokens)} blocks ({share:.4f} of the tokens), "
+        f"{as_mask:.4f} [MASK], {kept:.4f} kept"
+    )
     assert as_mask + kept == pytest.approx(1.0)  # no random replacement
     assert as_mask == pytest.approx(0.85, abs=0.01)  # measured: 0.853 of 19,391 positions
     assert share == pytest.approx(0.15, abs=0.005)
-    # The paper's REPLACE(x, m, [MASK]) (recipe/electra.yaml's default, the tiny CPU recipe's): every one
+    # The paper's REPLACE(x, m, [MASK]) (recipe/electra.yaml's default, the tiny CPU recipe's):
+    # every one
     tiny = recipe_task(compose, "bio_electra_tiny", data_bin("bytebpe"))
     tokens, corrupted, targets = masked_blocks(tiny)
     assert corrupted[targets.ne(pad)].eq(tiny.mask_idx).all()
 
 
 def test_token_budget_is_berts_loop():
-    """_fill_token_budget against BERT's create_masked_lm_predictions loop run on the same word order: words taken
-    in order while they fit, a word that would overrun skipped, and the loop ended when the budget is full."""
+    """_fill_token_budget against BERT's create_masked_lm_predictions loop run on the same word
+    order: words taken in order while they fit, a word that would overrun skipped, and the loop
+    ended when the budget is full.
+    """
     g = torch.Generator().manual_seed(0)
     rows, length = 200, 40
     starts = torch.rand(rows, length, generator=g) < 0.6
@@ -166,8 +197,10 @@ def test_token_budget_is_berts_loop():
 
 
 def test_word_rule_is_unchanged_by_the_options():
-    """The default masker (budget=words, decision=word) draws exactly as before the options existed: the same
-    generator stream gives the same corruption as an explicit words/word masker, and a tokens-budget masker differs."""
+    """The default masker (budget=words, decision=word) draws exactly as before the options existed:
+    the same generator stream gives the same corruption as an explicit words/word masker, and a
+    tokens-budget masker differs.
+    """
     from helpers.masking import random_rows, wordpiece_setup
 
     d, mask, boundaries = wordpiece_setup()

@@ -1,11 +1,13 @@
-"""Importing the plugin registers its components; what else it changes is listed in test_import_side_effects.py."""
+"""Importing the plugin registers its components; what else it changes is listed in
+test_import_side_effects.py."""
 
 import json
 import subprocess
 import sys
 import textwrap
 
-SNAPSHOT = textwrap.dedent("""
+SNAPSHOT = textwrap.dedent(
+    """
     import json, logging, os, sys
     import torch
     import fairseq.criterions, fairseq.models, fairseq.optim, fairseq.tasks
@@ -28,7 +30,8 @@ SNAPSHOT = textwrap.dedent("""
     import fairseq_bio
     after = state()
     print(json.dumps({"before": before, "after": after}))
-    """)
+    """
+)
 
 
 def test_import_only_registers_bio_names(tmp_path):
@@ -76,24 +79,32 @@ def test_import_only_registers_bio_names(tmp_path):
 
 
 def test_user_dir_import_registers_the_same_components(tmp_path):
-    """fairseq's --user-dir path (import_user_module) finds the tasks and models under the plugin."""
+    """fairseq's --user-dir path (import_user_module) finds the tasks and models under the
+    plugin."""
     import fairseq_bio
 
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent(
+        f"""
         import argparse
         from fairseq import utils
         from fairseq.tasks import TASK_REGISTRY
         from fairseq.models import ARCH_MODEL_REGISTRY
         utils.import_user_module(argparse.Namespace(user_dir={fairseq_bio.__path__[0]!r}))
         print("bio_masked_lm" in TASK_REGISTRY, "bio_roberta_large" in ARCH_MODEL_REGISTRY)
-        """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split()[-2:] == ["True", "True"]
 
 
 def test_hf_trainer_imports_in_this_environment():
-    """torchaudio (a CUDA build on PyPI) must stay out: transformers' Trainer imports it when present."""
+    """torchaudio (a CUDA build on PyPI) must stay out: transformers' Trainer imports it when
+    present."""
     import importlib.util
 
     assert importlib.util.find_spec("torchaudio") is None
-    subprocess.run([sys.executable, "-c", "import transformers.trainer"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", "import transformers.trainer"], check=True, capture_output=True
+    )

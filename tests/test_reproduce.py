@@ -1,8 +1,8 @@
-"""benchmarks/reproduce.py (`make reproduce`) and its findings (reproduce_findings.py): the verdict rule (sign and
-spread, no difference, arithmetic), the page and its PNG from findings built here, a finished step reused and one with
-another budget or an interrupted one run again, findings read from a benchmark's results, electra_downstream.py's
-smoke run through its step, and the BLURB / bio-lm / BioELECTRA arithmetic rows end to end from the seed papers' own
-text."""
+"""benchmarks/reproduce.py (`make reproduce`) and its findings (reproduce_findings.py): the verdict
+rule (sign and spread, no difference, arithmetic), the page and its PNG from findings built here, a
+finished step reused and one with another budget or an interrupted one run again, findings read from
+a benchmark's results, electra_downstream.py's smoke run through its step, and the BLURB / bio-lm /
+BioELECTRA arithmetic rows end to end from the seed papers' own text."""
 
 import sys
 
@@ -26,17 +26,23 @@ from reproduce_findings import (  # noqa: E402
 )
 
 SEEDS = REPO.parent / "shared" / "seeds"
-needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"{SEEDS}: the seed papers' text is not here")
+needs_seeds = pytest.mark.skipif(
+    not SEEDS.is_dir(), reason=f"{SEEDS}: the seed papers' text is not here"
+)
 HEADER = "| seed | finding | paper | ours | verdict |"
 
 
 def test_a_difference_reproduces_with_the_papers_sign_beyond_its_spread():
     assert verdict(SIGN, -1.184, -0.97, spread=0.0) == REPRODUCED  # a deterministic count: spread 0
     assert verdict(SIGN, 0.3, 0.5, spread=0.2) == REPRODUCED
-    assert verdict(SIGN, 0.3, 0.5, spread=0.8) == DIRECTION  # the sign, but within the seeds' spread
+    assert (
+        verdict(SIGN, 0.3, 0.5, spread=0.8) == DIRECTION
+    )  # the sign, but within the seeds' spread
     assert verdict(SIGN, 0.3, 0.5, spread=None) == DIRECTION  # one run: no spread to exceed
     assert verdict(SIGN, 0.3, -0.5, spread=0.1) == NOT_REPRODUCED
-    assert verdict(SIGN, 0.3, -0.05, spread=1.0) == NOT_REPRODUCED  # the other sign, even within the spread
+    assert (
+        verdict(SIGN, 0.3, -0.05, spread=1.0) == NOT_REPRODUCED
+    )  # the other sign, even within the spread
     assert verdict(SIGN, -1.0, 0.0, spread=0.0) == NOT_REPRODUCED
     assert verdict(SIGN, 0.3, None) == NOT_REPRODUCED  # nothing measured
 
@@ -44,7 +50,9 @@ def test_a_difference_reproduces_with_the_papers_sign_beyond_its_spread():
 def test_no_difference_and_arithmetic_claims():
     assert verdict(NONE, 0.02, -12.04, spread=0.5, tolerance=1.0) == NOT_REPRODUCED
     assert verdict(NONE, 0.02, 0.81, spread=0.78, tolerance=1.0) == REPRODUCED
-    assert verdict(NONE, 0.02, 1.5, spread=2.0, tolerance=1.0) == REPRODUCED  # within the seeds' spread
+    assert (
+        verdict(NONE, 0.02, 1.5, spread=2.0, tolerance=1.0) == REPRODUCED
+    )  # within the seeds' spread
     assert verdict(NONE, 0.02, -1.5, spread=None, tolerance=1.0) == NOT_REPRODUCED
     assert verdict(VALUE, 0.0, 0.004, tolerance=0.01) == REPRODUCED
     assert verdict(VALUE, 81.10, 81.13, tolerance=0.01) == NOT_REPRODUCED
@@ -61,35 +69,69 @@ def test_differences_over_seeds():
 
 
 def fake_finding(key, seed, claim, paper, step, ours, tolerance=0.0):
-    return Finding(key, seed, f"finding {key}", claim, lambda: Measure(paper, f"paper {paper}"), step, ours,
-                   f"number of {step}", f"why {key}", tolerance)  # fmt: skip
+    return Finding(
+        key,
+        seed,
+        f"finding {key}",
+        claim,
+        lambda: Measure(paper, f"paper {paper}"),
+        step,
+        ours,
+        f"number of {step}",
+        f"why {key}",
+        tolerance,
+    )
 
 
 def test_page_and_png_from_findings_built_here(tmp_path):
-    record = {"step": "s", "scale": "cpu", "device": "CPU, 2 cores", "date": "2026-11-27", "seconds": 90,
-              "params": {"seeds": 2}, "commands": ["python benchmarks/x.py --seeds 2"],
-              "results": {"diffs": [0.4, 0.6], "gap": 0.003}}  # fmt: skip
+    record = {
+        "step": "s",
+        "scale": "cpu",
+        "device": "CPU, 2 cores",
+        "date": "2026-11-27",
+        "seconds": 90,
+        "params": {"seeds": 2},
+        "commands": ["python benchmarks/x.py --seeds 2"],
+        "results": {"diffs": [0.4, 0.6], "gap": 0.003},
+    }
+
     def mean_difference(results):
         return findings.differences(results["diffs"], lambda m, n: f"{m:+.2f}")
 
     built = [
         fake_finding("up", "001", SIGN, 1.0, "s", mean_difference),
         fake_finding("down", "002", SIGN, -1.0, "s", lambda r: Measure(0.5, "+0.50", 0.0)),
-        fake_finding("same", "000", VALUE, 0.0, "s", lambda r: Measure(r["gap"], "gap", 0.0), tolerance=0.01),
+        fake_finding(
+            "same", "000", VALUE, 0.0, "s", lambda r: Measure(r["gap"], "gap", 0.0), tolerance=0.01
+        ),
         fake_finding("unmeasured", "003", SIGN, 1.0, None, None),
         fake_finding("not-run", "004", NONE, 0.1, "t", lambda r: Measure(0.0, "0")),
-    ]  # fmt: skip
+    ]
     rows = [findings.evaluate(f, record if f.step == "s" else None) for f in built]
-    assert [r.verdict for r in rows] == [REPRODUCED, NOT_REPRODUCED, REPRODUCED, NOT_REPRODUCED, NOT_REPRODUCED]
+    assert [r.verdict for r in rows] == [
+        REPRODUCED,
+        NOT_REPRODUCED,
+        REPRODUCED,
+        NOT_REPRODUCED,
+        NOT_REPRODUCED,
+    ]
     assert rows[4].note == "not run yet: python benchmarks/reproduce.py --only not-run"
 
     text = reproduce.page(rows, "reproduction.png")
     lines = text.splitlines()
-    assert lines[lines.index(HEADER) + 2] == "| 001 PubMedBERT | finding up | paper 1.0 | +0.50 | **reproduced** |"
-    assert "| 003 BioELECTRA | finding unmeasured | paper 1.0 | not measured | **not reproduced** |" in lines
+    assert (
+        lines[lines.index(HEADER) + 2]
+        == "| 001 PubMedBERT | finding up | paper 1.0 | +0.50 | **reproduced** |"
+    )
+    assert (
+        "| 003 BioELECTRA | finding unmeasured | paper 1.0 | not measured | **not reproduced** |"
+        in lines
+    )
     assert "2 reproduced; 0 direction reproduced; 3 not reproduced of 5." in lines
     assert "**The rule.**" in text and "![paper vs ours per finding](reproduction.png)" in text
-    assert "  Why: why down." in lines and "  Why: why unmeasured." in lines  # a why for every row not reproduced
+    assert (
+        "  Why: why down." in lines and "  Why: why unmeasured." in lines
+    )  # a why for every row not reproduced
     assert "  Why: not run yet: python benchmarks/reproduce.py --only not-run." in lines
     assert not any(line.startswith("  Why: why up") for line in lines)
     assert "cpu scale (CPU, 2 cores, 2026-11-27, step `s` took 1.5 min)" in text
@@ -97,7 +139,9 @@ def test_page_and_png_from_findings_built_here(tmp_path):
 
     reproduce.plot(rows, tmp_path / "reproduction.png")
     assert (tmp_path / "reproduction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["reproduction.png"]  # written through a temp file, renamed
+    assert [p.name for p in tmp_path.iterdir()] == [
+        "reproduction.png"
+    ]  # written through a temp file, renamed
 
 
 def test_a_finished_step_is_reused_and_another_budget_or_a_failure_runs_again(tmp_path):
@@ -110,94 +154,162 @@ def test_a_finished_step_is_reused_and_another_budget_or_a_failure_runs_again(tm
         ctx.commands.append(f"bench --n {params['n']}")
         return {"n": params["n"]}
 
-    step = Step("fake", "a fake step", {"cpu": {"n": 1}, "gpu": {"n": 5}}, run, {"cpu": 0, "gpu": 0})
+    step = Step(
+        "fake", "a fake step", {"cpu": {"n": 1}, "gpu": {"n": 5}}, run, {"cpu": 0, "gpu": 0}
+    )
     ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
     first = reproduce.ensure(ctx, step)
-    assert first["results"] == {"n": 1} and first["commands"] == ["bench --n 1"] and first["scale"] == "cpu"
+    assert (
+        first["results"] == {"n": 1}
+        and first["commands"] == ["bench --n 1"]
+        and first["scale"] == "cpu"
+    )
     assert reproduce.ensure(ctx, step) == first and len(calls) == 1  # reused, not run again
     ctx.scale = "gpu"
-    assert reproduce.ensure(ctx, step)["results"] == {"n": 5} and len(calls) == 2  # another budget: run again
+    assert (
+        reproduce.ensure(ctx, step)["results"] == {"n": 5} and len(calls) == 2
+    )  # another budget: run again
     failing = Step("fake", "a fake step", {"cpu": {"n": 2, "fail": True}}, run, {"cpu": 0})
     ctx.scale = "cpu"
     with pytest.raises(KeyError):
         reproduce.ensure(ctx, failing)
-    assert reproduce.load_record(ctx, step)["results"] == {"n": 5}  # the interrupted run left the last record
+    assert reproduce.load_record(ctx, step)["results"] == {
+        "n": 5
+    }  # the interrupted run left the last record
 
 
 def test_distillation_rows_read_the_benchmarks_table():
-    text = ("# NER\n\n| model | encoder | parameters | best dev F1 | test P | test R | test F1 | fine-tune wall s |\n"
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-            "| teacher | 4 x 256 | 7.29 M | 37.86 | 32.83 | 38.65 | 35.50 | 123 |\n"
-            "| distilled student | 2 x 128 | 2.46 M | 35.53 | 33.47 | 34.90 | 34.17 | 98 |\n\nCommands\n")  # fmt: skip
+    text = (
+        "# NER\n\n| model | encoder | parameters | best dev F1 | test P | test R | test F1 | fine-tune wall s |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n"
+        "| teacher | 4 x 256 | 7.29 M | 37.86 | 32.83 | 38.65 | 35.50 | 123 |\n"
+        "| distilled student | 2 x 128 | 2.46 M | 35.53 | 33.47 | 34.90 | 34.17 | 98 |\n\nCommands\n"
+    )
     rows = reproduce.markdown_rows(text, "model")
-    assert [r["model"] for r in rows] == ["teacher", "distilled student"] and rows[1]["test F1"] == "34.17"
-    f1 = {"teacher": [35.5, 36.5], "distilled student": [34.0, 35.6], "student architecture, random init": [33.8, 33.8]}
+    assert [r["model"] for r in rows] == ["teacher", "distilled student"] and rows[1][
+        "test F1"
+    ] == "34.17"
+    f1 = {
+        "teacher": [35.5, 36.5],
+        "distilled student": [34.0, 35.6],
+        "student architecture, random init": [33.8, 33.8],
+    }
     record = {"step": "distill-ner", "results": {"f1": f1}}
     by_key = {f.key: f for f in findings.FINDINGS}
     retention = findings.evaluate(by_key["compact-retention"], record)
-    assert retention.ours.effect == pytest.approx(-1.2) and retention.ours.spread == pytest.approx(0.18 ** 0.5)
+    assert retention.ours.effect == pytest.approx(-1.2) and retention.ours.spread == pytest.approx(
+        0.18**0.5
+    )
     assert retention.verdict == REPRODUCED and "96.7 %" in retention.ours.text
     gain = findings.evaluate(by_key["biolm-distill"], record)
-    assert gain.ours.effect == pytest.approx(1.0) and gain.verdict == DIRECTION  # +0.2, +1.8: within their std 1.13
-    assert gain.ours.spread == pytest.approx(1.28 ** 0.5)
+    assert (
+        gain.ours.effect == pytest.approx(1.0) and gain.verdict == DIRECTION
+    )  # +0.2, +1.8: within their std 1.13
+    assert gain.ours.spread == pytest.approx(1.28**0.5)
 
 
 @needs_seeds
 def test_electra_downstream_reads_the_paired_seeds():
     by_key = {f.key: f for f in findings.FINDINGS}
-    results = {"f1": {"electra": [40.0, 42.5, 41.0], "mlm": [38.0, 42.0, 40.0], "random": [35.0, 36.0, 35.5]},
-               "seeds": [1, 2, 3], "minutes": 10.0, "updates": {"electra": 900, "mlm": 1400},
-               "planned": {"electra": 900, "mlm": 1400},
-               "discriminator": {"replaced_recall": 0.31, "replaced_prob": 0.4, "original_prob": 0.1}}  # fmt: skip
-    row = findings.evaluate(by_key["electra-downstream"], {"step": "electra-downstream", "results": results})
+    results = {
+        "f1": {
+            "electra": [40.0, 42.5, 41.0],
+            "mlm": [38.0, 42.0, 40.0],
+            "random": [35.0, 36.0, 35.5],
+        },
+        "seeds": [1, 2, 3],
+        "minutes": 10.0,
+        "updates": {"electra": 900, "mlm": 1400},
+        "planned": {"electra": 900, "mlm": 1400},
+        "discriminator": {"replaced_recall": 0.31, "replaced_prob": 0.4, "original_prob": 0.1},
+    }
+    row = findings.evaluate(
+        by_key["electra-downstream"], {"step": "electra-downstream", "results": results}
+    )
     assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
-    assert row.ours.spread == pytest.approx((7 / 12) ** 0.5) and row.verdict == REPRODUCED  # +1.17 > its std 0.76
-    assert row.ours.text == ("NCBI-disease F1: ELECTRA discriminator 41.17 vs masked LM 40.00 (**+1.17** ± 0.76 over "
-                             "3 seeds; random init 35.50; 900 vs 1400 pretraining updates in 10 min each)")  # fmt: skip
+    assert (
+        row.ours.spread == pytest.approx((7 / 12) ** 0.5) and row.verdict == REPRODUCED
+    )  # +1.17 > its std 0.76
+    assert row.ours.text == (
+        "NCBI-disease F1: ELECTRA discriminator 41.17 vs masked LM 40.00 (**+1.17** ± 0.76 over "
+        "3 seeds; random init 35.50; 900 vs 1400 pretraining updates in 10 min each)"
+    )
     assert row.paper.effect > 0  # BioELECTRA (P) over PubMedBERT in BLURB points
     results["f1"]["mlm"] = [41.0, 43.0, 42.0]
-    assert findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict == NOT_REPRODUCED
-    # an encoder that fine-tunes no better than random init learned nothing: no number, the page says why
+    assert (
+        findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict
+        == NOT_REPRODUCED
+    )
+    # an encoder that fine-tunes no better than random init learned nothing: no number, the page
+    # says why
     results["f1"]["random"] = [41.0, 42.0, 41.5]  # ELECTRA's paired gain over it: -1.0, +0.5, -0.5
     results.update(updates={"electra": 700, "mlm": 1400})
     row = findings.evaluate(by_key["electra-downstream"], {"results": results})
     assert row.ours is None and row.verdict == NOT_REPRODUCED
-    assert row.note.startswith("not a comparison at this budget: ELECTRA's discriminator after 700 pretraining "
-                               "updates (of 900 planned) fine-tunes no better than the same encoder from random init "
-                               "(NCBI-disease F1 41.17 vs 41.50, -0.33 paired by seed")  # fmt: skip
+    assert row.note.startswith(
+        "not a comparison at this budget: ELECTRA's discriminator after 700 pretraining "
+        "updates (of 900 planned) fine-tunes no better than the same encoder from random init "
+        "(NCBI-disease F1 41.17 vs 41.50, -0.33 paired by seed"
+    )
     assert "mean P(replaced) 0.400 on replaced tokens vs 0.100 on original ones" in row.note
-    results["f1"].update(electra=[45.0, 45.0, 45.0], mlm=[40.0, 41.0, 42.0])  # now the masked LM learned nothing
+    results["f1"].update(
+        electra=[45.0, 45.0, 45.0], mlm=[40.0, 41.0, 42.0]
+    )  # now the masked LM learned nothing
     assert findings.evaluate(by_key["electra-downstream"], {"results": results}).note.startswith(
-        "not a comparison at this budget: the masked LM after 1400 pretraining updates")
-    del results["f1"]["random"]  # a record from before the random-init arm: no number, says what it lacks
-    assert "lack what it reads (KeyError" in findings.evaluate(by_key["electra-downstream"], {"results": results}).note
+        "not a comparison at this budget: the masked LM after 1400 pretraining updates"
+    )
+    del results["f1"][
+        "random"
+    ]  # a record from before the random-init arm: no number, says what it lacks
+    assert (
+        "lack what it reads (KeyError"
+        in findings.evaluate(by_key["electra-downstream"], {"results": results}).note
+    )
 
 
 def test_electra_downstream_flop_estimate():
-    """The benchmark's per-token estimate: ELECTRA's step does a little more arithmetic than the MLM's (the
-    generator is a quarter as wide; both have one V-wide head on the masked positions)."""
+    """The benchmark's per-token estimate: ELECTRA's step does a little more arithmetic than the
+    MLM's (the generator is a quarter as wide; both have one V-wide head on the masked
+    positions)."""
     import electra_downstream as bench
 
     for size in ("tiny", "mini"):
-        ratio = bench.flops_per_token(size, 16005, 128, electra=True) / bench.flops_per_token(size, 16005, 128, False)
+        ratio = bench.flops_per_token(size, 16005, 128, electra=True) / bench.flops_per_token(
+            size, 16005, 128, False
+        )
         assert 1.0 < ratio < 1.2, (size, ratio)
     # 4 x 256 masked LM: 4 layers x (2 x 786,432 + 131,072) + 0.15 x 2 x (256^2 + 256 x 16005), x 3
-    assert bench.flops_per_token("tiny", 16005, 128, electra=False) == pytest.approx(3 * (4 * 1703936 + 0.3 * (
-        65536 + 256 * 16005)))  # fmt: skip
+    assert bench.flops_per_token("tiny", 16005, 128, electra=False) == pytest.approx(
+        3 * (4 * 1703936 + 0.3 * (65536 + 256 * 16005))
+    )
 
 
 @needs_seeds
-@pytest.mark.skipif(not (SHARED_DATA / "ner" / "NCBI-disease").is_dir(), reason="no NCBI-disease in ../shared/data")
+@pytest.mark.skipif(
+    not (SHARED_DATA / "ner" / "NCBI-disease").is_dir(), reason="no NCBI-disease in ../shared/data"
+)
 def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
-    """electra_downstream.py --quick on the suite's PubMed slice through reproduce's step: both encoders pretrained
-    (40 updates each), the discriminator extracted, one fine-tuning seed each and of random init; its table and PNG,
-    the finding read from the step's results, and a rerun that reuses every piece. About 1 min on a quiet core; 6 min
-    beside other jobs (load 5 on 2 cores)."""
+    """electra_downstream.py --quick on the suite's PubMed slice through reproduce's step: both
+    encoders pretrained (40 updates each), the discriminator extracted, one fine-tuning seed each
+    and of random init; its table and PNG, the finding read from the step's results, and a rerun
+    that reuses every piece. About 1 min on a quiet core; 6 min beside other jobs (load 5 on 2
+    cores)."""
     ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
-    # quick's 40 updates each, the budget (only a hard stop then) raised so that a busy machine never cuts them; one
-    # thread per tool (two threads on two cores shared with other jobs ran the fine-tunings 40x slower)
-    params = {"args": ["--quick", "--data", data_bin("bytebpe"), "--pretrain-minutes", "10", "--threads", "1"],
-              "seeds": [1]}  # fmt: skip
+    # quick's 40 updates each, the budget (only a hard stop then) raised so that a busy machine
+    # never cuts them; one thread per tool (two threads on two cores shared with other jobs ran the
+    # fine-tunings 40x slower)
+    params = {
+        "args": [
+            "--quick",
+            "--data",
+            data_bin("bytebpe"),
+            "--pretrain-minutes",
+            "10",
+            "--threads",
+            "1",
+        ],
+        "seeds": [1],
+    }
     results = reproduce.run_electra_downstream(ctx, params)
     assert results["seeds"] == [1] and results["updates"] == {"electra": 40, "mlm": 40}
     assert {m: len(v) for m, v in results["f1"].items()} == {"electra": 1, "mlm": 1, "random": 1}
@@ -206,20 +318,29 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
     assert "| ELECTRA discriminator | 40 |" in text and "| masked LM | 40 |" in text
     assert "fairseq-bio-extract-encoder --checkpoint" in text  # the commands run
     assert (work / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    row = findings.evaluate(next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results})
-    # 40 updates on 200 sentences: every encoder scores F1 0 on NER, none above random init: no comparison, said so
-    assert results["planned"] == {"electra": 40, "mlm": 40} and results["discriminator"]["replaced_prob"] is not None
+    row = findings.evaluate(
+        next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results}
+    )
+    # 40 updates on 200 sentences: every encoder scores F1 0 on NER, none above random init: no
+    # comparison, said so
+    assert (
+        results["planned"] == {"electra": 40, "mlm": 40}
+        and results["discriminator"]["replaced_prob"] is not None
+    )
     assert row.ours is None and row.note.startswith("not a comparison at this budget")
 
     assert reproduce.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
     output = (tmp_path / "work" / "logs" / "electra-downstream.out").read_text(encoding="utf-8")
-    assert output.count("reusing") == 5 and "fairseq-hydra-train" not in output  # 2 encoders, 3 fine-tunings
+    assert (
+        output.count("reusing") == 5 and "fairseq-hydra-train" not in output
+    )  # 2 encoders, 3 fine-tunings
 
 
 @needs_seeds
 def test_arithmetic_rows_end_to_end(tmp_path):
-    """BLURB (seed 001 Table 6), bio-lm (seed 000 Table 2) and BioELECTRA (seed 003 Table 2) arithmetic from the
-    papers' text through the runner and the page; every other row says it has not run."""
+    """BLURB (seed 001 Table 6), bio-lm (seed 000 Table 2) and BioELECTRA (seed 003 Table 2)
+    arithmetic from the papers' text through the runner and the page; every other row says it has
+    not run."""
     ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
     keys = ["blurb-arithmetic", "biolm-arithmetic", "electra-arithmetic"]
     rows = reproduce.reproduce(ctx, keys, tmp_path / "docs" / "reproduction.md")
@@ -239,11 +360,23 @@ def test_arithmetic_rows_end_to_end(tmp_path):
     text = (tmp_path / "docs" / "reproduction.md").read_text(encoding="utf-8")
     lines = text.splitlines()
     table = lines[lines.index(HEADER) + 2 : lines.index(HEADER) + 2 + len(findings.FINDINGS)]
-    assert len(table) >= 6 and {line.split(" ")[1] for line in table} == {"000", "001", "002", "003", "004"}
-    assert all(line.endswith(("| **reproduced** |", "| **direction reproduced** |", "| **not reproduced** |"))
-               for line in table)  # fmt: skip
+    assert len(table) >= 6 and {line.split(" ")[1] for line in table} == {
+        "000",
+        "001",
+        "002",
+        "003",
+        "004",
+    }
+    assert all(
+        line.endswith(
+            ("| **reproduced** |", "| **direction reproduced** |", "| **not reproduced** |")
+        )
+        for line in table
+    )
     assert (tmp_path / "docs" / "reproduction.png").is_file()
-    assert "reusing" not in text and "fairseq_bio.runner.datasets.blurb_score" in text  # the step and its source
+    assert (
+        "reusing" not in text and "fairseq_bio.runner.datasets.blurb_score" in text
+    )  # the step and its source
 
 
 @needs_seeds
@@ -252,14 +385,19 @@ def test_every_seed_has_a_finding_with_the_papers_number():
     assert len(set(keys)) == len(keys)
     assert {f.seed for f in findings.FINDINGS} == {"000", "001", "002", "003", "004"}
     for f in findings.FINDINGS:
-        assert f.claim in (VALUE, SIGN, NONE) and (f.step is None or f.step in reproduce.STEP), f.key
+        assert f.claim in (VALUE, SIGN, NONE) and (
+            f.step is None or f.step in reproduce.STEP
+        ), f.key
         assert (f.ours is None) == (f.step is None), f.key
-        assert f.paper().text, f.key  # the paper's number, read from its text, the shipped tables or the finding
+        assert (
+            f.paper().text
+        ), f.key  # the paper's number, read from its text, the shipped tables or the finding
     assert findings.table_6()["PubMedBERT"]["BLURB score"] == 81.10
 
 
 def test_a_failed_step_is_said_on_the_page_and_the_run_fails(tmp_path, monkeypatch):
-    """A step whose command exits non-zero: its output kept in the logs, the page written with why, exit status 1."""
+    """A step whose command exits non-zero: its output kept in the logs, the page written with why,
+    exit status 1."""
 
     def fail(ctx, params):
         ctx.call([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], "fails")
@@ -267,12 +405,16 @@ def test_a_failed_step_is_said_on_the_page_and_the_run_fails(tmp_path, monkeypat
     step = Step("broken", "a step that fails", {"cpu": {}}, fail, {"cpu": 0})
     monkeypatch.setattr(reproduce, "STEPS", [step])
     monkeypatch.setattr(reproduce, "STEP", {"broken": step})
-    monkeypatch.setattr(reproduce, "FINDINGS", [fake_finding("row", "001", SIGN, 1.0, "broken", lambda r: None)])
+    monkeypatch.setattr(
+        reproduce, "FINDINGS", [fake_finding("row", "001", SIGN, 1.0, "broken", lambda r: None)]
+    )
     ctx = Context(results=tmp_path / "results", work=tmp_path / "work")
     with pytest.raises(SystemExit, match=r"1 step\(s\) failed: broken"):
         reproduce.reproduce(ctx, None, tmp_path / "page.md")
     assert (tmp_path / "work" / "logs" / "fails.out").read_text(encoding="utf-8").strip() == "boom"
     text = (tmp_path / "page.md").read_text(encoding="utf-8")
     assert "  Why: its step failed (python exited 3; the end of its output" in text
-    assert "| 001 PubMedBERT | finding row | paper 1.0 | not measured | **not reproduced** |" in text
+    assert (
+        "| 001 PubMedBERT | finding row | paper 1.0 | not measured | **not reproduced** |" in text
+    )
     assert not (tmp_path / "results" / "broken.json").exists()

@@ -1,6 +1,7 @@
-"""Sentence-level task data: the readers on the real shared files (GAD TSV without and with a header, DDI and HoC
-JSON lines, BIOSSES TSV with CSV quoting, PubMedQA with BLURB's split), one-line errors naming file and line for
-bad input, and the window plan / pooling that keeps long texts whole."""
+"""Sentence-level task data: the readers on the real shared files (GAD TSV without and with a
+header, DDI and HoC JSON lines, BIOSSES TSV with CSV quoting, PubMedQA with BLURB's split), one-line
+errors naming file and line for bad input, and the window plan / pooling that keeps long texts
+whole."""
 
 import json
 import re
@@ -38,11 +39,19 @@ def test_gad_tsv_without_and_with_header():
     assert train[0].texts == (first,)
     # a quote inside a field is text (BLUE's files are read as pandas reads them)
     assert any('"S" promoter' in ex.texts[0] for ex in train)
-    # read without labels (prediction on a labelled file): the last column is still the label, not the text
+    # read without labels (prediction on a labelled file): the last column is still the label, not
+    # the text
     unlabelled = read_tsv(str(GAD / "train.tsv"), ["sentence"], None)
-    assert [ex.texts for ex in unlabelled] == [ex.texts for ex in train] and unlabelled[0].label is None
+    assert [ex.texts for ex in unlabelled] == [ex.texts for ex in train] and unlabelled[
+        0
+    ].label is None
     check_examples(
-        train + test, "gad", "classification", ["sentence"], ["0", "1"], entity_markers=["@GENE$", "@DISEASE$"]
+        train + test,
+        "gad",
+        "classification",
+        ["sentence"],
+        ["0", "1"],
+        entity_markers=["@GENE$", "@DISEASE$"],
     )
 
 
@@ -50,8 +59,12 @@ def test_biosses_header_with_unnamed_index_and_a_quoted_tab():
     dev = read_tsv(str(BIOSSES / "dev.tsv"), ["sentence1", "sentence2"], "score")
     train = read_tsv(str(BIOSSES / "train.tsv"), ["sentence1", "sentence2"], "score")
     assert (len(train), len(dev)) == (70, 16)
-    assert "\t" in dev[0].texts[1] and dev[0].texts[1].startswith("GATA2lox")  # one CSV-quoted field
-    check_examples(train + dev, "biosses", "regression", ["sentence1", "sentence2"], score_range=(0.0, 4.0))
+    assert "\t" in dev[0].texts[1] and dev[0].texts[1].startswith(
+        "GATA2lox"
+    )  # one CSV-quoted field
+    check_examples(
+        train + dev, "biosses", "regression", ["sentence1", "sentence2"], score_range=(0.0, 4.0)
+    )
     assert dev[0].label == 1.4 and all(0.0 <= ex.label <= 4.0 for ex in train)
 
 
@@ -59,9 +72,13 @@ def test_ddi_and_hoc_json_lines():
     dev = read_jsonl(str(DDI / "dev.json"), ["sentence"], "label", "id")
     assert len(dev) == 2496 and dev[0].id.startswith("DDI-")
     labels = ["0", "DDI-advise", "DDI-effect", "DDI-int", "DDI-mechanism"]
-    check_examples(dev, "ddi", "classification", ["sentence"], labels, entity_markers=["@DRUG$", "@DRUG-DRUG$"])
+    check_examples(
+        dev, "ddi", "classification", ["sentence"], labels, entity_markers=["@DRUG$", "@DRUG-DRUG$"]
+    )
     train = read_jsonl(str(DDI / "train.json"), ["sentence"], "label", "id")
-    with pytest.raises(SentenceDataError, match=r"train.json:\d+: label 'DDI-None' is not one of 0, DDI-advise"):
+    with pytest.raises(
+        SentenceDataError, match=r"train.json:\d+: label 'DDI-None' is not one of 0, DDI-advise"
+    ):
         check_examples(train, str(DDI / "train.json"), "classification", ["sentence"], labels)
     hoc = read_jsonl(str(HOC / "dev.json"), ["sentence"], "label", "id")
     check_examples(hoc, "hoc", "multilabel", ["sentence"], width=10)
@@ -73,7 +90,9 @@ def test_pubmedqa_blurb_split():
     split = json.loads((PUBMEDQA / "blurb_split.json").read_text(encoding="utf-8"))
     sizes = {}
     for key in ("train", "dev", "test"):
-        examples = read_pubmedqa(str(PUBMEDQA / "ori_pqal.json"), str(PUBMEDQA / "blurb_split.json"), key)
+        examples = read_pubmedqa(
+            str(PUBMEDQA / "ori_pqal.json"), str(PUBMEDQA / "blurb_split.json"), key
+        )
         sizes[key] = len(examples)
         assert [ex.id for ex in examples] == split[key]
         assert {ex.label for ex in examples} <= {"yes", "no", "maybe"}
@@ -126,10 +145,17 @@ def test_bad_tsv_rows_fail_in_one_line(tmp_path):
     unmarked = tmp_path / "unmarked.tsv"
     unmarked.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(SentenceDataError) as e:
-        check_examples(read_tsv(str(unmarked), ["sentence"], "label"), str(unmarked), "classification", ["sentence"],
-                       ["0", "1"], entity_markers=["@GENE$", "@DISEASE$"])  # fmt: skip
-    assert "entity placeholders none; a relation's row holds @GENE$ and @DISEASE$ once each" in _one_line(
-        e, unmarked, 5
+        check_examples(
+            read_tsv(str(unmarked), ["sentence"], "label"),
+            str(unmarked),
+            "classification",
+            ["sentence"],
+            ["0", "1"],
+            entity_markers=["@GENE$", "@DISEASE$"],
+        )
+    assert (
+        "entity placeholders none; a relation's row holds @GENE$ and @DISEASE$ once each"
+        in _one_line(e, unmarked, 5)
     )
 
     short = tmp_path / "short.tsv"
@@ -148,10 +174,19 @@ def test_bad_scores_fail_in_one_line(tmp_path):
         ("high", "not a number"),
     ):
         path = tmp_path / f"bad{bad}.tsv"
-        path.write_text("".join(lines[:3] + ["\t".join(fields[:-1] + [bad]) + "\n"] + lines[4:]), encoding="utf-8")
+        path.write_text(
+            "".join(lines[:3] + ["\t".join(fields[:-1] + [bad]) + "\n"] + lines[4:]),
+            encoding="utf-8",
+        )
         examples = read_tsv(str(path), ["sentence1", "sentence2"], "score")
         with pytest.raises(SentenceDataError) as e:
-            check_examples(examples, str(path), "regression", ["sentence1", "sentence2"], score_range=(0.0, 4.0))
+            check_examples(
+                examples,
+                str(path),
+                "regression",
+                ["sentence1", "sentence2"],
+                score_range=(0.0, 4.0),
+            )
         assert expected in _one_line(e, path, 4)
 
 
@@ -165,7 +200,9 @@ def test_bad_json_lines_fail_in_one_line(tmp_path):
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(SentenceDataError) as e:
         read_jsonl(str(path), ["sentence"], "label")
-    assert re.match(rf"{re.escape(str(path))}:3:4[01]: not valid JSON \(", _one_line(e, path, 3))  # the column
+    assert re.match(
+        rf"{re.escape(str(path))}:3:4[01]: not valid JSON \(", _one_line(e, path, 3)
+    )  # the column
     path.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")
     with pytest.raises(SentenceDataError) as e:
         read_jsonl(str(path), ["sentence"], "label")
@@ -177,7 +214,13 @@ def test_bad_json_lines_fail_in_one_line(tmp_path):
     lines[6] = json.dumps(row) + "\n"
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(SentenceDataError) as e:
-        check_examples(read_jsonl(str(path), ["sentence"], "label"), str(path), "multilabel", ["sentence"], width=10)
+        check_examples(
+            read_jsonl(str(path), ["sentence"], "label"),
+            str(path),
+            "multilabel",
+            ["sentence"],
+            width=10,
+        )
     assert "9 labels, expected 10" in _one_line(e, path, 7)
 
 
@@ -189,7 +232,9 @@ def test_pubmedqa_entry_without_contexts_fails_in_one_line(tmp_path):
     pqal[victim]["CONTEXTS"] = []
     path = tmp_path / "ori_pqal.json"
     path.write_text(json.dumps(pqal, indent=4), encoding="utf-8")
-    line = next(i for i, text in enumerate(_lines(path), 1) if text.strip().startswith(f'"{victim}"'))
+    line = next(
+        i for i, text in enumerate(_lines(path), 1) if text.strip().startswith(f'"{victim}"')
+    )
     with pytest.raises(SentenceDataError) as e:
         read_pubmedqa(str(path), str(tmp_path / "blurb_split.json"), "dev")
     assert f"entry {victim} has no CONTEXTS" in _one_line(e, path, line)
@@ -208,7 +253,9 @@ def _encoded(texts):
             pieces.extend(range(10, 10 + len(w)))
             word_starts.append(len(pieces))
         sentence_starts.append(len(word_starts) - 1)
-    return EncodedWords(np.asarray(pieces, np.int32), np.asarray(word_starts), np.asarray(sentence_starts))
+    return EncodedWords(
+        np.asarray(pieces, np.int32), np.asarray(word_starts), np.asarray(sentence_starts)
+    )
 
 
 def test_windows_cover_every_word_and_pairs_keep_the_first_text():
@@ -220,8 +267,13 @@ def test_windows_cover_every_word_and_pairs_keep_the_first_text():
     assert all(sum(counts[a:b]) <= room for a, b in windows)
     # a short first text is whole in every window of the second
     keep, windows, room = plan_rows([2, 2], counts, 32)
-    assert keep == 4 and room == 24 and sorted({w for a, b in windows for w in range(a, b)}) == list(range(len(counts)))
-    # a first text longer than half the room keeps half when the second needs more, all of itself otherwise
+    assert (
+        keep == 4
+        and room == 24
+        and sorted({w for a, b in windows for w in range(a, b)}) == list(range(len(counts)))
+    )
+    # a first text longer than half the room keeps half when the second needs more, all of itself
+    # otherwise
     assert plan_rows([1] * 40, [1] * 40, 36)[0] == 16
     assert plan_rows([1] * 25, [1] * 5, 36)[0] == 25
     assert plan_rows([1] * 40, [1] * 5, 36)[0] == 27

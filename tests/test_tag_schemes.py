@@ -1,4 +1,5 @@
-"""Tag-scheme conversion (BIO, IO, BIOES; IOB1/BIOUL input) and label sets, by hand and on real NCBI/BC5CDR gold."""
+"""Tag-scheme conversion (BIO, IO, BIOES; IOB1/BIOUL input) and label sets, by hand and on real
+NCBI/BC5CDR gold."""
 
 import random
 from pathlib import Path
@@ -25,7 +26,9 @@ def read_conll_tags(path: Path):
 
 
 def test_normalize_scheme():
-    assert [normalize_scheme(s) for s in SCHEMES] == list(SCHEMES)  # every scheme offered is taken as it is
+    assert [normalize_scheme(s) for s in SCHEMES] == list(
+        SCHEMES
+    )  # every scheme offered is taken as it is
     assert [normalize_scheme(s) for s in ("bio", "IOB2", "io", "bioes", " BIOUL ")] == [
         "bio",
         "bio",
@@ -50,7 +53,12 @@ def test_convert_bio_to_each_scheme():
     assert convert_tags(BIO, "bioul") == convert_tags(BIO, "bioes")  # an alias: written with E/S
     assert convert_tags([], "bioes") == []
     assert convert_tags(["O", "O"], "io") == ["O", "O"]
-    assert convert_tags(["B", "I", "O", "B"], "bioes") == ["B", "E", "O", "S"]  # bare tags stay bare
+    assert convert_tags(["B", "I", "O", "B"], "bioes") == [
+        "B",
+        "E",
+        "O",
+        "S",
+    ]  # bare tags stay bare
 
 
 def test_convert_from_iob1_and_bioul():
@@ -63,13 +71,33 @@ def test_convert_from_iob1_and_bioul():
 
 def test_to_bio_ill_formed_bioes_predictions():
     pred = ["E-X", "O", "I-X", "E-X", "S-X", "I-X", "B-X", "I-X", "O", "B-X", "E-Y", "I-X"]
-    # E-X alone: a chunk; I-X after O starts one that E-X ends; I-X after S-X starts one; B-X I-X without E-X
-    # runs to the O; E-Y after B-X (another type) starts one; so does the final I-X
-    assert to_bio(pred, "bioes") == ["B-X", "O", "B-X", "I-X", "B-X", "B-X", "B-X", "I-X", "O", "B-X", "B-Y", "B-X"]
+    # E-X alone: a chunk; I-X after O starts one that E-X ends; I-X after S-X starts one; B-X I-X
+    # without E-X runs to the O; E-Y after B-X (another type) starts one; so does the final I-X
+    assert to_bio(pred, "bioes") == [
+        "B-X",
+        "O",
+        "B-X",
+        "I-X",
+        "B-X",
+        "B-X",
+        "B-X",
+        "I-X",
+        "O",
+        "B-X",
+        "B-Y",
+        "B-X",
+    ]
 
 
 def test_to_bio_io_predictions_merge_consecutive():
-    assert to_bio(["I-X", "I-X", "O", "I-X", "I-Y", "I-Y"], "io") == ["B-X", "I-X", "O", "B-X", "B-Y", "I-Y"]
+    assert to_bio(["I-X", "I-X", "O", "I-X", "I-Y", "I-Y"], "io") == [
+        "B-X",
+        "I-X",
+        "O",
+        "B-X",
+        "B-Y",
+        "I-Y",
+    ]
 
 
 def test_to_bio_keeps_conlleval_chunks_on_random_sequences():
@@ -85,7 +113,10 @@ def test_to_bio_keeps_conlleval_chunks_on_random_sequences():
                 assert i > 0 and bio[i - 1] in ("B" + t[1:], t), bio
         for scheme in SCHEMES:
             converted = convert_tags(tags, scheme)
-            assert {t.split("-")[0] for t in converted} <= {"O", *dict(bio=("B", "I"), io=("I",)).get(scheme, "BIES")}
+            assert {t.split("-")[0] for t in converted} <= {
+                "O",
+                *dict(bio=("B", "I"), io=("I",)).get(scheme, "BIES"),
+            }
             if scheme != "io":
                 assert get_entities(converted) == get_entities(tags)
             assert to_bio(convert_tags(bio, scheme), scheme) == to_bio(converted, scheme)
@@ -118,7 +149,8 @@ def test_label_set_order_and_completeness():
 
 
 def same_type_adjacent(tags):
-    """Entities that start right where an entity of the same type ends, counted from the raw BIO tags."""
+    """Entities that start right where an entity of the same type ends, counted from the raw BIO
+    tags."""
     return sum(
         1
         for prev, tag in zip(tags, tags[1:])
@@ -126,7 +158,8 @@ def same_type_adjacent(tags):
     )
 
 
-# (corpus, split) -> entities that start right after one of the same type (measured on the shared data)
+# (corpus, split) -> entities that start right after one of the same type (measured on the shared
+# data)
 ADJACENT = {
     ("NCBI-disease", "test"): 5,
     ("NCBI-disease", "devel"): 6,

@@ -1,5 +1,6 @@
-"""bio_tagging data: strict CoNLL reading with one-line errors, label alignment round trips for every vocabulary
-kind, and windows that give every word exactly one prediction (real NCBI-disease sentences)."""
+"""bio_tagging data: strict CoNLL reading with one-line errors, label alignment round trips for
+every vocabulary kind, and windows that give every word exactly one prediction (real NCBI-disease
+sentences)."""
 
 import random
 import unicodedata
@@ -48,18 +49,25 @@ def test_reads_the_real_files(ncbi_test):
 def test_crlf_trailing_spaces_and_extra_blank_lines_are_accepted(tmp_path):
     plain = read_conll(write(tmp_path, "a.tsv", b"Mild\tO\nanemia\tB-Disease\n\nOK\tO\n"))
     messy = read_conll(
-        write(tmp_path, "b.tsv", b"-DOCSTART-\tO\r\n\r\nMild\tO  \r\nanemia\tB-Disease \r\n\r\n\r\n\r\nOK\tO\r\n")
+        write(
+            tmp_path,
+            "b.tsv",
+            b"-DOCSTART-\tO\r\n\r\nMild\tO  \r\nanemia\tB-Disease \r\n\r\n\r\n\r\nOK\tO\r\n",
+        )
     )
     assert [(s.words, s.tags) for s in plain] == [(s.words, s.tags) for s in messy]
 
 
-@pytest.mark.parametrize("data, line, what", [
-    (b"Mild\tO\nanemia\tB-Disease\textra\n", 2, "3 column(s)"),
-    (b"Mild\tO\nanemia\n", 2, "1 column(s)"),
-    (b"anemia\n\nMild\tO\n", 1, "a token without a tag"),
-    (b"Mild\tO\n\tB-Disease\n", 2, "empty token"),
-    (b"Mild\tO\nan\xe9mia\tB-Disease\n", 2, "not valid UTF-8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data, line, what",
+    [
+        (b"Mild\tO\nanemia\tB-Disease\textra\n", 2, "3 column(s)"),
+        (b"Mild\tO\nanemia\n", 2, "1 column(s)"),
+        (b"anemia\n\nMild\tO\n", 1, "a token without a tag"),
+        (b"Mild\tO\n\tB-Disease\n", 2, "empty token"),
+        (b"Mild\tO\nan\xe9mia\tB-Disease\n", 2, "not valid UTF-8"),
+    ],
+)
 def test_bad_lines_name_file_and_line(tmp_path, data, line, what):
     path = write(tmp_path, "bad.tsv", data)
     with pytest.raises(TaggingDataError) as e:
@@ -88,8 +96,10 @@ def test_raw_text_words_carry_offsets():
 
 
 def test_raw_text_words_keep_combining_marks_with_their_characters():
-    """Decomposed text (a base letter and its combining mark, as macOS and some PDF extractors write it) is cut into
-    the same words as its composed form: no word, and so no predicted span, ends between a letter and its accent."""
+    """Decomposed text (a base letter and its combining mark, as macOS and some PDF extractors write
+    it) is cut into the same words as its composed form: no word, and so no predicted span, ends
+    between a letter and its accent.
+    """
     composed = "Sjögren syndrome and Ménière's disease in São Paulo (n=12); α-synucleinopathy, naïve cases."
     decomposed = unicodedata.normalize("NFD", composed)
     assert decomposed != composed
@@ -98,7 +108,10 @@ def test_raw_text_words_keep_combining_marks_with_their_characters():
     assert all(decomposed[a:b] == w for w, a, b in words)
     marks = {i for i, c in enumerate(decomposed) if unicodedata.combining(c)}
     assert marks and not {a for _, a, _ in words} & marks and not {b for _, _, b in words} & marks
-    assert [w for w, _, _ in words_with_offsets("\u0301x")] == ["\u0301", "x"]  # a mark with no base: alone
+    assert [w for w, _, _ in words_with_offsets("\u0301x")] == [
+        "\u0301",
+        "x",
+    ]  # a mark with no base: alone
 
 
 # --- label alignment -------------------------------------------------------------------------------------------
@@ -116,7 +129,8 @@ def long_words(n=5, seed=0):
 
 
 def test_word_pieces_equal_the_sentence_encoding(word_encoder, ncbi_test):
-    """Words encoded one by one give the pieces fairseq's BPE gives the whole sentence (as pretraining saw it)."""
+    """Words encoded one by one give the pieces fairseq's BPE gives the whole sentence (as
+    pretraining saw it)."""
     d = word_encoder.dictionary
     for sentence in ncbi_test[:200]:
         joined = word_encoder.bpe.encode(" ".join(sentence.words))
@@ -131,12 +145,17 @@ def test_labels_round_trip_through_pieces(word_encoder, ncbi_test, all_pieces):
     index = {t: i for i, t in enumerate(labels)}
     sentences = [s for s in ncbi_test[:60]]
     words = [s.words + (long_words() if k % 7 == 0 else []) for k, s in enumerate(sentences)]
-    tags = [s.tags + (["B-Disease"] + ["I-Disease"] * 4 if k % 7 == 0 else []) for k, s in enumerate(sentences)]
+    tags = [
+        s.tags + (["B-Disease"] + ["I-Disease"] * 4 if k % 7 == 0 else [])
+        for k, s in enumerate(sentences)
+    ]
     encoded = EncodedWords.encode(word_encoder, words)
     assert max(np.diff(encoded.word_starts)) >= 10  # words of 10+ pieces are in the test
     ids = [np.array([index[t] for t in ts]) for ts in tags]
     continuation = np.array([0, 2, 2]) if all_pieces else None
-    dataset = TaggingDataset(encoded, word_encoder.dictionary, 512, labels=ids, continuation_labels=continuation)
+    dataset = TaggingDataset(
+        encoded, word_encoder.dictionary, 512, labels=ids, continuation_labels=continuation
+    )
     batch = dataset.collater([dataset[i] for i in range(len(dataset))])
     target = batch["target"]
     recovered = word_predictions(batch, torch.where(batch["owned"], target, -1))
@@ -145,7 +164,9 @@ def test_labels_round_trip_through_pieces(word_encoder, ncbi_test, all_pieces):
     assert torch.equal(labelled, batch["positions"])
     if all_pieces:  # every piece of every word carries a label; later pieces of B-X carry I-X
         tokens = batch["net_input"]["src_tokens"]
-        special = (tokens == word_encoder.dictionary.bos()) | (tokens == word_encoder.dictionary.eos())
+        special = (tokens == word_encoder.dictionary.bos()) | (
+            tokens == word_encoder.dictionary.eos()
+        )
         assert torch.equal(labelled, ~special & tokens.ne(word_encoder.dictionary.pad()))
         assert not (labelled & ~batch["owned"] & target.eq(1)).any()
     else:
@@ -153,8 +174,9 @@ def test_labels_round_trip_through_pieces(word_encoder, ncbi_test, all_pieces):
 
 
 def test_batches_keep_every_sentence_whatever_the_batch_multiple(word_encoder, ncbi_test):
-    """fairseq's batch_by_size drops a last batch that is not a multiple of required_batch_size_multiple (the
-    longest sentences, as batches follow length order); the task's datasets keep them."""
+    """fairseq's batch_by_size drops a last batch that is not a multiple of
+    required_batch_size_multiple (the longest sentences, as batches follow length order); the task's
+    datasets keep them."""
     from fairseq.data import data_utils
 
     words = [s.words for s in ncbi_test[:300]]
@@ -165,7 +187,9 @@ def test_batches_keep_every_sentence_whatever_the_batch_multiple(word_encoder, n
     )
     assert sum(map(len, fairseq_batches)) < 300  # the behaviour worked around (300 = 18 x 16 + 12)
     for multiple, max_tokens in ((8, None), (1, None), (8, 1000)):
-        batches = dataset.batch_by_size(order, max_tokens, 16 if max_tokens is None else None, multiple)
+        batches = dataset.batch_by_size(
+            order, max_tokens, 16 if max_tokens is None else None, multiple
+        )
         assert sorted(int(i) for b in batches for i in b) == list(range(300))
 
 
@@ -191,7 +215,8 @@ def test_plan_windows_covers_every_word_once():
 
 
 def test_windowed_long_sentence_gives_every_word_one_prediction(word_encoder, ncbi_test):
-    """A 1,500-word real sentence beside short ones: every word predicted exactly once, from its best window."""
+    """A 1,500-word real sentence beside short ones: every word predicted exactly once, from its
+    best window."""
     long_sentence = [w for s in ncbi_test for w in s.words][:1500]
     words = [ncbi_test[0].words, long_sentence, ncbi_test[1].words]
     encoded = EncodedWords.encode(word_encoder, words)
@@ -199,22 +224,30 @@ def test_windowed_long_sentence_gives_every_word_one_prediction(word_encoder, nc
     batch = dataset.collater([dataset[i] for i in range(3)])
     assert batch["net_input"]["src_tokens"].size(1) <= 128
     assert batch["row_sentence"].tolist().count(1) > 10  # the long one was windowed
-    assert int(batch["owned"].sum()) == sum(len(w) for w in words)  # exactly one owner per word, counted
+    assert int(batch["owned"].sum()) == sum(
+        len(w) for w in words
+    )  # exactly one owner per word, counted
     marks = torch.where(batch["owned"], batch["word_index"], -1)
     assert [list(p) for p in word_predictions(batch, marks)] == [list(range(len(w))) for w in words]
 
 
 def test_windowed_and_unwindowed_predictions_agree_where_the_sentence_fits(word_encoder, ncbi_test):
-    """Sentences that fit are one row each, exactly <s> pieces </s>; a tagging model's word predictions from the
-    padded batch equal those of each sentence run alone."""
+    """Sentences that fit are one row each, exactly <s> pieces </s>; a tagging model's word
+    predictions from the padded batch equal those of each sentence run alone."""
     from helpers.small_models import DictionaryTask, model_args
 
     from fairseq_bio.models.bio_roberta import BioRobertaModel
 
     d = word_encoder.dictionary
     torch.manual_seed(0)
-    args = model_args("bio_roberta_tiny", encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-                      encoder_attention_heads=4, max_positions=512)  # fmt: skip
+    args = model_args(
+        "bio_roberta_tiny",
+        encoder_layers=2,
+        encoder_embed_dim=32,
+        encoder_ffn_embed_dim=64,
+        encoder_attention_heads=4,
+        max_positions=512,
+    )
     model = BioRobertaModel.build_model(args, DictionaryTask(d))
     model.register_tagging_head("tags", 5)
     model.eval()

@@ -1,5 +1,6 @@
-"""The token-classification head on bio_roberta (2 layers, 32 wide): shapes, loss/prediction with and without CRF,
-saving and loading the fairseq way beside sentence heads, and layer-wise learning-rate scales."""
+"""The token-classification head on bio_roberta (2 layers, 32 wide): shapes, loss/prediction with
+and without CRF, saving and loading the fairseq way beside sentence heads, and layer-wise
+learning-rate scales."""
 
 import pytest
 import torch
@@ -50,7 +51,8 @@ def test_token_heads_round_trip_beside_sentence_heads(task, tmp_path):
     model.register_classification_head("sentence", num_classes=2)
     state = model.state_dict()
     assert (
-        "classification_heads.tags.crf.transitions" in state and "classification_heads.sentence.dense.weight" in state
+        "classification_heads.tags.crf.transitions" in state
+        and "classification_heads.sentence.dense.weight" in state
     )
 
     # load_checkpoint_heads: an empty model re-creates both heads from the state dict alone
@@ -63,12 +65,14 @@ def test_token_heads_round_trip_beside_sentence_heads(task, tmp_path):
     b = fresh(x, features_only=True, classification_head_name="tags")[0]
     assert torch.equal(a, b)
 
-    # without it, heads the model lacks are dropped (fairseq's rule for sentence heads), the rest loads strictly
+    # without it, heads the model lacks are dropped (fairseq's rule for sentence heads), the rest
+    # loads strictly
     plain = build(task, seed=2)
     plain.load_state_dict(dict(state), strict=True)
     assert len(plain.classification_heads) == 0
 
-    # a pretrained encoder (no heads) loads into a model with a new head, which keeps its fresh weights
+    # a pretrained encoder (no heads) loads into a model with a new head, which keeps its fresh
+    # weights
     encoder_state = {k: v for k, v in state.items() if not k.startswith("classification_heads.")}
     tagger = build(task, seed=3)
     tagger.register_tagging_head("tags", 5)
@@ -100,49 +104,77 @@ def test_lm_head_is_frozen_but_embeddings_train(task):
     model = build(task)
     fine_tuning.freeze_lm_head(model)
     assert model.encoder.sentence_encoder.embed_tokens.weight.requires_grad
-    assert not model.encoder.lm_head.dense.weight.requires_grad and not model.encoder.lm_head.bias.requires_grad
+    assert (
+        not model.encoder.lm_head.dense.weight.requires_grad
+        and not model.encoder.lm_head.bias.requires_grad
+    )
 
 
 def _composite(model, weight_decay=0.01, lr=1e-3):
-    """fairseq's composite optimizer as the fine-tuning recipes configure it (one default group of adam), in a
-    config root with the values its groups interpolate (common.tpu, optimization.lr)."""
+    """fairseq's composite optimizer as the fine-tuning recipes configure it (one default group of
+    adam), in a config root with the values its groups interpolate (common.tpu, optimization.lr)."""
     from fairseq.optim import build_optimizer
     from omegaconf import OmegaConf
 
-    group = {"lr_float": lr, "optimizer": {"_name": "adam", "adam_betas": "(0.9,0.999)", "adam_eps": 1e-8,
-                                           "weight_decay": weight_decay},
-             "lr_scheduler": {"_name": "polynomial_decay", "warmup_updates": 0, "total_num_update": 10,
-                              "end_learning_rate": 0.0, "power": 1.0, "lr": [lr]}}  # fmt: skip
+    group = {
+        "lr_float": lr,
+        "optimizer": {
+            "_name": "adam",
+            "adam_betas": "(0.9,0.999)",
+            "adam_eps": 1e-8,
+            "weight_decay": weight_decay,
+        },
+        "lr_scheduler": {
+            "_name": "polynomial_decay",
+            "warmup_updates": 0,
+            "total_num_update": 10,
+            "end_learning_rate": 0.0,
+            "power": 1.0,
+            "lr": [lr],
+        },
+    }
     root = OmegaConf.create(
         {
             "common": {"tpu": False},
             "optimization": {"lr": [lr], "max_update": 10},
-            "optimizer": {"_name": "composite", "dynamic_groups": True, "groups": {"default": group}},
+            "optimizer": {
+                "_name": "composite",
+                "dynamic_groups": True,
+                "groups": {"default": group},
+            },
         }
     )
     return build_optimizer(root.optimizer, [p for p in model.parameters() if p.requires_grad])
 
 
 def test_head_learns_at_its_own_rate_beside_layer_decay(task):
-    """task.head_lr_scale: every parameter of the task's head (linear, BiLSTM, CRF transitions) gets the scale on
-    top of its layer-wise rate (1 for heads), in fairseq's own composite optimizer; the encoder keeps its rates and
-    the frozen LM head stays out; a scale <= 0 is a one-line error."""
+    """task.head_lr_scale: every parameter of the task's head (linear, BiLSTM, CRF transitions) gets
+    the scale on top of its layer-wise rate (1 for heads), in fairseq's own composite optimizer; the
+    encoder keeps its rates and the frozen LM head stays out; a scale <= 0 is a one-line error."""
     model = build(task)
     model.register_tagging_head("tags", 3, lstm_layers=1, lstm_hidden_size=8, crf=True)
     fine_tuning.freeze_lm_head(model)
     fine_tuning.apply_layer_lr_decay(model, 0.8)
     fine_tuning.exempt_from_weight_decay(model)
     scaled = set(fine_tuning.scale_head_lr(model, 20.0))
-    head = {n for n, p in model.named_parameters() if n.startswith("classification_heads.") and p.requires_grad}
+    head = {
+        n
+        for n, p in model.named_parameters()
+        if n.startswith("classification_heads.") and p.requires_grad
+    }
     assert scaled == head and "classification_heads.tags.crf.transitions" in head
     assert "classification_heads.tags.lstm.weight_ih_l0" in head
-    scales, names = fine_tuning.layer_scales(model, 0.8), {id(p): n for n, p in model.named_parameters()}
+    scales, names = fine_tuning.layer_scales(model, 0.8), {
+        id(p): n for n, p in model.named_parameters()
+    }
     seen = set()
     for group in _composite(model).param_groups:
         for p in group["params"]:
             name = names[id(p)]
             seen.add(name)
-            assert group["lr"] == pytest.approx(1e-3 * scales[name] * (20.0 if name in head else 1.0)), name
+            assert group["lr"] == pytest.approx(
+                1e-3 * scales[name] * (20.0 if name in head else 1.0)
+            ), name
     assert head < seen and not any("lm_head.dense" in n for n in seen)
     for bad in (0.0, -1.0):
         with pytest.raises(BioConfigError, match=rf"^task.head_lr_scale={bad}: must be > 0$"):
@@ -151,10 +183,12 @@ def test_head_learns_at_its_own_rate_beside_layer_decay(task):
 
 @pytest.mark.parametrize("decay", [1.0, 0.8])
 def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
-    """Through fairseq's own composite optimizer (with fairseq_repairs' fix of its ignored weight_decay_scale): biases and
-    LayerNorm weights get weight decay 0, every other weight the recipe's 0.01, each at its layer-wise lr; a step with
-    zero gradients (AdamW: only the decay moves a weight) shrinks the decayed weights and leaves the exempt ones. The
-    BiLSTM head's biases (bias_ih_l0, bias_hh_l0_reverse, ...) count as biases, as in HF's Trainer."""
+    """Through fairseq's own composite optimizer (with fairseq_repairs' fix of its ignored
+    weight_decay_scale): biases and LayerNorm weights get weight decay 0, every other weight the
+    recipe's 0.01, each at its layer-wise lr; a step with zero gradients (AdamW: only the decay
+    moves a weight) shrinks the decayed weights and leaves the exempt ones. The BiLSTM head's biases
+    (bias_ih_l0, bias_hh_l0_reverse, ...) count as biases, as in HF's Trainer.
+    """
     model = build(task)
     model.register_tagging_head("tags", 3, lstm_layers=1, lstm_hidden_size=8)
     fine_tuning.freeze_lm_head(model)
@@ -164,11 +198,14 @@ def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
     names = {id(p): n for n, p in model.named_parameters()}
     assert "encoder.sentence_encoder.layers.0.self_attn_layer_norm.weight" in exempt
     assert (
-        "encoder.sentence_encoder.layers.0.fc1.bias" in exempt and "classification_heads.tags.out_proj.bias" in exempt
+        "encoder.sentence_encoder.layers.0.fc1.bias" in exempt
+        and "classification_heads.tags.out_proj.bias" in exempt
     )
     assert "encoder.sentence_encoder.layers.0.fc1.weight" not in exempt
     lstm = "classification_heads.tags.lstm."
-    assert {lstm + n for n in ("bias_ih_l0", "bias_hh_l0", "bias_ih_l0_reverse", "bias_hh_l0_reverse")} <= exempt
+    assert {
+        lstm + n for n in ("bias_ih_l0", "bias_hh_l0", "bias_ih_l0_reverse", "bias_hh_l0_reverse")
+    } <= exempt
     assert lstm + "weight_ih_l0" not in exempt and lstm + "weight_hh_l0_reverse" not in exempt
     optimizer = _composite(model)
     scales = fine_tuning.layer_scales(model, decay)
@@ -196,8 +233,10 @@ def test_biases_and_layer_norms_are_exempt_from_weight_decay(task, decay):
 
 
 def test_per_parameter_options_refuse_an_optimizer_that_ignores_them(task):
-    """Layer decay, the weight-decay exemption and the head's rate are per-parameter overrides that only fairseq's
-    composite optimizer reads: with plain fairseq adam the first update refuses, naming every option set."""
+    """Layer decay, the weight-decay exemption and the head's rate are per-parameter overrides that
+    only fairseq's composite optimizer reads: with plain fairseq adam the first update refuses,
+    naming every option set.
+    """
     from types import SimpleNamespace
 
     from fairseq.optim import build_optimizer
@@ -207,12 +246,24 @@ def test_per_parameter_options_refuse_an_optimizer_that_ignores_them(task):
     assert fine_tuning.per_parameter_options(plain) == []
     cfg = SimpleNamespace(layer_lr_decay=0.8, exempt_from_weight_decay=True, head_lr_scale=10.0)
     options = fine_tuning.per_parameter_options(cfg)
-    assert options == ["task.layer_lr_decay=0.8", "task.exempt_from_weight_decay=true", "task.head_lr_scale=10.0"]
+    assert options == [
+        "task.layer_lr_decay=0.8",
+        "task.exempt_from_weight_decay=true",
+        "task.head_lr_scale=10.0",
+    ]
     model = build(task)
-    root = OmegaConf.create({"common": {"tpu": False}, "optimization": {"lr": [1e-3]},
-                             "optimizer": {"_name": "adam", "lr": "${optimization.lr}", "tpu": "${common.tpu}"}})
+    root = OmegaConf.create(
+        {
+            "common": {"tpu": False},
+            "optimization": {"lr": [1e-3]},
+            "optimizer": {"_name": "adam", "lr": "${optimization.lr}", "tpu": "${common.tpu}"},
+        }
+    )
     adam = build_optimizer(root.optimizer, list(model.parameters()))  # fairseq's own adam
-    with pytest.raises(BioConfigError, match=r"^task.layer_lr_decay=0.8, task.exempt_from_weight_decay="
-                       r"true, task.head_lr_scale=10.0: needs optimizer=composite .*not FairseqAdam$"):  # fmt: skip
+    with pytest.raises(
+        BioConfigError,
+        match=r"^task.layer_lr_decay=0.8, task.exempt_from_weight_decay="
+        r"true, task.head_lr_scale=10.0: needs optimizer=composite .*not FairseqAdam$",
+    ):
         fine_tuning.check_optimizer_groups(adam, ", ".join(options))
     fine_tuning.check_optimizer_groups(_composite(model), ", ".join(options))  # composite: accepted

@@ -1,5 +1,5 @@
-"""Entity P/R/F1 with conlleval semantics, checked by hand and against seqeval on the real NCBI-disease test gold;
-word-level macro F1 (BLURB PICO) by hand and against scikit-learn."""
+"""Entity P/R/F1 with conlleval semantics, checked by hand and against seqeval on the real
+NCBI-disease test gold; word-level macro F1 (BLURB PICO) by hand and against scikit-learn."""
 
 import ast
 import random
@@ -45,7 +45,9 @@ def seqeval_entities(tags):
     tags = ["E" + t[1:] if t[:1] == "L" else "S" + t[1:] if t[:1] == "U" else t for t in tags]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return [("" if t == "_" else t, start, end + 1) for t, start, end in seqeval_get_entities(tags)]
+        return [
+            ("" if t == "_" else t, start, end + 1) for t, start, end in seqeval_get_entities(tags)
+        ]
 
 
 def seqeval_prf(gold, pred):
@@ -72,12 +74,16 @@ HAND_CASES = [
     (["O", "O", "O"], []),
     ([], []),
     # BIOES: E ends, S is one word, E without B and I after E/S start chunks, B-I without E runs on
-    (["B-X", "E-X", "S-X", "E-X", "I-X", "O"], [("X", 0, 2), ("X", 2, 3), ("X", 3, 4), ("X", 4, 5)]),
+    (
+        ["B-X", "E-X", "S-X", "E-X", "I-X", "O"],
+        [("X", 0, 2), ("X", 2, 3), ("X", 3, 4), ("X", 4, 5)],
+    ),
     (["B-X", "I-X", "I-X", "S-Y", "B-X", "I-X"], [("X", 0, 3), ("Y", 3, 4), ("X", 4, 6)]),
     (["S-X", "S-X", "B-X", "E-X", "E-X"], [("X", 0, 1), ("X", 1, 2), ("X", 2, 4), ("X", 4, 5)]),
     # BIOUL reads like BIOES
     (["U-X", "B-X", "I-X", "L-X", "O"], [("X", 0, 1), ("X", 1, 4)]),
-    # bare tags have the empty type; a type may contain hyphens (split at the first one, as conlleval)
+    # bare tags have the empty type; a type may contain hyphens (split at the first one, as
+    # conlleval)
     (["B", "I", "O", "I", "B"], [("", 0, 2), ("", 3, 4), ("", 4, 5)]),
     (["B-X-Y", "I-X-Y", "I-X"], [("X-Y", 0, 2), ("X", 2, 3)]),
     # "." never starts a chunk and ends a typed one
@@ -93,8 +99,14 @@ def test_get_entities_hand_cases_and_seqeval(tags, expected):
 
 def test_get_entities_conlleval_only_tags():
     # "[" / "]" are one-word chunks (conlleval's 1998-12-22 correction; seqeval does not know them)
-    assert get_entities(["[-NP", "]-NP", "O", "[", "B-X"]) == [("NP", 0, 1), ("NP", 1, 2), ("", 3, 4), ("X", 4, 5)]
-    # "." continues a bare chunk (same empty type); the sentence end closes it (seqeval would drop it)
+    assert get_entities(["[-NP", "]-NP", "O", "[", "B-X"]) == [
+        ("NP", 0, 1),
+        ("NP", 1, 2),
+        ("", 3, 4),
+        ("X", 4, 5),
+    ]
+    # "." continues a bare chunk (same empty type); the sentence end closes it (seqeval would drop
+    # it)
     assert get_entities(["B", ".", "O"]) == [("", 0, 2)]
 
 
@@ -107,7 +119,24 @@ def test_get_entities_rejects_unknown_tags():
 
 def test_get_entities_equals_seqeval_on_random_sequences():
     rng = random.Random(1234)
-    vocab = ["O", "B-X", "I-X", "E-X", "S-X", "B-Y", "I-Y", "E-Y", "S-Y", "L-X", "U-Y", "B", "I", "E", "S", "I-X-Z"]
+    vocab = [
+        "O",
+        "B-X",
+        "I-X",
+        "E-X",
+        "S-X",
+        "B-Y",
+        "I-Y",
+        "E-Y",
+        "S-Y",
+        "L-X",
+        "U-Y",
+        "B",
+        "I",
+        "E",
+        "S",
+        "I-X-Z",
+    ]
     for _ in range(20000):
         tags = [rng.choice(vocab) for _ in range(rng.randint(0, 9))]
         assert get_entities(tags) == seqeval_entities(tags), tags
@@ -126,7 +155,8 @@ def test_prf_and_counts():
 def test_span_counts_hand_case():
     gold = [["B-X", "I-X", "O", "B-Y"], ["O", "O"], ["B-X", "B-X"]]
     pred = [["B-X", "I-X", "O", "B-X"], ["O", "I-Y"], ["B-X", "I-X"]]
-    # correct: X(0,2) of sentence 0; wrong: X(3,4) (type), Y(1,2) (spurious), X(0,2) of sentence 2 (boundaries)
+    # correct: X(0,2) of sentence 0; wrong: X(3,4) (type), Y(1,2) (spurious), X(0,2) of sentence 2
+    # (boundaries)
     assert span_counts(gold, pred) == SpanCounts(gold=4, pred=4, correct=1)
     assert span_counts_by_type(gold, pred) == {"X": SpanCounts(3, 3, 1), "Y": SpanCounts(1, 1, 0)}
     assert span_prf(gold, pred) == (0.25, 0.25, 0.25)
@@ -191,14 +221,21 @@ def shift(gold, rng, rate=0.3):
 
 def retype(gold, rng, rate=0.3):
     return [
-        render_bio(len(s), [("Chemical" if rng.random() < rate else t, a, b) for t, a, b in get_entities(s)])
+        render_bio(
+            len(s),
+            [("Chemical" if rng.random() < rate else t, a, b) for t, a, b in get_entities(s)],
+        )
         for s in gold
     ]
 
 
 def iob1_starts(gold, rng, rate=0.5):
-    """B-X written as I-X: after O it is still a start (conlleval), after a same-type entity it merges the two."""
-    return [[("I" + t[1:] if t.startswith("B-") and rng.random() < rate else t) for t in s] for s in gold]
+    """B-X written as I-X: after O it is still a start (conlleval), after a same-type entity it
+    merges the two."""
+    return [
+        [("I" + t[1:] if t.startswith("B-") and rng.random() < rate else t) for t in s]
+        for s in gold
+    ]
 
 
 def noise(gold, rng, rate=0.03):
@@ -270,7 +307,9 @@ def test_token_counts_and_macro_f1_by_hand():
     }
     # F1: INT 2/3, OUT 1, PAR 1/2; O excluded
     assert token_macro_f1(gold, pred) == pytest.approx((2 / 3 + 1 + 1 / 2) / 3, abs=1e-15)
-    assert token_macro_f1(gold, pred, exclude=()) == pytest.approx((2 / 3 + 0 + 1 + 1 / 2) / 4, abs=1e-15)
+    assert token_macro_f1(gold, pred, exclude=()) == pytest.approx(
+        (2 / 3 + 0 + 1 + 1 / 2) / 4, abs=1e-15
+    )
     # a fixed label list counts a label never seen as F1 0
     assert token_macro_f1(gold, pred, labels=["PAR", "INT", "OUT", "CMP"]) == pytest.approx(
         (2 / 3 + 1 + 1 / 2) / 4, abs=1e-15
@@ -289,9 +328,15 @@ def test_token_macro_f1_equals_sklearn(ncbi_gold):
     rng = random.Random(5)
     # a three-element PICO-like gold from NCBI (entities relabelled), predictions perturbed
     types = ("PAR", "INT", "OUT")
-    gold = [render_bio(len(s), [(rng.choice(types), a, b) for _, a, b in get_entities(s)]) for s in ncbi_gold]
+    gold = [
+        render_bio(len(s), [(rng.choice(types), a, b) for _, a, b in get_entities(s)])
+        for s in ncbi_gold
+    ]
     pred = [
-        render_bio(len(s), [(rng.choice(types) if rng.random() < 0.2 else t, a, b) for t, a, b in get_entities(s)])
+        render_bio(
+            len(s),
+            [(rng.choice(types) if rng.random() < 0.2 else t, a, b) for t, a, b in get_entities(s)],
+        )
         for s in shift(gold, rng)
     ]
     pred = [[("I-OUT" if rng.random() < 0.02 else t) for t in s] for s in pred]
@@ -303,10 +348,16 @@ def test_token_macro_f1_equals_sklearn(ncbi_gold):
 
 
 def test_metrics_modules_are_pure():
-    for path in (REPO / "fairseq_bio" / "metrics" / "tagging.py", REPO / "fairseq_bio" / "data" / "tag_schemes.py"):
+    for path in (
+        REPO / "fairseq_bio" / "metrics" / "tagging.py",
+        REPO / "fairseq_bio" / "data" / "tag_schemes.py",
+    ):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = {
-            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
         }
         imported |= {
             node.module.split(".")[0]

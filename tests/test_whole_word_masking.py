@@ -1,6 +1,6 @@
 """Whole-word masking per tokenizer on real PubMed sentences: every masked position's word is masked
-entirely, and the words the masker sees are exactly the tokenizer's words (whitespace words for byte-level
-BPE and SentencePiece, BERT's pre-tokenized words for WordPiece)."""
+entirely, and the words the masker sees are exactly the tokenizer's words (whitespace words for
+byte-level BPE and SentencePiece, BERT's pre-tokenized words for WordPiece)."""
 
 import argparse
 
@@ -29,7 +29,8 @@ def words_of(kind, sentence):
 
 
 def encode_by_word(kind, bpe, dictionary, sentence):
-    """Token ids and the index of the word each token belongs to, encoding word by word with fairseq's BPE."""
+    """Token ids and the index of the word each token belongs to, encoding word by word with
+    fairseq's BPE."""
     ids, word_of = [], []
     for i, word in enumerate(words_of(kind, sentence)):
         text = word if (i == 0 or kind != "bytebpe") else " " + word
@@ -88,19 +89,28 @@ def test_masked_words_are_masked_entirely(kind, learned_vocab, pubmed_corpus):
                 in_word = owner[r].eq(w)
                 assert chosen[r][in_word].all(), f"{kind}: word {w} of row {r} only partly masked"
                 multi_token_words_masked += int(in_word.sum() > 1)
-    assert multi_token_words_masked > 50  # the property was exercised on words split into several tokens
+    assert (
+        multi_token_words_masked > 50
+    )  # the property was exercised on words split into several tokens
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_word_begin_flags_agree_with_fairseqs_own_bpe(kind, learned_vocab):
-    """For every ordinary symbol, our flag equals fairseq's ``is_beginning_of_word`` for that BPE."""
+    """For every ordinary symbol, our flag equals fairseq's ``is_beginning_of_word`` for that
+    BPE."""
     vocab = learned_vocab(kind)
     spec = load_bpe_json(vocab / "bpe.json")
     bpe = encoders.build_bpe(argparse.Namespace(bpe=spec.pop("_name"), **spec))
     dictionary = Dictionary.load(str(vocab / "dict.txt"))
     boundaries = WordBoundaries.from_data_dir(dictionary, str(vocab))
     ordinary = range(dictionary.nspecial, len(dictionary))
-    theirs = [bpe.is_beginning_of_word(dictionary[i]) for i in ordinary if not dictionary[i].startswith("madeupword")]
-    ours = [bool(boundaries.begins[i]) for i in ordinary if not dictionary[i].startswith("madeupword")]
+    theirs = [
+        bpe.is_beginning_of_word(dictionary[i])
+        for i in ordinary
+        if not dictionary[i].startswith("madeupword")
+    ]
+    ours = [
+        bool(boundaries.begins[i]) for i in ordinary if not dictionary[i].startswith("madeupword")
+    ]
     assert ours == theirs
     assert 0 < sum(ours) < len(ours)

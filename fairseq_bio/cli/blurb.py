@@ -1,5 +1,5 @@
-"""fairseq-bio-blurb: one encoder checkpoint fine-tuned and scored on every BLURB (BLUE, bio-lm) dataset there is data
-for.
+"""fairseq-bio-blurb: one encoder checkpoint fine-tuned and scored on every BLURB (BLUE, bio-lm)
+dataset there is data for.
 
 Each (dataset, learning rate, seed) is one ``fairseq-hydra-train`` run with the dataset's standard
 recipe, in its own directory under ``--out``, then scored from ``fairseq-bio-predict``'s test
@@ -33,16 +33,22 @@ def _floats(value: str) -> List[float]:
     try:
         values = [float(v) for v in value.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of numbers") from None
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of numbers"
+        ) from None
     if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{value!r}: learning rates must be positive, finite numbers")
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: learning rates must be positive, finite numbers"
+        )
     return sorted(set(values))
 
 
 def _batch_sizes(value: str) -> List[int]:
     sizes = [v.strip() for v in value.split(",") if v.strip()]
     if not sizes or not all(v.isdigit() and int(v) >= 1 for v in sizes):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a comma-separated list of positive integers")
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of positive integers"
+        )
     return sorted({int(v) for v in sizes})
 
 
@@ -55,8 +61,10 @@ def _positive(value: str) -> int:
 def _folds(value: str) -> int:
     k = _positive(value)
     if k == 2:
-        raise argparse.ArgumentTypeError("2 folds leave nothing to train on (one part is the test, one the dev); give "
-                                         "3 or more, or 1 for the datasets' own splits")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            "2 folds leave nothing to train on (one part is the test, one the dev); give "
+            "3 or more, or 1 for the datasets' own splits"
+        )
     return k
 
 
@@ -65,7 +73,8 @@ def _span(seeds: Sequence[int]) -> str:
 
 
 class _Parser(Parser):
-    """The command's parser: what follows ``--`` is hydra overrides (``args.overrides``), never options."""
+    """The command's parser: what follows ``--`` is hydra overrides (``args.overrides``), never
+    options."""
 
     def parse_args(self, args=None, namespace=None):
         argv = list(sys.argv[1:] if args is None else args)
@@ -82,28 +91,66 @@ def build_parser() -> Parser:
         epilog="Hydra overrides after `--` go to every run (`<dataset>:key=value`: to that dataset's runs only).",
     )
     add_checkpoint(parser, "the encoder checkpoint (dict.txt + bpe.json beside it)")
-    parser.add_argument("--tasks", default="all", help="all, or dataset names separated by commas (ncbi,gad,hoc,...)")
     parser.add_argument(
-        "--seeds", type=_positive, default=None, help="seeds per dataset (default: 5; 10 for BIOSSES, PubMedQA, BioASQ)"
+        "--tasks",
+        default="all",
+        help="all, or dataset names separated by commas (ncbi,gad,hoc,...)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_positive,
+        default=None,
+        help="seeds per dataset (default: 5; 10 for BIOSSES, PubMedQA, BioASQ)",
     )
     add_data(parser, "root of the task data (ner/NCBI-disease, re/GAD, hoc, ...)", required=True)
-    parser.add_argument("--dataset-dir", action="append", default=[], metavar="NAME=DIR",
-                        help="one dataset's directory, instead of its place under --data (repeatable)")  # fmt: skip
-    add_out(parser, "where runs and results go; finished runs there are reused (default: runs/blurb)",
-            default="runs/blurb")  # fmt: skip
-    parser.add_argument("--preset", choices=sorted(RECIPES), default="blurb", help="benchmark: blurb, blue or biolm")
-    parser.add_argument("--folds", type=_folds, default=None, metavar="K",
-                        help="cross-validate every dataset run over K folds of its train file (K >= 3; 1: the "
-                        "datasets' own splits; default: the preset's, biolm: 10 for GAD and EU-ADR)")  # fmt: skip
-    parser.add_argument("--lr-grid", type=_floats, default=None, help="learning rates to try, e.g. 1e-5,3e-5,5e-5")
-    parser.add_argument("--batch-sizes", type=_batch_sizes, default=None,
-                        help="batch sizes to try with each learning rate, e.g. 16,32 (PubMedBERT sec. 6.2); the "
-                        "(lr, batch) with the best mean dev score is chosen; each size gets its own update budget")  # fmt: skip
-    parser.add_argument("--max-epoch", type=_positive, default=None, help="epochs instead of each dataset's own")
-    parser.add_argument("--max-update", type=_positive, default=None, help="updates per run (smoke runs)")
-    parser.add_argument("--validate-batch-size", type=_positive, default=32, help="batch size of the test scoring")
-    parser.add_argument("--cpu", action="store_true", help="train and score on the CPU even when a GPU is present")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and the command lines, run nothing")
+    parser.add_argument(
+        "--dataset-dir",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="one dataset's directory, instead of its place under --data (repeatable)",
+    )
+    add_out(
+        parser,
+        "where runs and results go; finished runs there are reused (default: runs/blurb)",
+        default="runs/blurb",
+    )
+    parser.add_argument(
+        "--preset", choices=sorted(RECIPES), default="blurb", help="benchmark: blurb, blue or biolm"
+    )
+    parser.add_argument(
+        "--folds",
+        type=_folds,
+        default=None,
+        metavar="K",
+        help="cross-validate every dataset run over K folds of its train file (K >= 3; 1: the "
+        "datasets' own splits; default: the preset's, biolm: 10 for GAD and EU-ADR)",
+    )
+    parser.add_argument(
+        "--lr-grid", type=_floats, default=None, help="learning rates to try, e.g. 1e-5,3e-5,5e-5"
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=_batch_sizes,
+        default=None,
+        help="batch sizes to try with each learning rate, e.g. 16,32 (PubMedBERT sec. 6.2); the "
+        "(lr, batch) with the best mean dev score is chosen; each size gets its own update budget",
+    )
+    parser.add_argument(
+        "--max-epoch", type=_positive, default=None, help="epochs instead of each dataset's own"
+    )
+    parser.add_argument(
+        "--max-update", type=_positive, default=None, help="updates per run (smoke runs)"
+    )
+    parser.add_argument(
+        "--validate-batch-size", type=_positive, default=32, help="batch size of the test scoring"
+    )
+    parser.add_argument(
+        "--cpu", action="store_true", help="train and score on the CPU even when a GPU is present"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan and the command lines, run nothing"
+    )
     return parser
 
 
@@ -117,7 +164,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not Path(args.data).is_dir():
         raise BioConfigError(f"{args.data}: --data is not a directory")
     # importing fairseq set the root logger to DEBUG; the runs' own logs are in their directories
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True
+    )
     out = Path(args.out).resolve()
 
     plans, missing = plan_runs(args, benchmark, names)
@@ -132,7 +181,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(shlex.join(run.command))
         return 0
     if not plans:
-        raise BioConfigError(f"no data for any of {', '.join(names)} under {args.data} (see the lines above)")
+        raise BioConfigError(
+            f"no data for any of {', '.join(names)} under {args.data} (see the lines above)"
+        )
 
     lock = lock_out(out)  # before the plan is printed: a refused runner says only why
     try:
@@ -146,30 +197,43 @@ def _print_plans(plans, tag: str) -> None:
     for plan in plans:
         b = plan.budget
         size = f"{b.train_examples} train examples, " if b.train_examples is not None else ""
-        n_runs = len(plan.lrs) * max(len(plan.batch_sizes), 1) * len(plan.seeds) * max(len(plan.folds), 1)
-        folds = f", {len(plan.folds)} folds of {plan.cfg['task']['train_file']}" if plan.folds else ""
-        print(f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
-              f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}{_batches(plan)}, seeds "
-              f"{_span(plan.seeds)}{folds})",
-              flush=True)  # fmt: skip
+        n_runs = (
+            len(plan.lrs)
+            * max(len(plan.batch_sizes), 1)
+            * len(plan.seeds)
+            * max(len(plan.folds), 1)
+        )
+        folds = (
+            f", {len(plan.folds)} folds of {plan.cfg['task']['train_file']}" if plan.folds else ""
+        )
+        print(
+            f"{tag} {plan.recipe.name}: {n_runs} run{'s' * (n_runs != 1)} ({size}{b.max_update} updates, "
+            f"warm-up {b.warmup}, lr {','.join(f'{lr:g}' for lr in plan.lrs)}{_batches(plan)}, seeds "
+            f"{_span(plan.seeds)}{folds})",
+            flush=True,
+        )
 
 
 def _batches(plan) -> str:
     """A batch-size grid in a plan's line: each size with its update budget."""
     if not plan.batch_sizes:
         return ""
-    return ", batch " + ",".join(f"{b} ({plan.budget_for(b).max_update} updates)" for b in plan.batch_sizes)
+    return ", batch " + ",".join(
+        f"{b} ({plan.budget_for(b).max_update} updates)" for b in plan.batch_sizes
+    )
 
 
 def _terminated(signum, frame):
-    # an exception, so that the run being waited for (runs.Run.finish) kills the fairseq-hydra-train it started
-    # (SIGTERM: a scheduler ending the job) instead of leaving it running without us
+    # an exception, so that the run being waited for (runs.Run.finish) kills the fairseq-hydra-train
+    # it started (SIGTERM: a scheduler ending the job) instead of leaving it running without us
     raise KeyboardInterrupt
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> None:
     signal.signal(signal.SIGTERM, _terminated)
-    run_cli(PROG, main, argv, interrupted="interrupted (finished runs are kept and reused next time)")
+    run_cli(
+        PROG, main, argv, interrupted="interrupted (finished runs are kept and reused next time)"
+    )
 
 
 if __name__ == "__main__":

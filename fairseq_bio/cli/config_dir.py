@@ -1,6 +1,8 @@
-"""fairseq-bio-config-dir: print where the shipped hydra configs are, for ``fairseq-hydra-train --config-dir``.
+"""fairseq-bio-config-dir: print where the shipped hydra configs are, for
+``fairseq-hydra-train --config-dir``.
 
-Where they are (the installed copy, else the checkout's ``hydra_configs/``): ``fairseq_bio.runs.shipped_config_dir``.
+Where they are (the installed copy, else the checkout's ``hydra_configs/``):
+``fairseq_bio.runs.shipped_config_dir``.
 """
 
 from typing import Optional, Sequence

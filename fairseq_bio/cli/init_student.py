@@ -1,7 +1,7 @@
-"""fairseq-bio-init-student: a distillation student initialised from a subset of a ``bio_roberta`` teacher's layers
-(Sanh et al. 2019; DistilBioBERT, Rohanian et al. 2022 sec. 4.1.2): the teacher's embeddings, the chosen transformer
-layers in order, its final layer norm and MLM head, written as an ordinary ``bio_roberta`` checkpoint with the
-teacher's ``dict.txt`` and ``bpe.json`` beside it."""
+"""fairseq-bio-init-student: a distillation student initialised from a subset of a ``bio_roberta``
+teacher's layers (Sanh et al. 2019; DistilBioBERT, Rohanian et al. 2022 sec. 4.1.2): the teacher's
+embeddings, the chosen transformer layers in order, its final layer norm and MLM head, written as an
+ordinary ``bio_roberta`` checkpoint with the teacher's ``dict.txt`` and ``bpe.json`` beside it."""
 
 import argparse
 import re
@@ -17,8 +17,8 @@ EVERY_OTHER = "every-other"
 
 
 def choose_layers(spec: str, teacher_layers: int) -> List[int]:
-    """``every-other`` -> teacher layers 0, 2, 4, ... (0-based, the first kept, as DistilBioBERT's script does);
-    ``"0,2,4"`` -> those teacher layers, in that order, as student layers 0, 1, 2."""
+    """``every-other`` -> teacher layers 0, 2, 4, ... (0-based, the first kept, as DistilBioBERT's
+    script does); ``"0,2,4"`` -> those teacher layers, in that order, as student layers 0, 1, 2."""
     if spec == EVERY_OTHER:
         return list(range(0, teacher_layers, 2))
     try:
@@ -29,29 +29,35 @@ def choose_layers(spec: str, teacher_layers: int) -> List[int]:
         ) from None
     bad = [x for x in layers if not 0 <= x < teacher_layers]
     if bad:
-        raise BioConfigError(f"--layers {spec}: teacher layer {bad[0]} is not in 0..{teacher_layers - 1}")
+        raise BioConfigError(
+            f"--layers {spec}: teacher layer {bad[0]} is not in 0..{teacher_layers - 1}"
+        )
     if len(set(layers)) != len(layers):
         raise BioConfigError(f"--layers {spec}: a teacher layer is named twice")
     return layers
 
 
 def student_weights(teacher: Dict[str, Any], layers: List[int]) -> Dict[str, Any]:
-    """The student's state: every teacher tensor outside the transformer layers (embeddings, embedding and final
-    layer norms, MLM head, version buffers), teacher layer ``layers[j]`` as student layer ``j``; no classification
-    heads."""
+    """The student's state: every teacher tensor outside the transformer layers (embeddings,
+    embedding and final layer norms, MLM head, version buffers), teacher layer ``layers[j]`` as
+    student layer ``j``; no classification heads."""
     position = {layer: j for j, layer in enumerate(layers)}
     student = {}
     for key, value in teacher.items():
         match = LAYER.match(key)
         if match:
             if int(match.group(1)) in position:
-                student[f"encoder.sentence_encoder.layers.{position[int(match.group(1))]}.{match.group(2)}"] = value
+                student[
+                    f"encoder.sentence_encoder.layers.{position[int(match.group(1))]}.{match.group(2)}"
+                ] = value
         elif not key.startswith("classification_heads."):
             student[key] = value
     return student
 
 
-INIT_STUDENT = "fairseq-bio-init-student"  # the script, and what the student checkpoint is recorded as made by
+INIT_STUDENT = (
+    "fairseq-bio-init-student"  # the script, and what the student checkpoint is recorded as made by
+)
 
 
 def init_student(
@@ -63,9 +69,10 @@ def init_student(
     ffn_dim: Optional[int] = None,
     heads: Optional[int] = None,
 ) -> Dict:
-    """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary beside it;
-    returns {"out", "layers", "options", "vocab"}."""
-    # Imported here, not above: the command reads its command line without torch or fairseq (preprocess/commands.py).
+    """Write the student of ``teacher`` to ``out`` (temp file, then renamed) and copy the vocabulary
+    beside it; returns {"out", "layers", "options", "vocab"}."""
+    # Imported here, not above: the command reads its command line without torch or fairseq
+    # (preprocess/commands.py).
     from ..encoder_checkpoints import (
         STRUCTURAL_OPTIONS,
         build_model,
@@ -102,7 +109,9 @@ def init_student(
     cfg = encoder_checkpoint_cfg(vocab_dir, options, tokens_per_sample=options["max_positions"])
     _, model = build_model(cfg, vocab_dir)
     missing, unexpected = model.load_state_dict(dict(student), strict=False)
-    if missing or unexpected:  # a teacher this code does not know (another layout): copy nothing rather than guess
+    if (
+        missing or unexpected
+    ):  # a teacher this code does not know (another layout): copy nothing rather than guess
         raise BioConfigError(
             f"{teacher}: its tensors do not fit a bio_roberta student: {sorted(missing or unexpected)[:5]}"
         )
@@ -124,7 +133,11 @@ def build_parser() -> Parser:
     )
     add_out(parser, "the student checkpoint to write; dict.txt and bpe.json go beside it")
     add_overwrite(parser, "a student")
-    parser.add_argument("--embed-dim", type=int, help="refused unless the teacher's (copied layers keep their width)")
+    parser.add_argument(
+        "--embed-dim",
+        type=int,
+        help="refused unless the teacher's (copied layers keep their width)",
+    )
     parser.add_argument("--ffn-dim", type=int, help="refused unless the teacher's")
     parser.add_argument("--heads", type=int, help="refused unless the teacher's")
     return parser
@@ -135,11 +148,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from ..encoder_checkpoints import hydra_model_overrides
 
     info = init_student(
-        args.checkpoint, args.out, args.layers, args.overwrite, args.embed_dim, args.ffn_dim, args.heads
+        args.checkpoint,
+        args.out,
+        args.layers,
+        args.overwrite,
+        args.embed_dim,
+        args.ffn_dim,
+        args.heads,
     )
     options, layers = info["options"], ",".join(map(str, info["layers"]))
-    print(f"wrote {info['out']}: a {options['encoder_layers']} x {options['encoder_embed_dim']} bio_roberta from "
-          f"teacher layers {layers} of {args.checkpoint}; vocabulary from {info['vocab']}")  # fmt: skip
+    print(
+        f"wrote {info['out']}: a {options['encoder_layers']} x {options['encoder_embed_dim']} bio_roberta from "
+        f"teacher layers {layers} of {args.checkpoint}; vocabulary from {info['vocab']}"
+    )
     overrides = " ".join(hydra_model_overrides(options))
     print(f"distill it with checkpoint.finetune_from_model={info['out']} and {overrides}")
 

@@ -1,4 +1,5 @@
-"""Registered criterions (``bio_masked_lm``: fairseq's ``masked_lm`` loss with the LM head fused)."""
+"""Registered criterions (``bio_masked_lm``: fairseq's ``masked_lm`` loss with the LM head
+fused)."""
 
 from . import (  # noqa: F401
     bio_distillation,

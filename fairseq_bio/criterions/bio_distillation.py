@@ -1,6 +1,7 @@
-"""bio_distillation: task-agnostic knowledge distillation of a ``bio_roberta`` student from a frozen ``bio_roberta``
-teacher on the masked-LM task (bio-lm sec. 7; DistilBioBERT, TinyBioBERT and CompactBioBERT, Rohanian et al. 2022
-eq. 1-11), as weighted loss terms from ``fairseq_bio.modules.distillation``."""
+"""bio_distillation: task-agnostic knowledge distillation of a ``bio_roberta`` student from a frozen
+``bio_roberta`` teacher on the masked-LM task (bio-lm sec. 7; DistilBioBERT, TinyBioBERT and
+CompactBioBERT, Rohanian et al. 2022 eq. 1-11), as weighted loss terms from
+``fairseq_bio.modules.distillation``."""
 
 import logging
 import os
@@ -29,18 +30,29 @@ TERMS = ("mlm_loss", "kl_loss", "cos_loss", "embed_loss", "hidden_loss", "attn_l
 class BioDistillationConfig(FairseqDataclass):
     teacher: str = field(
         default=MISSING,
-        metadata={"help": "the frozen teacher: a bio_roberta checkpoint (its dict.txt beside it or in its task.data)"},
+        metadata={
+            "help": "the frozen teacher: a bio_roberta checkpoint (its dict.txt beside it or in its task.data)"
+        },
     )
     teacher_vocab: Optional[str] = field(
-        default=None, metadata={"help": "directory with the teacher's dict.txt, when it is not found from the teacher"}
+        default=None,
+        metadata={
+            "help": "directory with the teacher's dict.txt, when it is not found from the teacher"
+        },
     )
-    mlm_weight: float = field(default=5.0, metadata={"help": "weight of the student's MLM cross-entropy (eq. 1)"})
+    mlm_weight: float = field(
+        default=5.0, metadata={"help": "weight of the student's MLM cross-entropy (eq. 1)"}
+    )
     kl_weight: float = field(
-        default=2.0, metadata={"help": "weight of KL(teacher || student) on the MLM outputs, times T^2 (eq. 2)"}
+        default=2.0,
+        metadata={"help": "weight of KL(teacher || student) on the MLM outputs, times T^2 (eq. 2)"},
     )
-    temperature: float = field(default=2.0, metadata={"help": "T: softmax temperature of the KL term"})
+    temperature: float = field(
+        default=2.0, metadata={"help": "T: softmax temperature of the KL term"}
+    )
     kl_positions: ChoiceEnum(["masked", "all"]) = field(
-        default="masked", metadata={"help": "KL over the masked positions (DistilBERT) or every non-pad token"}
+        default="masked",
+        metadata={"help": "KL over the masked positions (DistilBERT) or every non-pad token"},
     )
     cos_weight: float = field(
         default=1.0,
@@ -50,7 +62,8 @@ class BioDistillationConfig(FairseqDataclass):
         },
     )
     embed_weight: float = field(
-        default=0.0, metadata={"help": "weight of the embedding-layer MSE (TinyBERT eq. 7, lambda_0)"}
+        default=0.0,
+        metadata={"help": "weight of the embedding-layer MSE (TinyBERT eq. 7, lambda_0)"},
     )
     embed_projection: ChoiceEnum(["shared", "own"]) = field(
         default="shared",
@@ -61,10 +74,15 @@ class BioDistillationConfig(FairseqDataclass):
     )
     hidden_weight: float = field(
         default=0.0,
-        metadata={"help": "weight of the per-layer hidden-state term, summed over student layers (eq. 6 / 10)"},
+        metadata={
+            "help": "weight of the per-layer hidden-state term, summed over student layers (eq. 6 / 10)"
+        },
     )
     hidden_loss: ChoiceEnum(["mse", "cosine"]) = field(
-        default="mse", metadata={"help": "per-layer hidden-state term: MSE (TinyBERT) or 1 - cos (CompactBioBERT)"}
+        default="mse",
+        metadata={
+            "help": "per-layer hidden-state term: MSE (TinyBERT) or 1 - cos (CompactBioBERT)"
+        },
     )
     attn_weight: float = field(
         default=0.0,
@@ -74,7 +92,10 @@ class BioDistillationConfig(FairseqDataclass):
         },
     )
     attn_loss: ChoiceEnum(["mse", "kl"]) = field(
-        default="mse", metadata={"help": "attention term: MSE (TinyBERT) or KL(teacher || student) (CompactBioBERT)"}
+        default="mse",
+        metadata={
+            "help": "attention term: MSE (TinyBERT) or KL(teacher || student) (CompactBioBERT)"
+        },
     )
     layer_map: str = field(
         default="",
@@ -90,16 +111,17 @@ class BioDistillationConfig(FairseqDataclass):
 
 @register_criterion("bio_distillation", dataclass=BioDistillationConfig)
 class BioDistillationCriterion(FairseqCriterion):
-    """Weighted sum of per-batch mean loss terms (``sample_size`` is 1 per batch, like ``bio_electra``); a term of
-    weight 0 is not computed, and the teacher's attention maps or hidden states are only asked for when a term
-    needs them.
+    """Weighted sum of per-batch mean loss terms (``sample_size`` is 1 per batch, like
+    ``bio_electra``); a term of weight 0 is not computed, and the teacher's attention maps or hidden
+    states are only asked for when a term needs them.
 
-    The teacher is loaded here, once, frozen (eval mode, no gradients) and moved to the student's device and dtype
-    at its first use. It is deliberately not a submodule: it is neither in this criterion's ``state_dict`` nor in
-    ``parameters()``, so fairseq never saves it or hands it to the optimizer, and it is loaded again from
-    ``criterion.teacher`` when a run resumes. The learned projections (when widths differ) are this criterion's
-    parameters: fairseq trains them with the student and saves them under the checkpoint's ``criterion`` key, so the
-    checkpoint's ``model`` is the plain student.
+    The teacher is loaded here, once, frozen (eval mode, no gradients) and moved to the student's
+    device and dtype at its first use. It is deliberately not a submodule: it is neither in this
+    criterion's ``state_dict`` nor in ``parameters()``, so fairseq never saves it or hands it to the
+    optimizer, and it is loaded again from ``criterion.teacher`` when a run resumes. The learned
+    projections (when widths differ) are this criterion's parameters: fairseq trains them with the
+    student and saves them under the checkpoint's ``criterion`` key, so the checkpoint's ``model``
+    is the plain student.
     """
 
     def __init__(self, cfg: BioDistillationConfig, task):
@@ -115,7 +137,9 @@ class BioDistillationCriterion(FairseqCriterion):
         }
         for term, weight in self.weights.items():
             if weight < 0:
-                raise BioConfigError(f"criterion.{term.replace('_loss', '_weight')}={weight}: must be >= 0")
+                raise BioConfigError(
+                    f"criterion.{term.replace('_loss', '_weight')}={weight}: must be >= 0"
+                )
         if not any(self.weights.values()):
             raise BioConfigError("criterion: every weight is 0, nothing to train")
         if cfg.temperature <= 0:
@@ -124,9 +148,14 @@ class BioDistillationCriterion(FairseqCriterion):
 
         teacher, teacher_dict_file = load_teacher(cfg.teacher, cfg.teacher_vocab)
         check_same_dictionary(
-            teacher.encoder.dictionary, teacher_dict_file, task.source_dictionary, task_dict_file(task)
+            teacher.encoder.dictionary,
+            teacher_dict_file,
+            task.source_dictionary,
+            task_dict_file(task),
         )
-        object.__setattr__(self, "_teacher", teacher)  # not a submodule: never saved, never optimised
+        object.__setattr__(
+            self, "_teacher", teacher
+        )  # not a submodule: never saved, never optimised
         encoder = teacher.encoder.sentence_encoder
         self.teacher_layers = len(encoder.layers)
         self.teacher_dim = encoder.embed_tokens.embedding_dim
@@ -135,20 +164,29 @@ class BioDistillationCriterion(FairseqCriterion):
         self.layer_map: List[int] = []
         if self.on & {"hidden_loss", "attn_loss"}:
             try:
-                self.layer_map = losses.parse_layer_map(cfg.layer_map, self.student_layers, self.teacher_layers)
+                self.layer_map = losses.parse_layer_map(
+                    cfg.layer_map, self.student_layers, self.teacher_layers
+                )
             except ValueError as e:
                 raise BioConfigError(f"criterion.layer_map: {e}") from None
-        # Learned projections student width -> teacher width: bio-lm sec. 7's for the last hidden states; TinyBERT's
-        # W_h for the layer terms, which the embedding term shares (TinyBERT's and TinyBioBERT's code) or has its
-        # own W_e (seed 004 eq. 7: criterion.embed_projection=own).
+        # Learned projections student width -> teacher width: bio-lm sec. 7's for the last hidden
+        # states; TinyBERT's W_h for the layer terms, which the embedding term shares (TinyBERT's
+        # and TinyBioBERT's code) or has its own W_e (seed 004 eq. 7:
+        # criterion.embed_projection=own).
         project = self.student_dim != self.teacher_dim
         self.last_projection = (
-            nn.Linear(self.student_dim, self.teacher_dim) if project and "cos_loss" in self.on else None
+            nn.Linear(self.student_dim, self.teacher_dim)
+            if project and "cos_loss" in self.on
+            else None
         )
         own_embed = cfg.embed_projection == "own" and "embed_loss" in self.on
-        layers = project and bool(self.on & ({"hidden_loss"} if own_embed else {"embed_loss", "hidden_loss"}))
+        layers = project and bool(
+            self.on & ({"hidden_loss"} if own_embed else {"embed_loss", "hidden_loss"})
+        )
         self.layer_projection = nn.Linear(self.student_dim, self.teacher_dim) if layers else None
-        self.embed_projection = nn.Linear(self.student_dim, self.teacher_dim) if project and own_embed else None
+        self.embed_projection = (
+            nn.Linear(self.student_dim, self.teacher_dim) if project and own_embed else None
+        )
         logger.info(
             "distilling from %s (%d x %d) into a %d x %d student: %s%s",
             cfg.teacher,
@@ -167,23 +205,34 @@ class BioDistillationCriterion(FairseqCriterion):
 
     @property
     def reads(self) -> Dict[str, str]:
-        """The files the run reads besides its data ({option: path}), which its ``checkpoint.save_dir`` must not
-        hold under a name fairseq writes there (checked before training: ``checkpoint_fit.check_run_start``)."""
+        """The files the run reads besides its data ({option: path}), which its
+        ``checkpoint.save_dir`` must not hold under a name fairseq writes there (checked before
+        training: ``checkpoint_fit.check_run_start``).
+        """
         return {"criterion.teacher": self.cfg.teacher}
 
     def load_state_dict(self, state_dict, strict=True):
-        # A student initialised from an encoder checkpoint (fairseq-bio-init-student, a pretrained model) has no
-        # criterion state: the projections then start from their initialisation.
+        # A student initialised from an encoder checkpoint (fairseq-bio-init-student, a pretrained
+        # model) has no criterion state: the projections then start from their initialisation.
         if not state_dict:
-            logger.info("no distillation projections in the checkpoint: they start from their initialisation")
+            logger.info(
+                "no distillation projections in the checkpoint: they start from their initialisation"
+            )
             return
-        if self.embed_projection is not None and not any(k.startswith("embed_projection.") for k in state_dict):
-            # A run that shared W_h for the embedding term, resumed with a W_e of its own: W_e starts as W_h was.
+        if self.embed_projection is not None and not any(
+            k.startswith("embed_projection.") for k in state_dict
+        ):
+            # A run that shared W_h for the embedding term, resumed with a W_e of its own: W_e
+            # starts as W_h was.
             state_dict = dict(state_dict)
             for name in ("weight", "bias"):
                 if f"layer_projection.{name}" in state_dict:
-                    state_dict[f"embed_projection.{name}"] = state_dict[f"layer_projection.{name}"].clone()
-            logger.info("the checkpoint shares W_h with the embedding term: embed_projection starts as a copy of it")
+                    state_dict[f"embed_projection.{name}"] = state_dict[
+                        f"layer_projection.{name}"
+                    ].clone()
+            logger.info(
+                "the checkpoint shares W_h with the embedding term: embed_projection starts as a copy of it"
+            )
         return super().load_state_dict(state_dict, strict)
 
     def _teacher_like(self, model):
@@ -211,10 +260,13 @@ class BioDistillationCriterion(FairseqCriterion):
         states = bool(self.on & {"embed_loss", "hidden_loss"})
         attn = "attn_loss" in self.on
         kl_all = "kl_loss" in self.on and self.cfg.kl_positions == "all"
-        # the predicted positions as indices: one host read (their number sizes the heads), not one per use
+        # the predicted positions as indices: one host read (their number sizes the heads), not one
+        # per use
         positions = flat_positions(nonpad if kl_all else target.ne(self.padding_idx))
 
-        features, extra = model(tokens, features_only=True, return_all_hiddens=states, return_attn=attn)
+        features, extra = model(
+            tokens, features_only=True, return_all_hiddens=states, return_attn=attn
+        )
         logits = None
         if self.on & {"mlm_loss", "kl_loss"}:
             logits = model.encoder.output_layer(take_positions(features, positions))  # N x V
@@ -222,7 +274,9 @@ class BioDistillationCriterion(FairseqCriterion):
         if self.on - {"mlm_loss"}:
             teacher = self._teacher_like(model)
             with torch.no_grad():
-                t_features, t_extra = teacher(tokens, features_only=True, return_all_hiddens=states, return_attn=attn)
+                t_features, t_extra = teacher(
+                    tokens, features_only=True, return_all_hiddens=states, return_attn=attn
+                )
                 t_logits = None
                 if "kl_loss" in self.on:
                     t_logits = teacher.encoder.output_layer(take_positions(t_features, positions))
@@ -230,27 +284,43 @@ class BioDistillationCriterion(FairseqCriterion):
 
         terms: Dict[str, torch.Tensor] = {}
         if "mlm_loss" in self.on:
-            terms["mlm_loss"] = losses.mlm_loss(logits, take_positions(target, positions), self.padding_idx)
+            terms["mlm_loss"] = losses.mlm_loss(
+                logits, take_positions(target, positions), self.padding_idx
+            )
         if teacher_out is not None:
             t_features, t_extra, t_logits = teacher_out
             if "kl_loss" in self.on:
                 terms["kl_loss"] = losses.kl_loss(logits, t_logits, self.cfg.temperature)
             if "cos_loss" in self.on:
-                terms["cos_loss"] = losses.cosine_loss(features, t_features, nonpad, self.last_projection)
+                terms["cos_loss"] = losses.cosine_loss(
+                    features, t_features, nonpad, self.last_projection
+                )
             if states:
-                s_states = [s.transpose(0, 1) for s in extra["inner_states"]]  # T x B x C -> B x T x C
+                s_states = [
+                    s.transpose(0, 1) for s in extra["inner_states"]
+                ]  # T x B x C -> B x T x C
                 t_states = [s.transpose(0, 1) for s in t_extra["inner_states"]]
                 if "embed_loss" in self.on:
-                    projection = self.embed_projection if self.embed_projection is not None else self.layer_projection
-                    terms["embed_loss"] = losses.hidden_mse(s_states[0], t_states[0], nonpad, projection)
+                    projection = (
+                        self.embed_projection
+                        if self.embed_projection is not None
+                        else self.layer_projection
+                    )
+                    terms["embed_loss"] = losses.hidden_mse(
+                        s_states[0], t_states[0], nonpad, projection
+                    )
                 if "hidden_loss" in self.on:
-                    per_layer = losses.hidden_mse if self.cfg.hidden_loss == "mse" else losses.cosine_loss
+                    per_layer = (
+                        losses.hidden_mse if self.cfg.hidden_loss == "mse" else losses.cosine_loss
+                    )
                     terms["hidden_loss"] = sum(
                         per_layer(s_states[l], t_states[g], nonpad, self.layer_projection)
                         for l, g in enumerate(self.layer_map, start=1)
                     )
             if attn:
-                per_head = losses.attention_mse if self.cfg.attn_loss == "mse" else losses.attention_kl
+                per_head = (
+                    losses.attention_mse if self.cfg.attn_loss == "mse" else losses.attention_kl
+                )
                 terms["attn_loss"] = sum(
                     per_head(extra["attn"][l - 1], t_extra["attn"][g - 1], nonpad)
                     for l, g in enumerate(self.layer_map, start=1)
@@ -271,7 +341,9 @@ class BioDistillationCriterion(FairseqCriterion):
         batches = sum(log.get("sample_size", 0) for log in logging_outputs)
         for key in ("loss",) + TERMS:
             if any(key in log for log in logging_outputs):
-                total = sum(log.get(key, 0) for log in logging_outputs)  # tensors stay on their device
+                total = sum(
+                    log.get(key, 0) for log in logging_outputs
+                )  # tensors stay on their device
                 metrics.log_scalar(key, total / max(batches, 1), batches, round=4)
 
     @staticmethod
@@ -280,7 +352,8 @@ class BioDistillationCriterion(FairseqCriterion):
 
 
 def student_sizes(cfg: BioDistillationConfig):
-    """(layers, width) of the student the config describes (unset sizes from the architecture, as the model does)."""
+    """(layers, width) of the student the config describes (unset sizes from the architecture, as
+    the model does)."""
     from argparse import Namespace
 
     from ..models.bio_roberta import apply_architecture
@@ -296,7 +369,8 @@ def task_dict_file(task) -> str:
 
 
 def _teacher_dict_file(path: str, state: dict, explicit: Optional[str]) -> str:
-    """The teacher's dict.txt: in ``explicit``, beside the checkpoint, or in the data/vocab directory it records."""
+    """The teacher's dict.txt: in ``explicit``, beside the checkpoint, or in the data/vocab
+    directory it records."""
     if explicit:
         candidates = [explicit]
     else:
@@ -314,8 +388,8 @@ def _teacher_dict_file(path: str, state: dict, explicit: Optional[str]) -> str:
 
 
 def load_teacher(path: str, teacher_vocab: Optional[str] = None):
-    """(frozen teacher in eval mode on the CPU, its dict.txt) from a bio_roberta checkpoint, loaded with
-    ``weights_only=True`` through ``fairseq_bio.checkpoints``."""
+    """(frozen teacher in eval mode on the CPU, its dict.txt) from a bio_roberta checkpoint, loaded
+    with ``weights_only=True`` through ``fairseq_bio.checkpoints``."""
     from fairseq.data import Dictionary
     from omegaconf import OmegaConf
 
@@ -327,7 +401,8 @@ def load_teacher(path: str, teacher_vocab: Optional[str] = None):
     dict_file = _teacher_dict_file(path, state, teacher_vocab)
     dictionary = load_dictionary(dict_file, Dictionary)
     dictionary.add_symbol("<mask>")  # as the masked-LM task the teacher was trained with
-    # its recorded dictionary, else its embedding rows; a shard is refused, not blamed on the dictionary
+    # its recorded dictionary, else its embedding rows; a shard is refused, not blamed on the
+    # dictionary
     check_fits(f"criterion.teacher={path}", state, dictionary, dict_file, rows=len(dictionary))
     model_cfg = OmegaConf.create(dict(model_cfg))
     teacher = BioRobertaModel.build_model(model_cfg, _Vocabulary(dictionary))

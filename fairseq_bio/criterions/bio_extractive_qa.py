@@ -17,9 +17,15 @@ from fairseq.dataclass import FairseqDataclass
 from ..data.qa_dataset import best_answers, null_score_diffs, v2_predictions
 from ..metrics.qa import factoid_sums, has_answer, squad_v2_sums
 
-MASKED = -1e4  # logit of the positions no answer can start or end at (finite: a row never becomes all -inf)
+MASKED = (
+    -1e4
+)  # logit of the positions no answer can start or end at (finite: a row never becomes all -inf)
 SUMS = ("qa_exact", "qa_f1", "qa_total", "fa_strict", "fa_lenient", "fa_rr", "fa_total")
-V2_SUMS = ("qa_has_exact", "qa_has_f1", "qa_has_total")  # SQuAD v2.0: the questions that have an answer
+V2_SUMS = (
+    "qa_has_exact",
+    "qa_has_f1",
+    "qa_has_total",
+)  # SQuAD v2.0: the questions that have an answer
 
 
 @dataclass
@@ -29,15 +35,19 @@ class BioExtractiveQACriterionConfig(FairseqDataclass):
 
 @register_criterion("bio_extractive_qa", dataclass=BioExtractiveQACriterionConfig)
 class BioExtractiveQACriterion(FairseqCriterion):
-    """Start/end cross-entropy per window; validation sums of SQuAD and BioASQ factoid scores per question."""
+    """Start/end cross-entropy per window; validation sums of SQuAD and BioASQ factoid scores per
+    question."""
 
     def __init__(self, cfg: BioExtractiveQACriterionConfig, task):
         super().__init__(task)
         self.head_name = task.cfg.head_name
 
     def span_logits(self, model, sample):
-        """(start, end) logits, each ``R x T`` float, with every position but the context pieces and ``<s>`` masked."""
-        scores, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
+        """(start, end) logits, each ``R x T`` float, with every position but the context pieces and
+        ``<s>`` masked."""
+        scores, _ = model(
+            **sample["net_input"], features_only=True, classification_head_name=self.head_name
+        )
         allowed = sample["span_mask"].clone()
         allowed[:, 0] = True
         scores = scores.float().masked_fill(~allowed.unsqueeze(-1), MASKED)
@@ -67,15 +77,23 @@ class BioExtractiveQACriterion(FairseqCriterion):
         return loss, rows, logging_output
 
     def answers(self, start_logits, end_logits, sample):
-        """Per question of the batch, its ranked answers (``best_answers`` with the task's decoding options)."""
+        """Per question of the batch, its ranked answers (``best_answers`` with the task's decoding
+        options)."""
         cfg = self.task.cfg
         return best_answers(
-            start_logits, end_logits, sample, cfg.n_best, cfg.max_answer_length, max(cfg.top_answers, 1)
+            start_logits,
+            end_logits,
+            sample,
+            cfg.n_best,
+            cfg.max_answer_length,
+            max(cfg.top_answers, 1),
         )
 
     def predictions(self, answers, start_logits, end_logits, sample):
-        """SQuAD v2.0 (``task.version_2_with_negative``): (each question's answer, "" for no answer; its null score
-        diff, ``null_score_diffs``); otherwise (None, Nones): the top answers are the SQuAD answers."""
+        """SQuAD v2.0 (``task.version_2_with_negative``): (each question's answer, "" for no answer;
+        its null score diff, ``null_score_diffs``); otherwise (None, Nones): the top answers are the
+        SQuAD answers.
+        """
         if not self.task.cfg.version_2_with_negative:
             return None, [None] * len(answers)
         diffs = null_score_diffs(answers, start_logits, end_logits, sample)
@@ -83,9 +101,9 @@ class BioExtractiveQACriterion(FairseqCriterion):
 
     @staticmethod
     def score(answers, golds, answered=None):
-        """Summable sums of the questions' ranked answers against their gold answer texts. ``answered``: the SQuAD
-        v2.0 answers ("" for none; then the ``HasAns`` sums too, and factoid sums over those questions only); None:
-        the top answers (v1.1).
+        """Summable sums of the questions' ranked answers against their gold answer texts.
+        ``answered``: the SQuAD v2.0 answers ("" for none; then the ``HasAns`` sums too, and factoid
+        sums over those questions only); None: the top answers (v1.1).
 
         SQuAD scores the top answer (``metrics.qa.squad_v2_sums``); BioASQ factoid
         (``metrics.qa.factoid_sums``, the gold answers taken as synonyms) the top answer (strict),
@@ -95,7 +113,9 @@ class BioExtractiveQACriterion(FairseqCriterion):
         top = answered if v2 else [a[0]["text"] if a else "" for a in answers]
         squad, has = squad_v2_sums(top, golds)
         scored = [i for i, gold in enumerate(golds) if has_answer(gold) or not v2]
-        factoid = factoid_sums([[x["text"] for x in answers[i]] for i in scored], [golds[i] for i in scored])
+        factoid = factoid_sums(
+            [[x["text"] for x in answers[i]] for i in scored], [golds[i] for i in scored]
+        )
         sums = {
             "qa_exact": squad.exact,
             "qa_f1": squad.f1,
@@ -115,7 +135,9 @@ class BioExtractiveQACriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         sample_size = total("sample_size")
-        metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3)
+        metrics.log_scalar(
+            "loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3
+        )
         metrics.log_scalar_sum("windows", total("windows"))
         if not any("qa_total" in log for log in logging_outputs):
             return

@@ -59,7 +59,8 @@ class BioSentencePredictionCriterion(FairseqCriterion):
     """Loss on window-pooled head outputs; validation statistics for corpus-level metrics."""
 
     def __init__(self, cfg: Optional[BioSentencePredictionCriterionConfig], task):
-        """``cfg`` None: the defaults (prediction builds the criterion for its pooling and scoring alone)."""
+        """``cfg`` None: the defaults (prediction builds the criterion for its pooling and scoring
+        alone)."""
         super().__init__(task)
         self.head_name = task.cfg.head_name
         self.kind = task.kind
@@ -67,8 +68,8 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         self.class_weight = self.build_class_weights(spec) if spec else None
 
     def build_class_weights(self, spec: str) -> torch.Tensor:
-        """``K`` weights in task.labels order from ``criterion.class_weights`` (``balanced``: counted over the train
-        split as the task reads it).
+        """``K`` weights in task.labels order from ``criterion.class_weights`` (``balanced``:
+        counted over the train split as the task reads it).
 
         BioMegatron §5.5's weighted cross-entropy for imbalanced relation extraction. ``balanced``
         gives class c the weight n / (K x n_c) over the n train examples (scikit-learn's
@@ -86,7 +87,11 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             weights = balanced_class_weights(targets.tolist(), labels, option)
         else:
             weights = parse_class_values(spec, labels, option)
-        logger.info("class weights (%s): %s", option, ", ".join(f"{n}={w:.4g}" for n, w in zip(labels, weights)))
+        logger.info(
+            "class weights (%s): %s",
+            option,
+            ", ".join(f"{n}={w:.4g}" for n, w in zip(labels, weights)),
+        )
         return torch.tensor(weights, dtype=torch.float32)
 
     def pool(self, model, sample) -> torch.Tensor:
@@ -100,13 +105,21 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         representation = getattr(self.task, "representation", None)
         if representation == "marker_start":
             features, _ = model(**sample["net_input"], features_only=True)
-            starts = entity_start_positions(sample["net_input"]["src_tokens"], self.task.start_marker_ids)
+            starts = entity_start_positions(
+                sample["net_input"]["src_tokens"], self.task.start_marker_ids
+            )
             rows = model.classification_heads[self.head_name](features, starts)
-        elif "mentions" in sample:  # mention_pool / marker_mention: the dataset found the mentions' pieces
+        elif (
+            "mentions" in sample
+        ):  # mention_pool / marker_mention: the dataset found the mentions' pieces
             features, _ = model(**sample["net_input"], features_only=True)
-            rows = model.classification_heads[self.head_name](features, sample["mentions"].to(features.device))
+            rows = model.classification_heads[self.head_name](
+                features, sample["mentions"].to(features.device)
+            )
         else:
-            rows, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
+            rows, _ = model(
+                **sample["net_input"], features_only=True, classification_head_name=self.head_name
+            )
         return pool_windows(rows.float(), sample["row_example"], sample["nsentences"])
 
     def forward(self, model, sample, reduce=True):
@@ -159,7 +172,9 @@ class BioSentencePredictionCriterion(FairseqCriterion):
         predicted = self.predict(outputs).tolist()
         gold = target.tolist()
         if self.kind == "multilabel" and documents is not None:
-            _, gold, predicted = group_by_document(documents.tolist(), [[int(v) for v in g] for g in gold], predicted)
+            _, gold, predicted = group_by_document(
+                documents.tolist(), [[int(v) for v in g] for g in gold], predicted
+            )
             out = log_fields(multilabel_counts(gold, predicted), LABEL)
             out.update(log_fields(example_sums(gold, predicted), EXAMPLE))
             return out
@@ -168,10 +183,14 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             counts = class_counts(gold, predicted)
             out = log_fields({i: counts.get(i, SpanCounts()) for i in range(len(labels))}, CLASS)
             named_gold, named_pred = [labels[i] for i in gold], [labels[i] for i in predicted]
-            out.update(log_fields(positive_counts(named_gold, named_pred, self.task.negatives), POSITIVE))
+            out.update(
+                log_fields(positive_counts(named_gold, named_pred, self.task.negatives), POSITIVE)
+            )
             return out
         if self.kind == "multilabel":
-            return log_fields(multilabel_counts([[int(v) for v in g] for g in gold], predicted), LABEL)
+            return log_fields(
+                multilabel_counts([[int(v) for v in g] for g in gold], predicted), LABEL
+            )
         return log_fields(pearson_sums(predicted, gold), PEARSON)
 
     @staticmethod
@@ -182,7 +201,9 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             return sum(log.get(key, 0) for log in logging_outputs)
 
         sample_size = total("sample_size")
-        metrics.log_scalar("loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3)
+        metrics.log_scalar(
+            "loss", total("loss") / max(sample_size, 1) / math.log(2), sample_size, round=3
+        )
         metrics.log_scalar_sum("windows", total("windows"))
         stats = sorted(k for k in keys if k.startswith((CLASS, POSITIVE, LABEL, PEARSON, EXAMPLE)))
         for key in stats:
@@ -210,7 +231,9 @@ class BioSentencePredictionCriterion(FairseqCriterion):
             metrics.log_derived("accuracy", percent(accuracy))
             metrics.log_derived("macro_f1", percent(macro))
             for i, name in enumerate(("precision", "recall", "f1")):
-                metrics.log_derived(name, percent(lambda t, i=i: from_log_fields(SpanCounts, t, POSITIVE).prf()[i]))
+                metrics.log_derived(
+                    name, percent(lambda t, i=i: from_log_fields(SpanCounts, t, POSITIVE).prf()[i])
+                )
         elif any(k.startswith(LABEL) for k in stats):
             width = len({k.rsplit("_", 1)[1] for k in stats if k.startswith(LABEL)})
 
@@ -219,13 +242,20 @@ class BioSentencePredictionCriterion(FairseqCriterion):
 
             for i, name in enumerate(("precision", "recall", "f1")):
                 metrics.log_derived(name, percent(lambda t, i=i: hoc_prf_from(per_label(t))[i]))
-            metrics.log_derived("macro_f1", percent(lambda t: hoc_prf_from(per_label(t), "macro")[2]))
+            metrics.log_derived(
+                "macro_f1", percent(lambda t: hoc_prf_from(per_label(t), "macro")[2])
+            )
             if any(k.startswith(EXAMPLE) for k in stats):
                 for i, name in enumerate(("example_precision", "example_recall", "example_f1")):
-                    metrics.log_derived(name, percent(lambda t, i=i: from_log_fields(ExampleSums, t, EXAMPLE).prf()[i]))
+                    metrics.log_derived(
+                        name,
+                        percent(lambda t, i=i: from_log_fields(ExampleSums, t, EXAMPLE).prf()[i]),
+                    )
                 metrics.log_derived("documents", lambda m: int(m[EXAMPLE + "total"].sum))
         else:
-            metrics.log_derived("pearson", percent(lambda t: from_log_fields(PearsonSums, t, PEARSON).value()))
+            metrics.log_derived(
+                "pearson", percent(lambda t: from_log_fields(PearsonSums, t, PEARSON).value())
+            )
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
@@ -233,6 +263,8 @@ class BioSentencePredictionCriterion(FairseqCriterion):
 
 
 def example_sums(gold, predicted) -> ExampleSums:
-    """BLUE's example-based sums over the documents (0/1 rows) with at least one gold label (BLUE's script divides
-    by zero on the others, and BLUE's files have none)."""
-    return sum((example_based_sums([g], [p]) for g, p in zip(gold, predicted) if any(g)), ExampleSums())
+    """BLUE's example-based sums over the documents (0/1 rows) with at least one gold label (BLUE's
+    script divides by zero on the others, and BLUE's files have none)."""
+    return sum(
+        (example_based_sums([g], [p]) for g, p in zip(gold, predicted) if any(g)), ExampleSums()
+    )

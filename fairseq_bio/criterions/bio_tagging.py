@@ -1,5 +1,6 @@
-"""bio_tagging criterion: token cross-entropy (or CRF likelihood) at labelled positions; in validation, summable
-entity and word counts from which corpus-level P/R/F1 are derived (``checkpoint.best_checkpoint_metric=f1``)."""
+"""bio_tagging criterion: token cross-entropy (or CRF likelihood) at labelled positions; in
+validation, summable entity and word counts from which corpus-level P/R/F1 are derived
+(``checkpoint.best_checkpoint_metric=f1``)."""
 
 import math
 from dataclasses import dataclass
@@ -23,14 +24,17 @@ class BioTaggingCriterionConfig(FairseqDataclass):
 
 @register_criterion("bio_tagging", dataclass=BioTaggingCriterionConfig)
 class BioTaggingCriterion(FairseqCriterion):
-    """Loss over labelled positions; validation counts of entity spans (conlleval) and of words per entity type."""
+    """Loss over labelled positions; validation counts of entity spans (conlleval) and of words per
+    entity type."""
 
     def __init__(self, cfg: BioTaggingCriterionConfig, task):
         super().__init__(task)
         self.head_name = task.cfg.head_name
 
     def forward(self, model, sample, reduce=True):
-        scores, _ = model(**sample["net_input"], features_only=True, classification_head_name=self.head_name)
+        scores, _ = model(
+            **sample["net_input"], features_only=True, classification_head_name=self.head_name
+        )
         head = model.classification_heads[self.head_name]
         target = sample.get("target")
         labelled = 0 if target is None else int(target.ne(IGNORE).sum())
@@ -47,8 +51,8 @@ class BioTaggingCriterion(FairseqCriterion):
         return loss, sample_size, logging_output
 
     def score(self, head, scores, sample):
-        """Summable counts of the batch: entity spans (gold/pred/correct), words (correct/total), and words of each
-        entity type (for word-level macro F1)."""
+        """Summable counts of the batch: entity spans (gold/pred/correct), words (correct/total),
+        and words of each entity type (for word-level macro F1)."""
         with torch.no_grad():
             predicted = head.predict(scores, sample["positions"])
         words = word_predictions(sample, predicted)
@@ -56,7 +60,9 @@ class BioTaggingCriterion(FairseqCriterion):
         gold_tags = [convert_tags(g, "bio") for g in sample["gold"]]
         spans = span_counts(gold_tags, pred_tags)
         out = {"span_gold": spans.gold, "span_pred": spans.pred, "span_correct": spans.correct}
-        out["word_correct"] = sum(p == g for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs))
+        out["word_correct"] = sum(
+            p == g for ps, gs in zip(pred_tags, gold_tags) for p, g in zip(ps, gs)
+        )
         out["word_total"] = sum(len(g) for g in gold_tags)
         per_type = token_counts(gold_tags, pred_tags)
         for t in element_types(self.task.types):
@@ -77,22 +83,32 @@ class BioTaggingCriterion(FairseqCriterion):
             return
         for key in SPAN_KEYS + ("word_correct", "word_total"):
             metrics.log_scalar_sum(key, total(key))
-        types = sorted({k[len("wgold_") :] for log in logging_outputs for k in log if k.startswith("wgold_")})
+        types = sorted(
+            {k[len("wgold_") :] for log in logging_outputs for k in log if k.startswith("wgold_")}
+        )
         for t in types:
             for kind in ("wgold", "wpred", "wcorrect"):
                 metrics.log_scalar_sum(f"{kind}_{t}", total(f"{kind}_{t}"))
 
         def span(i):
-            return lambda m: round(100 * prf(m["span_correct"].sum, m["span_pred"].sum, m["span_gold"].sum)[i], 2)
+            return lambda m: round(
+                100 * prf(m["span_correct"].sum, m["span_pred"].sum, m["span_gold"].sum)[i], 2
+            )
 
         metrics.log_derived("precision", span(0))
         metrics.log_derived("recall", span(1))
         metrics.log_derived("f1", span(2))
-        metrics.log_derived("accuracy", lambda m: round(100 * m["word_correct"].sum / max(m["word_total"].sum, 1), 2))
+        metrics.log_derived(
+            "accuracy",
+            lambda m: round(100 * m["word_correct"].sum / max(m["word_total"].sum, 1), 2),
+        )
         if types:
 
             def macro(m):
-                f1s = [prf(m[f"wcorrect_{t}"].sum, m[f"wpred_{t}"].sum, m[f"wgold_{t}"].sum)[2] for t in types]
+                f1s = [
+                    prf(m[f"wcorrect_{t}"].sum, m[f"wpred_{t}"].sum, m[f"wgold_{t}"].sum)[2]
+                    for t in types
+                ]
                 return round(100 * sum(f1s) / len(f1s), 2)
 
             metrics.log_derived("word_macro_f1", macro)

@@ -1,13 +1,16 @@
-"""Split sentences longer than a block into near-equal pieces, so that no text is dropped or truncated."""
+"""Split sentences longer than a block into near-equal pieces, so that no text is dropped or
+truncated."""
 
 import numpy as np
 from fairseq.data import BaseWrapperDataset
 
 
 class ChunkedSentenceDataset(BaseWrapperDataset):
-    """Each item longer than ``max_len`` becomes ``ceil(len / max_len)`` consecutive pieces of near-equal
-    length; shorter items pass through. fairseq's ``complete``/``complete_doc``/``eos`` block modes keep a
-    sentence longer than the block whole, which then fails the size check (or is skipped and lost)."""
+    """Each item longer than ``max_len`` becomes ``ceil(len / max_len)`` consecutive pieces of
+    near-equal length; shorter items pass through. fairseq's ``complete``/``complete_doc``/``eos``
+    block modes keep a sentence longer than the block whole, which then fails the size check (or is
+    skipped and lost).
+    """
 
     def __init__(self, dataset, max_len: int):
         super().__init__(dataset)
@@ -20,8 +23,8 @@ class ChunkedSentenceDataset(BaseWrapperDataset):
         k = np.arange(len(self.item)) - first  # piece number within its item
         n = pieces[self.item]
         total = sizes[self.item]
-        # Balanced cut points: every piece has at least max_len // 2 tokens, so none can be mistaken for
-        # the one-token document separator of complete_doc.
+        # Balanced cut points: every piece has at least max_len // 2 tokens, so none can be mistaken
+        # for the one-token document separator of complete_doc.
         self.start = k * total // n
         self.end = (k + 1) * total // n
         self._sizes = (self.end - self.start).astype(np.int64)

@@ -1,8 +1,9 @@
-"""Imbalanced classes (BioMegatron §5.5: "oversampling the minority classes ... and using weighted cross-entropy"):
-per-class values given by the user (``w1,w2,...`` in task.labels order, or ``label=w,...``), scikit-learn's
-``balanced`` class weights, and oversampling factors. ``criterion.class_weights`` (the weighted cross-entropy) and
-``task.oversample`` (train examples of a class repeated k times) read their options here, so both name classes,
-count the train labels and fail on a bad value the same way: one line naming the option."""
+"""Imbalanced classes (BioMegatron §5.5: "oversampling the minority classes ... and using weighted
+cross-entropy"): per-class values given by the user (``w1,w2,...`` in task.labels order, or
+``label=w,...``), scikit-learn's ``balanced`` class weights, and oversampling factors.
+``criterion.class_weights`` (the weighted cross-entropy) and ``task.oversample`` (train examples of
+a class repeated k times) read their options here, so both name classes, count the train labels and
+fail on a bad value the same way: one line naming the option."""
 
 import math
 from typing import List, Sequence
@@ -13,8 +14,8 @@ BALANCED = "balanced"
 
 
 def class_counts(label_ids: Sequence[int], labels: Sequence[str], option: str) -> List[int]:
-    """Train examples per class of ``labels``; a class without any is a one-line error naming ``option``
-    (balancing would need an infinite weight or factor)."""
+    """Train examples per class of ``labels``; a class without any is a one-line error naming
+    ``option`` (balancing would need an infinite weight or factor)."""
     counts = [0] * len(labels)
     for i in label_ids:
         counts[i] += 1
@@ -26,26 +27,33 @@ def class_counts(label_ids: Sequence[int], labels: Sequence[str], option: str) -
     return counts
 
 
-def balanced_class_weights(label_ids: Sequence[int], labels: Sequence[str], option: str) -> List[float]:
-    """n / (K x n_c) per class c of ``labels`` over the ``n`` train ``label_ids`` (scikit-learn's "balanced")."""
+def balanced_class_weights(
+    label_ids: Sequence[int], labels: Sequence[str], option: str
+) -> List[float]:
+    """n / (K x n_c) per class c of ``labels`` over the ``n`` train ``label_ids`` (scikit-learn's
+    "balanced")."""
     counts = class_counts(label_ids, labels, option)
     return [len(label_ids) / (len(labels) * n) for n in counts]
 
 
-def balanced_oversampling(label_ids: Sequence[int], labels: Sequence[str], option: str) -> List[int]:
-    """Per class, how often each of its train examples is repeated so that every class comes near the largest one's
-    count: round(n_max / n_c), at least 1 (the largest class once)."""
+def balanced_oversampling(
+    label_ids: Sequence[int], labels: Sequence[str], option: str
+) -> List[int]:
+    """Per class, how often each of its train examples is repeated so that every class comes near
+    the largest one's count: round(n_max / n_c), at least 1 (the largest class once)."""
     counts = class_counts(label_ids, labels, option)
     return [max(1, round(max(counts) / n)) for n in counts]
 
 
 def parse_class_values(spec: str, labels: Sequence[str], option: str) -> List[float]:
-    """Values in ``labels`` order from ``v1,v2,...`` (that order) or ``label=v,...`` (every label once); each
-    finite and >= 0, not all 0. Anything else is a one-line error naming ``option``."""
+    """Values in ``labels`` order from ``v1,v2,...`` (that order) or ``label=v,...`` (every label
+    once); each finite and >= 0, not all 0. Anything else is a one-line error naming ``option``."""
     items = [item.strip() for item in spec.split(",") if item.strip()]
     named = ["=" in item for item in items]
     if any(named) and not all(named):
-        raise BioConfigError(f"{option}: give every weight as label=weight, or none (numbers in task.labels order)")
+        raise BioConfigError(
+            f"{option}: give every weight as label=weight, or none (numbers in task.labels order)"
+        )
     if all(named):
         pairs = [item.rsplit("=", 1) for item in items]
         by_name = {name.strip(): value.strip() for name, value in pairs}
@@ -70,8 +78,8 @@ def parse_class_values(spec: str, labels: Sequence[str], option: str) -> List[fl
 
 
 def parse_oversampling(spec: str, labels: Sequence[str], option: str) -> List[int]:
-    """Repetition factors in ``labels`` order, written as class weights are; each a whole number >= 1 (every
-    example is kept at least once: nothing given is dropped)."""
+    """Repetition factors in ``labels`` order, written as class weights are; each a whole number >=
+    1 (every example is kept at least once: nothing given is dropped)."""
     values = parse_class_values(spec, labels, option)
     bad = [name for name, v in zip(labels, values) if v < 1 or v != int(v)]
     if bad:

@@ -1,10 +1,10 @@
 """CoNLL-style tagging files (``token<TAB>tag`` per line, blank line between sentences; conlleval's
 ``token<TAB>gold<TAB>prediction`` for predictions) and raw-text words.
 
-What users have: BLURB's NER folders (NCBI-disease, BC5CDR, BC2GM, JNLPBA) and EBM-NLP PICO in this form.
-Reading is strict where a mistake would silently change the data (a ragged line, non-UTF-8 bytes, an empty
-token) and lenient where nothing is lost (CRLF endings, trailing spaces, several blank lines, ``-DOCSTART-``).
-Every error is one line naming the file and line.
+What users have: BLURB's NER folders (NCBI-disease, BC5CDR, BC2GM, JNLPBA) and EBM-NLP PICO in this
+form. Reading is strict where a mistake would silently change the data (a ragged line, non-UTF-8
+bytes, an empty token) and lenient where nothing is lost (CRLF endings, trailing spaces, several
+blank lines, ``-DOCSTART-``). Every error is one line naming the file and line.
 """
 
 import codecs
@@ -20,7 +20,11 @@ from ..metrics.tagging import get_entities
 
 DOCSTART = "-DOCSTART-"
 # What a line of each width holds, for the message naming a ragged line.
-EXPECTED = {1: "a token alone, as the lines before", 2: "token<TAB>tag", 3: "token<TAB>gold<TAB>prediction"}
+EXPECTED = {
+    1: "a token alone, as the lines before",
+    2: "token<TAB>tag",
+    3: "token<TAB>gold<TAB>prediction",
+}
 
 
 class TaggingDataError(BioError, ValueError):
@@ -29,8 +33,8 @@ class TaggingDataError(BioError, ValueError):
 
 @dataclass
 class Sentence:
-    """One sentence: its words, their tags (None for untagged input), the file line of each word and, read from a
-    predictions file, the predicted tags."""
+    """One sentence: its words, their tags (None for untagged input), the file line of each word
+    and, read from a predictions file, the predicted tags."""
 
     words: List[str]
     tags: Optional[List[str]] = None
@@ -39,8 +43,8 @@ class Sentence:
 
 
 def _raw_lines(path) -> List[bytes]:
-    """The lines of a tagging input file as bytes, a UTF-8 byte-order mark removed (an editor's, never a token's);
-    one-line errors for a missing file or a directory."""
+    """The lines of a tagging input file as bytes, a UTF-8 byte-order mark removed (an editor's,
+    never a token's); one-line errors for a missing file or a directory."""
     try:
         with open(path, "rb") as f:
             return f.read().removeprefix(codecs.BOM_UTF8).split(b"\n")
@@ -51,9 +55,9 @@ def _raw_lines(path) -> List[bytes]:
 
 
 def read_conll(path, require_tags: bool = True, predictions: bool = False) -> List[Sentence]:
-    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is allowed; with
-    ``predictions`` the file is conlleval's ``token<TAB>gold<TAB>prediction`` (fairseq-bio-predict's output for
-    tagged input), the predictions in ``Sentence.predicted``."""
+    """Sentences of a CoNLL file; with ``require_tags=False`` a file of bare tokens (one column) is
+    allowed; with ``predictions`` the file is conlleval's ``token<TAB>gold<TAB>prediction``
+    (fairseq-bio-predict's output for tagged input), the predictions in ``Sentence.predicted``."""
     raw_lines = _raw_lines(path)
     sentences: List[Sentence] = []
 
@@ -61,7 +65,9 @@ def read_conll(path, require_tags: bool = True, predictions: bool = False) -> Li
         return Sentence(words=[], tags=[], lines=[], predicted=[] if predictions else None)
 
     current = new()
-    columns = 3 if predictions else None  # else fixed by the first token line: 2 (token, tag) or 1 (token)
+    columns = (
+        3 if predictions else None
+    )  # else fixed by the first token line: 2 (token, tag) or 1 (token)
     for number, raw in enumerate(raw_lines, start=1):
         try:
             line = raw.decode("utf-8")
@@ -82,20 +88,30 @@ def read_conll(path, require_tags: bool = True, predictions: bool = False) -> Li
         if columns is None:
             columns = len(parts)
             if columns == 1 and require_tags:
-                raise TaggingDataError(f"{path}:{number}: a token without a tag (expected token<TAB>tag)")
+                raise TaggingDataError(
+                    f"{path}:{number}: a token without a tag (expected token<TAB>tag)"
+                )
             if columns > 2:
                 raise TaggingDataError(
                     f"{path}:{number}: {columns} columns; expected token<TAB>tag"
                     + ("" if require_tags else " or token")
-                    + (" (token, gold, prediction is what fairseq-bio-predict writes: keep the first two columns, "
-                       "cut -f1,2)" if columns == 3 else "")
+                    + (
+                        " (token, gold, prediction is what fairseq-bio-predict writes: keep the first two columns, "
+                        "cut -f1,2)"
+                        if columns == 3
+                        else ""
+                    )
                 )
         if len(parts) != columns:
-            raise TaggingDataError(f"{path}:{number}: {len(parts)} column(s); expected {EXPECTED[columns]}")
+            raise TaggingDataError(
+                f"{path}:{number}: {len(parts)} column(s); expected {EXPECTED[columns]}"
+            )
         if not parts[0]:
             raise TaggingDataError(f"{path}:{number}: empty token")
         if columns >= 2 and not all(parts[1:]):
-            raise TaggingDataError(f"{path}:{number}: empty {'tag' if not parts[1] else 'prediction'}")
+            raise TaggingDataError(
+                f"{path}:{number}: empty {'tag' if not parts[1] else 'prediction'}"
+            )
         current.words.append(parts[0])
         current.lines.append(number)
         if columns >= 2:
@@ -113,13 +129,15 @@ def read_conll(path, require_tags: bool = True, predictions: bool = False) -> Li
 
 
 CONLL_SUFFIXES = (".tsv", ".conll", ".iob", ".iob2", ".bio", ".txt.conll")
-# A tag as BLURB's NER and PICO files write them, for lines whose columns are split by spaces, not a tab.
+# A tag as BLURB's NER and PICO files write them, for lines whose columns are split by spaces, not a
+# tab.
 _TAG = re.compile(r"O|[BIESLU]-\S+")
 
 
 def _tagged(line: str) -> bool:
-    """Whether a non-blank line reads as ``token<TAB>tag`` with any number of tag columns (conlleval's
-    ``token<TAB>gold<TAB>prediction``, more features), or ``token tag`` with a BIO-style tag."""
+    """Whether a non-blank line reads as ``token<TAB>tag`` with any number of tag columns
+    (conlleval's ``token<TAB>gold<TAB>prediction``, more features), or ``token tag`` with a
+    BIO-style tag."""
     if "\t" in line:
         parts = [p.strip() for p in line.rstrip("\r\n ").split("\t")]
         return len(parts) >= 2 and all(parts) and not any(c.isspace() for p in parts[1:] for c in p)
@@ -128,10 +146,11 @@ def _tagged(line: str) -> bool:
 
 
 def sniff_format(path) -> str:
-    """``conll`` or ``text``: what a tagging input holds, by its content, whatever its name. Every non-blank line
-    ``token<TAB>tag`` (``-DOCSTART-`` lines aside): CoNLL. No such line: raw text, or bare tokens when the name says
-    CoNLL (.tsv, .conll, .iob, .bio). Some such lines and some not: CoNLL when the name says so (the reader then
-    names the bad line), else refused in one line naming ``--format``."""
+    """``conll`` or ``text``: what a tagging input holds, by its content, whatever its name. Every
+    non-blank line ``token<TAB>tag`` (``-DOCSTART-`` lines aside): CoNLL. No such line: raw text, or
+    bare tokens when the name says CoNLL (.tsv, .conll, .iob, .bio). Some such lines and some not:
+    CoNLL when the name says so (the reader then names the bad line), else refused in one line
+    naming ``--format``."""
     lines = [raw.decode("utf-8", errors="replace") for raw in _raw_lines(path)]
     named_conll = str(path).lower().endswith(CONLL_SUFFIXES)
     tagged = untagged = None
@@ -153,21 +172,24 @@ def sniff_format(path) -> str:
 
 
 def read_conll_predictions(path) -> Tuple[List[List[str]], List[List[str]]]:
-    """(gold, predicted) tags per sentence of a ``token<TAB>gold<TAB>prediction`` file (fairseq-bio-predict's)."""
+    """(gold, predicted) tags per sentence of a ``token<TAB>gold<TAB>prediction`` file
+    (fairseq-bio-predict's)."""
     sentences = read_conll(path, predictions=True)
     return [s.tags for s in sentences], [s.predicted for s in sentences]
 
 
 def parse_type_merge(spec: str) -> Optional[Callable[[str], str]]:
-    """The entity-type renaming ``spec`` asks for: empty, none; ``NAME``, every type becomes NAME (PubMedBERT's
-    JNLPBA, all five types one); ``OLD=NEW,OLD2=NEW2``, the listed types renamed, the others kept. ValueError (one
-    line) for anything else."""
+    """The entity-type renaming ``spec`` asks for: empty, none; ``NAME``, every type becomes NAME
+    (PubMedBERT's JNLPBA, all five types one); ``OLD=NEW,OLD2=NEW2``, the listed types renamed, the
+    others kept. ValueError (one line) for anything else."""
     spec = spec.strip()
     if not spec:
         return None
     if "=" not in spec:
         if "," in spec or any(c.isspace() for c in spec):
-            raise ValueError(f"{spec!r}: expected one type name (every type becomes it) or OLD=NEW,... pairs")
+            raise ValueError(
+                f"{spec!r}: expected one type name (every type becomes it) or OLD=NEW,... pairs"
+            )
         return lambda type_: spec
     mapping = {}
     for item in spec.split(","):
@@ -181,9 +203,10 @@ def parse_type_merge(spec: str) -> Optional[Callable[[str], str]]:
 
 
 def merge_types(sentences: Sequence[Sentence], rename: Callable[[str], str]) -> Counter:
-    """Rename the entity types of tagged ``sentences`` in place. Entities are read as conlleval reads them and
-    written back in BIO, so two adjacent entities whose types merge stay two (``B-protein I-DNA`` becomes
-    ``B-entity B-entity``). Returns the renamed entities per ``(old type, new type)``."""
+    """Rename the entity types of tagged ``sentences`` in place. Entities are read as conlleval
+    reads them and written back in BIO, so two adjacent entities whose types merge stay two
+    (``B-protein I-DNA`` becomes ``B-entity B-entity``). Returns the renamed entities per
+    ``(old type, new type)``."""
     renamed: Counter = Counter()
     for sentence in sentences:
         if sentence.tags is None:
@@ -206,10 +229,10 @@ def write_conll(f, sentences: List[Tuple[List[str], List[str]]]) -> None:
         f.write("\n")
 
 
-# Words as BLURB's NER corpora are tokenised: runs of letters/digits, and every other non-space character alone
-# ("ataxia-telangiectasia" -> "ataxia", "-", "telangiectasia"). The units are grapheme clusters (\X), not code
-# points, so that a combining mark stays with its base character: decomposed "Sjo\u0308gren" is one word, and no
-# span boundary cuts a character in two.
+# Words as BLURB's NER corpora are tokenised: runs of letters/digits, and every other non-space
+# character alone ("ataxia-telangiectasia" -> "ataxia", "-", "telangiectasia"). The units are
+# grapheme clusters (\X), not code points, so that a combining mark stays with its base character:
+# decomposed "Sjo\u0308gren" is one word, and no span boundary cuts a character in two.
 _WORD = regex.compile(r"(?:(?=[\p{L}\p{N}])\X)+|(?!\s)\X")
 
 

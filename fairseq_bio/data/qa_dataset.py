@@ -1,5 +1,6 @@
-"""Extractive-QA data: questions and contexts encoded with the encoder's own BPE, every context piece knowing the
-exact characters it covers, contexts windowed with a doc stride, and the n-best answer spans decoded back to text.
+"""Extractive-QA data: questions and contexts encoded with the encoder's own BPE, every context
+piece knowing the exact characters it covers, contexts windowed with a doc stride, and the n-best
+answer spans decoded back to text.
 
 Windows, training targets and decoding follow BERT's ``run_squad.py`` (as BioBERT ran it) and HF's
 ``run_qa``, SQuAD v2.0's null answer included. An answer is always a context substring,
@@ -25,7 +26,10 @@ logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 Span = Tuple[int, int]
-NO_ANSWER: Span = (-1, -1)  # the target of an unanswerable question: inside no window, so every window targets <s>
+NO_ANSWER: Span = (
+    -1,
+    -1,
+)  # the target of an unanswerable question: inside no window, so every window targets <s>
 
 
 # ------------------------------------------------------------------------------------------- piece offsets
@@ -49,18 +53,23 @@ class OffsetEncoder:
         self._cache: Dict[Tuple[str, bool], Tuple[List[int], List[Span]]] = {}
 
     def encode(self, word: str, first: bool) -> Tuple[List[int], List[Span]]:
-        """(ids, ``[(start, end)]`` character spans in ``word``) of one word (``first``: it opens its text)."""
+        """(ids, ``[(start, end)]`` character spans in ``word``) of one word (``first``: it opens
+        its text)."""
         key = (word, first and self.words.space_prefix)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         space = self.words.space_prefix and not key[1]
         pieces = self.bpe.encode(" " + word if space else word).split()
-        ids = self.words.dictionary.encode_line(" ".join(pieces), append_eos=False, add_if_not_exist=False).tolist()
+        ids = self.words.dictionary.encode_line(
+            " ".join(pieces), append_eos=False, add_if_not_exist=False
+        ).tolist()
         if not ids:  # the BPE gave nothing (WordEncoder's rule): the word is one <unk>
             ids, spans = [self.words.dictionary.unk()], [(0, len(word))]
         elif self.name == "gpt2":
-            spans = _byte_spans(word, [len(self.bpe.bpe.decoder[int(p)]) for p in pieces], 1 if space else 0)
+            spans = _byte_spans(
+                word, [len(self.bpe.bpe.decoder[int(p)]) for p in pieces], 1 if space else 0
+            )
         else:
             spans = _aligned_spans(word, [self._surface(p) for p in pieces], self.normalize)
         if len(ids) != len(spans):
@@ -91,7 +100,9 @@ def _normalizer(name: str, bpe):
     if name == "bert":
         tokenizer = bpe.bert_tokenizer
         backend = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
-        if backend is not None:  # a fast tokenizer (transformers >= 5): its own normaliser, character by character
+        if (
+            backend is not None
+        ):  # a fast tokenizer (transformers >= 5): its own normaliser, character by character
             return backend.normalize_str
         basic = tokenizer.basic_tokenizer
         lower = bool(basic.do_lower_case)
@@ -102,7 +113,9 @@ def _normalizer(name: str, bpe):
                 return ""  # BERT's _clean_text drops control characters
             ch = ch.lower() if lower else ch
             if strip:
-                ch = "".join(c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn")
+                ch = "".join(
+                    c for c in unicodedata.normalize("NFD", ch) if unicodedata.category(c) != "Mn"
+                )
             return ch
 
         return bert
@@ -123,12 +136,15 @@ def _byte_spans(word: str, byte_lengths: Sequence[int], lead: int) -> List[Span]
         if b <= a:  # the space alone
             spans.append((0, 0) if not spans else (spans[-1][1], spans[-1][1]))
             continue
-        spans.append((char_of_byte[a], char_of_byte[b - 1] + 1))  # a token cutting a character keeps all of it
+        spans.append(
+            (char_of_byte[a], char_of_byte[b - 1] + 1)
+        )  # a token cutting a character keeps all of it
     return spans
 
 
 def _aligned_spans(word: str, surfaces: Sequence[Optional[str]], normalize) -> List[Span]:
-    """Character spans of pieces whose texts (normalised; None: unknown) follow each other in ``word``."""
+    """Character spans of pieces whose texts (normalised; None: unknown) follow each other in
+    ``word``."""
     chars, origin = [], []
     for i, ch in enumerate(word):
         for c in normalize(ch):
@@ -146,7 +162,9 @@ def _aligned_spans(word: str, surfaces: Sequence[Optional[str]], normalize) -> L
         cursor = at + len(surface)
     spans: List[Span] = []
     for k, span in enumerate(found):
-        if span is None:  # between its neighbours: from the previous piece's end to the next found piece's start
+        if (
+            span is None
+        ):  # between its neighbours: from the previous piece's end to the next found piece's start
             start = spans[-1][1] if spans else 0
             end = next((s[0] for s in found[k + 1 :] if s is not None), len(word))
             span = (start, max(start, end))
@@ -158,11 +176,18 @@ def _aligned_spans(word: str, surfaces: Sequence[Optional[str]], normalize) -> L
 
 
 class EncodedQA:
-    """A SQuAD file's questions and contexts as ragged arrays: ``question_pieces`` / ``question_offsets`` (per
-    question, cut to the longest question the task takes), ``context_pieces`` with ``char_starts`` /
-    ``char_ends`` / ``context_offsets`` (per context)."""
+    """A SQuAD file's questions and contexts as ragged arrays: ``question_pieces`` /
+    ``question_offsets`` (per question, cut to the longest question the task takes),
+    ``context_pieces`` with ``char_starts`` / ``char_ends`` / ``context_offsets`` (per context)."""
 
-    FIELDS = ("question_pieces", "question_offsets", "context_pieces", "char_starts", "char_ends", "context_offsets")
+    FIELDS = (
+        "question_pieces",
+        "question_offsets",
+        "context_pieces",
+        "char_starts",
+        "char_ends",
+        "context_offsets",
+    )
 
     def __init__(self, **arrays: np.ndarray):
         for name in self.FIELDS:
@@ -172,7 +197,9 @@ class EncodedQA:
     def encode(cls, encoder: OffsetEncoder, squad: SquadFile, max_query_length: int) -> "EncodedQA":
         q_pieces, q_offsets = [], [0]
         for ex in squad.examples:
-            ids = [i for k, w in enumerate(ex.question.split()) for i in encoder.encode(w, k == 0)[0]]
+            ids = [
+                i for k, w in enumerate(ex.question.split()) for i in encoder.encode(w, k == 0)[0]
+            ]
             q_pieces.extend(ids[:max_query_length])
             q_offsets.append(len(q_pieces))
         c_pieces, starts, ends, c_offsets = [], [], [], [0]
@@ -193,8 +220,11 @@ class EncodedQA:
         )
 
     @classmethod
-    def cached(cls, encoder, squad: SquadFile, max_query_length: int, cache_dir: Optional[str], key: str):
-        """``encode`` through an ``.npz`` in ``cache_dir`` keyed by ``key`` (written to a temp name, then renamed)."""
+    def cached(
+        cls, encoder, squad: SquadFile, max_query_length: int, cache_dir: Optional[str], key: str
+    ):
+        """``encode`` through an ``.npz`` in ``cache_dir`` keyed by ``key`` (written to a temp name,
+        then renamed)."""
         path = os.path.join(cache_dir, f"qa-{key}.npz") if cache_dir else None
         if path and os.path.exists(path):
             with np.load(path, allow_pickle=False) as z:
@@ -220,9 +250,9 @@ class EncodedQA:
 
 
 def doc_windows(n: int, capacity: int, stride: int) -> List[Span]:
-    """Context piece windows ``[(start, end)]``: at most ``capacity`` pieces, starting every ``stride`` pieces
-    (never more than ``capacity``, so no piece is skipped), the last one reaching the end.
-    ``stride`` has BERT's meaning, the step between window starts, not HF's overlap."""
+    """Context piece windows ``[(start, end)]``: at most ``capacity`` pieces, starting every
+    ``stride`` pieces (never more than ``capacity``, so no piece is skipped), the last one reaching
+    the end. ``stride`` has BERT's meaning, the step between window starts, not HF's overlap."""
     if capacity < 1:
         raise ValueError(f"no room for context pieces (capacity {capacity})")
     step = max(1, min(stride, capacity))
@@ -280,10 +310,16 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         self.squad, self.encoded, self.dictionary = squad, encoded, dictionary
         self.max_positions, self.doc_stride = max_positions, doc_stride
         self.shuffle, self.seed, self.epoch = shuffle, seed, 1
-        self.max_tokens: Optional[int] = None  # set by the task: a question never counts as more than a batch
+        self.max_tokens: Optional[int] = (
+            None  # set by the task: a question never counts as more than a batch
+        )
         self.plans = [self._plan(i) for i in range(len(squad.examples))]
-        self._sizes = np.array([sum(b - a + len(q) + 4 for a, b in w) for q, w, _ in self.plans], dtype=np.int64)
-        self.targets = [self._target(i) for i in range(len(squad.examples))] if squad.labelled else None
+        self._sizes = np.array(
+            [sum(b - a + len(q) + 4 for a, b in w) for q, w, _ in self.plans], dtype=np.int64
+        )
+        self.targets = (
+            [self._target(i) for i in range(len(squad.examples))] if squad.labelled else None
+        )
 
     def _plan(self, i: int):
         question = self.encoded.question(i)
@@ -298,7 +334,8 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         return question, windows, max_context_windows(windows, n)
 
     def _target(self, i: int) -> Span:
-        """(first, last) context piece of the question's first gold answer (``NO_ANSWER`` when it has none)."""
+        """(first, last) context piece of the question's first gold answer (``NO_ANSWER`` when it
+        has none)."""
         ex = self.squad.examples[i]
         if not ex.answers:
             return NO_ANSWER
@@ -310,7 +347,8 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         return len(self.plans[i][1])
 
     def unaligned_answers(self) -> int:
-        """Questions whose first gold answer starts or ends inside a piece (it can only be predicted wider)."""
+        """Questions whose first gold answer starts or ends inside a piece (it can only be predicted
+        wider)."""
         count = 0
         for i, ex in enumerate(self.squad.examples):
             if not ex.answers:
@@ -343,11 +381,12 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
 
 
 def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, Any]:
-    """Rows (one per window) with ``span_mask`` (R x T: context positions, where answers may start and end),
-    ``max_context`` (R x T: context positions whose piece belongs to this window), ``context_column`` (R: where the
-    window begins in its row), ``window_start`` (R: its first context piece), ``row_example`` (R) and, for labelled
-    samples, ``start_positions`` / ``end_positions`` (R; 0 = ``<s>`` when the window does not hold the answer, and
-    in every window of an unanswerable question)."""
+    """Rows (one per window) with ``span_mask`` (R x T: context positions, where answers may start
+    and end), ``max_context`` (R x T: context positions whose piece belongs to this window),
+    ``context_column`` (R: where the window begins in its row), ``window_start`` (R: its first
+    context piece), ``row_example`` (R) and, for labelled samples, ``start_positions`` /
+    ``end_positions`` (R; 0 = ``<s>`` when the window does not hold the answer, and in every window
+    of an unanswerable question)."""
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
@@ -356,7 +395,9 @@ def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, An
         question = [int(p) for p in sample["question"]]
         column = len(question) + 3
         for k, (a, b) in enumerate(sample["windows"]):
-            rows.append([bos] + question + [eos, eos] + [int(p) for p in sample["pieces"][a:b]] + [eos])
+            rows.append(
+                [bos] + question + [eos, eos] + [int(p) for p in sample["pieces"][a:b]] + [eos]
+            )
             row_example.append(s)
             columns.append(column)
             window_starts.append(a)
@@ -377,7 +418,10 @@ def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, An
         "id": torch.tensor([sample["id"] for sample in samples], dtype=torch.long),
         "nsentences": len(samples),
         "ntokens": sum(len(r) for r in rows),
-        "net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([len(r) for r in rows])},
+        "net_input": {
+            "src_tokens": src_tokens,
+            "src_lengths": torch.tensor([len(r) for r in rows]),
+        },
         "span_mask": span_mask,
         "max_context": max_context,
         "context_column": torch.tensor(columns, dtype=torch.long),
@@ -403,12 +447,18 @@ def best_answers(
     max_answer_length: int = 30,
     top: int = 5,
 ) -> List[List[Dict[str, Any]]]:
-    """Per question of ``batch``, up to ``top`` answers, best first: ``text`` (exactly ``context[start:end]``),
-    ``start`` / ``end`` (characters), ``score`` (start + end logit) and ``probability`` (softmax over the question's
-    distinct n-best answers). Candidates: the ``n_best`` best start and end positions of each window's context,
-    end >= start, at most ``max_answer_length`` pieces, the start piece in the window it belongs to; answers that
-    differ only in case are one (the best scored), empty ones are skipped. ``start_logits`` / ``end_logits``: R x T."""
-    start_logits, end_logits = start_logits.detach().float().cpu(), end_logits.detach().float().cpu()
+    """Per question of ``batch``, up to ``top`` answers, best first: ``text`` (exactly
+    ``context[start:end]``), ``start`` / ``end`` (characters), ``score`` (start + end logit) and
+    ``probability`` (softmax over the question's distinct n-best answers). Candidates: the
+    ``n_best`` best start and end positions of each window's context, end >= start, at most
+    ``max_answer_length`` pieces, the start piece in the window it belongs to; answers that differ
+    only in case are one (the best scored), empty ones are skipped. ``start_logits`` /
+    ``end_logits``: R x T.
+    """
+    start_logits, end_logits = (
+        start_logits.detach().float().cpu(),
+        end_logits.detach().float().cpu(),
+    )
     span_mask, max_context = batch["span_mask"].cpu(), batch["max_context"].cpu()
     columns, window_starts = batch["context_column"].tolist(), batch["window_start"].tolist()
     row_example = batch["row_example"].tolist()
@@ -445,7 +495,9 @@ def best_answers(
             if len(answers) == n_best:
                 break
         if answers:
-            probabilities = torch.softmax(torch.tensor([a["score"] for a in answers], dtype=torch.float64), 0)
+            probabilities = torch.softmax(
+                torch.tensor([a["score"] for a in answers], dtype=torch.float64), 0
+            )
             for answer, p in zip(answers, probabilities.tolist()):
                 answer["probability"] = p
         out.append(answers[:top])
@@ -453,11 +505,15 @@ def best_answers(
 
 
 def null_score_diffs(
-    answers: Sequence[Sequence[Mapping[str, Any]]], start_logits: torch.Tensor, end_logits: torch.Tensor, batch
+    answers: Sequence[Sequence[Mapping[str, Any]]],
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    batch,
 ) -> List[Optional[float]]:
-    """Per question of ``batch``, its null score minus the score of its best span (``answers[s][0]``; None when it
-    has no span): the null score is the smallest ``<s>`` start + end logit over the question's windows (BERT's
-    ``run_squad`` and HF's ``run_qa`` for SQuAD v2.0). ``start_logits`` / ``end_logits``: R x T."""
+    """Per question of ``batch``, its null score minus the score of its best span
+    (``answers[s][0]``; None when it has no span): the null score is the smallest ``<s>`` start +
+    end logit over the question's windows (BERT's ``run_squad`` and HF's ``run_qa`` for SQuAD v2.0).
+    ``start_logits`` / ``end_logits``: R x T."""
     null = (start_logits[:, 0] + end_logits[:, 0]).detach().float().cpu()
     rows = batch["row_example"].cpu()
     diffs: List[Optional[float]] = []
@@ -468,8 +524,14 @@ def null_score_diffs(
 
 
 def v2_predictions(
-    answers: Sequence[Sequence[Mapping[str, Any]]], diffs: Sequence[Optional[float]], threshold: float
+    answers: Sequence[Sequence[Mapping[str, Any]]],
+    diffs: Sequence[Optional[float]],
+    threshold: float,
 ) -> List[str]:
-    """SQuAD v2.0 answers: "" (no answer) where the null score diff exceeds ``threshold`` or no span was found, else
-    the best span's text (the official ``evaluate-v2.0.py``'s ``pred_na = na_prob > thresh``)."""
-    return ["" if diff is None or diff > threshold else ranked[0]["text"] for ranked, diff in zip(answers, diffs)]
+    """SQuAD v2.0 answers: "" (no answer) where the null score diff exceeds ``threshold`` or no span
+    was found, else the best span's text (the official ``evaluate-v2.0.py``'s
+    ``pred_na = na_prob > thresh``)."""
+    return [
+        "" if diff is None or diff > threshold else ranked[0]["text"]
+        for ranked, diff in zip(answers, diffs)
+    ]

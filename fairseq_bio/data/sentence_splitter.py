@@ -1,14 +1,15 @@
-"""Sentence splitting for biomedical text: Punkt trained on the corpus itself, plus known abbreviations.
+"""Sentence splitting for biomedical text: Punkt trained on the corpus itself, plus known
+abbreviations.
 
-Untrained rule-based splitters miss boundaries such as "... type B. Type A strains ..." and
-"... by 90 min. Equivalent amounts ...", which Punkt learns from the corpus (it sees that "B" and "min"
-end sentences). Punkt alone still splits after "vs." or "The AA." (Italian "gli autori"), which are rare
-enough in a few thousand abstracts to go unlearned, so a fixed list of scientific abbreviations is added
-to the learned parameters. No NLTK data package is needed.
+Untrained rule-based splitters miss boundaries such as "... type B. Type A strains ..." and "... by
+90 min. Equivalent amounts ...", which Punkt learns from the corpus (it sees that "B" and "min" end
+sentences). Punkt alone still splits after "vs." or "The AA." (Italian "gli autori"), which are rare
+enough in a few thousand abstracts to go unlearned, so a fixed list of scientific abbreviations is
+added to the learned parameters. No NLTK data package is needed.
 
-Punkt also splits species names ("... strains of A. flavus ...") when its training saw the initial end
-sentences, and unlearned abbreviations ("24 hrs. after", "conc. range"). A split is undone when the
-next sentence would start with a plain lower-case word; words such as "mRNA", "p53" or
+Punkt also splits species names ("... strains of A. flavus ...") when its training saw the initial
+end sentences, and unlearned abbreviations ("24 hrs. after", "conc. range"). A split is undone when
+the next sentence would start with a plain lower-case word; words such as "mRNA", "p53" or
 "beta-Mercaptoethanol" still start sentences. Measured on 10,800 real abstracts this rejoins ~470 of
 62,000 boundaries, nearly all of them false splits.
 """
@@ -16,15 +17,19 @@ next sentence would start with a plain lower-case word; words such as "mRNA", "p
 import re
 from typing import TYPE_CHECKING, Iterable, List, Optional
 
-if TYPE_CHECKING:  # nltk is imported where a splitter is made: it takes 1-2 s (scipy), and --help needs none of it
+if (
+    TYPE_CHECKING
+):  # nltk is imported where a splitter is made: it takes 1-2 s (scipy), and --help needs none of it
     from nltk.tokenize.punkt import PunktParameters
 
-# Punkt abbreviation types: lower case, without the final period ("e.g." -> "e.g", "et al." -> "al").
-# Units that often end sentences (min, h, ms, ml, ...) are deliberately absent.
-BIO_ABBREVIATIONS = frozenset("""
+# Punkt abbreviation types: lower case, without the final period ("e.g." -> "e.g", "et al." ->
+# "al"). Units that often end sentences (min, h, ms, ml, ...) are deliberately absent.
+BIO_ABBREVIATIONS = frozenset(
+    """
     vs e.g i.e al cf viz ca approx resp fig figs tab eq eqs ref refs no nos vol vols pp suppl ed eds
     chap sect sp spp subsp ssp var aa st dr drs prof mr mrs jr sr dept univ nr
-    """.split())
+    """.split()
+)
 
 DEFAULT_TRAINING_TEXTS = 4000
 
@@ -45,8 +50,11 @@ class SentenceSplitter:
         self._tokenizer = PunktSentenceTokenizer(self.params)
 
     @classmethod
-    def train(cls, texts: Iterable[str], max_texts: int = DEFAULT_TRAINING_TEXTS) -> "SentenceSplitter":
-        """Learn Punkt parameters from the first ``max_texts`` paragraphs of ``texts`` (deterministic)."""
+    def train(
+        cls, texts: Iterable[str], max_texts: int = DEFAULT_TRAINING_TEXTS
+    ) -> "SentenceSplitter":
+        """Learn Punkt parameters from the first ``max_texts`` paragraphs of ``texts``
+        (deterministic)."""
         from nltk.tokenize.punkt import PunktTrainer
 
         trainer = PunktTrainer()
@@ -58,7 +66,8 @@ class SentenceSplitter:
         return cls(trainer.get_params())
 
     def split(self, text: str) -> List[str]:
-        """The sentences of ``text``, each with whitespace collapsed to single spaces; none empty."""
+        """The sentences of ``text``, each with whitespace collapsed to single spaces; none
+        empty."""
         text = " ".join(text.split())
         if not text:
             return []
@@ -81,7 +90,8 @@ class SentenceSplitter:
 
 
 def _is_continuation(previous: str, sentence: str) -> bool:
-    """True when Punkt split inside a sentence: a lower-case word after an abbreviation or initial."""
+    """True when Punkt split inside a sentence: a lower-case word after an abbreviation or
+    initial."""
     if not sentence[0].islower():
         return False
     if previous.endswith(" ."):

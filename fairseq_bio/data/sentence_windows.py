@@ -1,4 +1,5 @@
-"""Sentence-level examples (one text, or a pair) as rows of the encoder's positions, windowed so nothing is cut.
+"""Sentence-level examples (one text, or a pair) as rows of the encoder's positions, windowed so
+nothing is cut.
 
 A single text becomes ``<s> text </s>``, a pair RoBERTa's ``<s> a </s></s> b </s>``. A text longer
 than the positions (a HoC abstract, a PubMedQA context) is split at word boundaries into windows
@@ -21,8 +22,10 @@ Window = Tuple[int, int]  # [start, end) words of the windowed text
 
 
 def consecutive_windows(counts: Sequence[int], capacity: int) -> List[Window]:
-    """Word windows ``[(start, end)]`` that follow each other, each as full as ``capacity`` pieces allow (a single
-    word longer than ``capacity`` gets a window of its own, its pieces beyond ``capacity`` left out)."""
+    """Word windows ``[(start, end)]`` that follow each other, each as full as ``capacity`` pieces
+    allow (a single word longer than ``capacity`` gets a window of its own, its pieces beyond
+    ``capacity`` left out).
+    """
     windows, start, used = [], 0, 0
     for w, n in enumerate(counts):
         if w > start and used + n > capacity:
@@ -37,14 +40,16 @@ def consecutive_windows(counts: Sequence[int], capacity: int) -> List[Window]:
 def plan_rows(
     first: Sequence[int], second: Optional[Sequence[int]], max_positions: int, overlap: bool = False
 ) -> Tuple[Optional[int], List[Window], int]:
-    """(pieces of the first text kept in every row of a pair, word windows over the windowed text, pieces one
-    window holds) for texts with these per-word piece counts.
+    """(pieces of the first text kept in every row of a pair, word windows over the windowed text,
+    pieces one window holds) for texts with these per-word piece counts.
 
     Windows follow each other, each word in exactly one (``consecutive_windows``), or with
     ``overlap`` overlap by about half a window (``plan_windows``, as tagging does: twice the rows).
     A pair windows its second text and repeats the first in every window: the first keeps at least
     half the room, and only its first pieces when it is longer still."""
-    windows = (lambda counts, room: plan_windows(counts, room)[0]) if overlap else consecutive_windows
+    windows = (
+        (lambda counts, room: plan_windows(counts, room)[0]) if overlap else consecutive_windows
+    )
     if second is None:
         capacity = max_positions - 2  # <s> text </s>
         if capacity < 1:
@@ -68,8 +73,10 @@ class WindowError(BioError, ValueError):
 
 
 def centred_window(counts: Sequence[int], capacity: int, first: int, last: int) -> Optional[Window]:
-    """The word window ``[a, b)`` holding words ``first..last`` within ``capacity`` pieces, grown one word at a time
-    on alternate sides (so centred on them) while it fits; None when those words alone do not fit."""
+    """The word window ``[a, b)`` holding words ``first..last`` within ``capacity`` pieces, grown
+    one word at a time on alternate sides (so centred on them) while it fits; None when those words
+    alone do not fit.
+    """
     a, b = first, last + 1
     used = int(sum(counts[a:b]))
     if used > capacity:
@@ -87,8 +94,10 @@ def centred_window(counts: Sequence[int], capacity: int, first: int, last: int) 
 
 
 class MarkerWordEncoder:
-    """A ``WordEncoder`` whose marker words (``[E1]`` ...) are their own dictionary ids; the first other word opens
-    the sentence (byte-level BPE: no space before it), so the pieces between markers are the unmarked text's."""
+    """A ``WordEncoder`` whose marker words (``[E1]`` ...) are their own dictionary ids; the first
+    other word opens the sentence (byte-level BPE: no space before it), so the pieces between
+    markers are the unmarked text's.
+    """
 
     def __init__(self, encoder, marker_ids: Dict[str, int]):
         self.encoder = encoder
@@ -96,8 +105,10 @@ class MarkerWordEncoder:
 
     def encode_sentence(self, words: Sequence[str]) -> List[List[int]]:
         first = next((i for i, w in enumerate(words) if w not in self.marker_ids), -1)
-        return [[self.marker_ids[w]] if w in self.marker_ids else self.encoder.encode(w, i == first)
-                for i, w in enumerate(words)]  # fmt: skip
+        return [
+            [self.marker_ids[w]] if w in self.marker_ids else self.encoder.encode(w, i == first)
+            for i, w in enumerate(words)
+        ]
 
 
 def pool_windows(rows: torch.Tensor, row_example: torch.Tensor, n: int) -> torch.Tensor:
@@ -138,12 +149,15 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
             raise ValueError("entity markers (focus) mark one text, not a pair")
         if mentions is not None and len(texts) != 1:
             raise ValueError("entity mentions are spans of one text, not a pair")
-        self.focus_name = "entity markers"  # what the focus words are, for the error when they do not fit
+        self.focus_name = (
+            "entity markers"  # what the focus words are, for the error when they do not fit
+        )
         if mentions is not None and focus is None:  # the words from the first mention to the last
             focus = [(min(s for s, _ in spans), max(e for _, e in spans) - 1) for spans in mentions]
             self.focus_name = "entity mentions"
         self.mentions = mentions
-        self.focus = focus  # per example: (first, last) word of its markers or mentions, which one window must hold
+        # per example: (first, last) word of its markers or mentions, which one window must hold
+        self.focus = focus
         self.documents = None if documents is None else np.asarray(documents, dtype=np.int64)
         self.first = texts[0]
         self.second = texts[1] if len(texts) == 2 else None
@@ -154,10 +168,16 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 1
-        self.max_tokens: Optional[int] = None  # set by the task: an example never counts as more than a batch
+        self.max_tokens: Optional[int] = (
+            None  # set by the task: an example never counts as more than a batch
+        )
         self.plans = [self._plan(i) for i in range(len(self.first))]
-        self._sizes = np.array([sum(self._row_length(i, w) for w in plan[1]) for i, plan in enumerate(self.plans)])
-        self.truncated = sum(self.cut(i) for i in range(len(self.plans)))  # pairs whose first text was cut
+        self._sizes = np.array(
+            [sum(self._row_length(i, w) for w in plan[1]) for i, plan in enumerate(self.plans)]
+        )
+        self.truncated = sum(
+            self.cut(i) for i in range(len(self.plans))
+        )  # pairs whose first text was cut
 
     def _plan(self, i: int):
         second = None if self.second is None else self.second.piece_counts(i)
@@ -174,12 +194,15 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
             if self.mentions is not None:
                 for k, (start, end) in enumerate(self.mentions[i], 1):
                     if not counts[start:end].sum():
-                        raise WindowError(i, f"entity {k}'s mention (words {start}-{end}) encodes to no pieces")
+                        raise WindowError(
+                            i, f"entity {k}'s mention (words {start}-{end}) encodes to no pieces"
+                        )
             return None, [window], capacity
         return plan_rows(self.first.piece_counts(i), second, self.max_positions, self.overlap)
 
     def cut(self, i: int) -> bool:
-        """Whether pair ``i``'s first text is cut (kept to its first pieces in every row: it alone overflows)."""
+        """Whether pair ``i``'s first text is cut (kept to its first pieces in every row: it alone
+        overflows)."""
         keep = self.plans[i][0]
         return keep is not None and keep < self._len(i)
 
@@ -208,7 +231,9 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
             prefix = [int(p) for w in self.first.sentence(index) for p in w][:keep]
         rows = []
         for a, b in windows:
-            pieces = [int(p) for w in words[a:b] for p in w][:room]  # a single over-long word is clipped
+            pieces = [int(p) for w in words[a:b] for p in w][
+                :room
+            ]  # a single over-long word is clipped
             rows.append((prefix, pieces))
         target = None if self.targets is None else self.targets[index]
         item = {"id": index, "rows": rows, "target": target}
@@ -224,15 +249,21 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         return collate_rows(samples, self.dictionary, pair=self.second is not None)
 
     def ordered_indices(self):
-        """Documents' sentences together, in document order, when scoring; otherwise length-sorted."""
+        """Documents' sentences together, in document order, when scoring; otherwise
+        length-sorted."""
         if self.documents is None or self.shuffle:
             return super().ordered_indices()
         return np.argsort(self.documents, kind="mergesort")
 
-    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
-        """fairseq's batches, or when scoring documents, whole documents per batch (one over the limits alone)."""
+    def batch_by_size(
+        self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1
+    ):
+        """fairseq's batches, or when scoring documents, whole documents per batch (one over the
+        limits alone)."""
         if self.documents is None or self.shuffle:
-            return super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
+            return super().batch_by_size(
+                indices, max_tokens, max_sentences, required_batch_size_multiple
+            )
         indices = np.asarray(indices, dtype=np.int64)
         starts = np.flatnonzero(np.diff(self.documents[indices], prepend=-1) != 0)
         batches, batch, width = [], [], 0
@@ -253,9 +284,11 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
 
 
 class RepeatedExamples(LengthSortedExamples, FairseqDataset):
-    """A dataset's examples, example ``index[i]`` at position ``i`` (``task.oversample``: an example of class c
-    named k_c times). The examples are encoded and planned once; only the positions repeat, so batching, shuffling
-    and size-sorting treat every repeat as an example of its own, as if the examples had been repeated."""
+    """A dataset's examples, example ``index[i]`` at position ``i`` (``task.oversample``: an example
+    of class c named k_c times). The examples are encoded and planned once; only the positions
+    repeat, so batching, shuffling and size-sorting treat every repeat as an example of its own, as
+    if the examples had been repeated.
+    """
 
     def __init__(self, dataset: SentencePredictionDataset, index: Sequence[int]):
         self.dataset = dataset
@@ -279,8 +312,10 @@ class RepeatedExamples(LengthSortedExamples, FairseqDataset):
 
 
 def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> Dict[str, Any]:
-    """``src_tokens`` (R x T, one row per window), ``row_example`` (R: the sample each row belongs to) and, when
-    the samples have them, ``target`` (B, or B x K for multi-label) and ``mentions`` (R x 2 x 2 token spans)."""
+    """``src_tokens`` (R x T, one row per window), ``row_example`` (R: the sample each row belongs
+    to) and, when the samples have them, ``target`` (B, or B x K for multi-label) and ``mentions``
+    (R x 2 x 2 token spans).
+    """
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
@@ -298,13 +333,22 @@ def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> D
         "id": torch.tensor([sample["id"] for sample in samples], dtype=torch.long),
         "nsentences": len(samples),
         "ntokens": sum(len(r) for r in rows),
-        "net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([len(r) for r in rows])},
+        "net_input": {
+            "src_tokens": src_tokens,
+            "src_lengths": torch.tensor([len(r) for r in rows]),
+        },
         "row_example": torch.tensor(row_example, dtype=torch.long),
     }
     if samples[0].get("target") is not None:
-        batch["target"] = torch.as_tensor(np.stack([np.asarray(sample["target"]) for sample in samples]))
+        batch["target"] = torch.as_tensor(
+            np.stack([np.asarray(sample["target"]) for sample in samples])
+        )
     if "mentions" in samples[0]:
-        batch["mentions"] = torch.tensor([row for sample in samples for row in sample["mentions"]], dtype=torch.long)
+        batch["mentions"] = torch.tensor(
+            [row for sample in samples for row in sample["mentions"]], dtype=torch.long
+        )
     if "document" in samples[0]:
-        batch["document"] = torch.tensor([sample["document"] for sample in samples], dtype=torch.long)
+        batch["document"] = torch.tensor(
+            [sample["document"] for sample in samples], dtype=torch.long
+        )
     return batch

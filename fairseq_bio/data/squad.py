@@ -1,14 +1,16 @@
-"""Reader of SQuAD v1.1 / v2.0 JSON (no fairseq import): ``{"data": [{"paragraphs": [{"context", "qas": [{"id",
-"question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}``, the form BioBERT distributes BioASQ
-factoid questions in (one snippet or abstract per paragraph; train questions carry one answer, dev/test ones may
-carry several).
+"""Reader of SQuAD v1.1 / v2.0 JSON (no fairseq import):
+``{"data": [{"paragraphs": [{"context", "qas": [{"id",
+"question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}``, the form BioBERT
+distributes BioASQ factoid questions in (one snippet or abstract per paragraph; train questions
+carry one answer, dev/test ones may carry several).
 
-Every answer is checked against its context: ``answer_start`` is a character offset into the context and the
-context must read exactly ``text`` there. Each check fails in one line naming the file, the line of the question's
-``"id"`` and the question id. SQuAD v2.0's unanswerable questions (``"is_impossible": true`` with an empty
-``answers`` list; v2.0's ``plausible_answers`` are ignored) are read only when asked for (``allow_unanswerable``)
-and then have ``answers == []``; an empty ``answers`` list counts as unanswerable, as the official v2.0 evaluation
-script counts it (``bool(qa["answers"])``), and ``is_impossible`` with answers is refused.
+Every answer is checked against its context: ``answer_start`` is a character offset into the context
+and the context must read exactly ``text`` there. Each check fails in one line naming the file, the
+line of the question's ``"id"`` and the question id. SQuAD v2.0's unanswerable questions
+(``"is_impossible": true`` with an empty ``answers`` list; v2.0's ``plausible_answers`` are ignored)
+are read only when asked for (``allow_unanswerable``) and then have ``answers == []``; an empty
+``answers`` list counts as unanswerable, as the official v2.0 evaluation script counts it
+(``bool(qa["answers"])``), and ``is_impossible`` with answers is refused.
 """
 
 import json
@@ -34,8 +36,9 @@ class GoldAnswer:
 
 @dataclass
 class QAExample:
-    """One question about one context (``context_index`` into the file's contexts), its gold answers (None when the
-    file has none, ``[]`` when the question is unanswerable), and where it came from."""
+    """One question about one context (``context_index`` into the file's contexts), its gold answers
+    (None when the file has none, ``[]`` when the question is unanswerable), and where it came
+    from."""
 
     id: str
     question: str
@@ -83,10 +86,14 @@ def _show(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
-def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswerable: bool = False) -> SquadFile:
-    """Contexts and questions of a SQuAD file. ``require_answers``: True (train/valid: every question has an
-    answers list), False (answers ignored: a file to predict), None (answers read when the file has them: all
-    questions or none). ``allow_unanswerable``: SQuAD v2.0 questions without an answer are read (else refused)."""
+def read_squad(
+    path: str, require_answers: Optional[bool] = True, allow_unanswerable: bool = False
+) -> SquadFile:
+    """Contexts and questions of a SQuAD file. ``require_answers``: True (train/valid: every
+    question has an answers list), False (answers ignored: a file to predict), None (answers read
+    when the file has them: all questions or none). ``allow_unanswerable``: SQuAD v2.0 questions
+    without an answer are read (else refused).
+    """
     try:
         with open(path, encoding="utf-8-sig") as f:
             text = f.read()
@@ -97,12 +104,16 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
     except json.JSONDecodeError as e:
         raise InputError(json_error(path, e)) from None
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise InputError(f'{path}:1: no "data" list (SQuAD v1.1: {{"data": [{{"paragraphs": [...]}}]}})')
+        raise InputError(
+            f'{path}:1: no "data" list (SQuAD v1.1: {{"data": [{{"paragraphs": [...]}}]}})'
+        )
     lines = _id_lines(text)
     contexts: List[str] = []
     examples: List[QAExample] = []
     seen: Dict[str, int] = {}
-    allow_unanswerable = allow_unanswerable or require_answers is False  # answers ignored: any question is read
+    allow_unanswerable = (
+        allow_unanswerable or require_answers is False
+    )  # answers ignored: any question is read
     for a, article in enumerate(data["data"]):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -118,18 +129,28 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
                 raise InputError(f'{path}: {where} has no "qas" list')
             if not context.strip():
                 first = qas[0].get("id") if qas and isinstance(qas[0], dict) else None
-                at = f"{path}:{lines.get(first, 1)}: question {first}" if first is not None else f"{path}: {where}"
+                at = (
+                    f"{path}:{lines.get(first, 1)}: question {first}"
+                    if first is not None
+                    else f"{path}: {where}"
+                )
                 raise InputError(f"{at}: empty context")
             contexts.append(context)
             for q, qa in enumerate(qas):
                 at = f"{where}.qas[{q}]"
-                examples.append(_question(path, at, qa, len(contexts) - 1, context, lines, seen, allow_unanswerable))
+                examples.append(
+                    _question(
+                        path, at, qa, len(contexts) - 1, context, lines, seen, allow_unanswerable
+                    )
+                )
     if not examples:
         raise InputError(f"{path}: no questions")
     labelled = [ex.answers is not None for ex in examples]
     if require_answers is None and any(labelled) and not all(labelled):
         ex = examples[labelled.index(False)]
-        raise InputError(f'{path}:{ex.line}: question {ex.id}: no "answers", but other questions have them')
+        raise InputError(
+            f'{path}:{ex.line}: question {ex.id}: no "answers", but other questions have them'
+        )
     if require_answers is False or (require_answers is None and not any(labelled)):
         for ex in examples:
             ex.answers = None
@@ -143,7 +164,9 @@ def read_squad(path: str, require_answers: Optional[bool] = True, allow_unanswer
 V2_HINT = "SQuAD v2.0 unanswerable questions are read with task.version_2_with_negative=true"
 
 
-def _question(path, where, qa, context_index, context, lines, seen, allow_unanswerable=False) -> QAExample:
+def _question(
+    path, where, qa, context_index, context, lines, seen, allow_unanswerable=False
+) -> QAExample:
     if not isinstance(qa, dict):
         raise InputError(f"{path}: {where} is not an object")
     qid = qa.get("id")
@@ -167,7 +190,9 @@ def _question(path, where, qa, context_index, context, lines, seen, allow_unansw
         if not isinstance(raw, list):
             raise InputError(f'{at}: "answers" is not a list')
         if impossible and raw:
-            raise InputError(f'{at}: is_impossible, but "answers" has {len(raw)} (v2.0: an empty list)')
+            raise InputError(
+                f'{at}: is_impossible, but "answers" has {len(raw)} (v2.0: an empty list)'
+            )
         answers = [_answer(at, k, ans, context) for k, ans in enumerate(raw)]
     elif impossible:
         answers = []
@@ -192,7 +217,11 @@ def _answer(at: str, k: int, ans, context: str) -> GoldAnswer:
     found = context[start : start + len(text)]
     if found != text:
         elsewhere = context.find(text)
-        hint = f"; the text occurs at {elsewhere}" if elsewhere >= 0 else "; the text is not in the context"
+        hint = (
+            f"; the text occurs at {elsewhere}"
+            if elsewhere >= 0
+            else "; the text is not in the context"
+        )
         raise InputError(
             f"{at}: answers[{k}] {_show(text)} is not at answer_start {start} (the context reads {_show(found)} "
             f"there{hint})"
@@ -206,5 +235,6 @@ def gold_texts(example: QAExample) -> List[str]:
 
 
 def context_words(context: str) -> List[Tuple[str, int, int]]:
-    """``(word, start, end)`` of the whitespace-separated words of a context (as the sentence tasks split texts)."""
+    """``(word, start, end)`` of the whitespace-separated words of a context (as the sentence tasks
+    split texts)."""
     return [(m.group(), m.start(), m.end()) for m in re.finditer(r"\S+", context)]

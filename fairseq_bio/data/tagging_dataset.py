@@ -1,10 +1,12 @@
-"""Word-level tagging data: words encoded with the model's own BPE, sentences windowed so that nothing is cut.
+"""Word-level tagging data: words encoded with the model's own BPE, sentences windowed so that
+nothing is cut.
 
-A sample is one sentence. The collater turns each sentence into one or more rows ``<s> pieces </s>``: a sentence
-whose pieces do not fit in the encoder's positions is split at word boundaries into windows that overlap by about
-half a window, and every word is *owned* by exactly one window, the one where it has the most context on its
-poorer side. Training uses every window as an example; scoring and prediction read each word from its owner, so
-every input word gets exactly one prediction.
+A sample is one sentence. The collater turns each sentence into one or more rows
+``<s> pieces </s>``: a sentence whose pieces do not fit in the encoder's positions is split at word
+boundaries into windows that overlap by about half a window, and every word is *owned* by exactly
+one window, the one where it has the most context on its poorer side. Training uses every window as
+an example; scoring and prediction read each word from its owner, so every input word gets exactly
+one prediction.
 """
 
 import hashlib
@@ -29,7 +31,8 @@ CACHE_VERSION = 1
 
 
 class WordEncoder:
-    """Dictionary ids of single words with a fairseq BPE, as the pretraining data encoded them (memoised)."""
+    """Dictionary ids of single words with a fairseq BPE, as the pretraining data encoded them
+    (memoised)."""
 
     def __init__(self, dictionary, bpe_spec: Mapping[str, Any]):
         from fairseq.data import encoders
@@ -37,19 +40,25 @@ class WordEncoder:
         self.dictionary = dictionary
         self.spec = dict(bpe_spec)
         name = self.spec["_name"]
-        self.bpe = encoders.build_bpe(Namespace(bpe=name, **{k: v for k, v in self.spec.items() if k != "_name"}))
-        # Byte-level BPE marks a word that follows a space; fairseq encodes a line without a leading space.
+        self.bpe = encoders.build_bpe(
+            Namespace(bpe=name, **{k: v for k, v in self.spec.items() if k != "_name"})
+        )
+        # Byte-level BPE marks a word that follows a space; fairseq encodes a line without a leading
+        # space.
         self.space_prefix = name == "gpt2"
         self._cache: Dict[Tuple[str, bool], List[int]] = {}
 
     def encode(self, word: str, first: bool) -> List[int]:
-        """Ids of ``word`` (``first``: it opens its sentence); never empty (``<unk>`` when the BPE gives nothing)."""
+        """Ids of ``word`` (``first``: it opens its sentence); never empty (``<unk>`` when the BPE
+        gives nothing)."""
         key = (word, first and self.space_prefix)
         ids = self._cache.get(key)
         if ids is None:
             text = word if key[1] or not self.space_prefix else " " + word
             pieces = self.bpe.encode(text)
-            ids = self.dictionary.encode_line(pieces, append_eos=False, add_if_not_exist=False).tolist()
+            ids = self.dictionary.encode_line(
+                pieces, append_eos=False, add_if_not_exist=False
+            ).tolist()
             ids = ids or [self.dictionary.unk()]
             self._cache[key] = ids
         return ids
@@ -73,8 +82,8 @@ def fingerprint(*parts: Any) -> str:
 
 
 class EncodedWords:
-    """Sentences of words as ragged arrays: ``pieces`` (all ids), ``word_starts`` (per word, into pieces, with a
-    final end), ``sentence_starts`` (per sentence, into words, with a final end)."""
+    """Sentences of words as ragged arrays: ``pieces`` (all ids), ``word_starts`` (per word, into
+    pieces, with a final end), ``sentence_starts`` (per sentence, into words, with a final end)."""
 
     def __init__(self, pieces: np.ndarray, word_starts: np.ndarray, sentence_starts: np.ndarray):
         self.pieces, self.word_starts, self.sentence_starts = pieces, word_starts, sentence_starts
@@ -96,8 +105,11 @@ class EncodedWords:
         )
 
     @classmethod
-    def cached(cls, encoder: WordEncoder, sentences, cache_dir: Optional[str], key: str) -> "EncodedWords":
-        """``encode`` through an ``.npz`` cache in ``cache_dir`` (written atomically), keyed by ``key``."""
+    def cached(
+        cls, encoder: WordEncoder, sentences, cache_dir: Optional[str], key: str
+    ) -> "EncodedWords":
+        """``encode`` through an ``.npz`` cache in ``cache_dir`` (written atomically), keyed by
+        ``key``."""
         path = os.path.join(cache_dir, f"encoded-{key}.npz") if cache_dir else None
         if path and os.path.exists(path):
             with np.load(path, allow_pickle=False) as z:
@@ -108,7 +120,10 @@ class EncodedWords:
             os.makedirs(cache_dir, exist_ok=True)
             with atomic_write(path, "wb") as f:
                 np.savez(
-                    f, pieces=encoded.pieces, word_starts=encoded.word_starts, sentence_starts=encoded.sentence_starts
+                    f,
+                    pieces=encoded.pieces,
+                    word_starts=encoded.word_starts,
+                    sentence_starts=encoded.sentence_starts,
                 )
         return encoded
 
@@ -127,12 +142,13 @@ class EncodedWords:
 
 
 def plan_windows(counts: Sequence[int], capacity: int) -> Tuple[List[Tuple[int, int]], List[int]]:
-    """Word windows ``[(start, end)]`` whose pieces fit in ``capacity`` and the owning window of every word.
+    """Word windows ``[(start, end)]`` whose pieces fit in ``capacity`` and the owning window of
+    every word.
 
-    Windows advance by about half a window and always leave no word uncovered; a word is owned by the window
-    where min(pieces before it, pieces after it) is largest (the earlier window on ties). A single word longer
-    than ``capacity`` gets a window of its own (its pieces beyond ``capacity`` are not encoded; its first
-    piece, which carries its label, always is).
+    Windows advance by about half a window and always leave no word uncovered; a word is owned by
+    the window where min(pieces before it, pieces after it) is largest (the earlier window on ties).
+    A single word longer than ``capacity`` gets a window of its own (its pieces beyond ``capacity``
+    are not encoded; its first piece, which carries its label, always is).
     """
     n = len(counts)
     if n == 0:
@@ -162,7 +178,8 @@ def plan_windows(counts: Sequence[int], capacity: int) -> Tuple[List[Tuple[int, 
 
 
 class TaggingDataset(LengthSortedExamples, FairseqDataset):
-    """Sentences (``EncodedWords``) with optional word label ids and gold tags, collated into windows."""
+    """Sentences (``EncodedWords``) with optional word label ids and gold tags, collated into
+    windows."""
 
     def __init__(
         self,
@@ -181,12 +198,16 @@ class TaggingDataset(LengthSortedExamples, FairseqDataset):
         if self.capacity < 1:
             raise ValueError(f"max_positions {max_positions} leaves no room for words")
         self.labels = labels
-        self.continuation = continuation_labels  # label id -> label of a word's later pieces; None: first only
+        self.continuation = (
+            continuation_labels  # label id -> label of a word's later pieces; None: first only
+        )
         self.gold_tags = gold_tags
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 1
-        self.max_tokens: Optional[int] = None  # set by the task: a sentence never counts as more than a batch
+        self.max_tokens: Optional[int] = (
+            None  # set by the task: a sentence never counts as more than a batch
+        )
         self._sizes = np.array([self._size(i) for i in range(len(encoded))], dtype=np.int64)
         self._clipped_warned = False
 
@@ -207,7 +228,9 @@ class TaggingDataset(LengthSortedExamples, FairseqDataset):
         }
 
     def collater(self, samples):
-        return collate_windows(samples, self.dictionary, self.capacity, self.continuation, self._warn_clipped)
+        return collate_windows(
+            samples, self.dictionary, self.capacity, self.continuation, self._warn_clipped
+        )
 
     def _warn_clipped(self, sample_id, word):
         if not self._clipped_warned:
@@ -221,11 +244,13 @@ class TaggingDataset(LengthSortedExamples, FairseqDataset):
             self._clipped_warned = True
 
 
-def collate_windows(samples, dictionary, capacity: int, continuation=None, on_clipped=None) -> Dict[str, Any]:
-    """Rows ``<s> pieces </s>`` (one per window) with ``target`` label ids (IGNORE where none), ``positions``
-    (R x T bool: where labels sit, first pieces or all pieces of words), and for every word of every sentence the
-    one position that predicts it: ``owned`` (R x T bool), ``word_index`` (R x T, -1 elsewhere), ``row_sentence``
-    (R)."""
+def collate_windows(
+    samples, dictionary, capacity: int, continuation=None, on_clipped=None
+) -> Dict[str, Any]:
+    """Rows ``<s> pieces </s>`` (one per window) with ``target`` label ids (IGNORE where none),
+    ``positions`` (R x T bool: where labels sit, first pieces or all pieces of words), and for every
+    word of every sentence the one position that predicts it: ``owned`` (R x T bool), ``word_index``
+    (R x T, -1 elsewhere), ``row_sentence`` (R)."""
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
@@ -244,7 +269,11 @@ def collate_windows(samples, dictionary, capacity: int, continuation=None, on_cl
                     if on_clipped is not None:
                         on_clipped(sample["id"], w)
                 label = IGNORE if labels is None else int(labels[w])
-                later = IGNORE if (continuation is None or label == IGNORE) else int(continuation[label])
+                later = (
+                    IGNORE
+                    if (continuation is None or label == IGNORE)
+                    else int(continuation[label])
+                )
                 tokens.extend(int(p) for p in pieces)
                 target.extend([label] + [later] * (len(pieces) - 1))
                 owned.extend([owner[w] == k] + [False] * (len(pieces) - 1))
@@ -275,7 +304,10 @@ def collate_windows(samples, dictionary, capacity: int, continuation=None, on_cl
         "id": torch.tensor([sample["id"] for sample in samples], dtype=torch.long),
         "nsentences": len(samples),
         "ntokens": sum(len(r) for r in rows),
-        "net_input": {"src_tokens": src_tokens, "src_lengths": torch.tensor([len(r) for r in rows])},
+        "net_input": {
+            "src_tokens": src_tokens,
+            "src_lengths": torch.tensor([len(r) for r in rows]),
+        },
         "owned": padded(owned_rows, False, torch.bool),
         "word_index": padded(word_rows, -1, torch.long),
         "positions": padded(label_rows, False, torch.bool),
@@ -289,8 +321,8 @@ def collate_windows(samples, dictionary, capacity: int, continuation=None, on_cl
 
 
 def word_predictions(batch: Mapping[str, Any], row_predictions: torch.Tensor) -> List[List[int]]:
-    """Per sentence of ``batch``, the prediction of every word read from its owning window (``row_predictions``
-    is R x T); raises if a word has no prediction or more than one."""
+    """Per sentence of ``batch``, the prediction of every word read from its owning window
+    (``row_predictions`` is R x T); raises if a word has no prediction or more than one."""
     owned = batch["owned"]
     rows, cols = owned.nonzero(as_tuple=True)
     sentences = batch["row_sentence"][rows].tolist()

@@ -1,6 +1,6 @@
-"""The tokenizer description beside a dictionary (``bpe.json``: fairseq's BPE name and its files) and the optional
-fastBPE module: what the corpus commands and the plugin both read, without torch or fairseq (the word-boundary tables
-built from it are ``word_boundaries``)."""
+"""The tokenizer description beside a dictionary (``bpe.json``: fairseq's BPE name and its files)
+and the optional fastBPE module: what the corpus commands and the plugin both read, without torch or
+fairseq (the word-boundary tables built from it are ``word_boundaries``)."""
 
 import json
 import os
@@ -17,7 +17,13 @@ class WordBoundaryError(BioError, ValueError):
 
 
 # The options of fairseq's BPEs that name files (relative to bpe.json in a bpe.json).
-BPE_FILE_OPTIONS = ("gpt2_encoder_json", "gpt2_vocab_bpe", "sentencepiece_model", "bpe_vocab_file", "bpe_codes")
+BPE_FILE_OPTIONS = (
+    "gpt2_encoder_json",
+    "gpt2_vocab_bpe",
+    "sentencepiece_model",
+    "bpe_vocab_file",
+    "bpe_codes",
+)
 
 
 def bpe_file_options(spec: Mapping[str, Any]):
@@ -26,7 +32,8 @@ def bpe_file_options(spec: Mapping[str, Any]):
 
 
 def require_fastbpe():
-    """The ``fastBPE`` module, or a one-line error saying how to build it (it is an optional extra)."""
+    """The ``fastBPE`` module, or a one-line error saying how to build it (it is an optional
+    extra)."""
     try:
         import fastBPE
     except ImportError:

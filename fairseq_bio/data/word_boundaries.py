@@ -19,7 +19,8 @@ SENTENCEPIECE_SPACE = "\u2581"  # "▁"
 
 @dataclass(frozen=True)
 class WordBoundaries:
-    """Per-symbol flags of one dictionary (each a ``V`` bool tensor) and the rule that combines them."""
+    """Per-symbol flags of one dictionary (each a ``V`` bool tensor) and the rule that combines
+    them."""
 
     begins: torch.Tensor  # symbol starts a new word (when it follows a symbol that can end one)
     ends: torch.Tensor  # a word may end after this symbol (False for subword-nmt "@@" symbols)
@@ -32,7 +33,9 @@ class WordBoundaries:
     def tables(self, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(begins, ends, special) on ``device``, copied there once and then reused."""
         if device not in self._on_device:
-            self._on_device[device] = tuple(t.to(device) for t in (self.begins, self.ends, self.special))
+            self._on_device[device] = tuple(
+                t.to(device) for t in (self.begins, self.ends, self.special)
+            )
         return self._on_device[device]
 
     @classmethod
@@ -66,7 +69,8 @@ class WordBoundaries:
             ends = [not s.endswith("@@") for s in symbols]
         else:
             raise WordBoundaryError(
-                f'bpe "{name}": word boundaries are known for gpt2, sentencepiece, bert, subword_nmt ' "and fastbpe"
+                f'bpe "{name}": word boundaries are known for gpt2, sentencepiece, bert, subword_nmt '
+                "and fastbpe"
             )
         unk = dictionary.unk()
         begins[unk], ends[unk] = unk_begins, True
@@ -93,14 +97,15 @@ class WordBoundaries:
         return ~is_special & (prev_special | (prev_ends & begins[tokens]))
 
     def word_ids(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``B x T`` (or ``T``) long: 1-based index of each token's word in its row, 0 for control symbols."""
+        """``B x T`` (or ``T``) long: 1-based index of each token's word in its row, 0 for control
+        symbols."""
         starts = self.word_starts(tokens)
         return torch.where(self.tables(tokens.device)[2][tokens], 0, starts.long().cumsum(-1))
 
 
 def special_symbols(dictionary) -> torch.Tensor:
-    """``V`` bool: fairseq's control symbols (everything but ``<unk>`` among the specials, ``<mask>``,
-    ``madeupword`` padding)."""
+    """``V`` bool: fairseq's control symbols (everything but ``<unk>`` among the specials,
+    ``<mask>``, ``madeupword`` padding)."""
     flags = torch.zeros(len(dictionary), dtype=torch.bool)
     flags[: dictionary.nspecial] = True
     flags[dictionary.unk()] = False
@@ -114,7 +119,9 @@ def special_symbols(dictionary) -> torch.Tensor:
 def _gpt2_begins(symbols, bpe: Mapping[str, Any]):
     path = bpe.get("gpt2_encoder_json")
     if not path:
-        raise WordBoundaryError('bpe "gpt2" needs "gpt2_encoder_json" (the encoder.json of the BPE)')
+        raise WordBoundaryError(
+            'bpe "gpt2" needs "gpt2_encoder_json" (the encoder.json of the BPE)'
+        )
     try:
         with open(path, encoding="utf-8") as f:
             id_to_token = {v: k for k, v in json.load(f).items()}

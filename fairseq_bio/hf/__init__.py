@@ -1,16 +1,19 @@
-"""HF transformers <-> fairseq_bio: import HF BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT encoders as ``bio_roberta``
-checkpoints and HF ELECTRA pairs (discriminator + generator) as ``bio_electra`` checkpoints, and export
-``bio_roberta`` checkpoints (masked LM, tagging, sentence and QA heads) as HF model directories and ``bio_electra``
-ones as HF ELECTRA pairs, each checked for exactness (token ids, hidden states, logits) before its output appears.
+"""HF transformers <-> fairseq_bio: import HF BERT/RoBERTa/ELECTRA/DistilBERT/MegatronBERT encoders
+as ``bio_roberta`` checkpoints and HF ELECTRA pairs (discriminator + generator) as ``bio_electra``
+checkpoints, and export ``bio_roberta`` checkpoints (masked LM, tagging, sentence and QA heads) as
+HF model directories and ``bio_electra`` ones as HF ELECTRA pairs, each checked for exactness (token
+ids, hidden states, logits) before its output appears.
 
-Modules, from the bottom up: ``common`` (HFConvertError, JSON files), ``config`` (config.json <-> model
-options), ``tokenizers`` (fairseq vocabulary -> HF tokenizer files), ``vocab`` (HF tokenizer files -> fairseq
-vocabulary), ``weights`` (parameter maps, both directions), ``electra`` (the ELECTRA pair's configs and parameter
-maps), ``heads`` (what a checkpoint's head becomes), ``checkpoints`` (checkpoints written and read), ``verify`` (the
-exactness checks), ``model_card``, ``export`` and ``importing``. transformers is imported only where it is used.
+Modules, from the bottom up: ``common`` (HFConvertError, JSON files), ``config`` (config.json <->
+model options), ``tokenizers`` (fairseq vocabulary -> HF tokenizer files), ``vocab`` (HF tokenizer
+files -> fairseq vocabulary), ``weights`` (parameter maps, both directions), ``electra`` (the
+ELECTRA pair's configs and parameter maps), ``heads`` (what a checkpoint's head becomes),
+``checkpoints`` (checkpoints written and read), ``verify`` (the exactness checks), ``model_card``,
+``export`` and ``importing``. transformers is imported only where it is used.
 
-The names below are this package's API, each imported from its module when first used: a module of the package (the
-commands' ``common``) is imported without the others, which import torch and fairseq.
+The names below are this package's API, each imported from its module when first used: a module of
+the package (the commands' ``common``) is imported without the others, which import torch and
+fairseq.
 """
 
 import importlib

@@ -1,6 +1,6 @@
-"""What the HF conversion modules share: the one error they raise, the import's checkpoint name, the default
-tolerance of their exactness checks, and reading JSON files. No torch: the import and export commands read their
-command lines with it."""
+"""What the HF conversion modules share: the one error they raise, the import's checkpoint name, the
+default tolerance of their exactness checks, and reading JSON files. No torch: the import and export
+commands read their command lines with it."""
 
 import json
 from pathlib import Path
@@ -9,11 +9,14 @@ from ..errors import json_error
 from ..files import InputError
 
 CHECKPOINT_FILE = "model.pt"  # the checkpoint fairseq-bio-import-hf writes
-DEFAULT_TOLERANCE = 1e-4  # the largest |difference| of outputs a check accepts, unless told otherwise
+DEFAULT_TOLERANCE = (
+    1e-4  # the largest |difference| of outputs a check accepts, unless told otherwise
+)
 
 
 class HFConvertError(InputError):
-    """The input cannot be converted exactly; the commands print it as one line and write nothing."""
+    """The input cannot be converted exactly; the commands print it as one line and write
+    nothing."""
 
 
 def read_json(path: Path) -> dict:

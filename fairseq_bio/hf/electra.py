@@ -1,15 +1,18 @@
-"""An HF ELECTRA pair (generator ``ElectraForMaskedLM``, discriminator ``ElectraForPreTraining``) <-> ``bio_electra``,
-both directions: what the two config.json files must say, and the parameter maps.
+"""An HF ELECTRA pair (generator ``ElectraForMaskedLM``, discriminator ``ElectraForPreTraining``)
+<-> ``bio_electra``, both directions: what the two config.json files must say, and the parameter
+maps.
 
-ELECTRA trains the two with one set of embeddings (word, position, token-type and their LayerNorm), which HF stores
-in both directories; bio_electra holds them once (``SHARED``), so the import takes them only when the two copies are
-equal, folds the segment-0 token type into the positions as the BERT import does, and maps ``embeddings_project``
-(the projection from the embedding width, in the generator of every size and in ELECTRA-small's discriminator) onto
-each encoder's ``embed_proj``. The heads: ``discriminator_predictions.dense`` / ``dense_prediction`` are
+ELECTRA trains the two with one set of embeddings (word, position, token-type and their LayerNorm),
+which HF stores in both directories; bio_electra holds them once (``SHARED``), so the import takes
+them only when the two copies are equal, folds the segment-0 token type into the positions as the
+BERT import does, and maps ``embeddings_project`` (the projection from the embedding width, in the
+generator of every size and in ELECTRA-small's discriminator) onto each encoder's ``embed_proj``.
+The heads: ``discriminator_predictions.dense`` / ``dense_prediction`` are
 ``discriminator_head.dense`` / ``out_proj`` (the config's ``hidden_act`` between them), and
-``generator_predictions.dense`` / ``LayerNorm`` plus ``generator_lm_head`` (tied to the word embeddings, its own
-bias) are ``generator_head`` (gelu between dense and LayerNorm, always). bio_electra applies one activation in both
-encoders and both heads, so pairs whose ``hidden_act`` is not gelu are refused.
+``generator_predictions.dense`` / ``LayerNorm`` plus ``generator_lm_head`` (tied to the word
+embeddings, its own bias) are ``generator_head`` (gelu between dense and LayerNorm, always).
+bio_electra applies one activation in both encoders and both heads, so pairs whose ``hidden_act`` is
+not gelu are refused.
 """
 
 from pathlib import Path
@@ -33,21 +36,38 @@ from .weights import (
 
 PARTS = ("discriminator", "generator")
 HF_CLASSES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
-# HF embedding parameters the two models share (bio_electra: discriminator.embed_tokens / embed_positions /
-# layernorm_embedding; the token types are folded into the positions).
-SHARED_EMBEDDINGS = tuple(f"embeddings.{name}" for name in ("word_embeddings.weight", "position_embeddings.weight",
-                                                             "token_type_embeddings.weight", "LayerNorm.weight",
-                                                             "LayerNorm.bias"))  # fmt: skip
+# HF embedding parameters the two models share (bio_electra: discriminator.embed_tokens /
+# embed_positions / layernorm_embedding; the token types are folded into the positions).
+SHARED_EMBEDDINGS = tuple(
+    f"embeddings.{name}"
+    for name in (
+        "word_embeddings.weight",
+        "position_embeddings.weight",
+        "token_type_embeddings.weight",
+        "LayerNorm.weight",
+        "LayerNorm.bias",
+    )
+)
 # Config fields that must be equal in the two config.json files (with ElectraConfig's defaults).
-SHARED_FIELDS = {"vocab_size": None, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
-                 "hidden_act": "gelu", "pad_token_id": 0}  # fmt: skip
+SHARED_FIELDS = {
+    "vocab_size": None,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "hidden_act": "gelu",
+    "pad_token_id": 0,
+}
 # Head parameters: HF name -> bio_electra name.
 HEADS = {
-    "discriminator": {"discriminator_predictions.dense": "discriminator_head.dense",
-                      "discriminator_predictions.dense_prediction": "discriminator_head.out_proj"},
-    "generator": {"generator_predictions.dense": "generator_head.dense",
-                  "generator_predictions.LayerNorm": "generator_head.layer_norm"},
-}  # fmt: skip
+    "discriminator": {
+        "discriminator_predictions.dense": "discriminator_head.dense",
+        "discriminator_predictions.dense_prediction": "discriminator_head.out_proj",
+    },
+    "generator": {
+        "generator_predictions.dense": "generator_head.dense",
+        "generator_predictions.LayerNorm": "generator_head.layer_norm",
+    },
+}
 
 
 def check_pair_configs(configs: Dict[str, dict], paths: Dict[str, Path]) -> None:
@@ -65,7 +85,11 @@ def check_pair_configs(configs: Dict[str, dict], paths: Dict[str, Path]) -> None
                 "both heads, and HF's generator head always applies gelu"
             )
     disc, gen = configs["discriminator"], configs["generator"]
-    differing = [key for key, default in SHARED_FIELDS.items() if disc.get(key, default) != gen.get(key, default)]
+    differing = [
+        key
+        for key, default in SHARED_FIELDS.items()
+        if disc.get(key, default) != gen.get(key, default)
+    ]
     if electra_embedding_size(disc) != electra_embedding_size(gen):
         differing.insert(0, "embedding_size")
     if differing:
@@ -77,11 +101,15 @@ def check_pair_configs(configs: Dict[str, dict], paths: Dict[str, Path]) -> None
 
 
 def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
-    """The bio_electra model options computing what the (checked) pair of configs computes: the discriminator's as
-    a bio_roberta encoder's (the settings the pair shares included), the generator's sizes and the embedding width."""
+    """The bio_electra model options computing what the (checked) pair of configs computes: the
+    discriminator's as a bio_roberta encoder's (the settings the pair shares included), the
+    generator's sizes and the embedding width.
+    """
     disc, gen = configs["discriminator"], configs["generator"]
     options = bio_roberta_options(disc, max_positions, untied=False)
-    del options["untie_weights_roberta"]  # the generator's output is always tied to the shared embeddings
+    del options[
+        "untie_weights_roberta"
+    ]  # the generator's output is always tied to the shared embeddings
     return dict(
         options,
         generator_layers=gen["num_hidden_layers"],
@@ -96,23 +124,33 @@ def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
 
 
 def electra_pair_to_fairseq(
-    configs: Dict[str, dict], weights: Dict[str, Dict[str, torch.Tensor]], vocab: HFVocab, paths: Dict[str, Path]
+    configs: Dict[str, dict],
+    weights: Dict[str, Dict[str, torch.Tensor]],
+    vocab: HFVocab,
+    paths: Dict[str, Path],
 ) -> ConvertedModel:
-    """Map the pair's parameters onto bio_electra's (``configs``, ``weights`` and ``paths`` of the weight files
-    keyed by part): rows in fairseq dictionary order, the shared embeddings once, both heads."""
+    """Map the pair's parameters onto bio_electra's (``configs``, ``weights`` and ``paths`` of the
+    weight files keyed by part): rows in fairseq dictionary order, the shared embeddings once, both
+    heads."""
     states = {part: base_model_names(weights[part], "electra") for part in PARTS}
     used = {part: set(HF_BUFFERS) for part in PARTS}
 
     def take(part, name):
         if name not in states[part]:
-            raise HFConvertError(f"{paths[part]}: parameter {name!r} is missing (the {part} is an {HF_CLASSES[part]})")
+            raise HFConvertError(
+                f"{paths[part]}: parameter {name!r} is missing (the {part} is an {HF_CLASSES[part]})"
+            )
         used[part].add(name)
         return states[part][name]
 
     for name in SHARED_EMBEDDINGS:
         disc, gen = take("discriminator", name), take("generator", name)
         if disc.shape != gen.shape or not torch.equal(disc, gen):
-            diff = f"max |diff| {(disc - gen).abs().max().item():.2e}" if disc.shape == gen.shape else "other shape"
+            diff = (
+                f"max |diff| {(disc - gen).abs().max().item():.2e}"
+                if disc.shape == gen.shape
+                else "other shape"
+            )
             raise HFConvertError(
                 f"{paths['generator']}: {name} differs from the discriminator's ({diff}); bio_electra shares the "
                 "embeddings, as ELECTRA trains them: not the generator of this discriminator"
@@ -138,9 +176,14 @@ def electra_pair_to_fairseq(
         disc_config,
         paths["discriminator"],
     )
-    out = {"discriminator.embed_tokens.weight": word[order], "discriminator.embed_positions.weight": positions}
+    out = {
+        "discriminator.embed_tokens.weight": word[order],
+        "discriminator.embed_positions.weight": positions,
+    }
     for p in ("weight", "bias"):
-        out[f"discriminator.layernorm_embedding.{p}"] = take("discriminator", f"embeddings.LayerNorm.{p}")
+        out[f"discriminator.layernorm_embedding.{p}"] = take(
+            "discriminator", f"embeddings.LayerNorm.{p}"
+        )
 
     for part in PARTS:
         config = configs[part]
@@ -182,12 +225,18 @@ def electra_pair_to_fairseq(
 
 def electra_pair_from_fairseq(model, dictionary) -> Dict[str, HFModel]:
     """A loaded bio_electra as the HF pair: {"discriminator": ElectraForPreTraining, "generator":
-    ElectraForMaskedLM}, each an ``HFModel`` (config.json fields and parameters; HF ids are fairseq's)."""
+    ElectraForMaskedLM}, each an ``HFModel`` (config.json fields and parameters; HF ids are
+    fairseq's).
+    """
     cfg = model.cfg
     if cfg.encoder_normalize_before:
-        raise HFConvertError("pre-LN bio_electra: HF's ELECTRA is post-LN only, so no HF class computes it exactly")
+        raise HFConvertError(
+            "pre-LN bio_electra: HF's ELECTRA is post-LN only, so no HF class computes it exactly"
+        )
     if not cfg.layernorm_embedding:
-        raise HFConvertError("bio_electra without an embedding LayerNorm: HF's ELECTRA always normalises embeddings")
+        raise HFConvertError(
+            "bio_electra without an embedding LayerNorm: HF's ELECTRA always normalises embeddings"
+        )
     if str(cfg.activation_fn) != "gelu":
         raise HFConvertError(
             f"activation_fn {str(cfg.activation_fn)!r}: HF's ELECTRA generator head always applies gelu, and "
@@ -197,13 +246,19 @@ def electra_pair_from_fairseq(model, dictionary) -> Dict[str, HFModel]:
     positions = state["discriminator.embed_positions.weight"]
     embeddings = {
         "embeddings.word_embeddings.weight": state["discriminator.embed_tokens.weight"],
-        "embeddings.position_embeddings.weight": positions[2:],  # HF counts positions from 0, fairseq from 2
+        "embeddings.position_embeddings.weight": positions[
+            2:
+        ],  # HF counts positions from 0, fairseq from 2
         "embeddings.token_type_embeddings.weight": torch.zeros(1, positions.size(1)),
         "embeddings.LayerNorm.weight": state["discriminator.layernorm_embedding.weight"],
         "embeddings.LayerNorm.bias": state["discriminator.layernorm_embedding.bias"],
     }
-    used = {"discriminator.embed_tokens.weight", "discriminator.embed_positions.weight",
-            "discriminator.layernorm_embedding.weight", "discriminator.layernorm_embedding.bias"}  # fmt: skip
+    used = {
+        "discriminator.embed_tokens.weight",
+        "discriminator.embed_positions.weight",
+        "discriminator.layernorm_embedding.weight",
+        "discriminator.layernorm_embedding.bias",
+    }
     hf = {}
     for part in PARTS:
         encoder = getattr(model, part)
@@ -225,13 +280,17 @@ def electra_pair_from_fairseq(model, dictionary) -> Dict[str, HFModel]:
         config = _electra_config(encoder, dictionary, cfg, positions.size(0) - 2)
         config["architectures"] = [HF_CLASSES[part]]
         if part == "generator":
-            params["generator_lm_head.bias"] = state["generator_head.bias"]  # the weight: tied to the embeddings
+            params["generator_lm_head.bias"] = state[
+                "generator_head.bias"
+            ]  # the weight: tied to the embeddings
             used.add("generator_head.bias")
             config["tie_word_embeddings"] = True
         hf[part] = HFModel(config, params)
     left = [k for k in state if k not in used and not k.endswith(FAIRSEQ_BUFFERS)]
     if left:
-        raise HFConvertError(f"parameter {left[0]!r} has no place in the HF ELECTRA pair ({len(left)} such)")
+        raise HFConvertError(
+            f"parameter {left[0]!r} has no place in the HF ELECTRA pair ({len(left)} such)"
+        )
     return hf
 
 
@@ -259,7 +318,9 @@ def _electra_config(encoder, dictionary, cfg, max_positions: int) -> Dict:
     }
 
 
-def read_pair_weights(dirs: Dict[str, Path]) -> Tuple[Dict[str, Dict[str, torch.Tensor]], Dict[str, Path]]:
+def read_pair_weights(
+    dirs: Dict[str, Path]
+) -> Tuple[Dict[str, Dict[str, torch.Tensor]], Dict[str, Path]]:
     """(weights, weight-file paths) of the pair's directories, each keyed by part."""
     weights, paths = {}, {}
     for part in PARTS:

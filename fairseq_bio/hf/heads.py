@@ -1,6 +1,7 @@
-"""What a bio_roberta checkpoint becomes in HF: its encoder as HF RoBERTa (RobertaPreLayerNorm, MegatronBERT) plus the head it was trained with (masked
-LM, token classification with a CRF's parameters on the side, sentence classification or regression, extractive
-QA spans), the head's labels and task options in config.json, and what has no place there named."""
+"""What a bio_roberta checkpoint becomes in HF: its encoder as HF RoBERTa (RobertaPreLayerNorm,
+MegatronBERT) plus the head it was trained with (masked LM, token classification with a CRF's
+parameters on the side, sentence classification or regression, extractive QA spans), the head's
+labels and task options in config.json, and what has no place there named."""
 
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -9,10 +10,18 @@ import torch
 
 from .common import HFConvertError
 from .config import MEGATRON
-from .weights import FAIRSEQ_BUFFERS, HEADS_WITH_ENCODER_ACTIVATION, LM_HEAD, MLM_HEADS, HFModel, hf_encoder
+from .weights import (
+    FAIRSEQ_BUFFERS,
+    HEADS_WITH_ENCODER_ACTIVATION,
+    LM_HEAD,
+    MLM_HEADS,
+    HFModel,
+    hf_encoder,
+)
 
 CRF_FILE = "crf.json"
-# bio_sentence_prediction's task.entity_representation values HF cannot serve -> why (HF heads pool <s>)
+# bio_sentence_prediction's task.entity_representation values HF cannot serve -> why (HF heads pool
+# <s>)
 ENTITY_REFUSALS = dict.fromkeys(
     ("marker_cls", "marker_start", "marker_mention"),
     "an HF tokenizer cannot wrap the entities in [E1]/[E2] markers from their offsets, and no HF "
@@ -22,20 +31,24 @@ ENTITY_REFUSALS["mention_pool"] = (
     "no HF sequence-classification model max-pools entity mention states (HF heads read <s>), and an HF tokenizer "
     "does not know where the mentions are"
 )
-# bio_sentence_prediction's task.kind -> HF's problem_type (which loss HF's *ForSequenceClassification trains with)
-PROBLEM_TYPES = {"classification": "single_label_classification", "multilabel": "multi_label_classification",
-                 "regression": "regression"}  # fmt: skip
-# HF names of fairseq's sentence head (dense, out_proj): RoBERTa's classifier; MegatronBERT's pooler (dense + tanh on
-# the first token, the same computation) and its classifier.
+# bio_sentence_prediction's task.kind -> HF's problem_type (which loss HF's
+# *ForSequenceClassification trains with)
+PROBLEM_TYPES = {
+    "classification": "single_label_classification",
+    "multilabel": "multi_label_classification",
+    "regression": "regression",
+}
+# HF names of fairseq's sentence head (dense, out_proj): RoBERTa's classifier; MegatronBERT's pooler
+# (dense + tanh on the first token, the same computation) and its classifier.
 SENTENCE_HEADS = {MEGATRON: ("bert.pooler.dense", "classifier")}
 ROBERTA_SENTENCE_HEAD = ("classifier.dense", "classifier.out_proj")
 
 
 @dataclass(frozen=True)
 class Target:
-    """What one kind of checkpoint becomes: the HF class suffix (``Roberta`` + suffix), the Auto class that loads
-    it, the card's pipeline tag, and the function adding the head to the encoder's ``HFModel`` (None: not built
-    yet, refused with ``missing``)."""
+    """What one kind of checkpoint becomes: the HF class suffix (``Roberta`` + suffix), the Auto
+    class that loads it, the card's pipeline tag, and the function adding the head to the encoder's
+    ``HFModel`` (None: not built yet, refused with ``missing``)."""
 
     suffix: str
     auto_class: str
@@ -45,8 +58,8 @@ class Target:
 
 
 def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str]]:
-    """(kind in ``TARGETS``, head name or None) of a loaded ``bio_roberta``: its only classification head decides,
-    or the one ``head_name`` picks."""
+    """(kind in ``TARGETS``, head name or None) of a loaded ``bio_roberta``: its only classification
+    head decides, or the one ``head_name`` picks."""
     from fairseq.models.roberta.model import RobertaClassificationHead
 
     from ..modules.sentence_head import SentenceClassificationHead
@@ -69,7 +82,11 @@ def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str
         )
     else:
         name, head = next(iter(heads.items()))
-    hidden = head.hidden if isinstance(head, (TokenClassificationHead, SentenceClassificationHead)) else ()
+    hidden = (
+        head.hidden
+        if isinstance(head, (TokenClassificationHead, SentenceClassificationHead))
+        else ()
+    )
     if len(hidden):  # HF's heads have no such layers: refused, not half-exported
         raise HFConvertError(
             f"classification head {name!r} has {len(hidden)} hidden layer(s) (task.head_hidden_layers): not exported: "
@@ -83,11 +100,13 @@ def head_kind(model, head_name: Optional[str] = None) -> Tuple[str, Optional[str
 
 
 def _add_masked_lm_head(hf: HFModel, hub, head_name: Optional[str], used: set) -> None:
-    """RoBERTa's ``lm_head`` (MegatronBERT's ``cls.predictions``): transform dense + LayerNorm, output bias, and the
-    output matrix when untied."""
+    """RoBERTa's ``lm_head`` (MegatronBERT's ``cls.predictions``): transform dense + LayerNorm,
+    output bias, and the output matrix when untied."""
     model, model_type = hub.model, hf.config["model_type"]
     if model_type not in HEADS_WITH_ENCODER_ACTIVATION and model.args.activation_fn != "gelu":
-        raise HFConvertError(f"HF RoBERTa's MLM head applies gelu, this model's applies {model.args.activation_fn}")
+        raise HFConvertError(
+            f"HF RoBERTa's MLM head applies gelu, this model's applies {model.args.activation_fn}"
+        )
     dense, norm, (decoder_bias, bias), decoder = MLM_HEADS[model_type]
     state = {k: v.detach().float() for k, v in model.state_dict().items() if k.startswith(LM_HEAD)}
     untied = model.encoder.lm_head.weight is not model.encoder.sentence_encoder.embed_tokens.weight
@@ -103,10 +122,14 @@ def _add_masked_lm_head(hf: HFModel, hub, head_name: Optional[str], used: set) -
 
 
 def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) -> None:
-    """A ``bio_tagging`` token head (dropout -> linear) as RoBERTa's ``classifier``, labels as ``id2label``; a CRF's
-    parameters go to ``crf.json``. The masked-LM head a fine-tuned checkpoint keeps (frozen) is left out."""
+    """A ``bio_tagging`` token head (dropout -> linear) as RoBERTa's ``classifier``, labels as
+    ``id2label``; a CRF's parameters go to ``crf.json``. The masked-LM head a fine-tuned checkpoint
+    keeps (frozen) is left out.
+    """
     head, task = hub.model.classification_heads[head_name], hub.task
-    if head.lstm is not None:  # HF's token classifiers are one linear layer on the encoder: refused, not half-exported
+    if (
+        head.lstm is not None
+    ):  # HF's token classifiers are one linear layer on the encoder: refused, not half-exported
         raise HFConvertError(
             f"token head {head_name!r} has a BiLSTM (task.lstm_layers={head.lstm.num_layers}): not exported: HF's "
             "token-classification models have no LSTM layer; fairseq-bio-predict serves this checkpoint"
@@ -127,7 +150,9 @@ def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) 
         classifier_dropout=float(head.dropout.p),
     )
     used.update(k for k in hub.model.state_dict() if k.startswith(LM_HEAD))
-    hf.dropped.append("the masked-LM head (kept frozen by fine-tuning; HF's token-classification model has none)")
+    hf.dropped.append(
+        "the masked-LM head (kept frozen by fine-tuning; HF's token-classification model has none)"
+    )
     info = {
         "task": "bio_tagging",
         "head": head_name,
@@ -148,17 +173,23 @@ def _add_token_classification_head(hf: HFModel, hub, head_name: str, used: set) 
 
 
 def _add_question_answering_head(hf: HFModel, hub, head_name: str, used: set) -> None:
-    """A ``bio_extractive_qa`` span head (two outputs per token: start, end) as RoBERTa's ``qa_outputs``, the task's
-    windowing and decoding options under ``fairseq_bio``. The masked-LM head fine-tuning keeps (frozen) is left out."""
+    """A ``bio_extractive_qa`` span head (two outputs per token: start, end) as RoBERTa's
+    ``qa_outputs``, the task's windowing and decoding options under ``fairseq_bio``. The masked-LM
+    head fine-tuning keeps (frozen) is left out.
+    """
     head, task = hub.model.classification_heads[head_name], hub.task
     if head.out_proj.out_features != 2:
-        raise HFConvertError(f"span head {head_name!r} has {head.out_proj.out_features} outputs per token, not 2")
+        raise HFConvertError(
+            f"span head {head_name!r} has {head.out_proj.out_features} outputs per token, not 2"
+        )
     key = f"classification_heads.{head_name}."
     for p in ("weight", "bias"):
         hf.state[f"qa_outputs.{p}"] = getattr(head.out_proj, p).detach().float()
         used.add(f"{key}out_proj.{p}")
     used.update(k for k in hub.model.state_dict() if k.startswith(LM_HEAD))
-    hf.dropped.append("the masked-LM head (kept frozen by fine-tuning; HF's question-answering model has none)")
+    hf.dropped.append(
+        "the masked-LM head (kept frozen by fine-tuning; HF's question-answering model has none)"
+    )
     cfg = task.cfg
     hf.config["fairseq_bio"] = {
         "task": "bio_extractive_qa",
@@ -172,9 +203,11 @@ def _add_question_answering_head(hf: HFModel, hub, head_name: str, used: set) ->
 
 
 def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: set) -> None:
-    """fairseq's RobertaClassificationHead (``<s>``'s last state -> dropout -> dense -> tanh -> dropout -> out_proj,
-    what HF's RobertaClassificationHead computes, and MegatronBERT's pooler + classifier) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels
-    as ``id2label`` and its kind as ``problem_type``. The masked-LM head fine-tuning keeps (frozen) is left out."""
+    """fairseq's RobertaClassificationHead (``<s>``'s last state -> dropout -> dense -> tanh ->
+    dropout -> out_proj, what HF's RobertaClassificationHead computes, and MegatronBERT's pooler +
+    classifier) as ``classifier``; a ``bio_sentence_prediction`` checkpoint's labels as ``id2label``
+    and its kind as ``problem_type``. The masked-LM head fine-tuning keeps (frozen) is left out.
+    """
     model, task = hub.model, hub.task
     task_head = getattr(getattr(task, "cfg", None), "head_name", None)
     if getattr(task, "kind", None) not in PROBLEM_TYPES:
@@ -207,7 +240,12 @@ def _add_sequence_classification_head(hf: HFModel, hub, head_name: str, used: se
             f"classification head {head_name!r} has {head.out_proj.out_features} outputs but the checkpoint's {kind} "
             f"task state lists {len(labels)} labels ({', '.join(labels) or 'none'})"
         )
-    names = dict(zip(("dense", "out_proj"), SENTENCE_HEADS.get(hf.config["model_type"], ROBERTA_SENTENCE_HEAD)))
+    names = dict(
+        zip(
+            ("dense", "out_proj"),
+            SENTENCE_HEADS.get(hf.config["model_type"], ROBERTA_SENTENCE_HEAD),
+        )
+    )
     for name in expected:
         layer, p = name.split(".")
         hf.state[f"{names[layer]}.{p}"] = model.state_dict()[key + name].detach().float()
@@ -266,24 +304,34 @@ def crf_json(crf, labels: Sequence[str]) -> Dict:
 TARGETS = {
     "masked_lm": Target("ForMaskedLM", "AutoModelForMaskedLM", "fill-mask", _add_masked_lm_head),
     "token_classification": Target(
-        "ForTokenClassification", "AutoModelForTokenClassification", "token-classification",
+        "ForTokenClassification",
+        "AutoModelForTokenClassification",
+        "token-classification",
         _add_token_classification_head,
     ),
     "sequence_classification": Target(
-        "ForSequenceClassification", "AutoModelForSequenceClassification", "text-classification",
+        "ForSequenceClassification",
+        "AutoModelForSequenceClassification",
+        "text-classification",
         _add_sequence_classification_head,
     ),
     "question_answering": Target(
-        "ForQuestionAnswering", "AutoModelForQuestionAnswering", "question-answering", _add_question_answering_head,
+        "ForQuestionAnswering",
+        "AutoModelForQuestionAnswering",
+        "question-answering",
+        _add_question_answering_head,
     ),
-}  # fmt: skip
+}
 
 
 def hf_model(hub, head: Optional[str] = None) -> Tuple[HFModel, str, Optional[str]]:
-    """The loaded checkpoint as an HF model: (HFModel, kind in ``TARGETS``, head name); ``head`` picks one of
-    several classification heads (the others are left out and named)."""
+    """The loaded checkpoint as an HF model: (HFModel, kind in ``TARGETS``, head name); ``head``
+    picks one of several classification heads (the others are left out and named)."""
     kind, head_name = head_kind(hub.model, head)
-    if kind == "token_classification" and getattr(hub.task, "task_name", None) == "bio_extractive_qa":
+    if (
+        kind == "token_classification"
+        and getattr(hub.task, "task_name", None) == "bio_extractive_qa"
+    ):
         kind = "question_answering"  # the span head is a token head with outputs (start, end)
     target = TARGETS[kind]
     if target.add_head is None:
@@ -292,10 +340,14 @@ def hf_model(hub, head: Optional[str] = None) -> Tuple[HFModel, str, Optional[st
     target.add_head(hf, hub, head_name, used)
     for other in hub.model.classification_heads:
         if other != head_name:
-            used.update(k for k in hub.model.state_dict() if k.startswith(f"classification_heads.{other}."))
+            used.update(
+                k for k in hub.model.state_dict() if k.startswith(f"classification_heads.{other}.")
+            )
             hf.dropped.append(f"classification head {other!r} (--head {head_name} was exported)")
     hf.config = {"architectures": [class_prefix + target.suffix], **hf.config}
     left = [k for k in hub.model.state_dict() if k not in used and not k.endswith(FAIRSEQ_BUFFERS)]
     if left:
-        raise HFConvertError(f"parameter {left[0]!r} has no place in the HF model ({len(left)} such)")
+        raise HFConvertError(
+            f"parameter {left[0]!r} has no place in the HF model ({len(left)} such)"
+        )
     return hf, kind, head_name

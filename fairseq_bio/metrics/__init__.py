@@ -1,4 +1,5 @@
-"""Pure scoring functions (no fairseq import): entity P/R/F1 with conlleval semantics, word-level macro F1."""
+"""Pure scoring functions (no fairseq import): entity P/R/F1 with conlleval semantics, word-level
+macro F1."""
 
 from .tagging import (
     SpanCounts,

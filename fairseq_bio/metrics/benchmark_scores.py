@@ -37,15 +37,21 @@ DOCUMENT_CLASSIFICATION = "document_classification"
 QUESTION_ANSWERING = "question_answering"
 INFERENCE = "inference"
 
-# What predictions are: tag sequences (tagging), one label (classification), a 0/1 row (multilabel), a score.
-TAGS, CLASSIFICATION, MULTILABEL, REGRESSION = "tagging", "classification", "multilabel", "regression"
+# What predictions are: tag sequences (tagging), one label (classification), a 0/1 row (multilabel),
+# a score.
+TAGS, CLASSIFICATION, MULTILABEL, REGRESSION = (
+    "tagging",
+    "classification",
+    "multilabel",
+    "regression",
+)
 COUNTS = ("documents",)  # keys of prediction_scores that are counts, not fractions
 
 
 @dataclass(frozen=True)
 class Metric:
-    """A benchmark metric: what it is, the kind of predictions it scores, and its key in ``prediction_scores`` (the
-    name the fine-tuning criteria log it under)."""
+    """A benchmark metric: what it is, the kind of predictions it scores, and its key in
+    ``prediction_scores`` (the name the fine-tuning criteria log it under)."""
 
     description: str
     kind: str
@@ -57,14 +63,22 @@ class Metric:
 
 
 METRICS = {
-    "entity_f1": Metric("entity-level micro F1, conlleval semantics (metrics.tagging.span_prf)", TAGS, "f1"),
-    "word_macro_f1": Metric(
-        "word-level macro F1 over the PIO labels (metrics.tagging.token_macro_f1)", TAGS, "word_macro_f1"
+    "entity_f1": Metric(
+        "entity-level micro F1, conlleval semantics (metrics.tagging.span_prf)", TAGS, "f1"
     ),
-    "micro_f1": Metric("micro F1 over the positive classes (metrics.classification.micro_f1)", CLASSIFICATION, "f1"),
+    "word_macro_f1": Metric(
+        "word-level macro F1 over the PIO labels (metrics.tagging.token_macro_f1)",
+        TAGS,
+        "word_macro_f1",
+    ),
+    "micro_f1": Metric(
+        "micro F1 over the positive classes (metrics.classification.micro_f1)", CLASSIFICATION, "f1"
+    ),
     "pearson": Metric("Pearson's r (metrics.similarity.pearson)", REGRESSION, "pearson"),
     "hoc_micro_f1": Metric(
-        "BLURB HoC: micro F1 over all (abstract, hallmark) cells (metrics.classification.hoc_f1)", MULTILABEL, "f1"
+        "BLURB HoC: micro F1 over all (abstract, hallmark) cells (metrics.classification.hoc_f1)",
+        MULTILABEL,
+        "f1",
     ),
     "hoc_example_f1": Metric(
         "BLUE HoC: example-based F1 on the abstract level (metrics.classification.blue_hoc_f1)",
@@ -72,7 +86,9 @@ METRICS = {
         "example_f1",
     ),
     "accuracy": Metric("accuracy (metrics.classification.accuracy)", CLASSIFICATION, "accuracy"),
-    "macro_f1": Metric("macro F1 over the classes (metrics.classification.macro_f1)", CLASSIFICATION, "macro_f1"),
+    "macro_f1": Metric(
+        "macro F1 over the classes (metrics.classification.macro_f1)", CLASSIFICATION, "macro_f1"
+    ),
 }
 
 
@@ -85,17 +101,18 @@ def prediction_scores(
     labels: Optional[Sequence] = None,
     example_based: bool = False,
 ) -> Dict[str, Any]:
-    """Every metric of predictions of one ``kind`` against gold (fractions), keyed as the fine-tuning criteria log
-    them; the one computation of a test score from predictions (fairseq-bio-predict prints it, fairseq-bio-blurb
-    reports it).
+    """Every metric of predictions of one ``kind`` against gold (fractions), keyed as the
+    fine-tuning criteria log them; the one computation of a test score from predictions
+    (fairseq-bio-predict prints it, fairseq-bio-blurb reports it).
 
-    - tagging: entity ``precision`` / ``recall`` / ``f1`` (conlleval) and ``word_macro_f1`` (over ``labels``,
-      default those seen);
-    - classification: ``accuracy``, ``macro_f1`` (over ``labels``, default those seen) and ``precision`` /
-      ``recall`` / ``f1`` micro over the classes not in ``negatives``;
-    - multilabel: ``precision`` / ``recall`` / ``f1`` pooled over (document, label) cells and ``macro_f1`` (mean per
-      label), rows ORed per document when ``ids`` are given; with ``example_based`` BLUE's ``example_precision`` /
-      ``example_recall`` / ``example_f1`` over the documents with a gold label, and their count ``documents``;
+    - tagging: entity ``precision`` / ``recall`` / ``f1`` (conlleval) and ``word_macro_f1`` (over
+      ``labels``, default those seen);
+    - classification: ``accuracy``, ``macro_f1`` (over ``labels``, default those seen) and
+      ``precision`` / ``recall`` / ``f1`` micro over the classes not in ``negatives``;
+    - multilabel: ``precision`` / ``recall`` / ``f1`` pooled over (document, label) cells and
+      ``macro_f1`` (mean per label), rows ORed per document when ``ids`` are given; with
+      ``example_based`` BLUE's ``example_precision`` / ``example_recall`` / ``example_f1`` over the
+      documents with a gold label, and their count ``documents``;
     - regression: ``pearson``.
     """
     if kind == TAGS:
@@ -109,14 +126,18 @@ def prediction_scores(
     if kind == REGRESSION:
         return {"pearson": pearson(pred, gold)}
     if kind != MULTILABEL:
-        raise ValueError(f"unknown kind of predictions {kind!r}; known: {TAGS}, {CLASSIFICATION}, {MULTILABEL}, "
-                         f"{REGRESSION}")  # fmt: skip
+        raise ValueError(
+            f"unknown kind of predictions {kind!r}; known: {TAGS}, {CLASSIFICATION}, {MULTILABEL}, "
+            f"{REGRESSION}"
+        )
     if ids is not None:
         _, gold, pred = group_by_document(ids, gold, pred)
     counts = multilabel_counts(gold, pred)
     scores = dict(zip(("precision", "recall", "f1"), hoc_prf_from(counts)))
     scores["macro_f1"] = hoc_prf_from(counts, "macro")[2]
-    if example_based:  # BLUE's script divides by zero on a document without a gold label; the criterion skips it
+    if (
+        example_based
+    ):  # BLUE's script divides by zero on a document without a gold label; the criterion skips it
         labelled = [(g, p) for g, p in zip(gold, pred) if any(g)]
         sums = example_based_sums([g for g, _ in labelled], [p for _, p in labelled])
         scores.update(zip(("example_precision", "example_recall", "example_f1"), sums.prf()))
@@ -125,18 +146,21 @@ def prediction_scores(
 
 
 def percentages(scores: Mapping[str, Any]) -> Dict[str, Any]:
-    """``prediction_scores`` x 100, as the criteria log them and the reports show them (counts left as they are)."""
+    """``prediction_scores`` x 100, as the criteria log them and the reports show them (counts left
+    as they are)."""
     return {k: v if k in COUNTS else 100 * v for k, v in scores.items()}
 
 
 def dataset_key(name: str) -> str:
-    """A dataset name compared loosely: lower case, letters and digits only (``"BC5-chem"`` -> ``"bc5chem"``)."""
+    """A dataset name compared loosely: lower case, letters and digits only (``"BC5-chem"`` ->
+    ``"bc5chem"``)."""
     return re.sub(r"[^0-9a-z]", "", str(name).lower())
 
 
 @dataclass(frozen=True)
 class BenchmarkTask:
-    """One dataset of a benchmark: its registry name, display title, task type and headline metric."""
+    """One dataset of a benchmark: its registry name, display title, task type and headline
+    metric."""
 
     name: str
     title: str
@@ -150,7 +174,9 @@ class BenchmarkTask:
     def __post_init__(self):
         for metric in (self.metric,) + self.extra_metrics:
             if metric not in METRICS:
-                raise ValueError(f"{self.name}: unknown metric {metric!r}; known: {', '.join(METRICS)}")
+                raise ValueError(
+                    f"{self.name}: unknown metric {metric!r}; known: {', '.join(METRICS)}"
+                )
 
     @property
     def kind(self) -> str:
@@ -159,20 +185,33 @@ class BenchmarkTask:
 
     @property
     def key(self) -> str:
-        """The key of this dataset's metric in ``prediction_scores`` (and in the criteria's logs)."""
+        """The key of this dataset's metric in ``prediction_scores`` (and in the criteria's
+        logs)."""
         return METRICS[self.metric].key
 
-    def scores(self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any) -> Dict[str, Any]:
-        """``prediction_scores`` of gold and predicted labels, tag lists, label rows or scores, as ``metric`` (default
-        this dataset's) needs them; ``options``: ``ids`` (rows of documents), ``negatives`` (default this dataset's),
-        ``labels``."""
+    def scores(
+        self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any
+    ) -> Dict[str, Any]:
+        """``prediction_scores`` of gold and predicted labels, tag lists, label rows or scores, as
+        ``metric`` (default this dataset's) needs them; ``options``: ``ids`` (rows of documents),
+        ``negatives`` (default this dataset's), ``labels``."""
         spec = self._metric(metric)
         negatives = options.get("negatives", self.negatives or NEGATIVE_LABELS)
-        return prediction_scores(spec.kind, gold, pred, options.get("ids"), negatives, options.get("labels"),
-                                 spec.example_based)  # fmt: skip
+        return prediction_scores(
+            spec.kind,
+            gold,
+            pred,
+            options.get("ids"),
+            negatives,
+            options.get("labels"),
+            spec.example_based,
+        )
 
-    def score(self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any) -> float:
-        """This dataset's metric (a fraction) of gold and predicted labels, tag lists, label rows or scores."""
+    def score(
+        self, gold: Sequence, pred: Sequence, metric: Optional[str] = None, **options: Any
+    ) -> float:
+        """This dataset's metric (a fraction) of gold and predicted labels, tag lists, label rows or
+        scores."""
         return self.scores(gold, pred, metric, **options)[self._metric(metric).key]
 
     def _metric(self, metric: Optional[str]) -> Metric:
@@ -180,12 +219,16 @@ class BenchmarkTask:
             raise ValueError(f"{self.name}: unknown metric {metric!r}; known: {', '.join(METRICS)}")
         return METRICS[metric or self.metric]
 
-    def trivial_baseline(self, gold: Sequence, metric: Optional[str] = None, **options: Any) -> "TrivialBaseline":
-        """The best score (a fraction) of a model that learned nothing: the best of the constant answers
-        (``constant_answers``) scored by this dataset's own metric against ``gold``."""
+    def trivial_baseline(
+        self, gold: Sequence, metric: Optional[str] = None, **options: Any
+    ) -> "TrivialBaseline":
+        """The best score (a fraction) of a model that learned nothing: the best of the constant
+        answers (``constant_answers``) scored by this dataset's own metric against ``gold``."""
         metric = metric or self.metric
         best = None
-        for what, pred in constant_answers(gold, regression=self._metric(metric).kind == REGRESSION):
+        for what, pred in constant_answers(
+            gold, regression=self._metric(metric).kind == REGRESSION
+        ):
             value = self.score(gold, pred, metric, **options)
             if best is None or value > best.score:
                 best = TrivialBaseline(value, what)
@@ -201,9 +244,11 @@ class TrivialBaseline:
 
 
 def constant_answers(gold: Sequence, regression: bool = False):
-    """``(what, predictions)`` of each constant answer a model that learned nothing can give, from the gold labels'
-    own values: every example one class (each class of gold); every word one tag (each tag of gold); every label row
-    all 0, all 1 or the per-label majority (multi-label); every score the gold mean (regression: Pearson 0)."""
+    """``(what, predictions)`` of each constant answer a model that learned nothing can give, from
+    the gold labels' own values: every example one class (each class of gold); every word one tag
+    (each tag of gold); every label row all 0, all 1 or the per-label majority (multi-label); every
+    score the gold mean (regression: Pearson 0).
+    """
     gold = list(gold)
     if not gold:
         return
@@ -212,7 +257,9 @@ def constant_answers(gold: Sequence, regression: bool = False):
         yield f"every score the gold mean ({mean:.2f})", [mean] * len(gold)
         return
     first = gold[0]
-    if isinstance(first, (list, tuple)) and any(isinstance(v, str) for s in gold for v in s):  # tag sequences
+    if isinstance(first, (list, tuple)) and any(
+        isinstance(v, str) for s in gold for v in s
+    ):  # tag sequences
         for tag in sorted({v for s in gold for v in s}, key=lambda t: (t != "O", t)):
             yield f"every word tagged {tag!r}", [[tag] * len(s) for s in gold]
         return
@@ -234,9 +281,9 @@ DOMAINS = {False: "pubmed", True: "clinical"}  # per_domain's keys, by Benchmark
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A benchmark: its datasets in table order, how their scores combine (``by_type`` or ``mean``), which
-    statistic of a dataset's runs is its result (``mean`` or ``median``) and whether the score comes with
-    per-domain means (PubMed / clinical, bio-lm's Table 2).
+    """A benchmark: its datasets in table order, how their scores combine (``by_type`` or ``mean``),
+    which statistic of a dataset's runs is its result (``mean`` or ``median``) and whether the score
+    comes with per-domain means (PubMed / clinical, bio-lm's Table 2).
 
     BLURB (Gu et al. 2020, §4) is ``by_type``: "We group the datasets by their task types, compute
     the average score for each task type, and report the macro average among the task types", so
@@ -255,26 +302,37 @@ class Benchmark:
 
     def __post_init__(self):
         if self.aggregate not in AGGREGATES:
-            raise ValueError(f"{self.name}: aggregate must be 'by_type' or 'mean', not {self.aggregate!r}")
+            raise ValueError(
+                f"{self.name}: aggregate must be 'by_type' or 'mean', not {self.aggregate!r}"
+            )
         if self.statistic not in STATISTICS:
-            raise ValueError(f"{self.name}: statistic must be 'mean' or 'median', not {self.statistic!r}")
+            raise ValueError(
+                f"{self.name}: statistic must be 'mean' or 'median', not {self.statistic!r}"
+            )
         seen: Dict[str, str] = {}
         for task in self.tasks:
             if task.task_type not in self.task_types:
-                raise ValueError(f"{self.name}: {task.name} has task type {task.task_type!r} not in {self.task_types}")
+                raise ValueError(
+                    f"{self.name}: {task.name} has task type {task.task_type!r} not in {self.task_types}"
+                )
             for name in (task.name, task.title) + task.aliases:
                 key = dataset_key(name)
                 if seen.get(key, task.name) != task.name:
-                    raise ValueError(f"{self.name}: {name!r} names both {seen[key]} and {task.name}")
+                    raise ValueError(
+                        f"{self.name}: {name!r} names both {seen[key]} and {task.name}"
+                    )
                 seen[key] = task.name
 
     def task(self, name: str) -> BenchmarkTask:
-        """The dataset called ``name`` (its name, title or an alias, compared loosely); one-line error if none."""
+        """The dataset called ``name`` (its name, title or an alias, compared loosely); one-line
+        error if none."""
         key = dataset_key(name)
         for task in self.tasks:
             if key in {dataset_key(n) for n in (task.name, task.title) + task.aliases}:
                 return task
-        raise ValueError(f"unknown {self.name} dataset {name!r}; known: {', '.join(t.name for t in self.tasks)}")
+        raise ValueError(
+            f"unknown {self.name} dataset {name!r}; known: {', '.join(t.name for t in self.tasks)}"
+        )
 
     def names(self, types: Optional[Sequence[str]] = None) -> Tuple[str, ...]:
         """Dataset names in table order, optionally only those of some task types."""
@@ -297,7 +355,9 @@ class Benchmark:
                 )
             named[task.name] = name
             if value is not None:
-                given[task.name] = summarize_runs(value, f"{self.name} {name}").value(self.statistic)
+                given[task.name] = summarize_runs(value, f"{self.name} {name}").value(
+                    self.statistic
+                )
         datasets = {t.name: given[t.name] for t in self.tasks if t.name in given}
         missing = tuple(t.name for t in self.tasks if t.name not in given)
         per_type: Dict[str, float] = {}
@@ -310,8 +370,12 @@ class Benchmark:
                 if len(present) < len(names):
                     incomplete.append(task_type)
         per_domain: Dict[str, float] = {}
-        for clinical, domain in (DOMAINS.items() if self.domain_means else ()):
-            present = [datasets[t.name] for t in self.tasks if t.clinical == clinical and t.name in datasets]
+        for clinical, domain in DOMAINS.items() if self.domain_means else ():
+            present = [
+                datasets[t.name]
+                for t in self.tasks
+                if t.clinical == clinical and t.name in datasets
+            ]
             if present:
                 per_domain[domain] = statistics.fmean(present)
         if not datasets:
@@ -337,7 +401,8 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """Per-dataset results over seeds: count, mean, sample standard deviation (0 for one run) and median."""
+    """Per-dataset results over seeds: count, mean, sample standard deviation (0 for one run) and
+    median."""
 
     n: int
     mean: float
@@ -352,7 +417,8 @@ class RunSummary:
 
 
 def summarize_runs(values: Union[float, Sequence[float]], name: str = "result") -> RunSummary:
-    """Mean, standard deviation and median of one dataset's per-seed results; one-line error for bad values."""
+    """Mean, standard deviation and median of one dataset's per-seed results; one-line error for bad
+    values."""
     values = [values] if isinstance(values, (numbers.Real, str)) else list(values)
     if not values:
         raise ValueError(f"{name}: no results")
@@ -366,8 +432,8 @@ def summarize_runs(values: Union[float, Sequence[float]], name: str = "result") 
 
 @dataclass(frozen=True)
 class BenchmarkScore:
-    """A benchmark's aggregate with what it covers: per-dataset, per-type (and per-domain) averages, and what is
-    missing."""
+    """A benchmark's aggregate with what it covers: per-dataset, per-type (and per-domain) averages,
+    and what is missing."""
 
     benchmark: str
     score: Optional[float]
@@ -379,7 +445,9 @@ class BenchmarkScore:
     incomplete_types: Tuple[str, ...]
     missing_types: Tuple[str, ...]
     titles: Dict[str, str] = field(default_factory=dict)
-    per_domain: Dict[str, float] = field(default_factory=dict)  # pubmed / clinical, for a benchmark with domain_means
+    per_domain: Dict[str, float] = field(
+        default_factory=dict
+    )  # pubmed / clinical, for a benchmark with domain_means
 
     def summary(self) -> str:
         """One line: the score, and when partial the types it covers and the datasets it lacks."""
@@ -390,7 +458,9 @@ class BenchmarkScore:
             return line
         n_types = len(self.covered_types) + len(self.missing_types)
         missing = ", ".join(self.titles.get(name, name) for name in self.missing)
-        parts = [f"covers {len(self.covered_types)} of {n_types} task types ({', '.join(self.covered_types)})"]
+        parts = [
+            f"covers {len(self.covered_types)} of {n_types} task types ({', '.join(self.covered_types)})"
+        ]
         if self.incomplete_types:
             parts.append(f"in part: {', '.join(self.incomplete_types)}")
         parts.append(f"missing: {missing}")

@@ -1,4 +1,5 @@
-"""Sentence- and document-level classification metrics for BLURB and BLUE, each from summable counts.
+"""Sentence- and document-level classification metrics for BLURB and BLUE, each from summable
+counts.
 
 Relation extraction: micro P/R/F1 over the positive classes (``micro_prf``). PubMedQA, BioASQ
 yes/no and MedNLI: accuracy and macro F1 (``accuracy``, ``macro_f1``). HoC: BLURB's F1 over
@@ -12,8 +13,8 @@ from typing import Any, Dict, Hashable, Iterable, List, Mapping, Optional, Seque
 from .sums import Sums
 from .tagging import SpanCounts
 
-# The negative class of every RE release BLURB and BLUE use: BLURB's seqcls files and GAD ("0"), ChemProt and
-# i2b2-2010 ("false"), BLUE's DDI TSVs ("DDI-false").
+# The negative class of every RE release BLURB and BLUE use: BLURB's seqcls files and GAD ("0"),
+# ChemProt and i2b2-2010 ("false"), BLUE's DDI TSVs ("DDI-false").
 # BLURB's data-generation TSVs say "false" (ChemProt), "DDI-false" (DDI) and "0" (GAD); the seqcls
 # files made from them (michiyasunaga/LinkBERT ``scripts/preprocess_blurb.py``;
 # ``../shared/data/re``) rename every negative to "0". A label is negative when it or its ``str()``
@@ -52,7 +53,8 @@ class AccuracyCounts(Sums):
 
 
 def class_counts(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> Dict[Hashable, SpanCounts]:
-    """Per-class counts (gold, predicted, correct) of single-label predictions, labels sorted by ``str``."""
+    """Per-class counts (gold, predicted, correct) of single-label predictions, labels sorted by
+    ``str``."""
     gold, pred = _aligned(gold, pred)
     counts: Dict[Hashable, SpanCounts] = {}
     for g, p in zip(gold, pred):
@@ -72,16 +74,21 @@ def add_class_counts(*many: Mapping[Hashable, SpanCounts]) -> Dict[Hashable, Spa
     return dict(sorted(total.items(), key=lambda kv: str(kv[0])))
 
 
-def positive_counts_from(counts: Mapping[Hashable, SpanCounts], negatives: Iterable = NEGATIVE_LABELS) -> SpanCounts:
+def positive_counts_from(
+    counts: Mapping[Hashable, SpanCounts], negatives: Iterable = NEGATIVE_LABELS
+) -> SpanCounts:
     """Counts pooled over the positive classes of per-class counts (RE micro average)."""
     negatives = set(negatives)
-    return sum((c for label, c in counts.items() if not is_negative(label, negatives)), SpanCounts())
+    return sum(
+        (c for label, c in counts.items() if not is_negative(label, negatives)), SpanCounts()
+    )
 
 
 def positive_counts(
     gold: Sequence[Hashable], pred: Sequence[Hashable], negatives: Iterable = NEGATIVE_LABELS
 ) -> SpanCounts:
-    """RE counts: gold positives, predicted positives, and predicted positives equal to gold (summable)."""
+    """RE counts: gold positives, predicted positives, and predicted positives equal to gold
+    (summable)."""
     return positive_counts_from(class_counts(gold, pred), negatives)
 
 
@@ -100,7 +107,9 @@ def micro_prf(
     return positive_counts(gold, pred, negatives).prf()
 
 
-def micro_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], negatives: Iterable = NEGATIVE_LABELS) -> float:
+def micro_f1(
+    gold: Sequence[Hashable], pred: Sequence[Hashable], negatives: Iterable = NEGATIVE_LABELS
+) -> float:
     """Micro F1 over the positive classes (BLURB/BLUE relation extraction)."""
     return micro_prf(gold, pred, negatives)[2]
 
@@ -122,15 +131,20 @@ def accuracy(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
     return accuracy_counts(gold, pred).value()
 
 
-def macro_f1_from(counts: Mapping[Hashable, SpanCounts], labels: Optional[Sequence[Hashable]] = None) -> float:
-    """Mean per-class F1 over ``labels`` (default: every class seen in gold or predictions); 0.0 when none."""
+def macro_f1_from(
+    counts: Mapping[Hashable, SpanCounts], labels: Optional[Sequence[Hashable]] = None
+) -> float:
+    """Mean per-class F1 over ``labels`` (default: every class seen in gold or predictions); 0.0
+    when none."""
     chosen = list(counts if labels is None else labels)
     if not chosen:
         return 0.0
     return sum(counts.get(label, SpanCounts()).prf()[2] for label in chosen) / len(chosen)
 
 
-def macro_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], labels: Optional[Sequence[Hashable]] = None) -> float:
+def macro_f1(
+    gold: Sequence[Hashable], pred: Sequence[Hashable], labels: Optional[Sequence[Hashable]] = None
+) -> float:
     """Macro F1 as pubmedqa/pubmedqa's ``evaluation.py`` (``f1_score(average="macro")``): mean
     per-class F1 over the classes seen in gold or predictions (that script's other score is
     ``accuracy``)."""
@@ -141,8 +155,11 @@ def macro_f1(gold: Sequence[Hashable], pred: Sequence[Hashable], labels: Optiona
 # Multi-label document classification (HoC)
 
 
-def _binary_rows(rows: Sequence[Sequence[Any]], side: str, width: Optional[int] = None) -> List[Tuple[int, ...]]:
-    """Rows of 0/1 labels as int tuples, all of one width; one-line errors name the row and column."""
+def _binary_rows(
+    rows: Sequence[Sequence[Any]], side: str, width: Optional[int] = None
+) -> List[Tuple[int, ...]]:
+    """Rows of 0/1 labels as int tuples, all of one width; one-line errors name the row and
+    column."""
     out = []
     for i, row in enumerate(rows):
         if isinstance(row, (str, bytes)) or not isinstance(row, Iterable):
@@ -159,19 +176,23 @@ def _binary_rows(rows: Sequence[Sequence[Any]], side: str, width: Optional[int] 
 
 
 def document_id(row_id: Any) -> str:
-    """The abstract a BLURB/BLUE HoC row belongs to: its id up to the first ``_`` (``"12345_3"`` -> ``"12345"``)."""
+    """The abstract a BLURB/BLUE HoC row belongs to: its id up to the first ``_`` (``"12345_3"`` ->
+    ``"12345"``)."""
     return str(row_id).split("_", 1)[0]
 
 
 def group_by_document(
     ids: Sequence[Any], gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]
 ) -> Tuple[List[str], List[Tuple[int, ...]], List[Tuple[int, ...]]]:
-    """Rows ORed per abstract (first-seen order), as both HoC scripts do: (documents, gold rows, predicted rows)."""
+    """Rows ORed per abstract (first-seen order), as both HoC scripts do: (documents, gold rows,
+    predicted rows)."""
     gold, pred = _aligned(gold, pred, "rows")
     ids = list(ids)
     if len(ids) != len(gold):
         raise ValueError(f"{len(ids)} ids but {len(gold)} rows")
-    gold, pred = _binary_rows(gold, "gold"), _binary_rows(pred, "predicted", len(gold[0]) if gold else None)
+    gold, pred = _binary_rows(gold, "gold"), _binary_rows(
+        pred, "predicted", len(gold[0]) if gold else None
+    )
     docs: Dict[str, List[List[int]]] = {}
     for row_id, g, p in zip(ids, gold, pred):
         doc = docs.setdefault(document_id(row_id), [[0] * len(g), [0] * len(p)])
@@ -190,9 +211,12 @@ def _documents(gold, pred, ids) -> Tuple[List[Tuple[int, ...]], List[Tuple[int, 
 
 
 def multilabel_counts(
-    gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], ids: Optional[Sequence[Any]] = None
+    gold: Sequence[Sequence[int]],
+    pred: Sequence[Sequence[int]],
+    ids: Optional[Sequence[Any]] = None,
 ) -> List[SpanCounts]:
-    """Per-label counts over documents (rows ORed per abstract when ``ids`` are given); summable per label."""
+    """Per-label counts over documents (rows ORed per abstract when ``ids`` are given); summable per
+    label."""
     gold, pred = _documents(gold, pred, ids)
     width = len(gold[0]) if gold else 0
     counts = [SpanCounts() for _ in range(width)]
@@ -212,7 +236,9 @@ def add_multilabel_counts(*many: Sequence[SpanCounts]) -> List[SpanCounts]:
     return [sum(column, SpanCounts()) for column in zip(*many)]
 
 
-def hoc_prf_from(counts: Sequence[SpanCounts], average: str = "micro") -> Tuple[float, float, float]:
+def hoc_prf_from(
+    counts: Sequence[SpanCounts], average: str = "micro"
+) -> Tuple[float, float, float]:
     """HoC (precision, recall, F1) of per-label counts: pooled cells (``micro``, BLURB) or mean per
     label (``macro``: what one third-party BLURB evaluator, a "BioNLP Benchmarking" package's
     ``HoCEvaluator``, reports under the name ``average_micro_f1``; here for comparison)."""
@@ -258,14 +284,16 @@ def hoc_f1(
 
 @dataclass
 class ExampleSums(Sums):
-    """Summable example-based sums: per-document precision and recall added up, and the document count."""
+    """Summable example-based sums: per-document precision and recall added up, and the document
+    count."""
 
     precision: float = 0.0
     recall: float = 0.0
     total: int = 0
 
     def prf(self) -> Tuple[float, float, float]:
-        """(mean precision, mean recall, their harmonic mean) as BLUE's eval_hoc.py; zeros for no documents."""
+        """(mean precision, mean recall, their harmonic mean) as BLUE's eval_hoc.py; zeros for no
+        documents."""
         if not self.total:
             return 0.0, 0.0, 0.0
         p, r = self.precision / self.total, self.recall / self.total
@@ -273,9 +301,12 @@ class ExampleSums(Sums):
 
 
 def example_based_sums(
-    gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], ids: Optional[Sequence[Any]] = None
+    gold: Sequence[Sequence[int]],
+    pred: Sequence[Sequence[int]],
+    ids: Optional[Sequence[Any]] = None,
 ) -> ExampleSums:
-    """BLUE HoC sums over abstracts (rows ORed per abstract given ``ids``); an abstract without gold is an error."""
+    """BLUE HoC sums over abstracts (rows ORed per abstract given ``ids``); an abstract without gold
+    is an error."""
     docs = None
     if ids is not None:
         docs, gold, pred = group_by_document(ids, gold, pred)
@@ -297,7 +328,9 @@ def example_based_sums(
 
 
 def blue_hoc_prf(
-    gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], ids: Optional[Sequence[Any]] = None
+    gold: Sequence[Sequence[int]],
+    pred: Sequence[Sequence[int]],
+    ids: Optional[Sequence[Any]] = None,
 ) -> Tuple[float, float, float]:
     """BLUE's HoC (precision, recall, F1): example-based over abstracts, F1 of the mean precision
     and recall.
@@ -312,18 +345,23 @@ def blue_hoc_prf(
 
 
 def blue_hoc_f1(
-    gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], ids: Optional[Sequence[Any]] = None
+    gold: Sequence[Sequence[int]],
+    pred: Sequence[Sequence[int]],
+    ids: Optional[Sequence[Any]] = None,
 ) -> float:
-    """BLUE's HoC score: example-based F1 on the abstract level (ncbi-nlp/BLUE_Benchmark eval_hoc.py)."""
+    """BLUE's HoC score: example-based F1 on the abstract level (ncbi-nlp/BLUE_Benchmark
+    eval_hoc.py)."""
     return blue_hoc_prf(gold, pred, ids)[2]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Flat logging outputs: fairseq sums every key of the logging outputs, so summable statistics travel as flat keys
+# Flat logging outputs: fairseq sums every key of the logging outputs, so summable statistics travel
+# as flat keys
 
 
 def log_fields(stats: Any, prefix: str) -> Dict[str, float]:
-    """Flat logging-output keys: ``{prefix}{field}``, or ``{prefix}{field}_{label}`` for a dict or list of stats."""
+    """Flat logging-output keys: ``{prefix}{field}``, or ``{prefix}{field}_{label}`` for a dict or
+    list of stats."""
     if is_dataclass(stats):
         return {f"{prefix}{f.name}": getattr(stats, f.name) for f in fields(stats)}
     items = stats.items() if isinstance(stats, MappingABC) else enumerate(stats)
@@ -333,12 +371,20 @@ def log_fields(stats: Any, prefix: str) -> Dict[str, float]:
     return out
 
 
-def from_log_fields(cls: type, totals: Mapping[str, float], prefix: str, labels: Optional[Sequence] = None) -> Any:
-    """Summed statistics back from flat totals (missing keys count 0): one ``cls``, or a dict of them per label."""
+def from_log_fields(
+    cls: type, totals: Mapping[str, float], prefix: str, labels: Optional[Sequence] = None
+) -> Any:
+    """Summed statistics back from flat totals (missing keys count 0): one ``cls``, or a dict of
+    them per label."""
 
     def one(suffix: str):
         # fairseq hands sums back as floats: cast each to its field's type (that of its default)
-        return cls(**{f.name: type(f.default)(totals.get(f"{prefix}{f.name}{suffix}", 0)) for f in fields(cls)})
+        return cls(
+            **{
+                f.name: type(f.default)(totals.get(f"{prefix}{f.name}{suffix}", 0))
+                for f in fields(cls)
+            }
+        )
 
     if labels is None:
         return one("")

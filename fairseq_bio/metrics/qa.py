@@ -1,4 +1,5 @@
-"""Extractive-QA metrics: SQuAD exact match / token F1 and BioASQ factoid strict / lenient accuracy and MRR.
+"""Extractive-QA metrics: SQuAD exact match / token F1 and BioASQ factoid strict / lenient accuracy
+and MRR.
 
 SQuAD scores are those of the official ``evaluate-v1.1.py`` / ``evaluate-v2.0.py`` (Rajpurkar et
 al.), v2.0's unanswerable questions and best null threshold included; BioASQ factoid scores those
@@ -55,7 +56,9 @@ def _token_f1(prediction: str, gold: str) -> float:
 
 def squad_exact_match(prediction: str, gold: Union[str, Sequence[str]]) -> float:
     """1.0 when the normalised prediction equals a normalised gold answer, else 0.0."""
-    return max(float(normalize_answer(prediction) == normalize_answer(a)) for a in _gold_answers(gold))
+    return max(
+        float(normalize_answer(prediction) == normalize_answer(a)) for a in _gold_answers(gold)
+    )
 
 
 def squad_f1(prediction: str, gold: Union[str, Sequence[str]]) -> float:
@@ -92,7 +95,8 @@ def _question_scores(predictions: Sequence[str], golds: Sequence[Union[str, Sequ
 
 
 def has_answer(gold: Union[str, Sequence[str]]) -> bool:
-    """Whether a question has an answer (SQuAD v2.0's ``bool(qa["answers"])``: a non-empty gold list or string)."""
+    """Whether a question has an answer (SQuAD v2.0's ``bool(qa["answers"])``: a non-empty gold list
+    or string)."""
     return bool(gold)
 
 
@@ -109,20 +113,31 @@ def squad_v2_sums(
     """(all questions, the ``HasAns`` ones) SQuAD sums; the ``NoAns`` ones are the difference."""
     predictions, golds = list(predictions), list(golds)
     answerable = [i for i, gold in enumerate(golds) if has_answer(gold)]
-    every = squad_sums(predictions, golds)  # first: its errors name the question by its index in the file
+    every = squad_sums(
+        predictions, golds
+    )  # first: its errors name the question by its index in the file
     return every, squad_sums([predictions[i] for i in answerable], [golds[i] for i in answerable])
 
 
-def squad_v2_eval(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> Dict[str, float]:
-    """The official ``evaluate-v2.0.py`` output (percentages): ``exact``, ``f1``, ``total`` and their ``HasAns_`` /
-    ``NoAns_`` versions for the groups that have questions ("" predicts no answer)."""
+def squad_v2_eval(
+    predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]
+) -> Dict[str, float]:
+    """The official ``evaluate-v2.0.py`` output (percentages): ``exact``, ``f1``, ``total`` and
+    their ``HasAns_`` / ``NoAns_`` versions for the groups that have questions ("" predicts no
+    answer)."""
     every, has = squad_v2_sums(predictions, golds)
     no = SquadSums(every.exact - has.exact, every.f1 - has.f1, every.total - has.total)
     out: Dict[str, float] = {}
     for prefix, sums in (("", every), ("HasAns_", has), ("NoAns_", no)):
         if sums.total:
             exact, f1 = sums.value()
-            out.update({f"{prefix}exact": 100 * exact, f"{prefix}f1": 100 * f1, f"{prefix}total": sums.total})
+            out.update(
+                {
+                    f"{prefix}exact": 100 * exact,
+                    f"{prefix}f1": 100 * f1,
+                    f"{prefix}total": sums.total,
+                }
+            )
     return out
 
 
@@ -144,10 +159,14 @@ def best_null_threshold(
     order = sorted((i for i, d in enumerate(diffs) if d is not None), key=lambda i: diffs[i])
     out: Dict[str, float] = {}
     for k, name in ((0, "exact"), (1, "f1")):
-        current = best = float(sum(not has_answer(g) for g in golds))  # all "": every unanswerable one right
+        current = best = float(
+            sum(not has_answer(g) for g in golds)
+        )  # all "": every unanswerable one right
         threshold = 0.0
         for i in order:
-            current += scores[i][k] if has_answer(golds[i]) else (-1.0 if span_predictions[i] else 0.0)
+            current += (
+                scores[i][k] if has_answer(golds[i]) else (-1.0 if span_predictions[i] else 0.0)
+            )
             if current > best:
                 best, threshold = current, float(diffs[i])
         out[f"best_{name}"] = 100 * best / len(scores) if scores else 0.0
@@ -155,13 +174,16 @@ def best_null_threshold(
     return out
 
 
-def squad_scores(predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]) -> Tuple[float, float]:
+def squad_scores(
+    predictions: Sequence[str], golds: Sequence[Union[str, Sequence[str]]]
+) -> Tuple[float, float]:
     """SQuAD (exact match, F1) as fractions (the official script prints them x 100)."""
     return squad_sums(predictions, golds).value()
 
 
 def _synonyms(answer: Answer, what: str) -> List[str]:
-    """An answer (string, or nested lists of synonyms) flattened and lower-cased as BioASQ's reader does."""
+    """An answer (string, or nested lists of synonyms) flattened and lower-cased as BioASQ's reader
+    does."""
     if isinstance(answer, str):
         return [answer.lower()]
     if not isinstance(answer, (list, tuple)):
@@ -171,7 +193,8 @@ def _synonyms(answer: Answer, what: str) -> List[str]:
 
 @dataclass
 class FactoidSums(Sums):
-    """Summable BioASQ factoid sums: strict hits, lenient hits, reciprocal ranks, and the question count."""
+    """Summable BioASQ factoid sums: strict hits, lenient hits, reciprocal ranks, and the question
+    count."""
 
     strict: float = 0.0
     lenient: float = 0.0
@@ -179,10 +202,15 @@ class FactoidSums(Sums):
     total: int = 0
 
     def value(self) -> Tuple[float, float, float]:
-        """(strict accuracy, lenient accuracy, MRR); zeros for no questions (as the official evaluator)."""
+        """(strict accuracy, lenient accuracy, MRR); zeros for no questions (as the official
+        evaluator)."""
         if not self.total:
             return 0.0, 0.0, 0.0
-        return self.strict / self.total, self.lenient / self.total, self.reciprocal_rank / self.total
+        return (
+            self.strict / self.total,
+            self.lenient / self.total,
+            self.reciprocal_rank / self.total,
+        )
 
 
 def factoid_sums(
@@ -205,11 +233,17 @@ def factoid_sums(
     sums = FactoidSums()
     for i, (ranked, gold) in enumerate(zip(predictions, golds)):
         if isinstance(ranked, str):
-            raise ValueError(f"question {i}: expected a ranked list of answers, got the string {ranked!r}")
+            raise ValueError(
+                f"question {i}: expected a ranked list of answers, got the string {ranked!r}"
+            )
         gold_set = set(_synonyms(gold, f"question {i} gold"))
         ranked = list(ranked)[:max_answers] if max_answers is not None else list(ranked)
         rank = next(
-            (k for k, answer in enumerate(ranked, 1) if gold_set.intersection(_synonyms(answer, f"question {i}"))),
+            (
+                k
+                for k, answer in enumerate(ranked, 1)
+                if gold_set.intersection(_synonyms(answer, f"question {i}"))
+            ),
             None,
         )
         sums.total += 1
@@ -233,10 +267,16 @@ def snippet_question_id(example_id: str) -> str:
 
 
 def clean_factoid_answer(text: str) -> str:
-    """BioBERT's answer clean-up before snippets are merged ("" = drop the answer); one rule applies at most."""
+    """BioBERT's answer clean-up before snippets are merged ("" = drop the answer); one rule applies
+    at most."""
     if text[-1:] in (",", ".", " "):
         return text[:-1]
-    if len(text) > 2 and text[0] == "(" and text[-1] == ")" and text.count("(") == text.count(")") == 1:
+    if (
+        len(text) > 2
+        and text[0] == "("
+        and text[-1] == ")"
+        and text.count("(") == text.count(")") == 1
+    ):
         return text[1:-1]
     if ("(" in text) != (")" in text):
         return ""
@@ -254,7 +294,9 @@ def merge_snippet_answers(
     case-insensitive duplicates merged by adding their probabilities (the first spelling kept),
     then ranked by the summed probability."""
     merged: Dict[str, Dict[str, Any]] = {}
-    for answer in sorted(answers, key=lambda a: -float(a["probability"])):  # stable: file order among ties
+    for answer in sorted(
+        answers, key=lambda a: -float(a["probability"])
+    ):  # stable: file order among ties
         text = clean_factoid_answer(str(answer["text"]))
         if not text or len(text) > MAX_FACTOID_ANSWER_CHARS:
             continue

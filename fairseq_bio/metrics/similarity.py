@@ -1,15 +1,16 @@
 """Sentence-similarity metric (BIOSSES in BLURB; BIOSSES and MedSTS in BLUE): Pearson's r.
 
-BLURB (Gu et al. 2020 §4.4) and BLUE (``eval_sts.py``: pandas ``Series.corr``, i.e. Pearson) score the predicted
-similarity against the gold score with Pearson's correlation coefficient
+BLURB (Gu et al. 2020 §4.4) and BLUE (``eval_sts.py``: pandas ``Series.corr``, i.e. Pearson) score
+the predicted similarity against the gold score with Pearson's correlation coefficient
 
     r = sum_i (x_i - mean x)(y_i - mean y) / sqrt(sum_i (x_i - mean x)^2 * sum_i (y_i - mean y)^2)
 
-Pearson is not a mean over batches, so it is computed either from the accumulated predictions (:func:`pearson`,
-two-pass, exact to rounding) or from summable sufficient statistics (:class:`PearsonSums`: n, sums, sums of squares
-and cross products, which fairseq's logging outputs add up across batches and workers). Where r is undefined (fewer
-than two pairs, or constant predictions or gold; scipy returns nan) both give 0.0, so a model that predicts a
-constant ranks below any that correlates and checkpoint selection stays ordered.
+Pearson is not a mean over batches, so it is computed either from the accumulated predictions
+(:func:`pearson`, two-pass, exact to rounding) or from summable sufficient statistics
+(:class:`PearsonSums`: n, sums, sums of squares and cross products, which fairseq's logging outputs
+add up across batches and workers). Where r is undefined (fewer than two pairs, or constant
+predictions or gold; scipy returns nan) both give 0.0, so a model that predicts a constant ranks
+below any that correlates and checkpoint selection stays ordered.
 """
 
 import math
@@ -31,7 +32,8 @@ def _finite_pairs(pred: Sequence[float], gold: Sequence[float]) -> Tuple[list, l
 
 @dataclass
 class PearsonSums(Sums):
-    """Summable sufficient statistics of Pearson's r: count, sums, sums of squares and of cross products."""
+    """Summable sufficient statistics of Pearson's r: count, sums, sums of squares and of cross
+    products."""
 
     n: int = 0
     sx: float = 0.0
@@ -46,7 +48,8 @@ class PearsonSums(Sums):
             return 0.0
         vx = self.sxx - self.sx * self.sx / self.n
         vy = self.syy - self.sy * self.sy / self.n
-        # Rounding can leave a tiny positive residue for constant data: treat variance at rounding level as zero.
+        # Rounding can leave a tiny positive residue for constant data: treat variance at rounding
+        # level as zero.
         if vx <= 1e-12 * max(self.sxx, 1.0) or vy <= 1e-12 * max(self.syy, 1.0):
             return 0.0
         r = (self.sxy - self.sx * self.sy / self.n) / math.sqrt(vx * vy)
@@ -67,7 +70,8 @@ def pearson_sums(pred: Sequence[float], gold: Sequence[float]) -> PearsonSums:
 
 
 def pearson(pred: Sequence[float], gold: Sequence[float]) -> float:
-    """Pearson's r of accumulated (predicted, gold) scores, two-pass; 0.0 where undefined (scipy: nan)."""
+    """Pearson's r of accumulated (predicted, gold) scores, two-pass; 0.0 where undefined (scipy:
+    nan)."""
     pred, gold = _finite_pairs(pred, gold)
     n = len(pred)
     if n < 2:

@@ -77,7 +77,9 @@ def get_entities(tags: Sequence[str]) -> List[Entity]:
         except (ValueError, AttributeError, TypeError):
             raise ValueError(f"word {i}: tag {tag!r} is not O or a B-/I-/E-/S-/L-/U- tag") from None
         starts = _chunk_starts(prev, prefix, prev_type, type_)
-        if begin >= 0 and (starts or prefix == OUTSIDE or _chunk_ends(prev, prefix, prev_type, type_)):
+        if begin >= 0 and (
+            starts or prefix == OUTSIDE or _chunk_ends(prev, prefix, prev_type, type_)
+        ):
             chunks.append((begin_type, begin, i))
             begin = -1
         if starts:
@@ -109,7 +111,9 @@ def prf(correct: float, pred: float, gold: float) -> Tuple[float, float, float]:
     return precision, recall, f1
 
 
-def _sentence_pairs(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> Iterable[Tuple[list, list]]:
+def _sentence_pairs(
+    gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
+) -> Iterable[Tuple[list, list]]:
     """Pairs of (gold, predicted) tag lists, checked to be sentences of equal length."""
     gold, pred = list(gold), list(pred)
     if len(gold) != len(pred):
@@ -132,7 +136,9 @@ def _entities(tags: list, sentence: int, side: str) -> List[Entity]:
         raise ValueError(f"sentence {sentence} ({side}), {e}") from None
 
 
-def span_counts_by_type(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> Dict[str, SpanCounts]:
+def span_counts_by_type(
+    gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
+) -> Dict[str, SpanCounts]:
     """Entity counts per type (types sorted), over sentences scored separately (no chunk runs
     across sentences); a predicted chunk is correct when its type, start and end equal a gold
     chunk's."""
@@ -152,13 +158,16 @@ def span_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) ->
     return sum(span_counts_by_type(gold, pred).values(), SpanCounts())
 
 
-def span_prf(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> Tuple[float, float, float]:
+def span_prf(
+    gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
+) -> Tuple[float, float, float]:
     """Entity-level micro (precision, recall, F1), as conlleval and seqeval's default mode."""
     return span_counts(gold, pred).prf()
 
 
 def word_label(tag: str) -> str:
-    """A word's label for word-level scores: the tag's type (prefix stripped), or ``O`` outside any type."""
+    """A word's label for word-level scores: the tag's type (prefix stripped), or ``O`` outside any
+    type."""
     try:
         prefix, type_ = split_tag(tag)
     except (ValueError, AttributeError, TypeError):
@@ -167,12 +176,14 @@ def word_label(tag: str) -> str:
 
 
 def element_types(types: Iterable[str]) -> List[str]:
-    """The word-level labels of entity types, sorted: a joint type (``PAR+INT``: a word of two PICO elements) counts
-    as each of its parts."""
+    """The word-level labels of entity types, sorted: a joint type (``PAR+INT``: a word of two PICO
+    elements) counts as each of its parts."""
     return sorted({part for type_ in types for part in type_.split(JOINT)})
 
 
-def token_counts(gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]) -> Dict[str, SpanCounts]:
+def token_counts(
+    gold_tags: Sequence[Sequence[str]], pred_tags: Sequence[Sequence[str]]
+) -> Dict[str, SpanCounts]:
     """Word counts per label (prefix stripped, ``O`` included; labels sorted), summable.
 
     A word in two elements' spans (PubMedBERT §4.2: "a token may belong to more than one element";
@@ -202,8 +213,8 @@ def token_macro_f1(
     exclude: Sequence[str] = (OUTSIDE,),
     labels: Optional[Sequence[str]] = None,
 ) -> float:
-    """Word-level macro F1 (BLURB PICO): mean per-label word F1 over ``labels`` (default: every label seen in gold
-    or predictions) minus ``exclude``; 0.0 when no label is left.
+    """Word-level macro F1 (BLURB PICO): mean per-label word F1 over ``labels`` (default: every
+    label seen in gold or predictions) minus ``exclude``; 0.0 when no label is left.
 
     BLURB §4.1: "For each of the PIO elements in an abstract, we tally the F1 score at the word
     level, and then compute the final score as the average among PIO elements in the dataset" (Gu
@@ -214,7 +225,11 @@ def token_macro_f1(
     labels=...)``. Outside words are labelled ``O``, so an entity type must not be called ``O``
     (BLURB's PICO types are ``PAR``, ``INT``, ``OUT``)."""
     counts = token_counts(gold, pred)
-    chosen = [label for label in element_types(counts if labels is None else labels) if label not in exclude]
+    chosen = [
+        label
+        for label in element_types(counts if labels is None else labels)
+        if label not in exclude
+    ]
     if not chosen:
         return 0.0
     return sum(counts.get(label, SpanCounts()).prf()[2] for label in chosen) / len(chosen)
@@ -235,5 +250,7 @@ def span_report(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) ->
     width = max((len(t) for t in by_type), default=0)
     for type_, c in by_type.items():
         p, r, f = (100 * x for x in c.prf())
-        lines.append(f"{type_:>{width}}: precision: {p:6.2f}%; recall: {r:6.2f}%; FB1: {f:6.2f}  {c.pred}")
+        lines.append(
+            f"{type_:>{width}}: precision: {p:6.2f}%; recall: {r:6.2f}%; FB1: {f:6.2f}  {c.pred}"
+        )
     return "\n".join(lines)

@@ -1,5 +1,5 @@
-"""bio_roberta: fairseq's RoBERTa with a config dataclass, named sizes, a pre-LN option, and per-layer
-hidden states and attention maps on request."""
+"""bio_roberta: fairseq's RoBERTa with a config dataclass, named sizes, a pre-LN option, and
+per-layer hidden states and attention maps on request."""
 
 import logging
 import os
@@ -11,7 +11,12 @@ import torch.nn.functional as F
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.roberta.model import RobertaEncoder, RobertaLMHead, RobertaModel, base_architecture
+from fairseq.models.roberta.model import (
+    RobertaEncoder,
+    RobertaLMHead,
+    RobertaModel,
+    base_architecture,
+)
 from fairseq.models.transformer import DEFAULT_MIN_PARAMS_TO_WRAP
 from fairseq.modules import layer_norm
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -30,26 +35,45 @@ logger = logging.getLogger(__name__)
 # ``model._name`` (hydra) or ``--arch`` (argparse); "bio_roberta" itself means base.
 ARCHITECTURES = {
     "bio_roberta_tiny": dict(
-        encoder_layers=4, encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=4
+        encoder_layers=4,
+        encoder_embed_dim=256,
+        encoder_ffn_embed_dim=1024,
+        encoder_attention_heads=4,
     ),
     "bio_roberta_base": dict(
-        encoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072, encoder_attention_heads=12
+        encoder_layers=12,
+        encoder_embed_dim=768,
+        encoder_ffn_embed_dim=3072,
+        encoder_attention_heads=12,
     ),
     "bio_roberta_large": dict(
-        encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
+        encoder_layers=24,
+        encoder_embed_dim=1024,
+        encoder_ffn_embed_dim=4096,
+        encoder_attention_heads=16,
     ),
-    # BioMegatron (seed 002, sec. 3): Megatron-LM's BERT, pre-LayerNorm, in three sizes. 345m: 24 x 1024, 16 heads
-    # (NVIDIA's released BioMegatron345m). 1.2b: the general Megatron-LM BERT it continued, 24 x 2048, 32 heads
-    # (1.21B in the layers + 62M embeddings with BERT's 30,522 uncased pieces). 800m: the paper gives no shape;
-    # ours is 36 x 1280, 20 heads (64 per head like the others): 0.71B in the layers + 64M embeddings at 50k.
+    # BioMegatron (seed 002, sec. 3): Megatron-LM's BERT, pre-LayerNorm, in three sizes. 345m: 24 x
+    # 1024, 16 heads (NVIDIA's released BioMegatron345m). 1.2b: the general Megatron-LM BERT it
+    # continued, 24 x 2048, 32 heads (1.21B in the layers + 62M embeddings with BERT's 30,522
+    # uncased pieces). 800m: the paper gives no shape; ours is 36 x 1280, 20 heads (64 per head like
+    # the others): 0.71B in the layers + 64M embeddings at 50k.
     "bio_megatron_345m": dict(
-        encoder_layers=24, encoder_embed_dim=1024, encoder_ffn_embed_dim=4096, encoder_attention_heads=16
+        encoder_layers=24,
+        encoder_embed_dim=1024,
+        encoder_ffn_embed_dim=4096,
+        encoder_attention_heads=16,
     ),
     "bio_megatron_800m": dict(
-        encoder_layers=36, encoder_embed_dim=1280, encoder_ffn_embed_dim=5120, encoder_attention_heads=20
+        encoder_layers=36,
+        encoder_embed_dim=1280,
+        encoder_ffn_embed_dim=5120,
+        encoder_attention_heads=20,
     ),
     "bio_megatron_1_2b": dict(
-        encoder_layers=24, encoder_embed_dim=2048, encoder_ffn_embed_dim=8192, encoder_attention_heads=32
+        encoder_layers=24,
+        encoder_embed_dim=2048,
+        encoder_ffn_embed_dim=8192,
+        encoder_attention_heads=32,
     ),
 }
 # Architectures that are pre-LayerNorm by definition: the name sets model.encoder_normalize_before.
@@ -60,7 +84,8 @@ DEFAULT_ARCHITECTURE = "bio_roberta_base"
 @dataclass
 class BioRobertaConfig(FairseqDataclass):
     encoder_layers: Optional[int] = field(
-        default=None, metadata={"help": "number of transformer layers (default: the architecture's)"}
+        default=None,
+        metadata={"help": "number of transformer layers (default: the architecture's)"},
     )
     encoder_embed_dim: Optional[int] = field(
         default=None, metadata={"help": "hidden size (default: the architecture's)"}
@@ -79,11 +104,14 @@ class BioRobertaConfig(FairseqDataclass):
         },
     )
     layernorm_embedding: Optional[bool] = field(
-        default=None, metadata={"help": "layer norm on the embeddings (default: on for post-LN, off for pre-LN)"}
+        default=None,
+        metadata={"help": "layer norm on the embeddings (default: on for post-LN, off for pre-LN)"},
     )
     layer_norm_eps: Optional[float] = field(
         default=None,
-        metadata={"help": "epsilon of every LayerNorm of encoder and LM head (default 1e-5; BERT checkpoints: 1e-12)"},
+        metadata={
+            "help": "epsilon of every LayerNorm of encoder and LM head (default 1e-5; BERT checkpoints: 1e-12)"
+        },
     )
     activation_fn: ChoiceEnum(utils.get_available_activation_fns()) = field(
         default="gelu", metadata={"help": "activation function of the feed-forward layers"}
@@ -92,31 +120,45 @@ class BioRobertaConfig(FairseqDataclass):
         default="tanh", metadata={"help": "activation function of classification heads"}
     )
     dropout: float = field(default=0.1, metadata={"help": "dropout probability"})
-    attention_dropout: float = field(default=0.1, metadata={"help": "dropout probability of attention weights"})
-    activation_dropout: float = field(default=0.0, metadata={"help": "dropout probability after the FFN activation"})
-    pooler_dropout: float = field(default=0.0, metadata={"help": "dropout probability in classification heads"})
+    attention_dropout: float = field(
+        default=0.1, metadata={"help": "dropout probability of attention weights"}
+    )
+    activation_dropout: float = field(
+        default=0.0, metadata={"help": "dropout probability after the FFN activation"}
+    )
+    pooler_dropout: float = field(
+        default=0.0, metadata={"help": "dropout probability in classification heads"}
+    )
     max_positions: int = field(default=512, metadata={"help": "number of learned positions"})
     untie_weights_roberta: bool = field(
-        default=False, metadata={"help": "untie the masked-LM output projection from the input embeddings"}
+        default=False,
+        metadata={"help": "untie the masked-LM output projection from the input embeddings"},
     )
     encoder_layerdrop: float = field(default=0.0, metadata={"help": "LayerDrop probability"})
     encoder_layers_to_keep: Optional[str] = field(
-        default=None, metadata={"help": "comma-separated layers to keep when pruning a LayerDrop model"}
+        default=None,
+        metadata={"help": "comma-separated layers to keep when pruning a LayerDrop model"},
     )
     load_checkpoint_heads: bool = field(
-        default=False, metadata={"help": "(re-)register and load classification heads found in checkpoints"}
+        default=False,
+        metadata={"help": "(re-)register and load classification heads found in checkpoints"},
     )
     spectral_norm_classification_head: bool = field(
         default=False, metadata={"help": "spectral normalisation on classification heads"}
     )
     checkpoint_activations: bool = field(
-        default=False, metadata={"help": "recompute layer activations in the backward pass to save memory"}
+        default=False,
+        metadata={"help": "recompute layer activations in the backward pass to save memory"},
     )
     offload_activations: bool = field(
-        default=False, metadata={"help": "offload checkpointed activations to CPU (implies checkpoint_activations)"}
+        default=False,
+        metadata={
+            "help": "offload checkpointed activations to CPU (implies checkpoint_activations)"
+        },
     )
     min_params_to_wrap: int = field(
-        default=DEFAULT_MIN_PARAMS_TO_WRAP, metadata={"help": "smallest layer FSDP wraps on its own"}
+        default=DEFAULT_MIN_PARAMS_TO_WRAP,
+        metadata={"help": "smallest layer FSDP wraps on its own"},
     )
     compile_encoder_layers: bool = field(
         default=False,
@@ -143,12 +185,18 @@ class BioRobertaConfig(FairseqDataclass):
     )
 
 
-# Options added after checkpoints were first saved, with the defaults such a checkpoint's config gets.
-LATER_OPTIONS = {"compile_encoder_layers": False, "compile_model": False, "lm_head_vocab_multiple": 64}
+# Options added after checkpoints were first saved, with the defaults such a checkpoint's config
+# gets.
+LATER_OPTIONS = {
+    "compile_encoder_layers": False,
+    "compile_model": False,
+    "lm_head_vocab_multiple": 64,
+}
 
 
 def apply_architecture(cfg, name: Optional[str]) -> None:
-    """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not one)."""
+    """Fill the sizes ``cfg`` leaves unset from the named architecture (base when the name is not
+    one)."""
     sizes = ARCHITECTURES.get(name, ARCHITECTURES[DEFAULT_ARCHITECTURE])
     for key, value in sizes.items():
         if getattr(cfg, key, None) is None:
@@ -170,15 +218,18 @@ def apply_architecture(cfg, name: Optional[str]) -> None:
 
 
 def is_bio_roberta(name: Optional[str]) -> bool:
-    """Whether ``name`` (a checkpoint's ``model._name`` or ``--arch``) is model ``bio_roberta`` or one of the
-    architectures registered for it (bio_roberta_*, bio_megatron_*): the checkpoints every bio_roberta consumer takes."""
+    """Whether ``name`` (a checkpoint's ``model._name`` or ``--arch``) is model ``bio_roberta`` or
+    one of the architectures registered for it (bio_roberta_*, bio_megatron_*): the checkpoints
+    every bio_roberta consumer takes.
+    """
     return name == "bio_roberta" or name in ARCHITECTURES
 
 
 def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
-    """(state, weights, recorded model cfg) of a ``bio_roberta`` checkpoint, read with ``weights_only=True``; an
-    ELECTRA checkpoint (extract its discriminator first) or anything else is refused as ``error`` in one line that
-    starts with ``label`` (the option or path the user gave)."""
+    """(state, weights, recorded model cfg) of a ``bio_roberta`` checkpoint, read with
+    ``weights_only=True``; an ELECTRA checkpoint (extract its discriminator first) or anything else
+    is refused as ``error`` in one line that starts with ``label`` (the option or path the user
+    gave)."""
     from ..checkpoints import load_checkpoint
 
     if not path or not os.path.isfile(path):
@@ -200,19 +251,22 @@ def read_bio_roberta_checkpoint(path, label: str, error=BioConfigError):
 def set_layer_norm_eps(module: nn.Module, eps: float) -> None:
     """Set ``eps`` on every LayerNorm in ``module`` (fairseq builds them all with 1e-5)."""
     for m in module.modules():
-        if isinstance(m, nn.LayerNorm) or (layer_norm.has_fused_layernorm and isinstance(m, layer_norm.FusedLayerNorm)):
+        if isinstance(m, nn.LayerNorm) or (
+            layer_norm.has_fused_layernorm and isinstance(m, layer_norm.FusedLayerNorm)
+        ):
             m.eps = eps
 
 
 @register_model("bio_roberta", dataclass=BioRobertaConfig)
 class BioRobertaModel(RobertaModel):
     """RoBERTa whose forward can also return per-layer states (``return_all_hiddens``) and per-head
-    attention maps (``return_attn``): ``extra["inner_states"]`` holds ``T x B x C`` tensors (embeddings
-    first), ``extra["attn"]`` one ``B x H x T x T`` tensor per layer."""
+    attention maps (``return_attn``): ``extra["inner_states"]`` holds ``T x B x C`` tensors
+    (embeddings first), ``extra["attn"]`` one ``B x H x T x T`` tensor per layer."""
 
     def __init__(self, args, encoder):
         super().__init__(args, encoder)
-        # Token heads whose checkpoint weights the next state dict loaded must not replace (reinitialise_on_load).
+        # Token heads whose checkpoint weights the next state dict loaded must not replace
+        # (reinitialise_on_load).
         self.heads_to_reinitialise = set()
 
     @classmethod
@@ -229,9 +283,13 @@ class BioRobertaModel(RobertaModel):
             if getattr(cfg, key) and getattr(cfg, "checkpoint_activations", False):
                 raise BioConfigError(f"model.{key}=true with checkpoint_activations: choose one")
         if cfg.compile_encoder_layers and cfg.compile_model:
-            raise BioConfigError("model.compile_encoder_layers=true with model.compile_model=true: choose one")
+            raise BioConfigError(
+                "model.compile_encoder_layers=true with model.compile_model=true: choose one"
+            )
         if cfg.lm_head_vocab_multiple < 1:
-            raise BioConfigError(f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1")
+            raise BioConfigError(
+                f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1"
+            )
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
         set_layer_norm_eps(encoder, cfg.layer_norm_eps)
         if cfg.compile_encoder_layers:
@@ -245,39 +303,62 @@ class BioRobertaModel(RobertaModel):
         return model
 
     def register_tagging_head(self, name: str, num_classes: int, **options):
-        """Register a per-token head (``TokenClassificationHead``; ``options``: its dropout, crf, lstm_layers,
-        lstm_hidden_size, hidden_layers, hidden_size) under ``name`` in ``classification_heads``; ``model(tokens,
+        """Register a per-token head (``TokenClassificationHead``; ``options``: its dropout, crf,
+        lstm_layers, lstm_hidden_size, hidden_layers, hidden_size) under ``name`` in
+        ``classification_heads``; ``model(tokens,
         features_only=True, classification_head_name=name)`` then gives ``B x T x K`` scores."""
         head = TokenClassificationHead(self.args.encoder_embed_dim, num_classes, **options)
-        self.classification_heads[name] = head.train(self.training)  # a head made while loading follows eval()
+        self.classification_heads[name] = head.train(
+            self.training
+        )  # a head made while loading follows eval()
 
     def reinitialise_on_load(self, name: str) -> None:
-        """The next state dict loaded (the checkpoint a fine-tuning run starts from) leaves the token head ``name``
-        with this model's own initial weights even when the checkpoint has a head of that name and shape (a QA run
-        from a QA checkpoint with ``task.restore_head=false``); later loads (resuming) restore it as usual."""
+        """The next state dict loaded (the checkpoint a fine-tuning run starts from) leaves the
+        token head ``name`` with this model's own initial weights even when the checkpoint has a
+        head of that name and shape (a QA run from a QA checkpoint with
+        ``task.restore_head=false``); later loads (resuming) restore it as usual.
+        """
         self.heads_to_reinitialise.add(name)
 
-    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, classification_head_name=None, **kw):
-        """fairseq's RoBERTa forward; a token head is also given the rows' padding mask (its BiLSTM reads each row
-        up to its padding)."""
-        head = self.classification_heads[classification_head_name] if classification_head_name is not None else None
+    def forward(
+        self,
+        src_tokens,
+        features_only=False,
+        return_all_hiddens=False,
+        classification_head_name=None,
+        **kw,
+    ):
+        """fairseq's RoBERTa forward; a token head is also given the rows' padding mask (its BiLSTM
+        reads each row up to its padding)."""
+        head = (
+            self.classification_heads[classification_head_name]
+            if classification_head_name is not None
+            else None
+        )
         if not isinstance(head, TokenClassificationHead):
-            return super().forward(src_tokens, features_only, return_all_hiddens, classification_head_name, **kw)
+            return super().forward(
+                src_tokens, features_only, return_all_hiddens, classification_head_name, **kw
+            )
         x, extra = self.encoder(src_tokens, True, return_all_hiddens, **kw)
         return head(x, padding_mask=src_tokens.eq(self.encoder.sentence_encoder.padding_idx)), extra
 
     def upgrade_state_dict_named(self, state_dict, name):
-        # fairseq's head handling reads every head's ``dense`` layer, which token heads do not have: token heads
-        # are handled here (kept, re-registered with load_checkpoint_heads, or dropped, as fairseq does for
-        # sentence heads) and hidden from it.
+        # fairseq's head handling reads every head's ``dense`` layer, which token heads do not have:
+        # token heads are handled here (kept, re-registered with load_checkpoint_heads, or dropped,
+        # as fairseq does for sentence heads) and hidden from it.
         prefix = (name + "." if name != "" else "") + "classification_heads."
-        reinitialise, self.heads_to_reinitialise = self.heads_to_reinitialise, set()  # for this load only
+        reinitialise, self.heads_to_reinitialise = (
+            self.heads_to_reinitialise,
+            set(),
+        )  # for this load only
         token_heads = {}
         for key in state_dict:
             if key.startswith(prefix) and key.endswith(".out_proj.weight"):
                 head = key[len(prefix) : -len(".out_proj.weight")]
                 if prefix + head + ".dense.weight" not in state_dict:
-                    token_heads[head] = {k: v for k, v in state_dict.items() if k.startswith(prefix + head + ".")}
+                    token_heads[head] = {
+                        k: v for k, v in state_dict.items() if k.startswith(prefix + head + ".")
+                    }
         for head, params in token_heads.items():
             for key in params:
                 del state_dict[key]
@@ -287,15 +368,25 @@ class BioRobertaModel(RobertaModel):
                 self.register_tagging_head(head, **options)
                 current = self.classification_heads[head]
             if current is None:
-                logger.warning("deleting token head %s from the checkpoint: not in the current model", head)
+                logger.warning(
+                    "deleting token head %s from the checkpoint: not in the current model", head
+                )
                 token_heads[head] = None
             elif head in reinitialise:
-                logger.info("token head %s: in the checkpoint, but not restored (initialised)", head)
+                logger.info(
+                    "token head %s: in the checkpoint, but not restored (initialised)", head
+                )
                 token_heads[head] = None
             elif not isinstance(current, TokenClassificationHead) or current.options() != options:
-                logger.warning("deleting token head %s from the checkpoint: the current model's differs", head)
+                logger.warning(
+                    "deleting token head %s from the checkpoint: the current model's differs", head
+                )
                 token_heads[head] = None
-        hidden = {h: m for h, m in self.classification_heads.items() if isinstance(m, TokenClassificationHead)}
+        hidden = {
+            h: m
+            for h, m in self.classification_heads.items()
+            if isinstance(m, TokenClassificationHead)
+        }
         for head in hidden:
             del self.classification_heads[head]
         try:
@@ -312,11 +403,19 @@ class BioRobertaModel(RobertaModel):
             state_dict.update(params)
 
     @classmethod
-    def from_pretrained(cls, model_name_or_path, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs):
-        """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local checkpoint.
+    def from_pretrained(
+        cls,
+        model_name_or_path,
+        checkpoint_file="checkpoint_best.pt",
+        data_name_or_path=".",
+        **kwargs,
+    ):
+        """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local
+        checkpoint.
 
-        The BPE comes from ``bpe.json`` in the data dir (written by preprocessing) unless ``bpe=`` is given,
-        and the plugin is loaded from this installation, not from the ``user_dir`` recorded at training.
+        The BPE comes from ``bpe.json`` in the data dir (written by preprocessing) unless ``bpe=``
+        is given, and the plugin is loaded from this installation, not from the ``user_dir``
+        recorded at training.
         """
         from fairseq import hub_utils
         from fairseq.models.roberta.hub_interface import RobertaHubInterface
@@ -344,29 +443,41 @@ class BioRobertaModel(RobertaModel):
 
 
 class BioRobertaLMHead(RobertaLMHead):
-    """fairseq's RoBERTa masked-LM head (same parameters and keys): ``N x C`` features -> ``N x V`` logits. On
-    CUDA the output matmul runs on the ``V x C`` matrix padded with zero rows to a multiple of ``vocab_multiple``,
-    and the padding's logits are sliced off, so they are never predicted. ``pad_on_cpu=True`` takes that path on
-    CPU tensors too (slower there): how the tests run it without a GPU."""
+    """fairseq's RoBERTa masked-LM head (same parameters and keys): ``N x C`` features -> ``N x V``
+    logits. On CUDA the output matmul runs on the ``V x C`` matrix padded with zero rows to a
+    multiple of ``vocab_multiple``, and the padding's logits are sliced off, so they are never
+    predicted. ``pad_on_cpu=True`` takes that path on CPU tensors too (slower there): how the tests
+    run it without a GPU."""
 
     def __init__(
-        self, embed_dim, output_dim, activation_fn, weight=None, vocab_multiple: int = 64, pad_on_cpu: bool = False
+        self,
+        embed_dim,
+        output_dim,
+        activation_fn,
+        weight=None,
+        vocab_multiple: int = 64,
+        pad_on_cpu: bool = False,
     ):
         super().__init__(embed_dim, output_dim, activation_fn, weight)
         self.vocab_multiple = vocab_multiple
         self.pad_on_cpu = pad_on_cpu
 
-    def forward(self, features, masked_tokens=None, targets=None, ignore_index: int = -100, **kwargs):
-        """Logits, or with ``targets`` (one per predicted position) the summed cross-entropy of them, computed by
-        ``fused_lm_loss`` without the logits (the criterion ``bio_masked_lm``)."""
-        if masked_tokens is not None:  # only the predicted positions: fairseq masked_lm's B x T mask, bio_masked_lm's
+    def forward(
+        self, features, masked_tokens=None, targets=None, ignore_index: int = -100, **kwargs
+    ):
+        """Logits, or with ``targets`` (one per predicted position) the summed cross-entropy of
+        them, computed by ``fused_lm_loss`` without the logits (the criterion ``bio_masked_lm``)."""
+        if (
+            masked_tokens is not None
+        ):  # only the predicted positions: fairseq masked_lm's B x T mask, bio_masked_lm's
             features = take_positions(features, masked_tokens)  # flat indices (flat_positions)
         x = self.layer_norm(self.activation_fn(self.dense(features)))
         if targets is not None:
             return fused_lm_loss(x, self.weight, self.bias, targets, ignore_index)
-        # Tensor cores want the output width in whole tiles, and dictionaries with <mask> added are often odd-sized
-        # (RoBERTa's 50,265; the demo's 16,005). CPU BLAS gains nothing from it (measured slower: the copy and the
-        # slice), so it stays off there unless pad_on_cpu asks for it.
+        # Tensor cores want the output width in whole tiles, and dictionaries with <mask> added are
+        # often odd-sized (RoBERTa's 50,265; the demo's 16,005). CPU BLAS gains nothing from it
+        # (measured slower: the copy and the slice), so it stays off there unless pad_on_cpu asks
+        # for it.
         pad = x.is_cuda or self.pad_on_cpu
         return padded_linear(x, self.weight, self.bias, self.vocab_multiple if pad else 1)
 
@@ -374,29 +485,45 @@ class BioRobertaLMHead(RobertaLMHead):
 FUSED_LM_LOSS = hasattr(F, "linear_cross_entropy")  # torch >= 2.12
 
 
-def fused_lm_loss(x: Tensor, weight: Tensor, bias: Optional[Tensor], targets: Tensor, ignore_index: int) -> Tensor:
-    """The summed cross-entropy of ``x @ weight.T + bias`` (``N x V`` logits) against ``targets``, by torch's
-    chunked ``linear_cross_entropy``: the logits are made and reduced a chunk of rows at a time, in the inputs'
-    precision with the softmax accumulated in fp32, so the ``N x V`` fp32 log-probabilities fairseq's masked_lm keeps
-    for the backward pass are never held. Without it (an older torch), the logits' fp32 log-softmax as fairseq's."""
+def fused_lm_loss(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor], targets: Tensor, ignore_index: int
+) -> Tensor:
+    """The summed cross-entropy of ``x @ weight.T + bias`` (``N x V`` logits) against ``targets``,
+    by torch's chunked ``linear_cross_entropy``: the logits are made and reduced a chunk of rows at
+    a time, in the inputs' precision with the softmax accumulated in fp32, so the ``N x V`` fp32
+    log-probabilities fairseq's masked_lm keeps for the backward pass are never held. Without it (an
+    older torch), the logits' fp32 log-softmax as fairseq's.
+    """
     if not FUSED_LM_LOSS:
         logits = F.linear(x, weight, bias)
-        return F.nll_loss(F.log_softmax(logits, dim=-1, dtype=torch.float32), targets, reduction="sum",
-                          ignore_index=ignore_index)  # fmt: skip
+        return F.nll_loss(
+            F.log_softmax(logits, dim=-1, dtype=torch.float32),
+            targets,
+            reduction="sum",
+            ignore_index=ignore_index,
+        )
     # torch's "sum" is in the inputs' precision: for bf16 inputs 1.3 % off over 3,000 rows
     # (fairseq's fp32 sum: within 0.01 %), so half-precision rows are summed in fp32; fp32 rows
     # keep "sum", which is faster than "none"
     half = x.dtype in (torch.float16, torch.bfloat16)
-    loss = F.linear_cross_entropy(x, weight, targets, linear_bias=bias, reduction="none" if half else "sum",
-                                  ignore_index=ignore_index, options=nn.LinearCrossEntropyOptions())  # fmt: skip
+    loss = F.linear_cross_entropy(
+        x,
+        weight,
+        targets,
+        linear_bias=bias,
+        reduction="none" if half else "sum",
+        ignore_index=ignore_index,
+        options=nn.LinearCrossEntropyOptions(),
+    )
     return loss.float().sum() if half else loss
 
 
 def padded_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], multiple: int) -> Tensor:
-    """``N x C`` features, ``V x C`` weight, ``V`` bias -> ``N x V`` logits, the matmul run on the weight padded with
-    zero rows to a multiple of ``multiple`` and the padding's columns sliced off."""
-    # Padding per forward copies V x C, cheap against the N x C x V matmul, and keeps the parameter (tied to the
-    # embeddings), its optimizer state and every checkpoint as they are.
+    """``N x C`` features, ``V x C`` weight, ``V`` bias -> ``N x V`` logits, the matmul run on the
+    weight padded with zero rows to a multiple of ``multiple`` and the padding's columns sliced
+    off."""
+    # Padding per forward copies V x C, cheap against the N x C x V matmul, and keeps the parameter
+    # (tied to the embeddings), its optimizer state and every checkpoint as they are.
     vocab = weight.size(0)
     pad = -vocab % multiple
     if pad == 0:
@@ -414,17 +541,37 @@ class BioRobertaEncoder(RobertaEncoder):
         return encoder
 
     def build_lm_head(self, embed_dim, output_dim, activation_fn, weight):
-        return BioRobertaLMHead(embed_dim, output_dim, activation_fn, weight, self.args.lm_head_vocab_multiple)
+        return BioRobertaLMHead(
+            embed_dim, output_dim, activation_fn, weight, self.args.lm_head_vocab_multiple
+        )
 
-    def forward(self, src_tokens, features_only=False, return_all_hiddens=False, masked_tokens=None, return_attn=False,
-                lm_targets=None, lm_ignore_index: int = -100, **unused):  # fmt: skip
-        """``B x T`` tokens -> (``B x T x V`` logits, or ``B x T x C`` features with ``features_only``;
-        only the ``masked_tokens`` positions when given) and the extras dict. With ``lm_targets`` (the targets of the
-        ``masked_tokens`` positions) the first is their summed cross-entropy instead of the logits (computed inside
-        the forward, so that data-parallel and sharded wrappers see the head's weights used there)."""
-        x, extra = self.extract_features(src_tokens, return_all_hiddens=return_all_hiddens, return_attn=return_attn)
+    def forward(
+        self,
+        src_tokens,
+        features_only=False,
+        return_all_hiddens=False,
+        masked_tokens=None,
+        return_attn=False,
+        lm_targets=None,
+        lm_ignore_index: int = -100,
+        **unused,
+    ):
+        """``B x T`` tokens -> (``B x T x V`` logits, or ``B x T x C`` features with
+        ``features_only``; only the ``masked_tokens`` positions when given) and the extras dict.
+        With ``lm_targets`` (the targets of the ``masked_tokens`` positions) the first is their
+        summed cross-entropy instead of the logits (computed inside the forward, so that
+        data-parallel and sharded wrappers see the head's weights used there).
+        """
+        x, extra = self.extract_features(
+            src_tokens, return_all_hiddens=return_all_hiddens, return_attn=return_attn
+        )
         if lm_targets is not None:
-            return self.lm_head(x, masked_tokens=masked_tokens, targets=lm_targets, ignore_index=lm_ignore_index), extra
+            return (
+                self.lm_head(
+                    x, masked_tokens=masked_tokens, targets=lm_targets, ignore_index=lm_ignore_index
+                ),
+                extra,
+            )
         if not features_only:
             x = self.output_layer(x, masked_tokens=masked_tokens)
         return x, extra

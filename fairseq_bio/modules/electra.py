@@ -1,5 +1,5 @@
-"""ELECTRA's pieces as plain modules: the narrow generator encoder, the generator's tied MLM head, the
-discriminator's per-token head, and the sampling of replacements."""
+"""ELECTRA's pieces as plain modules: the narrow generator encoder, the generator's tied MLM head,
+the discriminator's per-token head, and the sampling of replacements."""
 
 from typing import Optional
 
@@ -13,15 +13,19 @@ from .transformer_encoder import BioTransformerEncoder
 
 
 class ProjectedTransformerEncoder(BioTransformerEncoder):
-    """A ``BioTransformerEncoder`` whose layers may differ in width from its embeddings: ``E``-wide token/position
-    embeddings and embedding LayerNorm, then a linear projection to the layers' width ``H`` (ELECTRA's generator,
-    and ELECTRA-small's discriminator; no projection, and a plain encoder's parameters, when ``E == H``)."""
+    """A ``BioTransformerEncoder`` whose layers may differ in width from its embeddings: ``E``-wide
+    token/position embeddings and embedding LayerNorm, then a linear projection to the layers' width
+    ``H`` (ELECTRA's generator, and ELECTRA-small's discriminator; no projection, and a plain
+    encoder's parameters, when ``E == H``).
+    """
 
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
         embed_dim, hidden = embed_tokens.embedding_dim, args.encoder_embed_dim
         self.embed_proj = nn.Linear(embed_dim, hidden) if embed_dim != hidden else None
-        if self.layer_norm is not None and embed_dim != hidden:  # pre-LN's final norm acts on the layers' width
+        if (
+            self.layer_norm is not None and embed_dim != hidden
+        ):  # pre-LN's final norm acts on the layers' width
             self.layer_norm = LayerNorm(hidden)
 
     def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None):
@@ -33,9 +37,9 @@ class ProjectedTransformerEncoder(BioTransformerEncoder):
 
 
 class GeneratorHead(nn.Module):
-    """``N x H`` generator features -> ``N x V`` logits: dense to the embedding width ``E``, activation,
-    LayerNorm, then the shared ``V x E`` token embeddings (tied) plus a bias. With ``H == E`` it has the
-    parameter names and computation of fairseq's ``RobertaLMHead``."""
+    """``N x H`` generator features -> ``N x V`` logits: dense to the embedding width ``E``,
+    activation, LayerNorm, then the shared ``V x E`` token embeddings (tied) plus a bias. With
+    ``H == E`` it has the parameter names and computation of fairseq's ``RobertaLMHead``."""
 
     def __init__(self, hidden: int, weight: nn.Parameter, activation_fn: str = "gelu"):
         super().__init__()
@@ -52,8 +56,8 @@ class GeneratorHead(nn.Module):
 
 
 class DiscriminatorHead(nn.Module):
-    """``B x T x C`` features -> ``B x T`` logits of "this token was replaced" (ELECTRA: dense, activation,
-    one output)."""
+    """``B x T x C`` features -> ``B x T`` logits of "this token was replaced" (ELECTRA: dense,
+    activation, one output)."""
 
     def __init__(self, hidden: int, activation_fn: str = "gelu"):
         super().__init__()
@@ -67,10 +71,13 @@ class DiscriminatorHead(nn.Module):
 
 @torch.no_grad()
 def sample_replacements(
-    logits: Tensor, forbidden: Tensor, temperature: float = 1.0, generator: Optional[torch.Generator] = None
+    logits: Tensor,
+    forbidden: Tensor,
+    temperature: float = 1.0,
+    generator: Optional[torch.Generator] = None,
 ) -> Tensor:
-    """``N x V`` generator logits -> ``N`` tokens drawn from ``softmax(logits / temperature)`` with the
-    ``forbidden`` (``V`` bool) symbols excluded; no gradient flows through the draw."""
+    """``N x V`` generator logits -> ``N`` tokens drawn from ``softmax(logits / temperature)`` with
+    the ``forbidden`` (``V`` bool) symbols excluded; no gradient flows through the draw."""
     if temperature <= 0:
         raise ValueError(f"sampling temperature must be > 0, got {temperature}")
     if logits.size(0) == 0:

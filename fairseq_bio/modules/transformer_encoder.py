@@ -1,6 +1,6 @@
 """fairseq's transformer encoder with a faster attention (one fused QKV projection, torch's
-scaled_dot_product_attention) that keeps fairseq's parameters and state-dict keys, and returns every layer's per-head
-attention maps (before dropout) on request."""
+scaled_dot_product_attention) that keeps fairseq's parameters and state-dict keys, and returns every
+layer's per-head attention maps (before dropout) on request."""
 
 from typing import List, Optional, Tuple
 
@@ -14,13 +14,15 @@ from torch import Tensor
 
 
 class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
-    """Post-LN (BERT/RoBERTa) or pre-LN (Megatron) layer; ``need_attn`` also returns the per-head attention
-    probabilities before dropout, ``B x H x T x T``.
+    """Post-LN (BERT/RoBERTa) or pre-LN (Megatron) layer; ``need_attn`` also returns the per-head
+    attention probabilities before dropout, ``B x H x T x T``.
 
-    The parameters are fairseq's ``MultiheadAttention`` ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (so stock
-    RoBERTa checkpoints, ours and the HF converters keep their keys), but its forward is not used: the three
-    projections run as one ``3C x C`` matmul on their concatenated weights, and attention goes through
-    ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels) unless the maps are asked for.
+    The parameters are fairseq's ``MultiheadAttention``
+    ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (so stock RoBERTa checkpoints, ours and the HF
+    converters keep their keys), but its forward is not used: the three projections run as one
+    ``3C x C`` matmul on their concatenated weights, and attention goes through
+    ``F.scaled_dot_product_attention`` (flash / memory-efficient kernels) unless the maps are asked
+    for.
     """
 
     def forward(
@@ -32,7 +34,9 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
     ):
         """``T x B x C`` -> (``T x B x C``, per-head attention ``B x H x T x T`` or None)."""
         if attn_mask is not None:
-            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
+            attn_mask = attn_mask.masked_fill(
+                attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4
+            )
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
@@ -55,7 +59,8 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
         return x, attn
 
     def _attention_dropout(self) -> float:
-        """The attention-probability dropout in force now (0 in eval, as fairseq's ``FairseqDropout``)."""
+        """The attention-probability dropout in force now (0 in eval, as fairseq's
+        ``FairseqDropout``)."""
         dropout = self.self_attn.dropout_module
         return dropout.p if dropout.training or dropout.apply_during_inference else 0.0
 
@@ -70,14 +75,19 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
         """``T x B x C`` -> q, k, v, each ``B x H x T x D`` (q not yet scaled)."""
         attn = self.self_attn
         if attn.bias_k is not None or attn.add_zero_attn or not attn.self_attention:
-            raise NotImplementedError("bio encoder layers: add_bias_kv / add_zero_attn / cross attention")
+            raise NotImplementedError(
+                "bio encoder layers: add_bias_kv / add_zero_attn / cross attention"
+            )
         T, B, C = x.shape
         projs = (attn.q_proj, attn.k_proj, attn.v_proj)
-        if any(p._forward_pre_hooks or p._forward_hooks for p in projs):  # quant-noise hooks rewrite the weights
+        if any(
+            p._forward_pre_hooks or p._forward_hooks for p in projs
+        ):  # quant-noise hooks rewrite the weights
             qkv = torch.cat([p(x) for p in projs], dim=-1)
         else:
-            # One matmul instead of three; concatenating the weights costs 3C x C copies per forward against a
-            # T*B x C x 3C matmul, and keeps fairseq's three parameters (and keys) as they are.
+            # One matmul instead of three; concatenating the weights costs 3C x C copies per forward
+            # against a T*B x C x 3C matmul, and keeps fairseq's three parameters (and keys) as they
+            # are.
             weight = torch.cat([p.weight for p in projs])
             bias = torch.cat([p.bias for p in projs]) if attn.q_proj.bias is not None else None
             qkv = F.linear(x, weight, bias)
@@ -85,31 +95,46 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
         return q, k, v
 
     def _attention(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
-        """``T x B x C`` -> ``T x B x C`` through ``scaled_dot_product_attention``; no mask on unpadded batches."""
+        """``T x B x C`` -> ``T x B x C`` through ``scaled_dot_product_attention``; no mask on
+        unpadded batches."""
         T, B, C = x.shape
         q, k, v = self._project_qkv(x)
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask.view(B, 1, 1, T).to(torch.bool)  # True: attend
         out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=self._attention_dropout(), scale=self.self_attn.scaling
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self._attention_dropout(),
+            scale=self.self_attn.scaling,
         )  # B x H x T x D
         return self.self_attn.out_proj(out.permute(2, 0, 1, 3).reshape(T, B, C))
 
-    def _attention_with_maps(self, x: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]):
-        """``T x B x C`` -> (``T x B x C``, attention probabilities before dropout ``B x H x T x T``)."""
-        # fairseq's MultiheadAttention averages the heads, and torch's F.multi_head_attention_forward gives back
-        # the weights after dropout, which in training are not distributions. Distillation compares maps, so this
-        # is their computation with the same parameters, keeping the heads apart and dropping out only the copy
-        # that mixes the values.
+    def _attention_with_maps(
+        self, x: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]
+    ):
+        """``T x B x C`` -> (``T x B x C``, attention probabilities before dropout
+        ``B x H x T x T``)."""
+        # fairseq's MultiheadAttention averages the heads, and torch's
+        # F.multi_head_attention_forward gives back the weights after dropout, which in training are
+        # not distributions. Distillation compares maps, so this is their computation with the same
+        # parameters, keeping the heads apart and dropping out only the copy that mixes the values.
         attn = self.self_attn
         T, B, C = x.shape
         q, k, v = self._project_qkv(x)
-        scores = torch.matmul(q * attn.scaling, k.transpose(-1, -2))  # B x H x T x T; fairseq scales q (bias too)
+        scores = torch.matmul(
+            q * attn.scaling, k.transpose(-1, -2)
+        )  # B x H x T x T; fairseq scales q (bias too)
         if attn_mask is not None:
-            scores = scores + attn_mask  # additive T x T (the layer has turned a 0/1 mask into 0/-1e8)
+            scores = (
+                scores + attn_mask
+            )  # additive T x T (the layer has turned a 0/1 mask into 0/-1e8)
         if key_padding_mask is not None:
-            scores = scores.masked_fill(key_padding_mask.view(B, 1, 1, T).to(torch.bool), float("-inf"))
+            scores = scores.masked_fill(
+                key_padding_mask.view(B, 1, 1, T).to(torch.bool), float("-inf")
+            )
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
         mixed = torch.matmul(attn.dropout_module(probs), v)  # B x H x T x D
         return attn.out_proj(mixed.permute(2, 0, 1, 3).reshape(T, B, C)), probs
@@ -134,23 +159,27 @@ class BioTransformerEncoder(TransformerEncoder):
         token_embeddings: Optional[Tensor] = None,
         return_attn: bool = False,
     ):
-        """As fairseq's encoder; with ``return_attn`` the dict also holds ``attn``: one ``B x H x T x T``
-        tensor per layer, the attention probabilities before dropout. Nothing extra is computed or kept unless
-        asked for."""
+        """As fairseq's encoder; with ``return_attn`` the dict also holds ``attn``: one
+        ``B x H x T x T`` tensor per layer, the attention probabilities before dropout. Nothing
+        extra is computed or kept unless asked for."""
         padding_mask = src_tokens.eq(self.padding_idx)
-        # Read once: a tensor's truth value waits for the GPU, and this encoder (as fairseq's) asked it again before
-        # every layer, so the host stopped launching at each layer boundary until the device had caught up.
+        # Read once: a tensor's truth value waits for the GPU, and this encoder (as fairseq's) asked
+        # it again before every layer, so the host stopped launching at each layer boundary until
+        # the device had caught up.
         has_pads = bool(padding_mask.any())
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
         if has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
-        # B x T x C -> T x B x C, contiguous like every later layer's input (one compiled graph serves all layers)
+        # B x T x C -> T x B x C, contiguous like every later layer's input (one compiled graph
+        # serves all layers)
         x = x.transpose(0, 1).contiguous()
 
         encoder_states: List[Tensor] = [x] if return_all_hiddens else []
         attn_maps: List[Tensor] = []
         for layer in self.layers:
-            x, attn = layer(x, encoder_padding_mask=padding_mask if has_pads else None, need_attn=return_attn)
+            x, attn = layer(
+                x, encoder_padding_mask=padding_mask if has_pads else None, need_attn=return_attn
+            )
             if return_all_hiddens:
                 encoder_states.append(x)
             if return_attn:
@@ -165,5 +194,7 @@ class BioTransformerEncoder(TransformerEncoder):
             "encoder_states": encoder_states,  # List[T x B x C]
             "attn": attn_maps,  # List[B x H x T x T]
             "src_tokens": [],
-            "src_lengths": [src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)],
+            "src_lengths": [
+                src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1)
+            ],
         }

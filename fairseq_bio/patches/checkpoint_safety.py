@@ -1,4 +1,5 @@
-"""Kill-safe fairseq checkpoints, and one line naming a corrupt one (and what to resume from instead).
+"""Kill-safe fairseq checkpoints, and one line naming a corrupt one (and what to resume from
+instead).
 
 fairseq 0.12 makes ``checkpoint_last.pt`` and the other copies with a plain copy into the final
 name, so a pre-emption during the copy leaves a truncated file the requeued job cannot load.
@@ -52,7 +53,9 @@ def save_atomically(obj, path) -> None:
                 logger.warning("writing %s failed, retrying", tmp, exc_info=True)
                 time.sleep(2.5)
         _publish(tmp, path)
-    except BaseException as e:  # a full disk: one line naming the checkpoint, not torch's "unexpected pos"
+    except (
+        BaseException
+    ) as e:  # a full disk: one line naming the checkpoint, not torch's "unexpected pos"
         discard_failed_write(tmp, path, e)
         raise
 
@@ -96,11 +99,14 @@ def fallback_enabled() -> bool:
         return False
     if value in ("1", "true", "yes"):
         return True
-    raise ValueError(f"{FALLBACK_ENV}={value}: must be 1 (fall back to the newest intact checkpoint) or 0")
+    raise ValueError(
+        f"{FALLBACK_ENV}={value}: must be 1 (fall back to the newest intact checkpoint) or 0"
+    )
 
 
 def remove_interrupted_writes(save_dir) -> None:
-    """Remove the ``checkpoint*.pt.tmp`` files a killed save left in ``save_dir`` (each as large as a checkpoint)."""
+    """Remove the ``checkpoint*.pt.tmp`` files a killed save left in ``save_dir`` (each as large as
+    a checkpoint)."""
     for tmp in glob.glob(os.path.join(glob.escape(os.fspath(save_dir)), "checkpoint*.pt" + _TMP)):
         size = os.path.getsize(tmp)
         _remove_quietly(tmp)
@@ -111,8 +117,8 @@ _MARK = "fairseq_bio_kill_safe"
 
 
 def install() -> None:
-    """Make fairseq's checkpoint writes atomic, name corrupt checkpoints in one line, and offer the resume
-    fallback (see the module docstring). Idempotent."""
+    """Make fairseq's checkpoint writes atomic, name corrupt checkpoints in one line, and offer the
+    resume fallback (see the module docstring). Idempotent."""
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
@@ -123,22 +129,25 @@ def install() -> None:
     if not getattr(checkpoint_utils.PathManager, _MARK, False):
         checkpoint_utils.PathManager = _atomic_copy_path_manager(checkpoint_utils.PathManager)
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, _MARK, False):
-        checkpoint_utils.load_checkpoint_to_cpu = _explaining_failures_to_read(checkpoint_utils.load_checkpoint_to_cpu)
+        checkpoint_utils.load_checkpoint_to_cpu = _explaining_failures_to_read(
+            checkpoint_utils.load_checkpoint_to_cpu
+        )
     if not getattr(checkpoint_utils.load_checkpoint, _MARK, False):
         checkpoint_utils.load_checkpoint = _resuming_with_fallback(checkpoint_utils.load_checkpoint)
     _install_safe_globals()
 
 
 def _install_safe_globals() -> None:
-    """Allowlist the classes fairseq pickles, and the placeholder of its resume broadcast, for torch's
-    ``weights_only`` loading."""
+    """Allowlist the classes fairseq pickles, and the placeholder of its resume broadcast, for
+    torch's ``weights_only`` loading."""
     from fairseq.distributed.utils import _TensorPlaceholder
 
     known = set(map(id, torch.serialization.get_safe_globals()))
-    # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles the checkpoint
-    # state with its tensors replaced by _TensorPlaceholder(index), and the other ranks torch.load it with torch's
-    # default, weights_only=True: without it every rank but 0 fails to resume. Never written to a file, so not in
-    # FAIRSEQ_SAFE_GLOBALS (what checkpoint files hold).
+    # fairseq's broadcast_object (rank 0 -> the others, when a run resumes on several GPUs) pickles
+    # the checkpoint state with its tensors replaced by _TensorPlaceholder(index), and the other
+    # ranks torch.load it with torch's default, weights_only=True: without it every rank but 0 fails
+    # to resume. Never written to a file, so not in FAIRSEQ_SAFE_GLOBALS (what checkpoint files
+    # hold).
     allowed = FAIRSEQ_SAFE_GLOBALS + [_TensorPlaceholder]
     torch.serialization.add_safe_globals([g for g in allowed if id(g) not in known])
 
@@ -156,7 +165,8 @@ def _atomic_torch_persistent_save(original, path_manager):
 
 def _atomic_copy_path_manager(base):
     class AtomicCopyPathManager(base):
-        """fairseq's ``PathManager``, whose ``copy`` of a local file makes the destination appear atomically."""
+        """fairseq's ``PathManager``, whose ``copy`` of a local file makes the destination appear
+        atomically."""
 
         @staticmethod
         def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
@@ -172,14 +182,18 @@ def _atomic_copy_path_manager(base):
 
 
 def _explaining_failures_to_read(loader):
-    """fairseq's loader, a corrupt checkpoint or one that pickles a class outside the allowlist refused in one line
-    (``checkpoints.read_failure``, as ``checkpoints.load_checkpoint`` refuses them) instead of torch's traceback."""
+    """fairseq's loader, a corrupt checkpoint or one that pickles a class outside the allowlist
+    refused in one line (``checkpoints.read_failure``, as ``checkpoints.load_checkpoint`` refuses
+    them) instead of torch's traceback.
+    """
 
     @functools.wraps(loader)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         try:
             return loader(path, *args, **kwargs)
-        except Exception as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
+        except (
+            Exception
+        ) as e:  # a broken file can make torch raise almost anything (EOFError, KeyError, ...)
             failure = read_failure(path, e)
             if failure is None or failure is e:
                 raise
@@ -192,24 +206,40 @@ def _explaining_failures_to_read(loader):
 def _resuming_with_fallback(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def resume(cfg, trainer, **passthrough_args):
-        if cfg.save_dir and trainer.should_save_checkpoint_on_current_rank and os.path.isdir(cfg.save_dir):
+        if (
+            cfg.save_dir
+            and trainer.should_save_checkpoint_on_current_rank
+            and os.path.isdir(cfg.save_dir)
+        ):
             remove_interrupted_writes(cfg.save_dir)
         try:
             path, state = check_run_start(cfg, trainer)
-            return _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrough_args)
+            return _explaining_failures(
+                load_checkpoint, cfg, trainer, path, state, **passthrough_args
+            )
         except CorruptCheckpointError as corrupt:
-            e = corrupt_error(corrupt.path, corrupt, resuming=True) or corrupt  # with what to resume from
+            e = (
+                corrupt_error(corrupt.path, corrupt, resuming=True) or corrupt
+            )  # with what to resume from
             in_save_dir = os.path.dirname(os.path.abspath(e.path)) == os.path.abspath(cfg.save_dir)
             if e.fallback is None or not in_save_dir or not fallback_enabled():
                 raise e from None
-            logger.warning("%s: corrupt checkpoint, %s; %s=1: resuming from the newest intact one, %s (update %d)",
-                           e.path, e.problem, FALLBACK_ENV, e.fallback, e.fallback_updates)  # fmt: skip
+            logger.warning(
+                "%s: corrupt checkpoint, %s; %s=1: resuming from the newest intact one, %s (update %d)",
+                e.path,
+                e.problem,
+                FALLBACK_ENV,
+                e.fallback,
+                e.fallback_updates,
+            )
             fallback = e.fallback
         # Restored afterwards: the run's own later resumes still start from checkpoint_last.pt.
         restore_file, finetune_from_model = cfg.restore_file, cfg.finetune_from_model
         cfg.restore_file, cfg.finetune_from_model = fallback, None
         try:
-            return _explaining_failures(load_checkpoint, cfg, trainer, fallback, None, **passthrough_args)
+            return _explaining_failures(
+                load_checkpoint, cfg, trainer, fallback, None, **passthrough_args
+            )
         finally:
             cfg.restore_file, cfg.finetune_from_model = restore_file, finetune_from_model
 
@@ -218,8 +248,9 @@ def _resuming_with_fallback(load_checkpoint):
 
 
 def _explaining_failures(load_checkpoint, cfg, trainer, path, state, **passthrough_args):
-    """fairseq's ``load_checkpoint``, whose "please ensure that the architectures match" (a traceback of two
-    chained exceptions) becomes one line naming what differs (``checkpoint_fit.load_failure``)."""
+    """fairseq's ``load_checkpoint``, whose "please ensure that the architectures match" (a
+    traceback of two chained exceptions) becomes one line naming what differs
+    (``checkpoint_fit.load_failure``)."""
     try:
         return load_checkpoint(cfg, trainer, **passthrough_args)
     except BioError:

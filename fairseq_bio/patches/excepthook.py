@@ -1,5 +1,6 @@
-"""An uncaught ``BioError`` printed as its message alone (``sys.excepthook``), for fairseq-train, fairseq-validate and
-the other argparse entry points; ``FAIRSEQ_BIO_TRACEBACK=1`` asks hydra for full tracebacks too."""
+"""An uncaught ``BioError`` printed as its message alone (``sys.excepthook``), for fairseq-train,
+fairseq-validate and the other argparse entry points; ``FAIRSEQ_BIO_TRACEBACK=1`` asks hydra for
+full tracebacks too."""
 
 import os
 import sys
@@ -20,8 +21,9 @@ def _one_line_hook(previous):
 
 
 def install() -> None:
-    """Print uncaught ``BioError``s in one line (``sys.excepthook``); with ``FAIRSEQ_BIO_TRACEBACK=1``, ask hydra
-    for full tracebacks too. Idempotent; called when the plugin is imported."""
+    """Print uncaught ``BioError``s in one line (``sys.excepthook``); with
+    ``FAIRSEQ_BIO_TRACEBACK=1``, ask hydra for full tracebacks too. Idempotent; called when the
+    plugin is imported."""
     if not getattr(sys.excepthook, "fairseq_bio_one_line", False):
         sys.excepthook = _one_line_hook(sys.excepthook)
     if os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):

@@ -1,5 +1,5 @@
-"""fairseq's ``adam`` with its update and its gradient norm as multi-tensor kernels: the same numbers, state and
-checkpoints.
+"""fairseq's ``adam`` with its update and its gradient norm as multi-tensor kernels: the same
+numbers, state and checkpoints.
 
 Without apex or fairseq's CUDA extension (pip installs have neither) fairseq's ``adam`` updates
 each parameter in a Python loop, about eight elementwise kernels per tensor, and takes its gradient
@@ -26,7 +26,8 @@ DEVICES = ("cuda",)
 
 
 class ForeachAdam(Adam):
-    """fairseq's ``Adam`` (``fairseq.optim.adam.Adam``) with one multi-tensor op per step of its arithmetic."""
+    """fairseq's ``Adam`` (``fairseq.optim.adam.Adam``) with one multi-tensor op per step of its
+    arithmetic."""
 
     def step(self, closure=None):
         if not all(_plain(group) for group in self.param_groups):
@@ -74,9 +75,9 @@ class ForeachAdam(Adam):
 
 
 def _plain(group: dict) -> bool:
-    """Whether fairseq's loop would do nothing but the fp32 arithmetic on this group (no amsgrad, no casts), on
-    ``DEVICES``: sparse or non-fp32 gradients or weights (the memory-efficient fp16 wrapper) are
-    not."""
+    """Whether fairseq's loop would do nothing but the fp32 arithmetic on this group (no amsgrad, no
+    casts), on ``DEVICES``: sparse or non-fp32 gradients or weights (the memory-efficient fp16
+    wrapper) are not."""
     if group.get("amsgrad", False):
         return False
     for p in group["params"]:
@@ -103,31 +104,39 @@ def _chunks(params: List[torch.Tensor]) -> Iterable[List[torch.Tensor]]:
 
 
 class ForeachGradNorm:
-    """``clip_grad_norm`` by ``foreach_grad_norm``: for fairseq optimizers whose own is ``FairseqOptimizer``'s."""
+    """``clip_grad_norm`` by ``foreach_grad_norm``: for fairseq optimizers whose own is
+    ``FairseqOptimizer``'s."""
 
     def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
         return foreach_grad_norm(self.params, max_norm, aggregate_norm_fn)
 
 
 class ForeachFairseqAdam(ForeachGradNorm, FairseqAdam):
-    """fairseq's ``adam`` with the multi-tensor gradient norm (its ``ForeachAdam`` set by ``adopt``)."""
+    """fairseq's ``adam`` with the multi-tensor gradient norm (its ``ForeachAdam`` set by
+    ``adopt``)."""
 
 
 class ForeachCompositeOptimizer(ForeachGradNorm, FairseqCompositeOptimizer):
-    """fairseq's ``composite`` with the multi-tensor gradient norm over all its groups' parameters."""
+    """fairseq's ``composite`` with the multi-tensor gradient norm over all its groups'
+    parameters."""
 
 
 def adopt(optimizer):
-    """Give the optimizer fairseq's trainer built, and those inside it, the multi-tensor methods, in place (state,
-    the learning-rate scheduler's reference and checkpoints unchanged). Returns ``optimizer``.
+    """Give the optimizer fairseq's trainer built, and those inside it, the multi-tensor methods, in
+    place (state, the learning-rate scheduler's reference and checkpoints unchanged). Returns
+    ``optimizer``.
 
     The plugin's trainer calls it on every optimizer fairseq builds. It changes, by class, exactly
     fairseq's ``FairseqAdam`` running fairseq's own ``Adam`` (not a fused one, not on a TPU) and
     the composite optimizer's gradient norm, wherever they sit: alone, inside the fp16/bf16
     wrappers or in a composite. A step with anything else in it (``_plain``) stays fairseq's
     loop."""
-    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None)
-    if inner is not None:  # fairseq's fp16/bf16 wrappers: the optimizer of the fp32 (or low-precision) weights
+    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(
+        optimizer, "wrapped_optimizer", None
+    )
+    if (
+        inner is not None
+    ):  # fairseq's fp16/bf16 wrappers: the optimizer of the fp32 (or low-precision) weights
         adopt(inner)
     elif type(optimizer) is FairseqCompositeOptimizer:
         optimizer.__class__ = ForeachCompositeOptimizer

@@ -1,4 +1,5 @@
-"""fairseq's fp16/bf16 optimizer wrapper with its per-parameter copies done by torch's multi-tensor kernels.
+"""fairseq's fp16/bf16 optimizer wrapper with its per-parameter copies done by torch's multi-tensor
+kernels.
 
 Every update fairseq's ``FP16Optimizer`` zero-fills its fp32 master gradients, copies every
 gradient into them and every master weight back: three Python loops of one small kernel per tensor
@@ -24,24 +25,30 @@ class MultiTensorFP16Optimizer(FP16Optimizer):
 
     @classmethod
     def adopt(cls, optimizer: FP16Optimizer) -> FP16Optimizer:
-        """Give the ``FP16Optimizer`` fairseq built these methods, in place (its state and the learning-rate
-        scheduler's reference to it stay): only an instance of exactly that class, not a subclass it may have been
-        given by someone else.
+        """Give the ``FP16Optimizer`` fairseq built these methods, in place (its state and the
+        learning-rate scheduler's reference to it stay): only an instance of exactly that class, not
+        a subclass it may have been given by someone else.
 
         ``BioTrainer._build_optimizer`` (``trainer.py``) calls it; the memory-efficient and AMP
         wrappers, BMUF and the CPU's fp32 path are left as they are."""
-        if type(optimizer) is FP16Optimizer and not torch.is_tensor(optimizer.fp32_params):  # (a dict when flat)
+        if type(optimizer) is FP16Optimizer and not torch.is_tensor(
+            optimizer.fp32_params
+        ):  # (a dict when flat)
             optimizer.__class__ = cls
         return optimizer
 
-    def _pairs(self, with_grads: bool) -> Dict[torch.device, Tuple[List[torch.Tensor], List[torch.Tensor]]]:
-        """{device: (the model's tensors, the master tensors they pair with)} for the trained parameters: the
-        gradients (``with_grads``) or the weights. Flat layout: the master tensor's slice for each parameter, viewed
-        in its shape, in fairseq's order (parameters in order, per device)."""
+    def _pairs(
+        self, with_grads: bool
+    ) -> Dict[torch.device, Tuple[List[torch.Tensor], List[torch.Tensor]]]:
+        """{device: (the model's tensors, the master tensors they pair with)} for the trained
+        parameters: the gradients (``with_grads``) or the weights. Flat layout: the master tensor's
+        slice for each parameter, viewed in its shape, in fairseq's order (parameters in order, per
+        device)."""
         pairs = defaultdict(lambda: ([], []))
         if self.has_flat_params:
-            # fairseq's layout: each device's parameters in order, packed; its gradient copy packs only those that
-            # require gradients, its weight copy all of them (the trainer passes only trained ones anyway)
+            # fairseq's layout: each device's parameters in order, packed; its gradient copy packs
+            # only those that require gradients, its weight copy all of them (the trainer passes
+            # only trained ones anyway)
             offsets = defaultdict(int)
             for p in self.fp16_params:
                 key = p.device.index
@@ -49,7 +56,9 @@ class MultiTensorFP16Optimizer(FP16Optimizer):
                     continue
                 flat, offset = self.fp32_params[key], offsets[key]
                 offsets[key] += p.numel()
-                master = (flat.grad if with_grads else flat).data[offset : offset + p.numel()].view_as(p)
+                master = (
+                    (flat.grad if with_grads else flat).data[offset : offset + p.numel()].view_as(p)
+                )
                 if with_grads:
                     model_side = p.grad.data if p.grad is not None else p.data.new_zeros(p.shape)
                 else:

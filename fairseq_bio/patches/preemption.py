@@ -1,4 +1,5 @@
-"""Pre-emption: a checkpoint at the next update boundary on SIGUSR1, SIGUSR2 or SIGTERM, then an exit that resumes.
+"""Pre-emption: a checkpoint at the next update boundary on SIGUSR1, SIGUSR2 or SIGTERM, then an
+exit that resumes.
 
 SLURM warns a job before its time limit with the signal of ``--signal`` (submitit asks for SIGUSR2,
 sbatch scripts usually SIGUSR1) and stops it with SIGTERM. fairseq 0.12 handles none of them, and
@@ -31,7 +32,9 @@ _MARK = "fairseq_bio_preemption"
 class _State:
     """What the handlers recorded, per process."""
 
-    pid: Optional[int] = None  # the trainer's process (forked DataLoader workers inherit the handlers)
+    pid: Optional[int] = (
+        None  # the trainer's process (forked DataLoader workers inherit the handlers)
+    )
     signum: int = 0  # the first signal received, 0 for none
     received_at: float = 0.0
     saved_at: int = -1  # the update of the last checkpoint_utils.save_checkpoint
@@ -50,27 +53,33 @@ def _handler(signum, frame) -> None:
     """Record the signal: writing a checkpoint from inside an update is not safe, so the save waits
     for the update boundary (``_validate_and_save_or_leave``)."""
     if os.getpid() != _state.pid:
-        return  # a DataLoader worker: the trainer saves and ends, the worker keeps serving it until then
+        # a DataLoader worker: the trainer saves and ends, the worker keeps serving it until then
+        return
     if not _state.signum:
         _state.signum, _state.received_at = signum, time.time()
 
 
 def install_handlers() -> None:
-    """Record SIGUSR1/SIGUSR2/SIGTERM for the update boundary, keeping the handlers they replace. Idempotent."""
+    """Record SIGUSR1/SIGUSR2/SIGTERM for the update boundary, keeping the handlers they replace.
+    Idempotent."""
     if _state.pid == os.getpid():
         return
     if threading.current_thread() is not threading.main_thread():
-        logger.warning("not in the main thread: no pre-emption handlers (signals keep their current handlers)")
+        logger.warning(
+            "not in the main thread: no pre-emption handlers (signals keep their current handlers)"
+        )
         return
     _state.pid, _state.signum, _state.previous = os.getpid(), 0, {}
     for signum in SIGNALS:
         _state.previous[signum] = signal.signal(signum, _handler)
-        # Restart system calls the signal interrupts (gloo/NCCL waits, DataLoader reads) instead of failing them.
+        # Restart system calls the signal interrupts (gloo/NCCL waits, DataLoader reads) instead of
+        # failing them.
         signal.siginterrupt(signum, False)
 
 
 def _agreed_signal(trainer) -> int:
-    """The signal any rank received (the largest number if several), 0 if none; every rank gets the same answer."""
+    """The signal any rank received (the largest number if several), 0 if none; every rank gets the
+    same answer."""
     signum = _state.signum
     if trainer.data_parallel_world_size > 1:
         from fairseq.distributed import utils as distributed_utils
@@ -85,11 +94,15 @@ def _wait_for_every_rank(trainer) -> None:
     if trainer.data_parallel_world_size > 1:
         from fairseq.distributed import utils as distributed_utils
 
-        distributed_utils.all_reduce(torch.zeros(1, device=trainer.device), group=trainer.data_parallel_process_group)
+        distributed_utils.all_reduce(
+            torch.zeros(1, device=trainer.device), group=trainer.data_parallel_process_group
+        )
 
 
 def _slurm_job_id() -> Optional[str]:
-    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get(
+        "SLURM_ARRAY_TASK_ID"
+    )
     if array_job and array_task:
         return f"{array_job}_{array_task}"
     return os.environ.get("SLURM_JOB_ID")
@@ -97,11 +110,19 @@ def _slurm_job_id() -> Optional[str]:
 
 def _requeue_slurm_job(job_id: str) -> None:
     try:
-        subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60)
-        logger.warning("requeued SLURM job %s (scontrol requeue): it resumes from checkpoint_last.pt", job_id)
+        subprocess.run(
+            ["scontrol", "requeue", job_id], check=True, capture_output=True, text=True, timeout=60
+        )
+        logger.warning(
+            "requeued SLURM job %s (scontrol requeue): it resumes from checkpoint_last.pt", job_id
+        )
     except (OSError, subprocess.SubprocessError) as e:
         detail = getattr(e, "stderr", None) or e
-        logger.error("could not requeue SLURM job %s (scontrol requeue: %s): run it again to resume", job_id, detail)
+        logger.error(
+            "could not requeue SLURM job %s (scontrol requeue: %s): run it again to resume",
+            job_id,
+            detail,
+        )
 
 
 def _leave(signum: int, rank: int) -> None:
@@ -117,7 +138,9 @@ def _leave(signum: int, rank: int) -> None:
     own = _state.signum or signum
     previous = _state.previous.get(own)
     if callable(previous):
-        previous(own, None)  # submitit's: on rank 0 it requeues the job and exits; elsewhere it returns
+        previous(
+            own, None
+        )  # submitit's: on rank 0 it requeues the job and exits; elsewhere it returns
     elif rank == 0 and own in REQUEUE_SIGNALS and _slurm_job_id():
         _requeue_slurm_job(_slurm_job_id())
     raise SystemExit(PREEMPTED_EXIT_STATUS if rank == 0 else 0)
@@ -127,30 +150,39 @@ def _validate_and_save_or_leave(original):
     @functools.wraps(original)
     def validate_and_save(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch):
         signum = _agreed_signal(trainer)
-        # What this update has anyway (validation, scheduled saves, the end of the run) happens first, as in an
-        # uninterrupted run: skipping an epoch's validation would change which checkpoint is the best one.
-        # A run that ends here just ends; else checkpoint_last.pt is saved unless this update was.
-        valid_losses, should_stop = original(cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch)
+        # What this update has anyway (validation, scheduled saves, the end of the run) happens
+        # first, as in an uninterrupted run: skipping an epoch's validation would change which
+        # checkpoint is the best one. A run that ends here just ends; else checkpoint_last.pt is
+        # saved unless this update was.
+        valid_losses, should_stop = original(
+            cfg, trainer, task, epoch_itr, valid_subsets, end_of_epoch
+        )
         if not signum or should_stop:
             return valid_losses, should_stop
         num_updates = trainer.get_num_updates()
         name = signal.Signals(signum).name
         if _state.saved_at != num_updates:
             logger.warning(
-                "%s: saving a checkpoint at update %d, then ending this run to be resumed", name, num_updates
+                "%s: saving a checkpoint at update %d, then ending this run to be resumed",
+                name,
+                num_updates,
             )
             from fairseq import checkpoint_utils
 
             checkpoint_utils.save_checkpoint(cfg.checkpoint, trainer, epoch_itr, None)
         else:
-            logger.warning("%s: update %d is saved; ending this run to be resumed", name, num_updates)
+            logger.warning(
+                "%s: update %d is saved; ending this run to be resumed", name, num_updates
+            )
         if cfg.checkpoint.write_checkpoints_asynchronously:
             from fairseq.file_io import PathManager
 
             PathManager.async_close()
         _wait_for_every_rank(trainer)  # no rank may leave before rank 0's file is complete
         if _state.signum:
-            logger.warning("%s received %.1f s before this save", name, time.time() - _state.received_at)
+            logger.warning(
+                "%s received %.1f s before this save", name, time.time() - _state.received_at
+            )
         _leave(signum, trainer.data_parallel_rank)
 
     setattr(validate_and_save, _MARK, True)
@@ -213,4 +245,6 @@ def install() -> None:
     if not getattr(module.validate_and_save, _MARK, False):
         module.validate_and_save = _validate_and_save_or_leave(module.validate_and_save)
     if not getattr(module.checkpoint_utils.save_checkpoint, _MARK, False):
-        module.checkpoint_utils.save_checkpoint = _recording_saves(module.checkpoint_utils.save_checkpoint)
+        module.checkpoint_utils.save_checkpoint = _recording_saves(
+            module.checkpoint_utils.save_checkpoint
+        )

@@ -1,6 +1,6 @@
-"""``settings.check_settings`` run in fairseq-train's ``main`` right after fairseq has filled in the registry
-defaults (``fairseq_cli.train.add_defaults``), before it makes the checkpoint directory, the task, datasets or model;
-fairseq-train and fairseq-hydra-train both run that ``main``."""
+"""``settings.check_settings`` run in fairseq-train's ``main`` right after fairseq has filled in the
+registry defaults (``fairseq_cli.train.add_defaults``), before it makes the checkpoint directory,
+the task, datasets or model; fairseq-train and fairseq-hydra-train both run that ``main``."""
 
 import functools
 
@@ -20,8 +20,8 @@ def _checking_settings(add_defaults):
 
 
 def install() -> None:
-    """Check the settings in fairseq-train's ``main`` as soon as fairseq has completed them (see the module
-    docstring). Idempotent."""
+    """Check the settings in fairseq-train's ``main`` as soon as fairseq has completed them (see the
+    module docstring). Idempotent."""
     from fairseq_cli import train as module
 
     if not getattr(module.add_defaults, _MARK, False):

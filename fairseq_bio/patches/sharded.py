@@ -1,5 +1,6 @@
-"""fairseq's ``distributed_training.ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``torch.distributed.fsdp``'s
-``fully_shard``) instead of fairscale, inside fairseq's own Trainer, on GPUs (NCCL) and CPUs (gloo) alike.
+"""fairseq's ``distributed_training.ddp_backend=fully_sharded`` on PyTorch's FSDP2
+(``torch.distributed.fsdp``'s ``fully_shard``) instead of fairscale, inside fairseq's own Trainer,
+on GPUs (NCCL) and CPUs (gloo) alike.
 
 ``ShardedTrainer`` (the base of ``trainer.BioTrainer``) shards the model on two or more processes,
 takes the gradient norm over every rank's shards and writes consolidated checkpoints, the ones
@@ -36,12 +37,17 @@ def shard_model(model: nn.Module, mesh) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     options = {"mesh": mesh}
-    lists = [m for name, m in model.named_modules() if name.split(".")[-1] == "layers" and isinstance(m, nn.ModuleList)]
+    lists = [
+        m
+        for name, m in model.named_modules()
+        if name.split(".")[-1] == "layers" and isinstance(m, nn.ModuleList)
+    ]
     for layers in lists:
         for layer in layers:
             fully_shard(layer, **options)
     fully_shard(model, **options)
-    # fairseq loads full tensors (a checkpoint, rank 0's broadcast); each rank keeps its shard of them
+    # fairseq loads full tensors (a checkpoint, rank 0's broadcast); each rank keeps its shard of
+    # them
     model.register_load_state_dict_pre_hook(_shard_full_tensors)
     return model
 
@@ -50,17 +56,21 @@ def _shard_full_tensors(module, state_dict, prefix, *args):
     DTensor = _dtensor()
     from torch.distributed.tensor import distribute_tensor
 
-    targets = dict(module.named_parameters(remove_duplicate=False))  # tied weights are in the state under each name
+    targets = dict(
+        module.named_parameters(remove_duplicate=False)
+    )  # tied weights are in the state under each name
     for name, param in targets.items():
         value = state_dict.get(prefix + name)
         if isinstance(param, DTensor) and torch.is_tensor(value) and not isinstance(value, DTensor):
             # every rank holds the same full tensor: each cuts its own shard, no communication
-            state_dict[prefix + name] = distribute_tensor(value.to(param.device), param.device_mesh, param.placements,
-                                                          src_data_rank=None)  # fmt: skip
+            state_dict[prefix + name] = distribute_tensor(
+                value.to(param.device), param.device_mesh, param.placements, src_data_rank=None
+            )
 
 
 def held_parameters(model: nn.Module):
-    """(parameters this rank holds, parameters of the model): each rank holds 1/world of every sharded one."""
+    """(parameters this rank holds, parameters of the model): each rank holds 1/world of every
+    sharded one."""
     DTensor = _dtensor()
     params = list(model.parameters())
     held = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
@@ -68,8 +78,8 @@ def held_parameters(model: nn.Module):
 
 
 def consolidated(tree: Any, keep: bool) -> Any:
-    """``tree`` with each sharded tensor gathered whole (a collective: every rank calls it, in the same order), on the
-    CPU where ``keep``, else None."""
+    """``tree`` with each sharded tensor gathered whole (a collective: every rank calls it, in the
+    same order), on the CPU where ``keep``, else None."""
     DTensor = _dtensor()
     if isinstance(tree, DTensor):
         full = tree.full_tensor()
@@ -82,7 +92,8 @@ def consolidated(tree: Any, keep: bool) -> Any:
 
 
 def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
-    """Optimizer states loaded whole (a consolidated checkpoint) cut to each parameter's shard, in place."""
+    """Optimizer states loaded whole (a consolidated checkpoint) cut to each parameter's shard, in
+    place."""
     DTensor = _dtensor()
     from torch.distributed.tensor import distribute_tensor
 
@@ -90,13 +101,19 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
         if not isinstance(param, DTensor):
             continue
         for key, value in state.items():
-            if torch.is_tensor(value) and not isinstance(value, DTensor) and value.shape == param.shape:
-                state[key] = distribute_tensor(value.to(param.device), param.device_mesh, param.placements,
-                                               src_data_rank=None)  # fmt: skip
+            if (
+                torch.is_tensor(value)
+                and not isinstance(value, DTensor)
+                and value.shape == param.shape
+            ):
+                state[key] = distribute_tensor(
+                    value.to(param.device), param.device_mesh, param.placements, src_data_rank=None
+                )
 
 
 def total_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
-    """The L2 norm of all gradients, over every rank's shards (a collective); a plain fp32 scalar."""
+    """The L2 norm of all gradients, over every rank's shards (a collective); a plain fp32
+    scalar."""
     DTensor = _dtensor()
     grads = list(grads)
     if not grads:
@@ -113,14 +130,20 @@ def refuse_fairscale_options(cfg) -> None:
     # fp16 / bf16: fairseq would cast the model and flatten the shards into its FP16Optimizer;
     # FSDP2's own mixed precision is the way to add them
     if cfg.common.fp16 or cfg.common.bf16:
-        raise BioConfigError("distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
-                             "only: use precision=fp32")  # fmt: skip
-    given = [f"distributed_training.{name}" for name in FAIRSCALE_ONLY if cfg.distributed_training[name]]
+        raise BioConfigError(
+            "distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
+            "only: use precision=fp32"
+        )
+    given = [
+        f"distributed_training.{name}" for name in FAIRSCALE_ONLY if cfg.distributed_training[name]
+    ]
     if cfg.distributed_training.zero_sharding != "none":
         given.append("distributed_training.zero_sharding")
     if given:
-        raise BioConfigError(f"{', '.join(given)}: fairscale's options, which distributed_training.ddp_backend="
-                             "fully_sharded (PyTorch's FSDP2 here) does not read; leave them unset")  # fmt: skip
+        raise BioConfigError(
+            f"{', '.join(given)}: fairscale's options, which distributed_training.ddp_backend="
+            "fully_sharded (PyTorch's FSDP2 here) does not read; leave them unset"
+        )
 
 
 def sharded_backend(cfg) -> bool:
@@ -157,13 +180,17 @@ class ShardedTrainer(Trainer):
             from torch.distributed.device_mesh import init_device_mesh
 
             if self.data_parallel_world_size != dist.get_world_size():
-                raise BioConfigError("distributed_training.ddp_backend=fully_sharded: model parallelism is not "
-                                     "supported with it (the data-parallel group must be the whole world)")  # fmt: skip
+                raise BioConfigError(
+                    "distributed_training.ddp_backend=fully_sharded: model parallelism is not "
+                    "supported with it (the data-parallel group must be the whole world)"
+                )
             mesh = init_device_mesh(self.device.type, (self.data_parallel_world_size,))
             self._wrapped_model = shard_model(self._model.to(self.device), mesh)
             held, total = held_parameters(self._wrapped_model)
-            logger.info(f"fully sharded (PyTorch FSDP2) over {self.data_parallel_world_size} ranks: this rank holds "
-                        f"{held:,} of the {total:,} parameters")  # fmt: skip
+            logger.info(
+                f"fully sharded (PyTorch FSDP2) over {self.data_parallel_world_size} ranks: this rank holds "
+                f"{held:,} of the {total:,} parameters"
+            )
         return super().model
 
     def clip_grad_norm(self, clip_norm):
@@ -203,7 +230,8 @@ def fsdp_enable_wrap(cfg):
 
 
 def install() -> None:
-    """Make fairseq-train / fairseq-hydra-train build a plain model for ``ShardedTrainer`` to shard. Idempotent."""
+    """Make fairseq-train / fairseq-hydra-train build a plain model for ``ShardedTrainer`` to shard.
+    Idempotent."""
     from fairseq_cli import train as module
 
     if getattr(module.fsdp_enable_wrap, _MARK, False):

@@ -1,7 +1,7 @@
-"""Running fairseq-bio-blurb's runs: one training process (``runs.hydra_train``'s command line) and one
-fairseq-bio-predict of the test split each, the dev scores read from fairseq's json log (``runs.logged``), the test
-score computed from the predictions file, and result.json; a finished run made by the same command from the same
-encoder file is reused.
+"""Running fairseq-bio-blurb's runs: one training process (``runs.hydra_train``'s command line) and
+one fairseq-bio-predict of the test split each, the dev scores read from fairseq's json log
+(``runs.logged``), the test score computed from the predictions file, and result.json; a finished
+run made by the same command from the same encoder file is reused.
 """
 
 import json
@@ -12,19 +12,35 @@ from typing import Any, Dict, List, Tuple
 
 from ..files import atomic_write, write_json
 from ..inference.predictions import read_predictions
-from ..metrics.benchmark_scores import CLASSIFICATION, MULTILABEL, Benchmark, TrivialBaseline, percentages
+from ..metrics.benchmark_scores import (
+    CLASSIFICATION,
+    MULTILABEL,
+    Benchmark,
+    TrivialBaseline,
+    percentages,
+)
 from ..runs import Run as Process
 from ..runs import capture, logged
 from .datasets import TAGGING
 from .plan import Plan, Run, comma_names
 from .report import aggregate, write_results
 
-# What a run writes; all of it is removed before a run is done again, so nothing of an interrupted attempt is read
-# (test.log: fairseq-validate's, written by runners before the test score came from the predictions alone).
-RUN_OUTPUTS = ("result.json", "train.log", "train.out", "test.log", "checkpoint_best.pt", "checkpoint_last.pt",
-               "predictions.tsv", "predictions.jsonl")  # fmt: skip
-# fairseq's mid-epoch checkpoints (checkpoint_<epoch>_<updates>.pt), written when a recipe validates every N updates
-# (checkpoint.save_interval_updates: fairseq saves checkpoint_best only when it saves); runs are never resumed
+# What a run writes; all of it is removed before a run is done again, so nothing of an interrupted
+# attempt is read (test.log: fairseq-validate's, written by runners before the test score came from
+# the predictions alone).
+RUN_OUTPUTS = (
+    "result.json",
+    "train.log",
+    "train.out",
+    "test.log",
+    "checkpoint_best.pt",
+    "checkpoint_last.pt",
+    "predictions.tsv",
+    "predictions.jsonl",
+)
+# fairseq's mid-epoch checkpoints (checkpoint_<epoch>_<updates>.pt), written when a recipe validates
+# every N updates (checkpoint.save_interval_updates: fairseq saves checkpoint_best only when it
+# saves); runs are never resumed
 INTERVAL_CHECKPOINTS = "checkpoint_[0-9]*_[0-9]*.pt"
 
 
@@ -39,8 +55,8 @@ class RunFailed(Exception):
 
 
 def examples_trained(log: Path) -> int:
-    """Training examples a run went through: per epoch, its updates times fairseq's average batch size (``bsz``),
-    from the epoch-end ``train_`` entries of its log."""
+    """Training examples a run went through: per epoch, its updates times fairseq's average batch
+    size (``bsz``), from the epoch-end ``train_`` entries of its log."""
     total, before = 0.0, 0
     for updates, entry in sorted(logged(log, "train").items()):
         if "bsz" in entry:
@@ -55,15 +71,17 @@ def _last_line(text: str) -> str:
 
 
 def made_by(stored: Any, identity: Dict[str, Any]) -> bool:
-    """Whether a result.json's identity is this run's: the same training command from the same encoder file (one
-    written while the test split was scored by fairseq-validate names that command too; the training is the same)."""
+    """Whether a result.json's identity is this run's: the same training command from the same
+    encoder file (one written while the test split was scored by fairseq-validate names that command
+    too; the training is the same).
+    """
     return isinstance(stored, dict) and all(stored.get(k) == v for k, v in identity.items())
 
 
 def score_run(run: Run) -> Tuple[Dict[str, Any], TrivialBaseline, int]:
-    """(test metrics in percent, trivial baseline, test examples) of a run's predictions file: the dataset's
-    ``BenchmarkTask.scores`` (``prediction_scores``: what fairseq-bio-predict printed for the same file) with the
-    task's negative classes, rows of one document grouped (HoC)."""
+    """(test metrics in percent, trivial baseline, test examples) of a run's predictions file: the
+    dataset's ``BenchmarkTask.scores`` (``prediction_scores``: what fairseq-bio-predict printed for
+    the same file) with the task's negative classes, rows of one document grouped (HoC)."""
     bench, task = run.plan.task, run.plan.cfg["task"]
     gold, pred, ids = read_predictions(run.predictions, run.plan.recipe.config == TAGGING)
     options: Dict[str, Any] = {}
@@ -71,11 +89,16 @@ def score_run(run: Run) -> Tuple[Dict[str, Any], TrivialBaseline, int]:
         options["ids"] = ids
     if bench.kind == CLASSIFICATION:
         options["negatives"] = set(comma_names(task.get("negative_labels")))
-    return percentages(bench.scores(gold, pred, **options)), bench.trivial_baseline(gold, **options), len(gold)
+    return (
+        percentages(bench.scores(gold, pred, **options)),
+        bench.trivial_baseline(gold, **options),
+        len(gold),
+    )
 
 
 def execute(run: Run) -> Dict[str, Any]:
-    """Train one run and predict its test split, or reuse its result; returns its record (with ``status``)."""
+    """Train one run and predict its test split, or reuse its result; returns its record (with
+    ``status``)."""
     result_path = run.dir / "result.json"
     status = "ran"
     if result_path.exists():
@@ -95,13 +118,16 @@ def execute(run: Run) -> Dict[str, Any]:
     with atomic_write(run.dir / "cmd.txt") as f:
         f.write(shlex.join(run.command) + "\n")
     start = time.time()
-    # finish(): a SIGTERM to the runner (fairseq-bio-blurb raises KeyboardInterrupt) kills the training with it
+    # finish(): a SIGTERM to the runner (fairseq-bio-blurb raises KeyboardInterrupt) kills the
+    # training with it
     training = Process(run.command, run.dir / "train.out", cwd=run.dir)
     code = training.finish()
     train_s = time.time() - start
     remove_interval_checkpoints(run.dir)
     if code:
-        raise RunFailed(f"{training.name} exited {code}: {_last_line(training.output())} (see {training.out})")
+        raise RunFailed(
+            f"{training.name} exited {code}: {_last_line(training.output())} (see {training.out})"
+        )
     selection = str(run.plan.cfg["checkpoint"]["best_checkpoint_metric"])
     dev = logged(run.dir / "train.log", "valid")
     if not dev or not (run.dir / "checkpoint_best.pt").exists():
@@ -111,7 +137,9 @@ def execute(run: Run) -> Dict[str, Any]:
     scoring = time.time()
     predicted = capture(run.predict, cwd=run.dir)
     if predicted.returncode:
-        raise RunFailed(f"fairseq-bio-predict exited {predicted.returncode}: {_last_line(predicted.stderr)}")
+        raise RunFailed(
+            f"fairseq-bio-predict exited {predicted.returncode}: {_last_line(predicted.stderr)}"
+        )
     test, trivial, n_test = score_run(run)
     score_s, trained = time.time() - scoring, examples_trained(run.dir / "train.log")
     bench = run.plan.task
@@ -148,39 +176,65 @@ def execute(run: Run) -> Dict[str, Any]:
 
 
 def batch_field(run: Run) -> Dict[str, Any]:
-    """A batch-size grid's run: its ``batch_size`` for its record (the grid point it is); nothing for other runs."""
+    """A batch-size grid's run: its ``batch_size`` for its record (the grid point it is); nothing
+    for other runs."""
     return {"batch_size": run.batch_size} if run.batch_size else {}
 
 
 def fold_fields(run: Run) -> Dict[str, Any]:
-    """A cross-validation run's ``fold`` (1..K) and ``folds`` (K) for its record; nothing for other runs."""
+    """A cross-validation run's ``fold`` (1..K) and ``folds`` (K) for its record; nothing for other
+    runs."""
     return {"fold": run.fold.index, "folds": run.fold.k} if run.fold else {}
 
 
-def run_all(runs: List[Run], args, benchmark: Benchmark, plans: List[Plan], missing: Dict[str, str], out: Path,
-            tag: str) -> int:  # fmt: skip
-    """Every run in turn (a failed one is reported and the others go on), then the results under ``out``."""
+def run_all(
+    runs: List[Run],
+    args,
+    benchmark: Benchmark,
+    plans: List[Plan],
+    missing: Dict[str, str],
+    out: Path,
+    tag: str,
+) -> int:
+    """Every run in turn (a failed one is reported and the others go on), then the results under
+    ``out``."""
     records = []
     for i, run in enumerate(runs, 1):
         start = time.time()
         try:
             record = execute(run)
         except RunFailed as e:
-            record = {"dataset": run.plan.recipe.name, "lr": run.lr, **batch_field(run), "seed": run.seed,
-                      **fold_fields(run),
-                      "run_dir": str(run.dir), "status": "failed", "error": str(e),
-                      "wall_s": round(time.time() - start, 1)}  # fmt: skip
+            record = {
+                "dataset": run.plan.recipe.name,
+                "lr": run.lr,
+                **batch_field(run),
+                "seed": run.seed,
+                **fold_fields(run),
+                "run_dir": str(run.dir),
+                "status": "failed",
+                "error": str(e),
+                "wall_s": round(time.time() - start, 1),
+            }
         records.append(record)
         if record["status"] == "failed":
             what = f"FAILED: {record['error']}"
         else:
             what = f"test {record['metric_key']} {record['test_metric']:.2f} (dev {record['dev_metric']:.2f}"
-            what += f"; trivial {record['trivial_baseline']:.2f})" if "trivial_baseline" in record else ")"
-        print(f"{tag} {i}/{len(runs)} {run.label}: {record['status']}, {what}, {time.time() - start:.1f} s",
-              flush=True)  # fmt: skip
+            what += (
+                f"; trivial {record['trivial_baseline']:.2f})"
+                if "trivial_baseline" in record
+                else ")"
+            )
+        print(
+            f"{tag} {i}/{len(runs)} {run.label}: {record['status']}, {what}, {time.time() - start:.1f} s",
+            flush=True,
+        )
 
     results = aggregate(benchmark, records, missing)
-    counts = {s: sum(r["status"] == s for r in records) for s in ("ran", "redone", "stale", "reused", "failed")}
+    counts = {
+        s: sum(r["status"] == s for r in records)
+        for s in ("ran", "redone", "stale", "reused", "failed")
+    }
     results.update(
         checkpoint=str(args.checkpoint),
         preset=args.preset,

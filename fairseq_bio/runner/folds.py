@@ -1,12 +1,13 @@
-"""K-fold cross-validation of one train file (``fairseq-bio-blurb --folds K``; bio-lm sec. 5.2 scores GAD and EU-ADR
-over 10 folds).
+"""K-fold cross-validation of one train file (``fairseq-bio-blurb --folds K``; bio-lm sec. 5.2
+scores GAD and EU-ADR over 10 folds).
 
-The file's rows (sentence level: its TSV or JSON-lines rows, as the task's own reader finds them; tagging: its CoNLL
-sentences) are dealt into K parts by one fixed permutation, so the folds are the same on every run and machine and
-never depend on the runs' seeds. Fold k (1..K) tests on part k, validates on part k+1 (part 1 for fold K) and trains
-on the other K-2 parts: every row is in exactly one fold's test split, and a fold's dev rows come out of what it would
-otherwise train on. Each fold's files keep the source's format (its header and the raw text of its rows, in file
-order) and are written atomically, only when their contents change, under ``<out>/<dataset>/folds/``.
+The file's rows (sentence level: its TSV or JSON-lines rows, as the task's own reader finds them;
+tagging: its CoNLL sentences) are dealt into K parts by one fixed permutation, so the folds are the
+same on every run and machine and never depend on the runs' seeds. Fold k (1..K) tests on part k,
+validates on part k+1 (part 1 for fold K) and trains on the other K-2 parts: every row is in exactly
+one fold's test split, and a fold's dev rows come out of what it would otherwise train on. Each
+fold's files keep the source's format (its header and the raw text of its rows, in file order) and
+are written atomically, only when their contents change, under ``<out>/<dataset>/folds/``.
 """
 
 import hashlib
@@ -25,7 +26,8 @@ FOLD_SEED = 1  # of the permutation that deals rows into parts
 
 @dataclass(frozen=True)
 class Fold:
-    """One fold's files: ``<dir>/train<ext>``, ``dev<ext>``, ``test<ext>`` and what they hold (``digest``)."""
+    """One fold's files: ``<dir>/train<ext>``, ``dev<ext>``, ``test<ext>`` and what they hold
+    (``digest``)."""
 
     index: int  # 1..k
     k: int
@@ -40,9 +42,14 @@ class Fold:
         return f"fold{self.index}-of-{self.k}"
 
     def task_values(self, tagging: bool) -> Dict[str, Any]:
-        """The task options that point a run at this fold's files (no dev rows cut from its train file)."""
-        values: Dict[str, Any] = {"data": str(self.dir), "train_file": self.train_file,
-                                  "valid_file": self.valid_file, "test_file": self.test_file}  # fmt: skip
+        """The task options that point a run at this fold's files (no dev rows cut from its train
+        file)."""
+        values: Dict[str, Any] = {
+            "data": str(self.dir),
+            "train_file": self.train_file,
+            "valid_file": self.valid_file,
+            "test_file": self.test_file,
+        }
         if not tagging:
             values["valid_from_train"] = 0
         return values
@@ -53,8 +60,8 @@ class Fold:
 
 
 def fold_parts(n: int, k: int, seed: int = FOLD_SEED) -> List[int]:
-    """The part (0..k-1) of each of ``n`` rows: a seeded permutation dealt in turn, so parts differ by one row at
-    most."""
+    """The part (0..k-1) of each of ``n`` rows: a seeded permutation dealt in turn, so parts differ
+    by one row at most."""
     order = list(range(n))
     random.Random(seed).shuffle(order)
     parts = [0] * n
@@ -84,7 +91,8 @@ def _lines(path: str, tagging: bool) -> List[str]:
 
 
 def _row_starts(path: str, tagging: bool, task: Mapping[str, Any]) -> List[int]:
-    """The first line (1-based) of each row, found by the task's own reader (one reader per format)."""
+    """The first line (1-based) of each row, found by the task's own reader (one reader per
+    format)."""
     if tagging:
         from ..data.conll import read_conll
 
@@ -98,12 +106,14 @@ def _row_starts(path: str, tagging: bool, task: Mapping[str, Any]) -> List[int]:
         )
     fields = [n.strip() for n in str(task["text_fields"]).split(",") if n.strip()]
     read = sd.read_tsv if fmt == "tsv" else sd.read_jsonl
-    return [example.line for example in read(path, fields, task["label_field"], task.get("id_field"))]
+    return [
+        example.line for example in read(path, fields, task["label_field"], task.get("id_field"))
+    ]
 
 
 def read_rows(path: str, tagging: bool, task: Mapping[str, Any]) -> Tuple[str, List[str]]:
-    """(header, rows) of a train file: the text before its first row (a TSV header) and each row's text up to the
-    next row's (ending in a line end; a CoNLL sentence in a blank line)."""
+    """(header, rows) of a train file: the text before its first row (a TSV header) and each row's
+    text up to the next row's (ending in a line end; a CoNLL sentence in a blank line)."""
     starts = _row_starts(path, tagging, task)  # first: the reader's one-line errors for a bad file
     lines = _lines(path, tagging)
     rows = []
@@ -111,16 +121,20 @@ def read_rows(path: str, tagging: bool, task: Mapping[str, Any]) -> Tuple[str, L
         end = starts[i + 1] - 1 if i + 1 < len(starts) else len(lines)
         row = "".join(lines[start - 1 : end])
         row += "" if row.endswith(("\n", "\r")) else "\n"
-        blank_last = not row.split("\n")[-2].strip() if tagging else True  # a CoNLL sentence ends in a blank line
+        blank_last = (
+            not row.split("\n")[-2].strip() if tagging else True
+        )  # a CoNLL sentence ends in a blank line
         rows.append(row if blank_last else row + "\n")
     return "".join(lines[: starts[0] - 1]) if starts else "", rows
 
 
 def write_folds(path: str, tagging: bool, task: Mapping[str, Any], k: int, out: Path) -> List[Fold]:
-    """The ``k`` folds of train file ``path`` written under ``out/fold<i>-of-<k>/`` (files the same as before are
-    left untouched); one-line errors for a file with fewer rows than folds."""
+    """The ``k`` folds of train file ``path`` written under ``out/fold<i>-of-<k>/`` (files the same
+    as before are left untouched); one-line errors for a file with fewer rows than folds."""
     if k < MIN_FOLDS:
-        raise BioConfigError(f"{path}: {k} folds; cross-validation needs at least {MIN_FOLDS} (test, dev, train)")
+        raise BioConfigError(
+            f"{path}: {k} folds; cross-validation needs at least {MIN_FOLDS} (test, dev, train)"
+        )
     header, rows = read_rows(path, tagging, task)
     if len(rows) < k:
         raise BioConfigError(f"{path}: {len(rows)} rows, fewer than the {k} folds")

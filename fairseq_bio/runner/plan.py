@@ -1,6 +1,6 @@
-"""Planning fairseq-bio-blurb's runs: each dataset's composed config, its data files (or cross-validation folds) and
-update budget, its learning rates and seeds, and every run's directory and command lines; the lock that keeps two
-runners off one ``--out``.
+"""Planning fairseq-bio-blurb's runs: each dataset's composed config, its data files (or
+cross-validation folds) and update budget, its learning rates and seeds, and every run's directory
+and command lines; the lock that keeps two runners off one ``--out``.
 """
 
 import logging
@@ -19,7 +19,8 @@ from .folds import Fold, write_folds
 
 
 def resolve_tasks(benchmark: Benchmark, tasks: str) -> List[str]:
-    """Registry names of ``--tasks`` (``all``, or names / aliases separated by commas), in table order."""
+    """Registry names of ``--tasks`` (``all``, or names / aliases separated by commas), in table
+    order."""
     if tasks.strip().lower() == "all":
         return list(benchmark.names())
     chosen = set()
@@ -55,8 +56,8 @@ def comma_names(value: Any) -> List[str]:
 
 
 def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
-    """The job config fairseq's hydra entry point composes for ``recipe``'s config, preset and overrides, then
-    ``overrides`` (fairseq's schema included)."""
+    """The job config fairseq's hydra entry point composes for ``recipe``'s config, preset and
+    overrides, then ``overrides`` (fairseq's schema included)."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -65,20 +66,28 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
     hydra_init(recipe.config)
     configs = str(shipped_config_dir())
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # hydra 1.1's note on schemas registered under the config's name
-        with initialize_config_dir(config_dir=configs, job_name="fairseq-bio-blurb", version_base="1.1"):
+        warnings.simplefilter(
+            "ignore"
+        )  # hydra 1.1's note on schemas registered under the config's name
+        with initialize_config_dir(
+            config_dir=configs, job_name="fairseq-bio-blurb", version_base="1.1"
+        ):
             try:
                 overrides = merge_overrides(recipe.command_base()[2:], recipe.overrides, overrides)
                 cfg = hydra_compose(recipe.config, overrides=overrides)
             except Exception as e:  # hydra's messages span lines: keep the first
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise BioConfigError(f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}") from None
+                raise BioConfigError(
+                    f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}"
+                ) from None
     return OmegaConf.to_container(cfg, resolve=False)
 
 
 def check_overrides(name: str, cfg: Dict[str, Any]) -> None:
-    """A dataset's composed config whose settings cannot train (``fairseq_bio.settings``: a learning rate of nan, a
-    batch size of 0 among the overrides) stops the runner before it starts anything, not each of its runs."""
+    """A dataset's composed config whose settings cannot train (``fairseq_bio.settings``: a learning
+    rate of nan, a batch size of 0 among the overrides) stops the runner before it starts anything,
+    not each of its runs.
+    """
     from omegaconf import OmegaConf
 
     from ..settings import check_settings
@@ -90,13 +99,17 @@ def check_overrides(name: str, cfg: Dict[str, Any]) -> None:
 
 
 def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
-    """{split: path} of the files a run reads (a split cut from train, or PubMedQA's split file, as the task does)."""
+    """{split: path} of the files a run reads (a split cut from train, or PubMedQA's split file, as
+    the task does)."""
     data = str(task["data"])
     if config == TAGGING:
         return {s: os.path.join(data, task[f"{s}_file"]) for s in ("train", "valid", "test")}
     ext = os.path.splitext(str(task["train_file"]))[1]
     if str(task["format"]) == "pubmedqa":
-        return {"train": os.path.join(data, task["train_file"]), "split": os.path.join(data, task["split_file"])}
+        return {
+            "train": os.path.join(data, task["train_file"]),
+            "split": os.path.join(data, task["split_file"]),
+        }
     files = {"train": os.path.join(data, task["train_file"])}
     if not task.get("valid_from_train"):
         files["valid"] = os.path.join(data, task.get("valid_file") or f"valid{ext}")
@@ -105,19 +118,22 @@ def split_files(config: str, task: Dict[str, Any]) -> Dict[str, str]:
 
 
 def needed_files(config: str, task: Dict[str, Any], cross_validated: bool) -> List[str]:
-    """The files a dataset's runs need: every split's, or only the train file when its folds are cut from it."""
+    """The files a dataset's runs need: every split's, or only the train file when its folds are cut
+    from it."""
     files = split_files(config, task)
     return [files["train"]] if cross_validated else list(files.values())
 
 
 def fold_count(given: Optional[int], recipe: Recipe) -> Optional[int]:
-    """The number of folds a dataset is cross-validated over: ``--folds`` if given (1: none), else the table's."""
+    """The number of folds a dataset is cross-validated over: ``--folds`` if given (1: none), else
+    the table's."""
     k = recipe.folds if given is None else given
     return k if k and k > 1 else None
 
 
 def train_examples(config: str, task: Dict[str, Any]) -> int:
-    """Training examples the task will read (rows it skips and rows held out for dev not counted)."""
+    """Training examples the task will read (rows it skips and rows held out for dev not
+    counted)."""
     from ..data import sentence_files as sd
 
     path = os.path.join(str(task["data"]), task["train_file"])
@@ -128,7 +144,9 @@ def train_examples(config: str, task: Dict[str, Any]) -> int:
     fmt = sd.file_format(path, str(task["format"]))
     fields, label = comma_names(task["text_fields"]), task["label_field"]
     if fmt == "pubmedqa":
-        examples = sd.read_pubmedqa(path, os.path.join(str(task["data"]), task["split_file"]), "train", label)
+        examples = sd.read_pubmedqa(
+            path, os.path.join(str(task["data"]), task["split_file"]), "train", label
+        )
     elif fmt == "tsv":
         examples = sd.read_tsv(path, fields, label)
     else:
@@ -144,7 +162,8 @@ def train_examples(config: str, task: Dict[str, Any]) -> int:
 
 @dataclass
 class Budget:
-    """A run's update budget: PubMedBERT sec. 6.2's warm-up over the first 10 % of steps, then linear decay."""
+    """A run's update budget: PubMedBERT sec. 6.2's warm-up over the first 10 % of steps, then
+    linear decay."""
 
     max_update: int
     max_epoch: int
@@ -153,12 +172,18 @@ class Budget:
     batch: Optional[int] = None
 
     def overrides(self) -> List[str]:
-        return [f"optimization.max_update={self.max_update}", f"optimization.max_epoch={self.max_epoch}",
-                f"optimizer.groups.default.lr_scheduler.warmup_updates={self.warmup}"]  # fmt: skip
+        return [
+            f"optimization.max_update={self.max_update}",
+            f"optimization.max_epoch={self.max_epoch}",
+            f"optimizer.groups.default.lr_scheduler.warmup_updates={self.warmup}",
+        ]
 
 
-def update_budget(config: str, cfg: Dict[str, Any], max_epoch: Optional[int], max_update: Optional[int]) -> Budget:
-    """Updates = epochs x batches of the train file found (``max_update`` given: that many, for smoke runs)."""
+def update_budget(
+    config: str, cfg: Dict[str, Any], max_epoch: Optional[int], max_update: Optional[int]
+) -> Budget:
+    """Updates = epochs x batches of the train file found (``max_update`` given: that many, for
+    smoke runs)."""
     opt = cfg["optimization"]
     batch = int(cfg["dataset"]["batch_size"]) * int((opt.get("update_freq") or [1])[0])
     epochs = int(max_epoch if max_epoch is not None else opt["max_epoch"])
@@ -171,28 +196,37 @@ def update_budget(config: str, cfg: Dict[str, Any], max_epoch: Optional[int], ma
 
 @dataclass
 class Plan:
-    """One dataset's runs: where its data is, its composed config, overrides and budget, its lrs and seeds."""
+    """One dataset's runs: where its data is, its composed config, overrides and budget, its lrs and
+    seeds."""
 
     recipe: Recipe
     task: BenchmarkTask
     data: Path
     cfg: Dict[str, Any]
-    overrides: List[str]  # the runner's and the recipe's (paths, budget, the dataset's hyperparameters)
+    overrides: List[
+        str
+    ]  # the runner's and the recipe's (paths, budget, the dataset's hyperparameters)
     user_overrides: List[str]  # from the command line: they win over everything else
     budget: Budget
     lrs: List[float]
     seeds: List[int]
     folds: List[Fold] = field(default_factory=list)  # empty: the dataset's own splits
-    batch_sizes: List[int] = field(default_factory=list)  # --batch-sizes (a grid); empty: the config's batch only
+    batch_sizes: List[int] = field(
+        default_factory=list
+    )  # --batch-sizes (a grid); empty: the config's batch only
 
     def budget_for(self, batch: int) -> Budget:
-        """The update budget at ``batch`` (of a --batch-sizes grid): the dataset's epochs x its batches at that size,
-        warm-up 10 %; a budget given in updates (--max-update, optimization.max_update) stays as it is."""
+        """The update budget at ``batch`` (of a --batch-sizes grid): the dataset's epochs x its
+        batches at that size, warm-up 10 %; a budget given in updates (--max-update,
+        optimization.max_update) stays as it is.
+        """
         b = self.budget
         if b.train_examples is None:
             return b
         updates = b.max_epoch * math.ceil(b.train_examples / (batch * self.update_freq))
-        return Budget(updates, b.max_epoch, round(updates / 10), b.train_examples, batch * self.update_freq)
+        return Budget(
+            updates, b.max_epoch, round(updates / 10), b.train_examples, batch * self.update_freq
+        )
 
     @property
     def update_freq(self) -> int:
@@ -201,8 +235,8 @@ class Plan:
 
 @dataclass
 class Run:
-    """One training process (fairseq's hydra entry point) and the fairseq-bio-predict of its test split: (dataset,
-    lr, seed), its directory and command lines."""
+    """One training process (fairseq's hydra entry point) and the fairseq-bio-predict of its test
+    split: (dataset, lr, seed), its directory and command lines."""
 
     plan: Plan
     lr: float
@@ -210,25 +244,48 @@ class Run:
     dir: Path
     command: List[str]
     predict: List[str]
-    predictions: Path  # what fairseq-bio-predict writes: CoNLL (tagging) or JSON lines (sentence level)
-    identity: Dict[str, Any] = field(default_factory=dict)  # what a result.json must have been made by to be reused
+    predictions: (
+        Path  # what fairseq-bio-predict writes: CoNLL (tagging) or JSON lines (sentence level)
+    )
+    identity: Dict[str, Any] = field(
+        default_factory=dict
+    )  # what a result.json must have been made by to be reused
     fold: Optional[Fold] = None  # the cross-validation fold it trains and tests on
-    batch_size: Optional[int] = None  # a --batch-sizes grid's batch size; None: the config's (no grid)
+    batch_size: Optional[int] = (
+        None  # a --batch-sizes grid's batch size; None: the config's (no grid)
+    )
 
     @property
     def label(self) -> str:
-        return run_label(self.plan.recipe.name, self.lr, self.seed, self.fold.index if self.fold else None,
-                         self.fold.k if self.fold else None, self.batch_size)  # fmt: skip
+        return run_label(
+            self.plan.recipe.name,
+            self.lr,
+            self.seed,
+            self.fold.index if self.fold else None,
+            self.fold.k if self.fold else None,
+            self.batch_size,
+        )
 
 
-def run_label(dataset: str, lr: float, seed: int, fold: Optional[int] = None, folds: Optional[int] = None,
-              batch_size: Optional[int] = None) -> str:  # fmt: skip
-    """How reports name a run: ``gad lr=3e-05 fold=2/10 seed=1`` (``lr=3e-05 batch=16`` in a batch-size grid)."""
+def run_label(
+    dataset: str,
+    lr: float,
+    seed: int,
+    fold: Optional[int] = None,
+    folds: Optional[int] = None,
+    batch_size: Optional[int] = None,
+) -> str:
+    """How reports name a run: ``gad lr=3e-05 fold=2/10 seed=1`` (``lr=3e-05 batch=16`` in a
+    batch-size grid)."""
     batch = f" batch={batch_size}" if batch_size else ""
-    return f"{dataset} lr={lr:g}{batch}" + (f" fold={fold}/{folds}" if fold else "") + f" seed={seed}"
+    return (
+        f"{dataset} lr={lr:g}{batch}" + (f" fold={fold}/{folds}" if fold else "") + f" seed={seed}"
+    )
 
 
-def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List[str], Dict[str, List[str]]]:
+def _dataset_overrides(
+    extra: Sequence[str], benchmark: Benchmark
+) -> Tuple[List[str], Dict[str, List[str]]]:
     """Extra overrides for every run, and ``<dataset>:key=value`` ones for one dataset's runs."""
     common, per_dataset = [], {}
     for item in extra:
@@ -245,13 +302,17 @@ def _dataset_overrides(extra: Sequence[str], benchmark: Benchmark) -> Tuple[List
 
 
 def encoder_fingerprint(checkpoint: Path) -> Dict[str, Any]:
-    """What identifies the encoder file a run started from (a re-trained file at the same path is another one)."""
+    """What identifies the encoder file a run started from (a re-trained file at the same path is
+    another one)."""
     stat = checkpoint.stat()
     return {"path": str(checkpoint), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Plan], Dict[str, str]]:
-    """The plans of the datasets with data, and {dataset: why it is missing} for the benchmark's others."""
+def plan_runs(
+    args, benchmark: Benchmark, names: Sequence[str]
+) -> Tuple[List[Plan], Dict[str, str]]:
+    """The plans of the datasets with data, and {dataset: why it is missing} for the benchmark's
+    others."""
     recipes = RECIPES[args.preset]
     extra, per_dataset = _dataset_overrides(args.overrides, benchmark)
     dirs = {}
@@ -271,40 +332,67 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         recipe = recipes[task.name]
         data = dirs.get(task.name, (Path(args.data) / recipe.data).resolve())
         user = extra + per_dataset.get(task.name, [])
-        if args.lr_grid and any(_key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user):
-            raise BioConfigError(f"{task.name}: give learning rates with --lr-grid or as overrides, not both")
+        if args.lr_grid and any(
+            _key(o) in ("optimizer.groups.default.lr_float", "optimization.lr") for o in user
+        ):
+            raise BioConfigError(
+                f"{task.name}: give learning rates with --lr-grid or as overrides, not both"
+            )
         if args.batch_sizes and any(_key(o) == "dataset.batch_size" for o in user):
-            raise BioConfigError(f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both")
+            raise BioConfigError(
+                f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both"
+            )
         given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
         cfg = compose(recipe, given)
         check_overrides(task.name, cfg)
         k = fold_count(args.folds, recipe)
-        absent = [p for p in needed_files(recipe.config, cfg["task"], bool(k)) if not os.path.exists(p)]
-        if absent and recipe.alternative is not None:  # the dataset in its other form (BLUE's HoC: abstracts)
+        absent = [
+            p for p in needed_files(recipe.config, cfg["task"], bool(k)) if not os.path.exists(p)
+        ]
+        if (
+            absent and recipe.alternative is not None
+        ):  # the dataset in its other form (BLUE's HoC: abstracts)
             other = compose(recipe.alternative, given)
-            if all(os.path.exists(p) for p in needed_files(recipe.alternative.config, other["task"], bool(k))):
+            if all(
+                os.path.exists(p)
+                for p in needed_files(recipe.alternative.config, other["task"], bool(k))
+            ):
                 recipe, cfg, absent = recipe.alternative, other, []
         if absent:
             hint = recipe.source or cfg["task"].get("data_source") or ""
-            notes = (["user-supplied clinical data"] if task.clinical else []) + ([f"needs {hint}"] if hint else [])
-            missing[task.name] = f"no data: {absent[0]} not found" + (f" ({'; '.join(notes)})" if notes else "")
+            notes = (["user-supplied clinical data"] if task.clinical else []) + (
+                [f"needs {hint}"] if hint else []
+            )
+            missing[task.name] = f"no data: {absent[0]} not found" + (
+                f" ({'; '.join(notes)})" if notes else ""
+            )
             continue
         folds: List[Fold] = []
         tagging = recipe.config == TAGGING
-        if k:  # the folds of the train file, written where the runs are; the budget is the first fold's
+        if (
+            k
+        ):  # the folds of the train file, written where the runs are; the budget is the first fold's
             train = split_files(recipe.config, cfg["task"])["train"]
             try:
-                folds = write_folds(train, tagging, cfg["task"], k, Path(args.out).resolve() / task.name / "folds")
+                folds = write_folds(
+                    train, tagging, cfg["task"], k, Path(args.out).resolve() / task.name / "folds"
+                )
             except (ValueError, OSError) as e:  # the readers' one-line file:line errors
                 raise BioConfigError(f"{task.name}: {e}") from None
-        budget_cfg = {**cfg, "task": {**cfg["task"], **folds[0].task_values(tagging)}} if folds else cfg
+        budget_cfg = (
+            {**cfg, "task": {**cfg["task"], **folds[0].task_values(tagging)}} if folds else cfg
+        )
         user_keys = {_key(o) for o in user}
-        if "optimization.max_update" in user_keys:  # the user's budget; warm-up 10 % of it unless given too
+        if (
+            "optimization.max_update" in user_keys
+        ):  # the user's budget; warm-up 10 % of it unless given too
             updates = int(cfg["optimization"]["max_update"])
             warmup = cfg["optimizer"]["groups"]["default"]["lr_scheduler"]["warmup_updates"]
             given = "optimizer.groups.default.lr_scheduler.warmup_updates" in user_keys
             budget = Budget(
-                updates, int(cfg["optimization"]["max_epoch"]), int(warmup) if given else round(updates / 10)
+                updates,
+                int(cfg["optimization"]["max_epoch"]),
+                int(warmup) if given else round(updates / 10),
             )
         else:
             try:
@@ -317,7 +405,8 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
             f"task.data={data}",
             f"common.user_dir={PLUGIN_DIR}",
             f"checkpoint.restore_file={args.checkpoint}",
-            # encoded texts are keyed by vocabulary, BPE and text: every run of a dataset shares them
+            # encoded texts are keyed by vocabulary, BPE and text: every run of a dataset shares
+            # them
             f"task.cache_dir={Path(args.out).resolve() / task.name / 'encoded'}",
             # runs are redone from the start, never resumed: only the best dev checkpoint is kept
             "checkpoint.no_last_checkpoints=true",
@@ -325,8 +414,21 @@ def plan_runs(args, benchmark: Benchmark, names: Sequence[str]) -> Tuple[List[Pl
         if args.cpu:
             fixed.append("common.cpu=true")
         overrides = merge_overrides(fixed, recipe.overrides, budget.overrides())
-        plans.append(Plan(recipe, task, data, cfg, overrides, user, budget, lrs, seeds, folds,
-                          list(args.batch_sizes or [])))  # fmt: skip
+        plans.append(
+            Plan(
+                recipe,
+                task,
+                data,
+                cfg,
+                overrides,
+                user,
+                budget,
+                lrs,
+                seeds,
+                folds,
+                list(args.batch_sizes or []),
+            )
+        )
     return plans, missing
 
 
@@ -336,35 +438,78 @@ def make_runs(plan: Plan, args) -> List[Run]:
     tagging = plan.recipe.config == TAGGING
     runs = []
     for lr, batch in [(lr, batch) for lr in plan.lrs for batch in plan.batch_sizes or [None]]:
-        # a batch-size grid's runs sit beside each other in lr<lr>-bs<batch>; without one the directory is lr<lr>
+        # a batch-size grid's runs sit beside each other in lr<lr>-bs<batch>; without one the
+        # directory is lr<lr>
         grid = f"lr{lr:g}" + (f"-bs{batch}" if batch else "")
-        sized = ([f"dataset.batch_size={batch}", *plan.budget_for(batch).overrides()] if batch else [])
+        sized = (
+            [f"dataset.batch_size={batch}", *plan.budget_for(batch).overrides()] if batch else []
+        )
         for fold in plan.folds or [None]:
-            # a fold's files win over every other task.data / *_file, the user's included (they named the source)
+            # a fold's files win over every other task.data / *_file, the user's included (they
+            # named the source)
             task = {**plan.cfg["task"], **fold.task_values(tagging)} if fold else plan.cfg["task"]
             test, options = test_input(plan.recipe.config, task)
             for seed in plan.seeds:
-                run_dir = out / plan.recipe.name / grid / (fold.name if fold else "") / f"seed{seed}"
-                own = [f"checkpoint.save_dir={run_dir}", f"common.log_file={run_dir / 'train.log'}",
-                       f"common.seed={seed}", f"optimizer.groups.default.lr_float={lr}", f"optimization.lr=[{lr}]"]
-                overrides = merge_overrides(plan.overrides, sized, own, plan.user_overrides,
-                                            fold.overrides(tagging) if fold else [])  # fmt: skip
-                # common.user_dir where it always stood (in plan.overrides): the command is a stored result's identity
+                run_dir = (
+                    out / plan.recipe.name / grid / (fold.name if fold else "") / f"seed{seed}"
+                )
+                own = [
+                    f"checkpoint.save_dir={run_dir}",
+                    f"common.log_file={run_dir / 'train.log'}",
+                    f"common.seed={seed}",
+                    f"optimizer.groups.default.lr_float={lr}",
+                    f"optimization.lr=[{lr}]",
+                ]
+                overrides = merge_overrides(
+                    plan.overrides,
+                    sized,
+                    own,
+                    plan.user_overrides,
+                    fold.overrides(tagging) if fold else [],
+                )
+                # common.user_dir where it always stood (in plan.overrides): the command is a stored
+                # result's identity
                 _, config, *groups = plan.recipe.command_base()
                 training = hydra_train(config, *groups, *overrides, user_dir=None)
                 predictions = run_dir / ("predictions.tsv" if tagging else "predictions.jsonl")
-                predict = command("fairseq-bio-predict", "--checkpoint", run_dir / "checkpoint_best.pt", "--input",
-                                  test, "--out", predictions, "--overwrite", "--no-progress", "--batch-size",
-                                  args.validate_batch_size, *options, *(["--cpu"] if args.cpu else []))  # fmt: skip
+                predict = command(
+                    "fairseq-bio-predict",
+                    "--checkpoint",
+                    run_dir / "checkpoint_best.pt",
+                    "--input",
+                    test,
+                    "--out",
+                    predictions,
+                    "--overwrite",
+                    "--no-progress",
+                    "--batch-size",
+                    args.validate_batch_size,
+                    *options,
+                    *(["--cpu"] if args.cpu else []),
+                )
                 identity = {"command": training, "encoder": encoder_fingerprint(args.checkpoint)}
                 if fold:
                     identity["fold_data"] = fold.digest
-                runs.append(Run(plan, lr, seed, run_dir, training, predict, predictions, identity, fold, batch))
+                runs.append(
+                    Run(
+                        plan,
+                        lr,
+                        seed,
+                        run_dir,
+                        training,
+                        predict,
+                        predictions,
+                        identity,
+                        fold,
+                        batch,
+                    )
+                )
     return runs
 
 
 def test_input(config: str, task: Dict[str, Any]) -> Tuple[str, List[str]]:
-    """The file fairseq-bio-predict scores a run's test split from, and the options it needs (PubMedQA: the split)."""
+    """The file fairseq-bio-predict scores a run's test split from, and the options it needs
+    (PubMedQA: the split)."""
     if config == SENTENCE and str(task["format"]) == "pubmedqa":
         return os.path.join(str(task["data"]), task["train_file"]), ["--split", "test"]
     return split_files(config, task)["test"], []
@@ -374,8 +519,10 @@ LOCK_FILE = ".fairseq-bio-blurb.lock"
 
 
 def lock_out(out: Path):
-    """An exclusive lock on ``<out>/.fairseq-bio-blurb.lock`` while this runner works there: two runners on one
-    ``--out`` would redo and overwrite each other's runs. A file system without locks is run on unlocked."""
+    """An exclusive lock on ``<out>/.fairseq-bio-blurb.lock`` while this runner works there: two
+    runners on one ``--out`` would redo and overwrite each other's runs. A file system without locks
+    is run on unlocked.
+    """
     import fcntl
     import socket
 
@@ -387,8 +534,10 @@ def lock_out(out: Path):
         f.seek(0)
         holder = f.read().strip() or "its pid unknown"
         f.close()
-        raise BioConfigError(f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
-                         "another --out") from None  # fmt: skip
+        raise BioConfigError(
+            f"{out}: another fairseq-bio-blurb is running there ({holder}); wait for it or give "
+            "another --out"
+        ) from None
     except OSError as e:  # e.g. a Lustre mount without -o flock
         logging.getLogger(__name__).warning("%s: not locked (%s)", out / LOCK_FILE, e)
         return f

@@ -1,6 +1,6 @@
 """bio_masked_lm: masked-LM pretraining with whole-word masking for any tokenizer and a masking-rate
-schedule, working under both hydra and argparse (fairseq's own whole-word masking reads ``self.args``,
-which hydra never sets)."""
+schedule, working under both hydra and argparse (fairseq's own whole-word masking reads
+``self.args``, which hydra never sets)."""
 
 import logging
 import os
@@ -42,7 +42,9 @@ logger = logging.getLogger(__name__)
 class BioMaskedLMConfig(FairseqDataclass):
     data: str = field(
         default=MISSING,
-        metadata={"help": "colon-separated data dirs (shards), one per epoch in turn; the first holds valid"},
+        metadata={
+            "help": "colon-separated data dirs (shards), one per epoch in turn; the first holds valid"
+        },
     )
     sample_break_mode: SAMPLE_BREAK_MODE_CHOICES = field(
         default="complete",
@@ -53,7 +55,9 @@ class BioMaskedLMConfig(FairseqDataclass):
         },
     )
     tokens_per_sample: int = field(default=512, metadata={"help": "tokens per block, <s> included"})
-    mask_prob: float = field(default=0.15, metadata={"help": "fraction of words (or tokens) to predict"})
+    mask_prob: float = field(
+        default=0.15, metadata={"help": "fraction of words (or tokens) to predict"}
+    )
     mask_prob_schedule: str = field(
         default="",
         metadata={
@@ -62,15 +66,19 @@ class BioMaskedLMConfig(FairseqDataclass):
             "from other work; PubMedBERT itself used a constant 0.15); empty: mask_prob throughout"
         },
     )
-    leave_unmasked_prob: float = field(default=0.1, metadata={"help": "fraction of chosen words left as they are"})
+    leave_unmasked_prob: float = field(
+        default=0.1, metadata={"help": "fraction of chosen words left as they are"}
+    )
     random_token_prob: float = field(
         default=0.1, metadata={"help": "fraction of chosen words replaced by random tokens"}
     )
     freq_weighted_replacement: bool = field(
-        default=False, metadata={"help": "draw random replacements by corpus frequency (dict.txt counts)"}
+        default=False,
+        metadata={"help": "draw random replacements by corpus frequency (dict.txt counts)"},
     )
     mask_whole_words: bool = field(
-        default=False, metadata={"help": "mask every token of a chosen word (word boundaries from bpe_json)"}
+        default=False,
+        metadata={"help": "mask every token of a chosen word (word boundaries from bpe_json)"},
     )
     mask_budget: ChoiceEnum(BUDGETS) = field(
         default="words",
@@ -127,14 +135,15 @@ class BioMaskedLMConfig(FairseqDataclass):
     save_dir: str = II("checkpoint.save_dir")
 
 
-HEAD_PREFIX = "encoder.lm_head."  # the MLM head's own parameters; its tied output weight is the token embeddings'
+# the MLM head's own parameters; its tied output weight is the token embeddings'
+HEAD_PREFIX = "encoder.lm_head."
 
 
 @register_task("bio_masked_lm", dataclass=BioMaskedLMConfig)
 class BioMaskedLMTask(MaskedLMTask):
-    """Masked-LM task that masks each batch as it is used, so masking follows the update number and is
-    reproducible from (seed, update, sample ids); targets are pad except at predicted positions, the
-    format of fairseq's ``masked_lm`` criterion."""
+    """Masked-LM task that masks each batch as it is used, so masking follows the update number and
+    is reproducible from (seed, update, sample ids); targets are pad except at predicted positions,
+    the format of fairseq's ``masked_lm`` criterion."""
 
     head_warmup_supported = True
 
@@ -143,17 +152,26 @@ class BioMaskedLMTask(MaskedLMTask):
     def __init__(self, cfg: BioMaskedLMConfig, dictionary=None):
         super().__init__(cfg, dictionary)
         self.mask_prob_schedule = _parse_schedule(cfg.mask_prob_schedule)
-        self._decay_checked = False  # task.exempt_from_weight_decay: the optimizer is checked at the first update
+        self._decay_checked = (
+            False  # task.exempt_from_weight_decay: the optimizer is checked at the first update
+        )
         self._dictionary_record = None  # get_checkpoint_dict's, made once
-        if cfg.head_warmup_updates < 0 or (cfg.head_warmup_updates and not self.head_warmup_supported):
+        if cfg.head_warmup_updates < 0 or (
+            cfg.head_warmup_updates and not self.head_warmup_supported
+        ):
             raise BioConfigError(
                 f"task.head_warmup_updates={cfg.head_warmup_updates}: must be >= 0, and 0 for {cfg._name}"
             )
         if cfg.head_warmup_updates:
-            logger.info("MLM head warm-up: updates 0-%d train only %s* (encoder and token embeddings kept)",
-                        cfg.head_warmup_updates - 1, HEAD_PREFIX)  # fmt: skip
+            logger.info(
+                "MLM head warm-up: updates 0-%d train only %s* (encoder and token embeddings kept)",
+                cfg.head_warmup_updates - 1,
+                HEAD_PREFIX,
+            )
         if self.mask_prob_schedule and cfg.max_update <= 0:
-            raise BioConfigError("task.mask_prob_schedule needs optimization.max_update > 0 to know its steps")
+            raise BioConfigError(
+                "task.mask_prob_schedule needs optimization.max_update > 0 to know its steps"
+            )
         for rate in [cfg.mask_prob] + self.mask_prob_schedule:
             if not 0.0 < rate < 1.0:
                 raise BioConfigError(f"masking rates must lie in (0, 1), got {rate}")
@@ -176,14 +194,16 @@ class BioMaskedLMTask(MaskedLMTask):
     def load_dict(cls, cfg):
         check_binarised(cfg.data)
         paths = utils.split_paths(cfg.data)
-        dictionary = load_dictionary(os.path.join(paths[0], "dict.txt"))  # fairseq's load_dict, one-line errors
+        dictionary = load_dictionary(
+            os.path.join(paths[0], "dict.txt")
+        )  # fairseq's load_dict, one-line errors
         logger.info("dictionary: %d types", len(dictionary))
         return dictionary
 
     def get_checkpoint_dict(self):
-        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary (the first data
-        directory's dict.txt and ``<mask>``), which a later run or command compares with its own
-        (``checkpoint_fit``)."""
+        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary
+        (the first data directory's dict.txt and ``<mask>``), which a later run or command compares
+        with its own (``checkpoint_fit``)."""
         from ..checkpoint_fit import RECORD, dictionary_record
 
         if self._dictionary_record is None:  # the dictionary is fixed once the task is set up
@@ -192,7 +212,9 @@ class BioMaskedLMTask(MaskedLMTask):
         return {RECORD: self._dictionary_record}
 
     def build_model(self, cfg, from_checkpoint=False):
-        if not from_checkpoint:  # a training run (a checkpoint being loaded builds its model from_checkpoint)
+        if (
+            not from_checkpoint
+        ):  # a training run (a checkpoint being loaded builds its model from_checkpoint)
             check_start_checkpoint(self.cfg)
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.freeze_embeddings:
@@ -200,21 +222,27 @@ class BioMaskedLMTask(MaskedLMTask):
             logger.info("token embeddings frozen (task.freeze_embeddings): %s", ", ".join(frozen))
         if self.cfg.exempt_from_weight_decay:
             exempt = exempt_from_weight_decay(model)
-            logger.info("no weight decay on %d biases and LayerNorm weights (task.exempt_from_weight_decay)",
-                        len(exempt))  # fmt: skip
+            logger.info(
+                "no weight decay on %d biases and LayerNorm weights (task.exempt_from_weight_decay)",
+                len(exempt),
+            )
         return model
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         paths = utils.split_paths(self.cfg.data)
         split_path = os.path.join(paths[(epoch - 1) % len(paths)], split)
-        dataset = data_utils.load_indexed_dataset(split_path, self.source_dictionary, combine=combine)
+        dataset = data_utils.load_indexed_dataset(
+            split_path, self.source_dictionary, combine=combine
+        )
         if dataset is None:
-            raise BioFileNotFoundError(f"{split_path}.bin/.idx: no binarised {split} split (task.data={self.cfg.data})")
+            raise BioFileNotFoundError(
+                f"{split_path}.bin/.idx: no binarised {split} split (task.data={self.cfg.data})"
+            )
         block = self.cfg.tokens_per_sample - 1  # room for <s>
         if self.cfg.sample_break_mode != "none":
             dataset = ChunkedSentenceDataset.wrap_if_needed(dataset, block)
-        # One sentence per block is what the chunked sentences already are (and fairseq's own "eos" mode
-        # needs numpy.compat, which numpy 2 removed).
+        # One sentence per block is what the chunked sentences already are (and fairseq's own "eos"
+        # mode needs numpy.compat, which numpy 2 removed).
         if self.cfg.sample_break_mode != "eos":
             dataset = TokenBlockDataset(
                 dataset,
@@ -228,15 +256,18 @@ class BioMaskedLMTask(MaskedLMTask):
         logger.info("loaded %d blocks from %s", len(dataset), split_path)
         with data_utils.numpy_seed(self.cfg.seed):
             shuffle = np.random.permutation(len(dataset))
-        # Scoring needs every held-out block; training (fairseq's default dataset.train_subset) keeps fairseq's
-        # batching, as its masked_lm: at most dataset.required_batch_size_multiple - 1 blocks outside the batches.
+        # Scoring needs every held-out block; training (fairseq's default dataset.train_subset)
+        # keeps fairseq's batching, as its masked_lm: at most dataset.required_batch_size_multiple -
+        # 1 blocks outside the batches.
         self.datasets[split] = (SortDataset if split == "train" else BlocksDataset)(
             NestedDictionaryDataset(
                 {
                     "id": IdDataset(),
                     "first_id": FirstIdDataset(),
                     "net_input": {
-                        "src_tokens": RightPadDataset(dataset, pad_idx=self.source_dictionary.pad()),
+                        "src_tokens": RightPadDataset(
+                            dataset, pad_idx=self.source_dictionary.pad()
+                        ),
                         "src_lengths": NumelDataset(dataset, reduce=False),
                     },
                     "nsentences": NumSamplesDataset(),
@@ -255,14 +286,20 @@ class BioMaskedLMTask(MaskedLMTask):
         return self.mask_prob_schedule[min(step, len(self.mask_prob_schedule) - 1)]
 
     def mask_sample(self, sample, mask_prob: float, stream: int):
-        """A copy of ``sample`` with masked ``src_tokens`` and its ``target``; the randomness is fixed by
-        the task seed, ``stream`` (the update number; -1 for validation) and the batch's sample ids."""
+        """A copy of ``sample`` with masked ``src_tokens`` and its ``target``; the randomness is
+        fixed by the task seed, ``stream`` (the update number; -1 for validation) and the batch's
+        sample ids.
+        """
         tokens = sample["net_input"]["src_tokens"]
         key = (self.cfg.seed, stream, first_id(sample), sample["id"].numel(), tokens.size(1))
         generator = torch.Generator(device=tokens.device)
         generator.manual_seed(hash(key) & 0x7FFF_FFFF_FFFF_FFFF)
         corrupted, target = self.masker(tokens, mask_prob, generator)
-        return {**sample, "net_input": {**sample["net_input"], "src_tokens": corrupted}, "target": target}
+        return {
+            **sample,
+            "net_input": {**sample["net_input"], "src_tokens": corrupted},
+            "target": target,
+        }
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.cfg.exempt_from_weight_decay and not self._decay_checked:
@@ -279,13 +316,16 @@ class BioMaskedLMTask(MaskedLMTask):
 
     def valid_step(self, sample, model, criterion):
         # A fixed rate and fixed masks, so that validation losses compare across the run.
-        return super().valid_step(self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion)
+        return super().valid_step(
+            self.mask_sample(sample, self.cfg.mask_prob, stream=-1), model, criterion
+        )
 
 
 def check_weight_decay_exemption(optimizer) -> None:
-    """Refuse, in one line, an optimizer that would decay the parameters ``task.exempt_from_weight_decay`` marked:
-    every parameter it holds that carries a weight-decay scale of 0 must sit in a group without weight decay, and
-    there must be such parameters (fairseq's flat fp32 master copy under fp16 carries no marks)."""
+    """Refuse, in one line, an optimizer that would decay the parameters
+    ``task.exempt_from_weight_decay`` marked: every parameter it holds that carries a weight-decay
+    scale of 0 must sit in a group without weight decay, and there must be such parameters
+    (fairseq's flat fp32 master copy under fp16 carries no marks)."""
     groups = _param_groups(optimizer)
     if not any(group.get("weight_decay", 0.0) for group in groups):
         return  # nothing is decayed at all
@@ -306,9 +346,13 @@ def check_weight_decay_exemption(optimizer) -> None:
 
 
 def _param_groups(optimizer) -> list:
-    """The torch param groups behind a fairseq optimizer, its fp16 wrapper, or fairseq's composite optimizer (whose
-    own torch optimizer has none: they are its per-group optimizers')."""
-    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
+    """The torch param groups behind a fairseq optimizer, its fp16 wrapper, or fairseq's composite
+    optimizer (whose own torch optimizer has none: they are its per-group optimizers')."""
+    inner = (
+        getattr(optimizer, "fp32_optimizer", None)
+        or getattr(optimizer, "wrapped_optimizer", None)
+        or optimizer
+    )
     parts = getattr(inner, "optimizers", None)
     if isinstance(parts, dict):
         return [group for part in parts.values() for group in part.param_groups]
@@ -316,9 +360,11 @@ def _param_groups(optimizer) -> list:
 
 
 def check_start_checkpoint(cfg) -> None:
-    """A named ``checkpoint.restore_file`` or ``finetune_from_model`` that does not exist is an error: fairseq would
-    log "No existing checkpoint found" and pretrain from random initialisation. fairseq's own resume (the default
-    ``checkpoint_last.pt`` in ``save_dir``, which also wins over ``finetune_from_model``) is untouched."""
+    """A named ``checkpoint.restore_file`` or ``finetune_from_model`` that does not exist is an
+    error: fairseq would log "No existing checkpoint found" and pretrain from random initialisation.
+    fairseq's own resume (the default ``checkpoint_last.pt`` in ``save_dir``, which also wins over
+    ``finetune_from_model``) is untouched.
+    """
     restore = getattr(cfg, "restore_file", None)
     if restore and restore != "checkpoint_last.pt" and not os.path.exists(restore):
         raise BioFileNotFoundError(
@@ -326,14 +372,17 @@ def check_start_checkpoint(cfg) -> None:
             "leave restore_file unset to start from scratch)"
         )
     start = getattr(cfg, "finetune_from_model", None)
-    resuming = os.path.exists(os.path.join(getattr(cfg, "save_dir", None) or ".", "checkpoint_last.pt"))
+    resuming = os.path.exists(
+        os.path.join(getattr(cfg, "save_dir", None) or ".", "checkpoint_last.pt")
+    )
     if start and not os.path.exists(start) and not resuming:
         raise BioFileNotFoundError(f"checkpoint.finetune_from_model={start}: no such checkpoint")
 
 
 def first_id(sample) -> int:
-    """The batch's first sample id, a key of its masks: the collater's ``first_id``, on the host (``ids[0]`` of the
-    copy the trainer moved to the GPU would wait for the device), else read from ``id``."""
+    """The batch's first sample id, a key of its masks: the collater's ``first_id``, on the host
+    (``ids[0]`` of the copy the trainer moved to the GPU would wait for the device), else read from
+    ``id``."""
     first = sample.get("first_id")
     if first is None:
         ids = sample["id"]
@@ -342,23 +391,24 @@ def first_id(sample) -> int:
 
 
 class FirstIdDataset(IdDataset):
-    """A batch's first sample id as a Python int: the masks' key (``mask_sample``), known on the host after the
-    trainer has moved the batch's tensors to the GPU."""
+    """A batch's first sample id as a Python int: the masks' key (``mask_sample``), known on the
+    host after the trainer has moved the batch's tensors to the GPU."""
 
     def collater(self, samples):
         return int(samples[0]) if len(samples) else 0
 
 
 class BlocksDataset(KeepsEveryExample, SortDataset):
-    """fairseq's ``SortDataset`` whose batches keep every block, for the held-out splits: fairseq drops the last
-    blocks that do not fill a multiple of ``required_batch_size_multiple`` (8), so a valid split of 5 blocks gave no
-    batch at all (and fairseq-validate a ZeroDivisionError)."""
+    """fairseq's ``SortDataset`` whose batches keep every block, for the held-out splits: fairseq
+    drops the last blocks that do not fill a multiple of ``required_batch_size_multiple`` (8), so a
+    valid split of 5 blocks gave no batch at all (and fairseq-validate a ZeroDivisionError)."""
 
 
 def drop_gradients_outside_head(model) -> int:
-    """Clear the gradient of every parameter but the MLM head's own (``HEAD_PREFIX``; the tied output weight is
-    registered as the token embeddings, so it is cleared too): the optimizer skips a parameter without a gradient
-    (no step, no weight decay). Returns how many parameters were cleared."""
+    """Clear the gradient of every parameter but the MLM head's own (``HEAD_PREFIX``; the tied
+    output weight is registered as the token embeddings, so it is cleared too): the optimizer skips
+    a parameter without a gradient (no step, no weight decay). Returns how many parameters were
+    cleared."""
     cleared = 0
     for name, param in model.named_parameters():
         if not name.startswith(HEAD_PREFIX) and param.grad is not None:
@@ -368,20 +418,23 @@ def drop_gradients_outside_head(model) -> int:
 
 
 def freeze_token_embeddings(model) -> List[str]:
-    """``requires_grad=False`` on every token-embedding matrix (a tied output weight is the same parameter), so that
-    fairseq's trainer leaves it out of the optimizer; the names frozen."""
+    """``requires_grad=False`` on every token-embedding matrix (a tied output weight is the same
+    parameter), so that fairseq's trainer leaves it out of the optimizer; the names frozen."""
     frozen = []
     for name, param in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
             param.requires_grad_(False)
             frozen.append(name)
     if not frozen:
-        raise BioConfigError(f"task.freeze_embeddings: {type(model).__name__} has no embed_tokens.weight to freeze")
+        raise BioConfigError(
+            f"task.freeze_embeddings: {type(model).__name__} has no embed_tokens.weight to freeze"
+        )
     return frozen
 
 
 def check_binarised(data: str) -> None:
-    """Refuse, in one line saying what to run, a ``task.data`` that is raw text rather than binarised directories."""
+    """Refuse, in one line saying what to run, a ``task.data`` that is raw text rather than
+    binarised directories."""
     steps = (
         "encode and binarise it first: fairseq-bio-encode --vocab VOCAB train.txt valid.txt --out "
         "train.bpe valid.bpe, then fairseq-bio-binarize --vocab VOCAB --train train.bpe --valid valid.bpe --out "
@@ -389,17 +442,25 @@ def check_binarised(data: str) -> None:
     )
     for i, path in enumerate(utils.split_paths(data)):
         if os.path.isfile(path):
-            raise BioConfigError(f"task.data={path}: a file, not a binarised data directory (dict.txt, train.bin/.idx); "
-                             f"if it is text, {steps}")  # fmt: skip
+            raise BioConfigError(
+                f"task.data={path}: a file, not a binarised data directory (dict.txt, train.bin/.idx); "
+                f"if it is text, {steps}"
+            )
         if not os.path.isdir(path):
             raise BioFileNotFoundError(f"task.data={path}: no such directory")
-        if i == 0 and not os.path.exists(os.path.join(path, "dict.txt")):  # the other shards need only .bin/.idx
-            raise BioFileNotFoundError(f"task.data={path}: no dict.txt, so not a binarised data directory; if it holds "
-                                    f"text, {steps}")  # fmt: skip
+        if i == 0 and not os.path.exists(
+            os.path.join(path, "dict.txt")
+        ):  # the other shards need only .bin/.idx
+            raise BioFileNotFoundError(
+                f"task.data={path}: no dict.txt, so not a binarised data directory; if it holds "
+                f"text, {steps}"
+            )
 
 
 def _parse_schedule(text: str) -> List[float]:
     try:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise BioConfigError(f'task.mask_prob_schedule: "{text}" is not a comma-separated list of rates') from None
+        raise BioConfigError(
+            f'task.mask_prob_schedule: "{text}" is not a comma-separated list of rates'
+        ) from None

@@ -1,12 +1,14 @@
-"""What every fine-tuning task shares (nothing here is registered): finding the encoder's vocabulary, checking
-that an encoder checkpoint fits it, copying the vocabulary next to the fine-tuned checkpoints, layer-wise
-learning-rate decay, and ``FineTuningTask``, the base of the tasks that put a head on an encoder checkpoint.
+"""What every fine-tuning task shares (nothing here is registered): finding the encoder's
+vocabulary, checking that an encoder checkpoint fits it, copying the vocabulary next to the
+fine-tuned checkpoints, layer-wise learning-rate decay, and ``FineTuningTask``, the base of the
+tasks that put a head on an encoder checkpoint.
 
-An *encoder checkpoint* is any fairseq checkpoint of ``bio_roberta`` (pretrained with ``bio_masked_lm``, an
-ELECTRA discriminator, a distilled student, an imported HF model, or a model fine-tuned here) whose vocabulary,
-``dict.txt`` and ``bpe.json``, lies next to it or in the data directory it records. Fine-tuning starts from one
-with ``checkpoint.restore_file`` (plus the reset flags the fine-tuning configs set) or
-``checkpoint.finetune_from_model``; nothing else about where it came from matters.
+An *encoder checkpoint* is any fairseq checkpoint of ``bio_roberta`` (pretrained with
+``bio_masked_lm``, an ELECTRA discriminator, a distilled student, an imported HF model, or a model
+fine-tuned here) whose vocabulary, ``dict.txt`` and ``bpe.json``, lies next to it or in the data
+directory it records. Fine-tuning starts from one with ``checkpoint.restore_file`` (plus the reset
+flags the fine-tuning configs set) or ``checkpoint.finetune_from_model``; nothing else about where
+it came from matters.
 """
 
 import logging
@@ -34,8 +36,11 @@ DICT_TXT = "dict.txt"
 DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
 
 
-def start_checkpoint_path(restore_file: Optional[str], finetune_from_model: Optional[str]) -> Optional[str]:
-    """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own run)."""
+def start_checkpoint_path(
+    restore_file: Optional[str], finetune_from_model: Optional[str]
+) -> Optional[str]:
+    """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own
+    run)."""
     for path in (finetune_from_model, restore_file):
         if path and path != DEFAULT_RESTORE_FILE:
             return path
@@ -43,12 +48,16 @@ def start_checkpoint_path(restore_file: Optional[str], finetune_from_model: Opti
 
 
 def has_vocab(directory: Optional[str]) -> bool:
-    return bool(directory) and all(os.path.exists(os.path.join(directory, f)) for f in (DICT_TXT, BPE_JSON))
+    return bool(directory) and all(
+        os.path.exists(os.path.join(directory, f)) for f in (DICT_TXT, BPE_JSON)
+    )
 
 
 def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
-    """The directory holding ``dict.txt`` + ``bpe.json``: ``explicit``, else beside the encoder checkpoint, else
-    the vocabulary the checkpoint itself records (``task.vocab``, or the first ``task.data`` dir)."""
+    """The directory holding ``dict.txt`` + ``bpe.json``: ``explicit``, else beside the encoder
+    checkpoint, else the vocabulary the checkpoint itself records (``task.vocab``, or the first
+    ``task.data`` dir).
+    """
     if explicit:
         if not has_vocab(explicit):
             raise BioConfigError(f"task.vocab={explicit}: needs {DICT_TXT} and {BPE_JSON}")
@@ -86,8 +95,8 @@ def _recorded_vocab_dirs(checkpoint: str) -> List[str]:
     return dirs
 
 
-# What fixes an encoder's shape and computation; a fine-tuning run takes these from its encoder checkpoint, so the
-# fine-tuning config never has to repeat the encoder's size.
+# What fixes an encoder's shape and computation; a fine-tuning run takes these from its encoder
+# checkpoint, so the fine-tuning config never has to repeat the encoder's size.
 ARCHITECTURE_KEYS = (
     "encoder_layers",
     "encoder_embed_dim",
@@ -135,8 +144,10 @@ def load_vocab(vocab_dir: str):
 
 
 def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
-    """Refuse an encoder checkpoint that is no encoder, a shard, or trained with another dictionary than
-    ``vocab_dir``'s (its recorded one, else its embedding rows and the dict.txt of the data it records)."""
+    """Refuse an encoder checkpoint that is no encoder, a shard, or trained with another dictionary
+    than ``vocab_dir``'s (its recorded one, else its embedding rows and the dict.txt of the data it
+    records).
+    """
     from ..checkpoint_fit import check_dictionary, check_whole, read_state
 
     state = read_state(encoder)
@@ -149,15 +160,23 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
             "<dir>/discriminator.pt"
         )
     if embed is None:
-        raise BioConfigError(f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)")
+        raise BioConfigError(
+            f"{encoder}: not an encoder checkpoint (no encoder.sentence_encoder.embed_tokens)"
+        )
     check_whole(encoder, state)  # a shard's rows are not a vocabulary's
-    check_dictionary(encoder, state, dictionary, os.path.join(vocab_dir, DICT_TXT), rows=len(dictionary),
-                     verb="was pretrained")  # fmt: skip
+    check_dictionary(
+        encoder,
+        state,
+        dictionary,
+        os.path.join(vocab_dir, DICT_TXT),
+        rows=len(dictionary),
+        verb="was pretrained",
+    )
 
 
 def copy_vocab(vocab_dir: str, save_dir: str) -> None:
-    """Put ``dict.txt``, ``bpe.json`` and the BPE files beside the fine-tuned checkpoints (each written to a temp
-    name and renamed), so that they are encoder checkpoints in their own right."""
+    """Put ``dict.txt``, ``bpe.json`` and the BPE files beside the fine-tuned checkpoints (each
+    written to a temp name and renamed), so that they are encoder checkpoints in their own right."""
     if not save_dir or os.path.abspath(vocab_dir) == os.path.abspath(save_dir):
         return
     os.makedirs(save_dir, exist_ok=True)
@@ -173,14 +192,16 @@ def copy_vocab(vocab_dir: str, save_dir: str) -> None:
 
 
 def layer_scales(model, decay: float):
-    """{parameter name: lr scale}: ``decay ** (distance from the top)``, embeddings lowest, the heads (and a
-    pre-LN final layer norm) at 1 (BioELECTRA, Tables 6-7)."""
+    """{parameter name: lr scale}: ``decay ** (distance from the top)``, embeddings lowest, the
+    heads (and a pre-LN final layer norm) at 1 (BioELECTRA, Tables 6-7)."""
     layers = len(model.encoder.sentence_encoder.layers)
     scales = {}
     for name, _ in model.named_parameters():
         if ".layers." in name:
             depth = int(name.split(".layers.")[1].split(".")[0]) + 1
-        elif any(part in name for part in ("embed_tokens", "embed_positions", "layernorm_embedding")):
+        elif any(
+            part in name for part in ("embed_tokens", "embed_positions", "layernorm_embedding")
+        ):
             depth = 0
         else:
             depth = layers + 1
@@ -189,16 +210,17 @@ def layer_scales(model, decay: float):
 
 
 def optimizer_overrides(param) -> Dict[str, float]:
-    """The parameter's own settings for fairseq's composite optimizer (``param.optim_overrides["optimizer"]``),
-    created empty when it has none: each per-parameter option (lr scale, weight-decay scale) writes its key there,
-    beside the others'."""
+    """The parameter's own settings for fairseq's composite optimizer
+    (``param.optim_overrides["optimizer"]``), created empty when it has none: each per-parameter
+    option (lr scale, weight-decay scale) writes its key there, beside the others'."""
     overrides = getattr(param, "optim_overrides", None) or {}
     param.optim_overrides = overrides
     return overrides.setdefault("optimizer", {})
 
 
 def apply_layer_lr_decay(model, decay: float) -> None:
-    """Scale each parameter's learning rate through fairseq's composite optimizer (``optim_overrides``)."""
+    """Scale each parameter's learning rate through fairseq's composite optimizer
+    (``optim_overrides``)."""
     if not 0.0 < decay <= 1.0:
         raise BioConfigError(f"task.layer_lr_decay={decay}: must lie in (0, 1]")
     scales = layer_scales(model, decay)
@@ -207,9 +229,10 @@ def apply_layer_lr_decay(model, decay: float) -> None:
 
 
 def scale_head_lr(model, scale: float) -> List[str]:
-    """The task heads' parameters (``classification_heads``: a classifier, a BiLSTM, a CRF's transitions, all new
-    and random) learn at ``scale`` x the rate they would have (times any ``apply_layer_lr_decay`` scale), through
-    fairseq's composite optimizer (``optim_overrides``). Returns their names."""
+    """The task heads' parameters (``classification_heads``: a classifier, a BiLSTM, a CRF's
+    transitions, all new and random) learn at ``scale`` x the rate they would have (times any
+    ``apply_layer_lr_decay`` scale), through fairseq's composite optimizer (``optim_overrides``).
+    Returns their names."""
     if not scale > 0:
         raise BioConfigError(f"task.head_lr_scale={scale}: must be > 0")
     names = []
@@ -222,12 +245,17 @@ def scale_head_lr(model, scale: float) -> List[str]:
 
 
 def exempt_from_weight_decay(model) -> List[str]:
-    """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer`` do, through
-    fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept beside any lr scale of
-    ``apply_layer_lr_decay``; ``patches.fairseq_repairs`` makes fairseq apply it). A bias is any parameter whose own name starts with
-    ``bias``: ``nn.Linear``'s ``bias`` and ``nn.LSTM``'s ``bias_ih_l0`` / ``bias_hh_l0_reverse`` alike. Returns the
-    exempted parameters' names."""
-    norms = {f"{name}.weight" for name, module in model.named_modules() if isinstance(module, nn.LayerNorm)}
+    """Give every bias and LayerNorm weight no weight decay, as BERT's recipe and HF's ``Trainer``
+    do, through fairseq's composite optimizer (``optim_overrides``: ``weight_decay_scale`` 0, kept
+    beside any lr scale of ``apply_layer_lr_decay``; ``patches.fairseq_repairs`` makes fairseq apply
+    it). A bias is any parameter whose own name starts with ``bias``: ``nn.Linear``'s ``bias`` and
+    ``nn.LSTM``'s ``bias_ih_l0`` / ``bias_hh_l0_reverse`` alike. Returns the exempted parameters'
+    names."""
+    norms = {
+        f"{name}.weight"
+        for name, module in model.named_modules()
+        if isinstance(module, nn.LayerNorm)
+    }
     exempt = []
     for name, param in model.named_parameters():
         if name.rpartition(".")[2].startswith("bias") or name in norms:
@@ -237,8 +265,8 @@ def exempt_from_weight_decay(model) -> List[str]:
 
 
 def per_parameter_options(cfg) -> List[str]:
-    """The task options that set per-parameter optimizer overrides (as ``key=value``), which only fairseq's
-    ``composite`` optimizer reads."""
+    """The task options that set per-parameter optimizer overrides (as ``key=value``), which only
+    fairseq's ``composite`` optimizer reads."""
     options = []
     if cfg.layer_lr_decay != 1.0:
         options.append(f"task.layer_lr_decay={cfg.layer_lr_decay}")
@@ -250,10 +278,15 @@ def per_parameter_options(cfg) -> List[str]:
 
 
 def check_optimizer_groups(optimizer, options: str) -> None:
-    """Refuse to train when the optimizer ignores per-parameter settings (anything but ``composite``)."""
+    """Refuse to train when the optimizer ignores per-parameter settings (anything but
+    ``composite``)."""
     from fairseq.optim.composite import FairseqCompositeOptimizer
 
-    inner = getattr(optimizer, "fp32_optimizer", None) or getattr(optimizer, "wrapped_optimizer", None) or optimizer
+    inner = (
+        getattr(optimizer, "fp32_optimizer", None)
+        or getattr(optimizer, "wrapped_optimizer", None)
+        or optimizer
+    )
     if not isinstance(inner, FairseqCompositeOptimizer):
         raise BioConfigError(
             f"{options}: needs optimizer=composite (fairseq's per-group settings; the fine-tuning configs use it), "
@@ -262,8 +295,9 @@ def check_optimizer_groups(optimizer, options: str) -> None:
 
 
 def freeze_lm_head(model) -> None:
-    """The pretraining head stays in the checkpoint (so a fine-tuned model is still an encoder checkpoint) but is
-    not trained: no optimizer state for it and no unused-parameter trouble under DDP."""
+    """The pretraining head stays in the checkpoint (so a fine-tuned model is still an encoder
+    checkpoint) but is not trained: no optimizer state for it and no unused-parameter trouble under
+    DDP."""
     lm_head = getattr(model.encoder, "lm_head", None)
     if lm_head is not None:
         for name, param in lm_head.named_parameters():
@@ -304,7 +338,10 @@ class FineTuningConfig(FairseqDataclass):
         },
     )
     head_hidden_size: int = field(
-        default=0, metadata={"help": "width of task.head_hidden_layers (BioMegatron's fc-hidden-size); 0: the encoder's"}
+        default=0,
+        metadata={
+            "help": "width of task.head_hidden_layers (BioMegatron's fc-hidden-size); 0: the encoder's"
+        },
     )
     exempt_from_weight_decay: bool = field(
         default=False,
@@ -314,10 +351,14 @@ class FineTuningConfig(FairseqDataclass):
         },
     )
     cache_dir: Optional[str] = field(
-        default=None, metadata={"help": "where encoded texts are cached (default: <checkpoint.save_dir>/encoded)"}
+        default=None,
+        metadata={
+            "help": "where encoded texts are cached (default: <checkpoint.save_dir>/encoded)"
+        },
     )
     max_positions: Optional[int] = field(
-        default=None, metadata={"help": "tokens per window, specials included (default: the model's positions)"}
+        default=None,
+        metadata={"help": "tokens per window, specials included (default: the model's positions)"},
     )
     restore_file: str = II("checkpoint.restore_file")
     finetune_from_model: Optional[str] = II("checkpoint.finetune_from_model")
@@ -327,9 +368,11 @@ class FineTuningConfig(FairseqDataclass):
 
 
 class FineTuningTask(FairseqTask):
-    """A head on an encoder checkpoint: the encoder's vocabulary and BPE, the checks that the checkpoint fits
-    them, the head added by ``register_head``, layer-wise lr decay, windows as long as the model's positions,
-    and no example ever dropped for its length. Subclasses read their files and build their datasets."""
+    """A head on an encoder checkpoint: the encoder's vocabulary and BPE, the checks that the
+    checkpoint fits them, the head added by ``register_head``, layer-wise lr decay, windows as long
+    as the model's positions, and no example ever dropped for its length. Subclasses read their
+    files and build their datasets.
+    """
 
     task_name = "fine-tuning"  # the registered name, for messages
 
@@ -340,7 +383,9 @@ class FineTuningTask(FairseqTask):
         self.vocab_dir = vocab_dir
         self.labels: List[str] = []
         self._word_encoder = None
-        self.window: Optional[int] = None  # tokens per window: set by build_model from the model's positions
+        self.window: Optional[int] = (
+            None  # tokens per window: set by build_model from the model's positions
+        )
         self._dictionary_record = None  # get_checkpoint_dict's, made once
         if cfg.head_hidden_layers < 0 or cfg.head_hidden_size < 0:
             raise BioConfigError(
@@ -358,13 +403,15 @@ class FineTuningTask(FairseqTask):
 
     @classmethod
     def encoder_vocab(cls, cfg: FineTuningConfig, from_checkpoint: bool):
-        """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the fine-tuned run);
-        a training run's ``checkpoint.save_dir`` is checked first (it must not hold that encoder)."""
+        """(dictionary, bpe spec, vocabulary dir) of the encoder the run starts from (or of the
+        fine-tuned run); a training run's ``checkpoint.save_dir`` is checked first (it must not hold
+        that encoder).
+        """
         if not from_checkpoint:
             from ..checkpoint_fit import check_start_kept
 
-            # before the task writes its encoded cache or vocabulary there; the reset flags, which a task does not
-            # see, are checked when fairseq loads the checkpoint
+            # before the task writes its encoded cache or vocabulary there; the reset flags, which a
+            # task does not see, are checked when fairseq loads the checkpoint
             check_start_kept(cfg, cls.task_name)
         encoder = start_checkpoint_path(cfg.restore_file, cfg.finetune_from_model)
         vocab = cfg.vocab
@@ -372,7 +419,9 @@ class FineTuningTask(FairseqTask):
             vocab = cfg.save_dir  # a fine-tuned run copies its vocabulary beside its checkpoints
         vocab_dir = resolve_vocab(vocab, encoder)
         dictionary, bpe_spec = load_vocab(vocab_dir)
-        logger.info("dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir)
+        logger.info(
+            "dictionary: %d types, bpe %s, from %s", len(dictionary), bpe_spec["_name"], vocab_dir
+        )
         return dictionary, bpe_spec, vocab_dir
 
     @property
@@ -390,12 +439,14 @@ class FineTuningTask(FairseqTask):
         return self._word_encoder
 
     def get_checkpoint_dict(self):
-        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary, which a later run
-        or command compares with the one it is given (``checkpoint_fit``)."""
+        """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary,
+        which a later run or command compares with the one it is given (``checkpoint_fit``)."""
         from ..checkpoint_fit import RECORD, dictionary_record
 
         if self._dictionary_record is None:  # the dictionary is fixed once the task is set up
-            self._dictionary_record = dictionary_record(self.dictionary, os.path.join(self.vocab_dir, DICT_TXT))
+            self._dictionary_record = dictionary_record(
+                self.dictionary, os.path.join(self.vocab_dir, DICT_TXT)
+            )
         return {RECORD: self._dictionary_record}
 
     def register_head(self, model) -> None:
@@ -410,7 +461,9 @@ class FineTuningTask(FairseqTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         if not self.labels:
-            raise BioConfigError(f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)")
+            raise BioConfigError(
+                f"{self.task_name}: no labels (from the train file, task.labels or a checkpoint)"
+            )
         encoder = start_checkpoint_path(self.cfg.restore_file, self.cfg.finetune_from_model)
         if not from_checkpoint and encoder:
             check_encoder_fits(encoder, self.dictionary, self.vocab_dir)
@@ -424,14 +477,18 @@ class FineTuningTask(FairseqTask):
             exempt_from_weight_decay(model)
         if self.cfg.head_lr_scale != 1.0:
             scale_head_lr(model, self.cfg.head_lr_scale)
-        self.window = min(self.cfg.max_positions or model.args.max_positions, model.args.max_positions)
+        self.window = min(
+            self.cfg.max_positions or model.args.max_positions, model.args.max_positions
+        )
         if not from_checkpoint:
             copy_vocab(self.vocab_dir, self.cfg.save_dir)
         return model
 
     def check_window(self) -> None:
         if self.window is None:
-            raise BioConfigError(f"{self.task_name}: build the model before the datasets (windows need its positions)")
+            raise BioConfigError(
+                f"{self.task_name}: build the model before the datasets (windows need its positions)"
+            )
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         options = per_parameter_options(self.cfg) if update_num == 0 else []
@@ -441,15 +498,22 @@ class FineTuningTask(FairseqTask):
 
     @property
     def cache_dir(self) -> Optional[str]:
-        return self.cfg.cache_dir or (os.path.join(self.cfg.save_dir, "encoded") if self.cfg.save_dir else None)
+        return self.cfg.cache_dir or (
+            os.path.join(self.cfg.save_dir, "encoded") if self.cfg.save_dir else None
+        )
 
     def vocab_fingerprint(self):
-        """(dict.txt bytes, BPE spec without directories): what an encoding depends on besides the text."""
+        """(dict.txt bytes, BPE spec without directories): what an encoding depends on besides the
+        text."""
         with open(os.path.join(self.vocab_dir, DICT_TXT), "rb") as f:
             vocab = f.read()
-        return vocab, {k: (v if k == "_name" else os.path.basename(str(v))) for k, v in self.bpe_spec.items()}
+        return vocab, {
+            k: (v if k == "_name" else os.path.basename(str(v))) for k, v in self.bpe_spec.items()
+        }
 
-    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+    def filter_indices_by_size(
+        self, indices, dataset, max_positions=None, ignore_invalid_inputs=False
+    ):
         return indices  # long inputs are windowed, never dropped
 
     def max_positions(self):

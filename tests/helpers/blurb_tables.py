@@ -1,9 +1,10 @@
-"""Results tables transcribed from the papers, for the scoring tests: PubMedBERT's Table 6 (every BLURB dataset's
-test score and the BLURB score of nine models)."""
+"""Results tables transcribed from the papers, for the scoring tests: PubMedBERT's Table 6 (every
+BLURB dataset's test score and the BLURB score of nine models)."""
 
 
 def parse_table(text):
-    """A results table as transcribed from a paper: a header of model names, then one row per dataset."""
+    """A results table as transcribed from a paper: a header of model names, then one row per
+    dataset."""
     header, *rows = [line.split() for line in text.strip().splitlines()]
     table = {model: {} for model in header}
     for row in rows:
@@ -13,9 +14,11 @@ def parse_table(text):
     return table
 
 
-# Gu et al. 2020 (seed 001_de92c2f240eb10d4.txt), Table 6, transcribed: per-dataset test results and the published
-# BLURB score of each model (BERT, RoBERTa, BioBERT, SciBERT, ClinicalBERT, BlueBERT, PubMedBERT).
-TABLE_6 = parse_table("""
+# Gu et al. 2020 (seed 001_de92c2f240eb10d4.txt), Table 6, transcribed: per-dataset test results and
+# the published BLURB score of each model (BERT, RoBERTa, BioBERT, SciBERT, ClinicalBERT, BlueBERT,
+# PubMedBERT).
+TABLE_6 = parse_table(
+    """
              BERT-uncased BERT-cased RoBERTa BioBERT SciBERT-uncased SciBERT-cased ClinicalBERT BlueBERT PubMedBERT
 BC5-chem            89.25 89.99 89.43 92.85 92.49 92.51 90.80 91.19 93.33
 BC5-disease         81.44 79.92 80.65 84.70 84.54 84.70 83.04 83.69 85.62
@@ -31,4 +34,5 @@ HoC                 80.20 80.12 79.66 81.54 80.66 81.16 80.74 80.48 82.32
 PubMedQA            51.62 49.96 52.84 60.24 57.38 51.40 49.08 48.44 55.84
 BioASQ              70.36 74.44 75.20 84.14 78.86 74.22 68.50 68.71 87.56
 BLURB score         75.99 75.76 76.33 80.29 78.80 78.08 77.19 76.19 81.10
-""")
+"""
+)

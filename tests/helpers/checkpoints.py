@@ -1,5 +1,5 @@
-"""Reading checkpoints back in tests: what torch's weights_only loader would refuse, parameters compared across runs,
-and an edited copy of a checkpoint."""
+"""Reading checkpoints back in tests: what torch's weights_only loader would refuse, parameters
+compared across runs, and an edited copy of a checkpoint."""
 
 import json
 import subprocess
@@ -11,9 +11,12 @@ from fairseq_bio import checkpoints
 
 
 def unsafe_globals(path):
-    """The globals torch's weights_only loader rejects by default (asked in a process without the plugin)."""
+    """The globals torch's weights_only loader rejects by default (asked in a process without the
+    plugin)."""
     code = f"import json, torch; print(json.dumps(torch.serialization.get_unsafe_globals_in_checkpoint({str(path)!r})))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     return set(json.loads(out))
 
 
@@ -29,7 +32,10 @@ def assert_same_parameters(a, b):
     a, b = parameters(a), parameters(b)
     assert a.keys() == b.keys()
     for name in a:
-        assert torch.allclose(a[name], b[name], atol=1e-5, rtol=0), (name, (a[name] - b[name]).abs().max())
+        assert torch.allclose(a[name], b[name], atol=1e-5, rtol=0), (
+            name,
+            (a[name] - b[name]).abs().max(),
+        )
 
 
 def save_with(checkpoint, path, edit):

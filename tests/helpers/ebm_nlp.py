@@ -1,12 +1,14 @@
-"""A tiny EBM-NLP 2.00 release in the real layout (six documents, the three PICO elements' aggregated starting spans,
-a crowd test part that must not be used) and the IO-tagged CoNLL splits it converts to."""
+"""A tiny EBM-NLP 2.00 release in the real layout (six documents, the three PICO elements'
+aggregated starting spans, a crowd test part that must not be used) and the IO-tagged CoNLL splits
+it converts to."""
 
 from pathlib import Path
 
 SPANS = "annotations/aggregated/starting_spans"
 ELEMENTS = ("participants", "interventions", "outcomes")
 
-# pmid -> tokens; labels per part as (participants, interventions, outcomes), one 0/1 character per token.
+# pmid -> tokens; labels per part as (participants, interventions, outcomes), one 0/1 character per
+# token.
 EBM_TOKENS = {
     "101": "Aspirin for pain in 40 adults . Pain fell .",
     "102": "Insulin in diabetic patients on insulin lowered glucose",
@@ -76,20 +78,28 @@ D\tI-INT
 
 
 def write_ebm_release(root: Path, tokens=None, train=None, gold=None, crowd=None) -> Path:
-    """An EBM-NLP 2.00 tree: documents/<PMID>.tokens and aggregated starting_spans <PMID>.AGGREGATED.ann files."""
+    """An EBM-NLP 2.00 tree: documents/<PMID>.tokens and aggregated starting_spans
+    <PMID>.AGGREGATED.ann files."""
     tokens = EBM_TOKENS if tokens is None else tokens
     (root / "documents").mkdir(parents=True)
     for pmid, text in tokens.items():
-        (root / "documents" / f"{pmid}.tokens").write_text("\n".join(text.split()) + "\n", encoding="utf-8")
+        (root / "documents" / f"{pmid}.tokens").write_text(
+            "\n".join(text.split()) + "\n", encoding="utf-8"
+        )
         (root / "documents" / f"{pmid}.txt").write_text(text + "\n", encoding="utf-8")
-    parts = {"train": EBM_TRAIN if train is None else train, "test/gold": EBM_GOLD if gold is None else gold}
+    parts = {
+        "train": EBM_TRAIN if train is None else train,
+        "test/gold": EBM_GOLD if gold is None else gold,
+    }
     parts["test/crowd"] = EBM_CROWD if crowd is None else crowd
     for part, docs in parts.items():
         for pmid, labels in docs.items():
             for element, values in zip(ELEMENTS, labels):
                 folder = root / SPANS / element / part
                 folder.mkdir(parents=True, exist_ok=True)
-                (folder / f"{pmid}.AGGREGATED.ann").write_text("\n".join(values) + "\n", encoding="utf-8")
+                (folder / f"{pmid}.AGGREGATED.ann").write_text(
+                    "\n".join(values) + "\n", encoding="utf-8"
+                )
     return root
 
 

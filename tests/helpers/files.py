@@ -1,4 +1,5 @@
-"""Small text files in the converter tests: written (folders made), read back, and a CoNLL file as (word, tag) pairs."""
+"""Small text files in the converter tests: written (folders made), read back, and a CoNLL file as
+(word, tag) pairs."""
 
 from pathlib import Path
 

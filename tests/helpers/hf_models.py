@@ -1,6 +1,6 @@
-"""HF models beside fairseq's in tests: real PubMed sentences to compare on, tiny randomly initialised HF models,
-fairseq's ids of HF tokens, and the comparisons of hidden states and logits (imports and exports alike). Offline:
-transformers reads only the directories the tests write."""
+"""HF models beside fairseq's in tests: real PubMed sentences to compare on, tiny randomly
+initialised HF models, fairseq's ids of HF tokens, and the comparisons of hidden states and logits
+(imports and exports alike). Offline: transformers reads only the directories the tests write."""
 
 import os
 import shutil
@@ -13,7 +13,13 @@ from fairseq_bio.models.bio_roberta import BioRobertaModel
 os.environ["HF_HUB_OFFLINE"] = "1"
 TOL = 1e-4
 # HF special token -> fairseq symbol, for checking the id map independently of the converter.
-BERT_SPECIALS = {"[CLS]": "<s>", "[PAD]": "<pad>", "[SEP]": "</s>", "[UNK]": "<unk>", "[MASK]": "<mask>"}
+BERT_SPECIALS = {
+    "[CLS]": "<s>",
+    "[PAD]": "<pad>",
+    "[SEP]": "</s>",
+    "[UNK]": "<unk>",
+    "[MASK]": "<mask>",
+}
 
 
 def minilm_dir() -> Path:
@@ -32,12 +38,14 @@ def real_sentences(corpus, n, start=0):
 def fairseq_ids_of_hf_tokens(dictionary, tokens, specials, symbol=lambda token, hf_id: token):
     """The fairseq id of each HF token, looked up by symbol in fairseq's own dictionary."""
     return [
-        dictionary.index(specials[t]) if t in specials else dictionary.index(symbol(t, i)) for i, t in enumerate(tokens)
+        dictionary.index(specials[t]) if t in specials else dictionary.index(symbol(t, i))
+        for i, t in enumerate(tokens)
     ]
 
 
 def hf_and_fairseq_outputs(hf_model, hf_tokenizer, hub, sentences, hf_to_fs, logits):
-    """Batched (padded) forward passes of both; yields per sentence (hf ids, fs ids, hf states, fs states, logits)."""
+    """Batched (padded) forward passes of both; yields per sentence (hf ids, fs ids, hf states, fs
+    states, logits)."""
     encoded = hf_tokenizer(sentences, padding=True, return_tensors="pt")
     fs_tokens = [hub.encode(s) for s in sentences]
     pad = hub.task.source_dictionary.pad()
@@ -48,7 +56,9 @@ def hf_and_fairseq_outputs(hf_model, hf_tokenizer, hub, sentences, hf_to_fs, log
         hf_out = hf_model(**encoded, output_hidden_states=True)
         fs_logits, extra = hub.model(batch, return_all_hiddens=True)
         final_norm = hub.model.encoder.sentence_encoder.layer_norm
-        if final_norm is not None:  # HF reports a pre-LN model's last state after its final LayerNorm
+        if (
+            final_norm is not None
+        ):  # HF reports a pre-LN model's last state after its final LayerNorm
             extra["inner_states"][-1] = final_norm(extra["inner_states"][-1])
     for row, tokens in enumerate(fs_tokens):
         n = int(encoded["attention_mask"][row].sum())
@@ -61,21 +71,28 @@ def hf_and_fairseq_outputs(hf_model, hf_tokenizer, hub, sentences, hf_to_fs, log
 
 
 def randomise_parameters(model, seed=0):
-    """Every parameter of an HF model at random values (LayerNorm weights around 1): HF initialises LayerNorms to 1/0
-    and biases to 0, and random values make every mapped tensor count."""
+    """Every parameter of an HF model at random values (LayerNorm weights around 1): HF initialises
+    LayerNorms to 1/0 and biases to 0, and random values make every mapped tensor count."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            base = 1.0 if name.endswith(("LayerNorm.weight", "layer_norm.weight", "ln.weight")) else 0.0
+            base = (
+                1.0
+                if name.endswith(("LayerNorm.weight", "layer_norm.weight", "ln.weight"))
+                else 0.0
+            )
             p.copy_(base + 0.2 * torch.randn(p.shape, generator=g))
 
 
 def randomise(state, seed=0):
-    """Every floating tensor of a state dict at random values (LayerNorms around 1), so a swapped map shows."""
+    """Every floating tensor of a state dict at random values (LayerNorms around 1), so a swapped
+    map shows."""
     g = torch.Generator().manual_seed(seed)
     seen = {}
     for name, tensor in state.items():
-        if tensor.is_floating_point() and not name.endswith(".version"):  # fairseq's format version stays
+        if tensor.is_floating_point() and not name.endswith(
+            ".version"
+        ):  # fairseq's format version stays
             if tensor.data_ptr() in seen:  # tied tensors stay tied
                 state[name] = state[seen[tensor.data_ptr()]]
                 continue
@@ -85,45 +102,80 @@ def randomise(state, seed=0):
     return state
 
 
-def save_tiny_bert(directory, wordpiece_vocab, cls_name="BertForMaskedLM", lowercase=True, **config):
-    """A randomly initialised tiny HF BERT (or ELECTRA, MegatronBERT) with a WordPiece tokenizer learned on PubMed."""
+def save_tiny_bert(
+    directory, wordpiece_vocab, cls_name="BertForMaskedLM", lowercase=True, **config
+):
+    """A randomly initialised tiny HF BERT (or ELECTRA, MegatronBERT) with a WordPiece tokenizer
+    learned on PubMed."""
     import transformers
 
-    tokenizer = transformers.BertTokenizer(vocab=str(wordpiece_vocab / "vocab.txt"), do_lower_case=lowercase)
-    config_cls = getattr(transformers, next(f"{kind}Config" for kind in ("Electra", "MegatronBert", "Bert")
-                                            if cls_name.startswith(kind)))  # fmt: skip
-    options = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                   max_position_embeddings=512, **config)  # fmt: skip
+    tokenizer = transformers.BertTokenizer(
+        vocab=str(wordpiece_vocab / "vocab.txt"), do_lower_case=lowercase
+    )
+    config_cls = getattr(
+        transformers,
+        next(
+            f"{kind}Config"
+            for kind in ("Electra", "MegatronBert", "Bert")
+            if cls_name.startswith(kind)
+        ),
+    )
+    options = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        **config,
+    )
     model = getattr(transformers, cls_name)(config_cls(vocab_size=len(tokenizer), **options))
     randomise_parameters(model)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    shutil.copy(wordpiece_vocab / "vocab.txt", directory)  # transformers 5 writes tokenizer.json only
+    shutil.copy(
+        wordpiece_vocab / "vocab.txt", directory
+    )  # transformers 5 writes tokenizer.json only
     return Path(directory)
 
 
-def check_logits(hf_dir, out, sentences, specials, symbol=lambda token, hf_id: token, model_cls="AutoModelForMaskedLM"):
+def check_logits(
+    hf_dir,
+    out,
+    sentences,
+    specials,
+    symbol=lambda token, hf_id: token,
+    model_cls="AutoModelForMaskedLM",
+):
     import transformers
 
     hub = BioRobertaModel.from_pretrained(str(out), "model.pt").eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
     model = getattr(transformers, model_cls).from_pretrained(str(hf_dir)).eval()
     tokens = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
-    hf_to_fs = torch.tensor(fairseq_ids_of_hf_tokens(hub.task.source_dictionary, tokens, specials, symbol))
+    hf_to_fs = torch.tensor(
+        fairseq_ids_of_hf_tokens(hub.task.source_dictionary, tokens, specials, symbol)
+    )
     assert sorted(hf_to_fs.tolist()) == list(range(len(hub.task.source_dictionary)))
     worst_states, worst_logits = 0.0, 0.0
-    for hf_states, fs_states, logits in hf_and_fairseq_outputs(model, tokenizer, hub, sentences, hf_to_fs, True):
-        worst_states = max(worst_states, max((a - b).abs().max().item() for a, b in zip(hf_states, fs_states)))
+    for hf_states, fs_states, logits in hf_and_fairseq_outputs(
+        model, tokenizer, hub, sentences, hf_to_fs, True
+    ):
+        worst_states = max(
+            worst_states, max((a - b).abs().max().item() for a, b in zip(hf_states, fs_states))
+        )
         worst_logits = max(worst_logits, (logits[0] - logits[1]).abs().max().item())
     assert worst_states <= TOL and worst_logits <= TOL
     return worst_logits
 
 
 def check_against_hf(hf_dir, checkpoint, data_dir, sentences):
-    """Independently of the command's own check: HF (offline Auto classes) vs fairseq, padded batch."""
+    """Independently of the command's own check: HF (offline Auto classes) vs fairseq, padded
+    batch."""
     import transformers
 
-    hub = BioRobertaModel.from_pretrained(str(checkpoint.parent), checkpoint.name, data_name_or_path=str(data_dir))
+    hub = BioRobertaModel.from_pretrained(
+        str(checkpoint.parent), checkpoint.name, data_name_or_path=str(data_dir)
+    )
     hub.eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
     model = transformers.AutoModelForMaskedLM.from_pretrained(str(hf_dir)).eval()

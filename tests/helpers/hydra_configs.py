@@ -1,5 +1,6 @@
-"""The shipped hydra configs as fairseq-hydra-train composes them: in-process (``composer``, ``composed``), as its
-``--cfg job`` prints them (``cli_composed``), and a check that a primary config and its recipe set different keys."""
+"""The shipped hydra configs as fairseq-hydra-train composes them: in-process (``composer``,
+``composed``), as its ``--cfg job`` prints them (``cli_composed``), and a check that a primary
+config and its recipe set different keys."""
 
 import warnings
 from contextlib import contextmanager
@@ -13,7 +14,8 @@ CONFIG_DIR = REPO / "hydra_configs"
 
 @contextmanager
 def composer():
-    """``compose(name, overrides) -> cfg`` with hydra's own node, as fairseq-hydra-train composes (schema by name)."""
+    """``compose(name, overrides) -> cfg`` with hydra's own node, as fairseq-hydra-train composes
+    (schema by name)."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -28,7 +30,9 @@ def composer():
                 schemas.add(name)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", "(?s).*is validated against ConfigStore schema")
-                cache[key] = hydra_compose(name, overrides=list(overrides), return_hydra_config=True)
+                cache[key] = hydra_compose(
+                    name, overrides=list(overrides), return_hydra_config=True
+                )
         return cache[key].copy()
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
@@ -36,16 +40,21 @@ def composer():
 
 
 def job_config(cfg):
-    """The training config as the job resolves it (fairseq-hydra-train's _hydra_main), hydra's node left out."""
+    """The training config as the job resolves it (fairseq-hydra-train's _hydra_main), hydra's node
+    left out."""
     from fairseq.dataclass.initialize import add_defaults
 
     import fairseq_bio  # noqa: F401  (the plugin's dataclasses, for add_defaults)
 
-    cfg = cfg.copy()  # typed by fairseq's schema, as the job gets it: values from the environment are converted
+    cfg = (
+        cfg.copy()
+    )  # typed by fairseq's schema, as the job gets it: values from the environment are converted
     with open_dict(cfg):
         del cfg["hydra"]
     add_defaults(cfg)
-    return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True))
+    return OmegaConf.create(
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True, enum_to_str=True)
+    )
 
 
 def composed(name, *overrides):
@@ -56,17 +65,31 @@ def composed(name, *overrides):
     import fairseq_bio  # noqa: F401  (the plugin's dataclasses, for add_defaults)
 
     hydra_init(name)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "(?s).*is validated against ConfigStore schema")  # fairseq's by-name schema
+    with initialize_config_dir(
+        config_dir=str(CONFIG_DIR), version_base="1.1"
+    ), warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "(?s).*is validated against ConfigStore schema"
+        )  # fairseq's by-name schema
         cfg = compose(name, overrides=list(overrides))
     add_defaults(cfg)
     return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
 
 
 def cli_composed(name, *overrides):
-    """The job config ``fairseq-hydra-train --cfg job`` prints from the repository root, unresolved, as a dict."""
+    """The job config ``fairseq-hydra-train --cfg job`` prints from the repository root, unresolved,
+    as a dict."""
     out = run_cli(
-        ["fairseq-hydra-train", "--config-dir", "hydra_configs", "--config-name", name, "--cfg", "job", *overrides],
+        [
+            "fairseq-hydra-train",
+            "--config-dir",
+            "hydra_configs",
+            "--config-name",
+            name,
+            "--cfg",
+            "job",
+            *overrides,
+        ],
         cwd=REPO,
     ).stdout
     return yaml.safe_load(out)
@@ -83,10 +106,12 @@ def _keys(node, prefix=""):
 
 
 def no_shared_keys(name):
-    """fairseq-hydra-train merges its schema with the primary config, so the recipe comes after it: a key
-    both set would silently take the recipe's value."""
+    """fairseq-hydra-train merges its schema with the primary config, so the recipe comes after it:
+    a key both set would silently take the recipe's value."""
     primary = yaml.safe_load((CONFIG_DIR / f"{name}.yaml").read_text())
-    recipe_name = next(d["recipe"] for d in primary["defaults"] if isinstance(d, dict) and "recipe" in d)
+    recipe_name = next(
+        d["recipe"] for d in primary["defaults"] if isinstance(d, dict) and "recipe" in d
+    )
     recipe_keys, todo = set(), [recipe_name]
     while todo:
         recipe = yaml.safe_load((CONFIG_DIR / "recipe" / f"{todo.pop()}.yaml").read_text())

@@ -1,5 +1,5 @@
-"""BatchMasker's inputs in tests: a WordPiece-like synthetic vocabulary with its word boundaries, and blocks of random
-rows over it (a sentence boundary inside, half of them padded)."""
+"""BatchMasker's inputs in tests: a WordPiece-like synthetic vocabulary with its word boundaries,
+and blocks of random rows over it (a sentence boundary inside, half of them padded)."""
 
 import torch
 from helpers.small_models import make_dictionary

@@ -1,5 +1,5 @@
-"""Small builders shared by the unit tests: synthetic vocabularies, the 2-layer, 32-wide bio_roberta and rows of its
-tokens (real text comes from fixtures)."""
+"""Small builders shared by the unit tests: synthetic vocabularies, the 2-layer, 32-wide bio_roberta
+and rows of its tokens (real text comes from fixtures)."""
 
 import argparse
 
@@ -7,7 +7,8 @@ from fairseq.data import Dictionary
 
 
 def make_dictionary(symbols):
-    """A fairseq dictionary with ``symbols`` (counts descending) and the ``<mask>`` the tasks add."""
+    """A fairseq dictionary with ``symbols`` (counts descending) and the ``<mask>`` the tasks
+    add."""
     d = Dictionary()
     for i, s in enumerate(symbols):
         d.add_symbol(s, n=len(symbols) - i)
@@ -33,7 +34,9 @@ def model_args(arch="bio_roberta_tiny", **overrides):
 
 
 # The unit tests' small bio_roberta: 2 layers, 32 wide, over a 40-word synthetic vocabulary.
-SMALL = dict(encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4)
+SMALL = dict(
+    encoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4
+)
 
 
 def small_task() -> DictionaryTask:
@@ -41,22 +44,27 @@ def small_task() -> DictionaryTask:
 
 
 def small_model(task, seed: int = 0, **overrides):
-    """The ``SMALL`` bio_roberta (``overrides`` on top) built with torch seeded ``seed``, in eval mode."""
+    """The ``SMALL`` bio_roberta (``overrides`` on top) built with torch seeded ``seed``, in eval
+    mode."""
     import torch
 
     from fairseq_bio.models.bio_roberta import BioRobertaModel
 
     torch.manual_seed(seed)
-    return BioRobertaModel.build_model(model_args("bio_roberta_tiny", **{**SMALL, **overrides}), task).eval()
+    return BioRobertaModel.build_model(
+        model_args("bio_roberta_tiny", **{**SMALL, **overrides}), task
+    ).eval()
 
 
 def build(task, load_checkpoint_heads=False, seed=0):
-    """``small_model`` as the tagging-head tests build it (heads recreated from a state dict when asked)."""
+    """``small_model`` as the tagging-head tests build it (heads recreated from a state dict when
+    asked)."""
     return small_model(task, seed, load_checkpoint_heads=load_checkpoint_heads)
 
 
 def tokens(task, rows=3, length=9):
-    """``rows x length`` random words between ``<s>`` and ``</s>``, the last row 5 long and padded."""
+    """``rows x length`` random words between ``<s>`` and ``</s>``, the last row 5 long and
+    padded."""
     import torch
 
     d = task.source_dictionary

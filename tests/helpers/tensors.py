@@ -1,19 +1,23 @@
-"""Comparing tensors in tests: fp32 agreement with a tolerance, gradients by parameter name, nested states bit for
-bit."""
+"""Comparing tensors in tests: fp32 agreement with a tolerance, gradients by parameter name, nested
+states bit for bit."""
 
 import torch
 
 
 def close(actual, expected, rtol=1e-5, scale=None, name=""):
-    """fp32 agreement: ``rtol`` relative, with the absolute floor at ``rtol`` times ``scale`` (default: the tensor's
-    largest value)."""
+    """fp32 agreement: ``rtol`` relative, with the absolute floor at ``rtol`` times ``scale``
+    (default: the tensor's largest value)."""
     scale = float(expected.detach().abs().max()) if scale is None else scale
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=rtol * scale + 1e-12, msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(
+        actual, expected, rtol=rtol, atol=rtol * scale + 1e-12, msg=lambda m: f"{name}: {m}"
+    )
 
 
 def assert_same_gradients(model, reference, rtol=1e-5):
-    """Every parameter's gradient equals the reference model's (by name). The absolute floor is relative to the
-    model's largest gradient: some are 0 in exact arithmetic (the key bias, which softmax cancels) and float noise."""
+    """Every parameter's gradient equals the reference model's (by name). The absolute floor is
+    relative to the model's largest gradient: some are 0 in exact arithmetic (the key bias, which
+    softmax cancels) and float noise.
+    """
     ref = {name: p.grad for name, p in reference.named_parameters()}
     scale = max(float(g.abs().max()) for g in ref.values() if g is not None)
     checked = 0

@@ -1,6 +1,7 @@
-"""pytest plugin for fairseq's own tests (``../shared/peer/fairseq_tests``, ``make peer-test``): imports fairseq_bio
-before any test module, as ``--user-dir fairseq_bio`` does for a fairseq command, and marks the fairseq test bugs that
-exist without us as expected failures (``--runxfail`` reports them as plain results)."""
+"""pytest plugin for fairseq's own tests (``../shared/peer/fairseq_tests``, ``make peer-test``):
+imports fairseq_bio before any test module, as ``--user-dir fairseq_bio`` does for a fairseq
+command, and marks the fairseq test bugs that exist without us as expected failures (``--runxfail``
+reports them as plain results)."""
 
 import pytest
 
@@ -12,10 +13,14 @@ _RESUME_FLAKE = (
     "on unseeded random data, equal within 1e-4: it fails whenever a value sits on a rounding edge"
 )
 
-# node id -> (exception it fails with, strict, cause). Strict: a listed test that passes fails the run; flaky ones are
-# not strict. Any other exception from a listed test is still a failure.
+# node id -> (exception it fails with, strict, cause). Strict: a listed test that passes fails the
+# run; flaky ones are not strict. Any other exception from a listed test is still a failure.
 EXPECTED_FAILURES = {
-    "tests/test_reproducibility.py::TestReproducibility::test_reproducibility": (AssertionError, False, _RESUME_FLAKE),
+    "tests/test_reproducibility.py::TestReproducibility::test_reproducibility": (
+        AssertionError,
+        False,
+        _RESUME_FLAKE,
+    ),
     "tests/test_reproducibility.py::TestReproducibility::test_mid_epoch_reproducibility": (
         AssertionError,
         False,
