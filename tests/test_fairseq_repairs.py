@@ -1,8 +1,8 @@
 """The repairs of fairseq 0.12 (fairseq_bio.patches.fairseq_repairs), each on fairseq's own code:
 the log file written once per entry, the numpy 1 names fairseq uses, the installed plugin as a
-relative user_dir, CPU data parallelism, one composite optimizer per job of a sweep; and the
-plugin's one warning filter (fairscale's). docs/stack.md's table of what ``import fairseq_bio``
-changes names the test of each."""
+relative user_dir, CPU data parallelism, a CPU task's device under SLURM, one composite optimizer
+per job of a sweep; and the plugin's one warning filter (fairscale's). docs/stack.md's table of what
+``import fairseq_bio`` changes names the test of each."""
 
 import argparse
 import json
@@ -98,6 +98,27 @@ def test_the_installed_plugin_as_a_relative_user_dir_is_the_imported_one(tmp_pat
 @pytest.mark.filterwarnings(
     "ignore:`broadcast_buffers` is deprecated:FutureWarning"
 )  # torch's, about fairseq's call
+def test_a_cpu_task_under_slurm_keeps_device_0(monkeypatch, tmp_path):
+    """srun gives the second task of a node ``SLURM_LOCALID=1``; fairseq takes it as the task's GPU
+    and calls ``torch.cuda.set_device(1)``, which a CPU-only torch refuses: a CPU task keeps
+    device 0 and its rank."""
+    from fairseq.dataclass.configs import DistributedTrainingConfig
+    from fairseq.distributed import utils
+    from helpers.slurm import free_port, slurm_job
+    from omegaconf import OmegaConf
+
+    for name, value in slurm_job(tmp_path)(1).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_LOCALID", "1")  # what srun gives the node's second task
+    assert not torch.cuda.is_available()
+    cfg = OmegaConf.structured(
+        DistributedTrainingConfig(distributed_world_size=2, distributed_port=free_port(), tpu=False)
+    )
+    utils.infer_init_method(cfg)
+    assert (cfg.distributed_rank, cfg.device_id) == (1, 0)
+    assert cfg.distributed_init_method.startswith("tcp://localhost:")
+
+
 def test_a_cpu_model_gets_data_parallel_without_device_ids(tmp_path):
     """fairseq wraps every model for data parallelism with ``device_ids=[device_id]``, which torch
     refuses for a model on the CPU: ``common.cpu=true`` training on several processes (gloo) could

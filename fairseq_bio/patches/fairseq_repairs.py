@@ -12,6 +12,7 @@ from omegaconf import open_dict
 def install() -> None:
     """Make every repair below. Idempotent."""
     _install_cpu_ddp()
+    _install_cpu_slurm_device()
     _install_composite_weight_decay_scale()
     _install_one_log_file_handler()
     _install_installed_user_dir()
@@ -208,6 +209,31 @@ def _install_composite_weight_decay_scale():
 
     _build_optimizer.fairseq_bio_weight_decay_scale = True
     composite._build_optimizer = _build_optimizer
+
+
+def _install_cpu_slurm_device():
+    """Under SLURM with several tasks on a node, fairseq takes each task's device from
+    ``SLURM_LOCALID`` and calls ``torch.cuda.set_device`` with it when it is above 0, also where
+    torch has no CUDA: task 1 of a CPU job (gloo) stopped in ``infer_init_method``. Without CUDA the
+    device is now 0; with CUDA nothing changes.
+    """
+    from fairseq.distributed import utils
+
+    original = utils._infer_slurm_init
+    if getattr(original, "fairseq_bio_cpu_slurm_device", False):
+        return
+
+    @functools.wraps(original)
+    def _infer_slurm_init(cfg, num_pipelines_per_node):
+        found = original(cfg, num_pipelines_per_node)
+        import torch
+
+        if found and not torch.cuda.is_available():
+            cfg.device_id = 0  # SLURM_LOCALID names a GPU; a CPU task has none
+        return found
+
+    _infer_slurm_init.fairseq_bio_cpu_slurm_device = True
+    utils._infer_slurm_init = _infer_slurm_init
 
 
 def _install_cpu_ddp():
