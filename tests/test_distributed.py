@@ -10,14 +10,10 @@ import pytest
 from conftest import SHARED_DATA, conll_slice, logged
 from helpers.checkpoints import assert_same_parameters
 from helpers.slurm import JOB_ID, slurm, two_tasks  # noqa: F401  (slurm: a fixture)
-from training_processes import MLM, MLM_UPDATES, Run, losses, mlm_reference, updates_in
+from training_processes import MLM, MLM_UPDATES, Run, losses, updates_in
+from training_processes import reference  # noqa: F401  (a fixture)
 
 from fairseq_bio.patches.preemption import PREEMPTED_EXIT_STATUS
-
-
-@pytest.fixture(scope="module")
-def reference(data_bin, tmp_path_factory):
-    return mlm_reference(data_bin, tmp_path_factory)
 
 
 def test_two_processes_mlm_equal_one_process_and_survive_a_requeue(

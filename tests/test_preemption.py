@@ -15,17 +15,12 @@ from training_processes import (
     Run,
     hydra_command,
     losses,
-    mlm_reference,
     updates_in,
 )
+from training_processes import reference  # noqa: F401  (a fixture)
 
 from fairseq_bio import checkpoints
 from fairseq_bio.patches import preemption
-
-
-@pytest.fixture(scope="module")
-def reference(data_bin, tmp_path_factory):
-    return mlm_reference(data_bin, tmp_path_factory)
 
 
 def assert_resumed_exactly(reference, save_dir):

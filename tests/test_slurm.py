@@ -24,9 +24,9 @@ from training_processes import (
     Run,
     hydra_command,
     losses,
-    mlm_reference,
     updates_in,
 )
+from training_processes import reference  # noqa: F401  (a fixture)
 
 from fairseq_bio.runs import logged
 
@@ -41,11 +41,6 @@ def cluster():
         pytest.skip(reason)
     with Cluster() as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def reference(data_bin, tmp_path_factory):
-    return mlm_reference(data_bin, tmp_path_factory)
 
 
 def test_a_two_task_job_runs_on_the_cluster(cluster, tmp_path):

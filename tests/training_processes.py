@@ -4,6 +4,7 @@ their json log, signalled."""
 import os
 from pathlib import Path
 
+import pytest
 from conftest import ENCODER_SIZE, THREADS, build_once, logged
 
 from fairseq_bio import runs
@@ -109,10 +110,11 @@ MLM = [
 MLM_UPDATES = 14
 
 
-def mlm_reference(data_bin, tmp_path_factory) -> Path:
+@pytest.fixture(scope="session")
+def reference(data_bin, tmp_path_factory) -> Path:
     """save_dir of the uninterrupted single-process MLM run (update_freq 2), its json log
     ``train.log`` inside; built once per session (conftest.build_once: whichever test module, or
-    pytest-xdist worker, asks first).
+    pytest-xdist worker, asks first). A fixture: the launch tests import it.
     """
 
     def build(save_dir):
