@@ -1,11 +1,10 @@
 """fairseq checkpoints on both sides of a conversion: the bio_roberta encoder checkpoint an import
 (or fairseq-bio-extract-encoder, fairseq-bio-init-student) writes and the bio_electra one an ELECTRA
-pair import writes, in fairseq's layout, with the model options a run restoring them must set; and
-reading the checkpoint an export starts from, with its vocabulary."""
+pair import writes, in fairseq's layout, with the model options a run restoring them must set.
+Reading one back for inference: ``inference.loading``."""
 
 import argparse
 import filecmp
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -16,15 +15,13 @@ from fairseq.tasks import setup_task
 from omegaconf import OmegaConf, open_dict
 
 from .checkpoint_fit import ELECTRA_STRUCTURAL_OPTIONS  # noqa: F401  (also read from here)
-from .checkpoint_fit import RECORD, STRUCTURAL_OPTIONS, check_fits, dictionary_record
-from .checkpoints import checkpoint_section  # noqa: F401  (also read from here)
+from .checkpoint_fit import RECORD, STRUCTURAL_OPTIONS, dictionary_record
 from .criterions.bio_electra import BioElectraCriterionConfig
 from .data.dictionary import load_dictionary
 from .files import atomic_path
 from .models.bio_electra import BioElectraConfig
 from .models.bio_roberta import (
     BioRobertaConfig,
-    BioRobertaModel,
     apply_architecture,
     read_bio_roberta_checkpoint,
 )
@@ -173,57 +170,3 @@ def build_model(cfg: Dict, data_dir: str):
     cfg.task.data = data_dir
     task = setup_task(cfg.task)
     return task, task.build_model(cfg.model)
-
-
-# ------------------------------------------------------------------------------------------------- reading
-
-
-def find_vocab_dir(checkpoint: Path, state: Dict, data: Optional[str], error=ValueError) -> Path:
-    """Where dict.txt and bpe.json of the checkpoint's vocabulary are: ``data`` when given, else
-    beside the checkpoint (an encoder checkpoint, or a fine-tuned run's save_dir), else its
-    ``task.vocab`` or the first directory of its ``task.data``; checked against the checkpoint
-    (``check_vocab_fits``). Neither found, or a vocabulary that does not fit, raises ``error`` (the
-    caller's: hf's export raises ``HFConvertError``).
-    """
-    if data is not None:
-        candidates = [Path(data)]
-    else:
-        task = checkpoint_section(state, "task")
-        first = str(task.get("data") or "").split(os.pathsep)[0]
-        candidates = [checkpoint.parent] + [Path(d) for d in (task.get("vocab"), first) if d]
-    for directory in candidates:
-        if (directory / "dict.txt").is_file() and (directory / "bpe.json").is_file():
-            check_vocab_fits(checkpoint, state, directory, error)
-            return directory
-    raise error(
-        f"{checkpoint}: no dict.txt + bpe.json in {' or '.join(map(str, candidates))} (pass --vocab <vocabulary dir>)"
-    )
-
-
-def check_vocab_fits(checkpoint, state: Dict, vocab_dir, error=ValueError) -> None:
-    """Refuse, as ``error``, a checkpoint that is a shard or was trained with another dictionary
-    than the one the tasks build from ``vocab_dir``'s dict.txt (``checkpoint_fit.check_fits``;
-    without the record: its embedding rows, the entity markers of a sentence-level checkpoint
-    counted)."""
-    dict_file = os.path.join(vocab_dir, "dict.txt")
-    dictionary = load_dictionary(dict_file, Dictionary)
-    dictionary.add_symbol("<mask>")
-    task_state = state.get("task_state") or {}
-    rows = len(dictionary) + len(
-        task_state.get("entity_markers") or ()
-    )  # markers: rows after the dictionary's
-    check_fits(checkpoint, state, dictionary, dict_file, rows=rows, error=error)
-
-
-def load_fairseq_model(checkpoint: Path, vocab_dir: Path):
-    """The checkpoint as fairseq's hub interface (BPE from the vocabulary's bpe.json), in eval
-    mode."""
-    # ``vocab`` points a fine-tuning task at the vocabulary (other tasks have no such option and
-    # ignore it).
-    hub = BioRobertaModel.from_pretrained(
-        str(checkpoint.parent),
-        checkpoint.name,
-        data_name_or_path=str(vocab_dir),
-        vocab=str(vocab_dir),
-    )
-    return hub.eval()

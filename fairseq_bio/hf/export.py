@@ -14,7 +14,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
-from ..checkpoints import load_checkpoint
+from ..checkpoints import checkpoint_section, load_checkpoint
 from ..data.tokenizer_files import require_fastbpe
 from ..files import (
     check_destination,
@@ -24,7 +24,7 @@ from ..files import (
     replace_dir,
     write_json,
 )
-from ..encoder_checkpoints import checkpoint_section, find_vocab_dir, load_fairseq_model
+from ..inference.loading import find_vocab_dir, hub_interface
 from .common import DEFAULT_TOLERANCE, HFConvertError
 from .config import position_offset, write_config
 from .electra import PARTS, electra_pair_from_fairseq
@@ -103,7 +103,7 @@ def export_hf(
     vocab_dir = find_vocab_dir(checkpoint, state, data, HFConvertError)
     check_destination(out_dir, overwrite, MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
-    hub = load_fairseq_model(checkpoint, vocab_dir)
+    hub = hub_interface(checkpoint, vocab_dir, HFConvertError)
     hf, kind, head_name = hf_model(hub, head)
     encode = task_ids(hub, kind)
     if sentences is None:
@@ -214,7 +214,7 @@ def _export_electra(
     vocab_dir = find_vocab_dir(checkpoint, state, data, HFConvertError)
     check_destination(out_dir, overwrite, ELECTRA_MARKERS, by=EXPORT_HF)
     bpe = _read_bpe(vocab_dir)
-    hub = load_fairseq_model(checkpoint, vocab_dir)
+    hub = hub_interface(checkpoint, vocab_dir, HFConvertError)
     dictionary = hub.task.source_dictionary
     pair = electra_pair_from_fairseq(hub.model, dictionary)
     sentences = CHECK_SENTENCES if sentences is None else sentences

@@ -22,8 +22,8 @@ from ..encoder_checkpoints import (
     encoder_checkpoint,
     encoder_checkpoint_cfg,
     hydra_model_overrides,
-    load_fairseq_model,
 )
+from ..inference.loading import hub_interface
 from .common import CHECKPOINT_FILE, DEFAULT_TOLERANCE, HFConvertError
 from .config import read_hf_config
 from .electra import PARTS, check_pair_configs, electra_pair_to_fairseq, read_pair_weights
@@ -263,7 +263,7 @@ def _check_dictionary(dictionary, vocab) -> None:
 def _verify(
     hf_dir: Path, model_dir: Path, vocab, logits: bool, sentences, tolerance: float
 ) -> Dict:
-    hub = load_fairseq_model(model_dir / CHECKPOINT_FILE, model_dir)
+    hub = hub_interface(model_dir / CHECKPOINT_FILE, model_dir, HFConvertError)
     outputs = "masked_lm" if logits else "hidden"
     result = compare_with_hf(hf_dir, hub, vocab.hf_to_fairseq(), sentences, outputs).__dict__
     worst = max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"] or 0.0)
@@ -282,9 +282,8 @@ def _describe(check: Dict) -> str:
 
 
 def _verify_pair(dirs, model_dir: Path, vocab, sentences, tolerance: float) -> Dict:
-    hub = load_fairseq_model(
-        model_dir / CHECKPOINT_FILE, model_dir
-    )  # the checkpoint's own model: a bio_electra
+    # the checkpoint's own model: a bio_electra
+    hub = hub_interface(model_dir / CHECKPOINT_FILE, model_dir, HFConvertError)
     check = compare_electra_with_hf(dirs, hub, vocab.hf_to_fairseq(), sentences)
     result = {**check.__dict__, "logits_max_abs_diff": check.logits_max_abs_diff}
     if max(result["hidden_max_abs_diff"], result["logits_max_abs_diff"]) > tolerance:

@@ -23,7 +23,6 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from ..data.tokenizer_files import BPE_JSON, load_bpe_json
 from ..errors import BioConfigError
 from ..modules.masking import take_positions
 from ..modules.tagging_head import TokenClassificationHead, head_options
@@ -411,35 +410,21 @@ class BioRobertaModel(RobertaModel):
         **kwargs,
     ):
         """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local
-        checkpoint.
+        checkpoint, loaded as every model for inference is (``inference.loading.hub_interface``).
 
-        The BPE comes from ``bpe.json`` in the data dir (written by preprocessing) unless ``bpe=``
-        is given, and the plugin is loaded from this installation, not from the ``user_dir``
-        recorded at training.
+        The vocabulary (dict.txt, bpe.json) is ``data_name_or_path``, relative to
+        ``model_name_or_path`` when it starts with "."; other keyword arguments are fairseq's
+        ``arg_overrides`` (``bpe=`` replaces bpe.json's).
         """
-        from fairseq import hub_utils
-        from fairseq.models.roberta.hub_interface import RobertaHubInterface
+        from ..inference.loading import hub_interface
 
         data_dir = (
             os.path.join(model_name_or_path, data_name_or_path)
             if data_name_or_path.startswith(".")
             else data_name_or_path
         )
-        bpe_json = os.path.join(data_dir, BPE_JSON)
-        if "bpe" not in kwargs and os.path.exists(bpe_json):
-            spec = load_bpe_json(bpe_json)
-            kwargs["bpe"] = spec.pop("_name")
-            kwargs.update(spec)
-        kwargs.setdefault("user_dir", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        loaded = hub_utils.from_pretrained(
-            model_name_or_path,
-            checkpoint_file,
-            data_name_or_path,
-            archive_map=cls.hub_models(),
-            load_checkpoint_heads=True,
-            **kwargs,
-        )
-        return RobertaHubInterface(loaded["args"], loaded["task"], loaded["models"][0])
+        checkpoint = os.path.join(model_name_or_path, checkpoint_file)
+        return hub_interface(checkpoint, data_dir, overrides=kwargs)
 
 
 class BioRobertaLMHead(RobertaLMHead):

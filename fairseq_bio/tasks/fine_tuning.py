@@ -72,7 +72,7 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
     beside = os.path.dirname(os.path.abspath(encoder))
     if has_vocab(beside):
         return beside
-    recorded = _recorded_vocab_dirs(encoder)
+    recorded = recorded_vocab_dirs(encoder)
     for directory in recorded:
         if has_vocab(directory):
             return directory
@@ -82,7 +82,8 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
     )
 
 
-def _recorded_vocab_dirs(checkpoint: str) -> List[str]:
+def recorded_vocab_dirs(checkpoint: str) -> List[str]:
+    """The vocabulary directories ``checkpoint`` records: its ``task.vocab``, its first data dir."""
     from ..checkpoints import load_checkpoint
 
     state = load_checkpoint(checkpoint)
