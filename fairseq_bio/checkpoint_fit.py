@@ -19,7 +19,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .errors import BioConfigError, BioError
+from .checkpoints import read_state
+from .errors import BioConfigError
 
 # Model options that decide the parameter shapes or the computation: a training run restoring an
 # imported checkpoint must set them (on top of any primary config).
@@ -306,21 +307,6 @@ def check_fits(
     """A whole model (``check_whole``) trained with ``dictionary`` (``check_dictionary``)."""
     check_whole(checkpoint, state, error)
     check_dictionary(checkpoint, state, dictionary, dict_file, rows, verb, error)
-
-
-def read_state(path) -> Dict:
-    """A checkpoint's contents without reading its tensors' bytes where it can (mmap; the legacy
-    format is read)."""
-    from .checkpoints import load_checkpoint
-
-    try:
-        return load_checkpoint(path, mmap=True)
-    except BioError:
-        raise
-    except FileNotFoundError:  # gone since it was looked for: fairseq's own loading reports it
-        return None
-    except Exception:  # torch's legacy (non-zip) format cannot be mapped
-        return load_checkpoint(path)
 
 
 # ------------------------------------------------------------------------------------------- training runs

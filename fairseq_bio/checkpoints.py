@@ -80,6 +80,19 @@ def load_checkpoint(path, map_location="cpu", mmap: bool = False):
         raise failure from None
 
 
+def read_state(path) -> Dict:
+    """A checkpoint's contents without reading its tensors' bytes where it can (mmap; the legacy
+    format is read)."""
+    try:
+        return load_checkpoint(path, mmap=True)
+    except BioError:
+        raise
+    except FileNotFoundError:  # gone since it was looked for: fairseq's own loading reports it
+        return None
+    except Exception:  # torch's legacy (non-zip) format cannot be mapped
+        return load_checkpoint(path)
+
+
 def read_failure(path, error: BaseException) -> Optional[BioError]:
     """The one-line error for ``error``, raised while reading checkpoint ``path``: a corrupt file
     (``CorruptCheckpointError``; an empty or truncated file is not an unsafe one) or one that
@@ -180,10 +193,7 @@ def resume_point(path) -> Optional[int]:
     archive is incomplete, its state does not unpickle under ``weights_only``, or it records no
     count."""
     try:
-        # mmap: only the pickled structure is read, not the tensors
-        return updates(
-            torch.load(os.fspath(path), map_location="cpu", weights_only=True, mmap=True)
-        )
+        return updates(read_state(os.fspath(path)))
     except Exception:
         return None
 

@@ -7,7 +7,7 @@ from typing import Dict, Iterator, Optional, Sequence
 
 import torch
 
-from ..checkpoints import checkpoint_section
+from ..checkpoints import checkpoint_section, read_state
 from ..files import InputError
 from ..data.tokenizer_files import BPE_JSON
 from ..tasks.fine_tuning import (
@@ -33,7 +33,6 @@ def load_for_inference(
     """
     from fairseq import checkpoint_utils
 
-    from ..checkpoint_fit import read_state
     from ..data.tokenizer_files import load_bpe_json
 
     if not os.path.exists(checkpoint):

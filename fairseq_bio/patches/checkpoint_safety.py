@@ -17,13 +17,14 @@ import time
 
 import torch
 
-from ..checkpoint_fit import check_run_start, load_failure, read_state
+from ..checkpoint_fit import check_run_start, load_failure
 from ..checkpoints import (
     FAIRSEQ_SAFE_GLOBALS,
     FALLBACK_ENV,
     CorruptCheckpointError,
     corrupt_error,
     read_failure,
+    read_state,
 )
 from ..errors import BioError
 from ..files import discard_failed_write, no_space, publish

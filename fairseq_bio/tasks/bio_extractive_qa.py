@@ -17,11 +17,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
-from ..checkpoints import load_checkpoint
+from ..checkpoints import read_state
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
 from ..data.tagging_dataset import fingerprint
@@ -41,12 +40,7 @@ LAST_CHECKPOINT = "checkpoint_last.pt"
 def checkpoint_head(path: str, name: str) -> Optional[dict]:
     """The shape (``TokenClassificationHead.options``) of the token head ``name`` in a checkpoint,
     or None; read without the tensors' bytes."""
-    try:
-        state = torch.load(
-            path, map_location="cpu", weights_only=True, mmap=True
-        )  # mmap: the keys and shapes only
-    except RuntimeError:  # a file torch cannot map (legacy format): read whole
-        state = load_checkpoint(path)
+    state = read_state(path) or {}
     prefix = f"classification_heads.{name}."
     params = {k: v for k, v in (state.get("model") or {}).items() if k.startswith(prefix)}
     if (

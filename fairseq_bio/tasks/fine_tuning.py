@@ -149,7 +149,8 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
     than ``vocab_dir``'s (its recorded one, else its embedding rows and the dict.txt of the data it
     records).
     """
-    from ..checkpoint_fit import check_dictionary, check_whole, read_state
+    from ..checkpoint_fit import check_dictionary, check_whole
+    from ..checkpoints import read_state
 
     state = read_state(encoder)
     weights = state.get("model") or {}
