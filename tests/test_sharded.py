@@ -11,7 +11,8 @@ PubMed data-bin and its tiny encoder size.
 - Killed outright (SIGKILL to both ranks) after a scheduled save, the same command resumes from
   checkpoint_last.pt and ends exactly where the uninterrupted sharded run ended, logging the same
   losses.
-- fairscale's own options and fp16 are refused in one line.
+- fairscale's own options and the memory-efficient precisions are refused in one line (fp16 and
+  bf16: test_sharded_precision.py).
 """
 
 import re
@@ -157,16 +158,18 @@ def test_a_killed_sharded_run_resumes_exactly(runs, data_bin, slurm, tmp_path): 
             "distributed_training.cpu_offload: fairscale's options, which",
         ),
         (
-            "precision=fp16",
-            "distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 only",
+            "precision=memory_efficient_bf16",
+            "common.memory_efficient_bf16 with distributed_training.ddp_backend=fully_sharded: FSDP2 "
+            "holds the fp32 master weights",
         ),
     ],
 )
-def test_fairscale_options_and_half_precision_are_refused_in_one_line(
+def test_fairscale_options_and_memory_efficient_precision_are_refused_in_one_line(
     override, error, data_bin, tmp_path
 ):
-    """fairscale's own options would be ignored by FSDP2, and fp16 is not supported yet: one line,
-    status 1."""
+    """fairscale's own options would be ignored by FSDP2, and the memory-efficient precisions would
+    save nothing (FSDP2 keeps fp32 master shards; fp16 and bf16 are tests/test_sharded_precision.py's):
+    one line, status 1."""
     config, *overrides = mlm(data_bin, SHARDED, override)
     result = run_cli(hydra_command(config, tmp_path / "run", *overrides), cwd=tmp_path, check=False)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith(

@@ -4,17 +4,26 @@ on GPUs (NCCL) and CPUs (gloo) alike.
 
 ``ShardedTrainer`` (the base of ``trainer.BioTrainer``) shards the model on two or more processes,
 takes the gradient norm over every rank's shards and writes consolidated checkpoints, the ones
-plain data parallel writes; ``install()`` makes fairseq's ``fsdp_enable_wrap`` a no-op. Why FSDP2
-and not fairscale, why under fairseq's own ``fully_sharded``, and why fp32 only for now:
-docs/cluster.md, "Fully sharded data parallel"."""
+plain data parallel writes; ``install()`` makes fairseq's ``fsdp_enable_wrap`` a no-op. In fp16
+and bf16 FSDP2 holds the fp32 master shards and computes in the low precision
+(``precision_policy``), and fp16's loss scaler decides an overflow on the norm over every rank
+(``ShardedFP16Optimizer``). Why FSDP2 and not fairscale, why under fairseq's own
+``fully_sharded``: docs/cluster.md, "Fully sharded data parallel"."""
 
 import contextlib
 import logging
+from argparse import Namespace
+from itertools import chain
 from typing import Any, Iterable
 
 import torch
 import torch.distributed as dist
+from fairseq import optim, utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim import lr_scheduler
+from fairseq.optim.fp16_optimizer import MemoryEfficientFP16Optimizer
 from fairseq.trainer import Trainer
+from omegaconf import open_dict, read_write
 from torch import nn
 
 from ..errors import BioConfigError
@@ -31,12 +40,28 @@ def _dtensor():
     return DTensor
 
 
-def shard_model(model: nn.Module, mesh) -> nn.Module:
+def precision_policy(cfg):
+    """FSDP2's mixed precision for ``common.fp16`` / ``common.bf16``, else None (fp32): each unit's
+    weights gathered in the low precision for its forward and backward, gradients reduce-scattered
+    and accumulated in fp32 into the fp32 shards the optimizer updates (gloo and NCCL both
+    all-gather fp16/bf16)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    dtype = torch.float16 if cfg.common.fp16 else torch.bfloat16 if cfg.common.bf16 else None
+    if dtype is None:
+        return None
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def shard_model(model: nn.Module, mesh, policy=None) -> nn.Module:
     """Shard ``model`` in place with FSDP2: one unit per layer of each ``layers`` module list (the
-    transformer blocks), then the root (embeddings, the tied LM head, heads)."""
+    transformer blocks), then the root (embeddings, the tied LM head, heads); ``policy``: FSDP2's
+    ``MixedPrecisionPolicy`` (None: fp32)."""
     from torch.distributed.fsdp import fully_shard
 
     options = {"mesh": mesh}
+    if policy is not None:
+        options["mp_policy"] = policy
     lists = [
         m
         for name, m in model.named_modules()
@@ -126,13 +151,20 @@ def total_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
 FAIRSCALE_ONLY = ("cpu_offload", "use_sharded_state", "no_reshard_after_forward")
 
 
-def refuse_fairscale_options(cfg) -> None:
-    # fp16 / bf16: fairseq would cast the model and flatten the shards into its FP16Optimizer;
-    # FSDP2's own mixed precision is the way to add them
-    if cfg.common.fp16 or cfg.common.bf16:
+def refuse_unsupported_settings(cfg) -> None:
+    """One line for the settings ``fully_sharded`` cannot honour: fairscale's own options (FSDP2
+    would ignore them), the memory-efficient precisions (FSDP2 keeps fp32 master shards whatever the
+    precision: plain fp16 / bf16 are what they would save), AMP and BMUF."""
+    precision = [
+        f"common.{name}"
+        for name in ("memory_efficient_fp16", "memory_efficient_bf16", "amp")
+        if cfg.common.get(name, False)
+    ]
+    if precision:
         raise BioConfigError(
-            "distributed_training.ddp_backend=fully_sharded runs PyTorch's FSDP2 here, in fp32 "
-            "only: use precision=fp32"
+            f"{', '.join(precision)} with distributed_training.ddp_backend=fully_sharded: FSDP2 "
+            "holds the fp32 master weights as 1/world shards and computes in fp16 / bf16 itself; "
+            "use precision=fp16 or precision=bf16"
         )
     given = [
         f"distributed_training.{name}" for name in FAIRSCALE_ONLY if cfg.distributed_training[name]
@@ -144,6 +176,57 @@ def refuse_fairscale_options(cfg) -> None:
             f"{', '.join(given)}: fairscale's options, which distributed_training.ddp_backend="
             "fully_sharded (PyTorch's FSDP2 here) does not read; leave them unset"
         )
+    if cfg.optimization.use_bmuf:
+        raise BioConfigError(
+            "optimization.use_bmuf: not supported with distributed_training.ddp_backend="
+            "fully_sharded"
+        )
+
+
+def half_precision(cfg) -> bool:
+    return bool(cfg.common.fp16 or cfg.common.bf16)
+
+
+@contextlib.contextmanager
+def fp32_settings(cfg):
+    """``cfg`` with ``common.fp16`` / ``common.bf16`` off for the duration: fairseq's constructor
+    reads them to cast the model and criterion, which a sharded run leaves in fp32 for FSDP2."""
+    saved = cfg.common.fp16, cfg.common.bf16
+    with read_write(cfg), open_dict(cfg):
+        cfg.common.fp16 = cfg.common.bf16 = False
+    try:
+        yield cfg
+    finally:
+        with read_write(cfg), open_dict(cfg):
+            cfg.common.fp16, cfg.common.bf16 = saved
+
+
+class ShardedFP16Optimizer(MemoryEfficientFP16Optimizer):
+    """fp16 loss scaling around the optimizer of FSDP2's fp32 shards: fairseq's
+    ``MemoryEfficientFP16Optimizer`` (what fairseq itself puts around fairscale's FSDP in fp16),
+    which keeps no copy of its own: the loss scaled in ``backward``, fairseq's ``1 / sample size``,
+    the unscaling and the clipping folded into one factor applied just before the step, and
+    fairseq's ``DynamicLossScaler`` (``common.fp16_init_scale``, ``fp16_scale_window``,
+    ``fp16_scale_tolerance``, ``min_loss_scale``; ``loss_scale`` in the checkpoint).
+
+    One change: the norm the scaler judges is ``total_norm``, over every rank's shards, an
+    all-reduce whose result every rank receives. An inf or nan in any rank's shard is an overflow on
+    every rank: each raises fairseq's ``OverflowError`` for the same update, so all skip it and lower
+    the scale alike (fairseq's trainer logs "gradient overflow detected" and zeroes the gradients).
+    """
+
+    def __init__(self, cfg, params, optimizer):
+        # any optimizer: its weights are FSDP2's fp32 shards, not fp16 ones
+        super().__init__(cfg, params, optimizer, allow_unsupported=True)
+
+    def clip_grad_norm(self, max_norm, aggregate_norm_fn=None):
+        max_norm = float(max_norm)
+        norm = self._multiply_factor * total_norm(p.grad for p in self.params if p.grad is not None)
+        value = float(norm)  # the same on every rank
+        if value > max_norm > 0.0:
+            self._multiply_factor *= max_norm / value
+        self.scaler.check_overflow(value)
+        return norm
 
 
 def sharded_backend(cfg) -> bool:
@@ -159,12 +242,27 @@ class ShardedTrainer(Trainer):
     tensor in turn and rank 0 writes a normal checkpoint (the same keys, shapes and optimizer-state
     layout), which fine-tuning, the HF export, one process or plain data parallel read; a sharded
     run resumes from it, or from a plain one: fairseq hands every rank the full state and each
-    keeps its shard."""
+    keeps its shard. In fp16 / bf16 the model stays fp32 (FSDP2 casts each unit as it gathers it),
+    the optimizer updates the fp32 shards, and fp16 wraps it in ``ShardedFP16Optimizer``."""
 
     def __init__(self, cfg, task, model, criterion, quantizer=None):
-        if sharded_backend(cfg):
-            refuse_fairscale_options(cfg)
-        super().__init__(cfg, task, model, criterion, quantizer)
+        if isinstance(cfg, Namespace):
+            cfg = convert_namespace_to_omegaconf(cfg)
+        if not sharded_backend(cfg):
+            super().__init__(cfg, task, model, criterion, quantizer)
+            return
+        refuse_unsupported_settings(cfg)
+        if half_precision(cfg) and cfg.distributed_training.distributed_world_size > 1:
+            if utils.has_parameters(criterion):
+                raise BioConfigError(
+                    "distributed_training.ddp_backend=fully_sharded in fp16 / bf16: a criterion "
+                    "with weights of its own (the distillation projections) is not sharded; use "
+                    "precision=fp32"
+                )
+            with fp32_settings(cfg):
+                super().__init__(cfg, task, model, criterion, quantizer)
+        else:
+            super().__init__(cfg, task, model, criterion, quantizer)
 
     @property
     def is_fsdp(self) -> bool:
@@ -185,17 +283,38 @@ class ShardedTrainer(Trainer):
                     "supported with it (the data-parallel group must be the whole world)"
                 )
             mesh = init_device_mesh(self.device.type, (self.data_parallel_world_size,))
-            self._wrapped_model = shard_model(self._model.to(self.device), mesh)
+            policy = precision_policy(self.cfg)
+            self._wrapped_model = shard_model(self._model.to(self.device), mesh, policy)
             held, total = held_parameters(self._wrapped_model)
+            precision = f"; weights in fp32, computed in {policy.param_dtype}" if policy else ""
             logger.info(
                 f"fully sharded (PyTorch FSDP2) over {self.data_parallel_world_size} ranks: this rank holds "
-                f"{held:,} of the {total:,} parameters"
+                f"{held:,} of the {total:,} parameters{precision}"
             )
         return super().model
+
+    def _build_optimizer(self):
+        if not (self.sharded and half_precision(self.cfg)):
+            return super()._build_optimizer()
+        # FSDP2 holds the fp32 weights the optimizer updates (fairseq's FP16Optimizer would keep a
+        # second, unsharded copy); fp16 adds the loss scaler
+        params = [
+            p
+            for p in chain(self.model.parameters(), self.criterion.parameters())
+            if p.requires_grad
+        ]
+        self._optimizer = optim.build_optimizer(self.cfg.optimizer, params)
+        if self.cfg.common.fp16:
+            self._optimizer = ShardedFP16Optimizer(self.cfg, params, self._optimizer)
+        self._lr_scheduler = lr_scheduler.build_lr_scheduler(self.cfg.lr_scheduler, self.optimizer)
+        self._lr_scheduler.step_update(0)
 
     def clip_grad_norm(self, clip_norm):
         if not self.sharded:
             return super().clip_grad_norm(clip_norm)
+        if isinstance(self.optimizer, ShardedFP16Optimizer):
+            # raises fairseq's OverflowError on every rank alike
+            return self.optimizer.clip_grad_norm(clip_norm).to(self.device)
         params = [p for p in self.optimizer.params if p.grad is not None]
         norm = total_norm(p.grad for p in params)
         if clip_norm > 0:

@@ -1,8 +1,8 @@
 """`make gpu-check`: what only a GPU shows, in under 10 minutes of a lent CUDA machine, as one table
 to record.
 
-Parts, each with its share of ``--budget`` (``SHARES``): encoder speed
-(benchmarks/encoder_speed.py), the largest batch of the large sizes (largest_batch.py),
+Parts, each with its share of ``--budget`` (``SHARES``): encoder speed (encoder_speed.py), the
+large sizes (largest_batch.py; sharded_memory.py: fully sharded fp32 / bf16 / fp16 over NCCL),
 master-weight copies (master_copies.py), then the GPU tests (tests/gpu: training in fp16 and bf16,
 NCCL data parallel and FSDP on 2+ GPUs) with what is left. ``--only`` runs some of them. The table
 goes to benchmarks/results/gpu_check.md; exits 1 when a step failed, 0 with a note when there is no
@@ -40,7 +40,9 @@ BUDGET_S = 540
 # machine's 10-minute command, and the tests passed on a GPU before; when they time out here, a
 # second command (--only tests) runs them.
 PARTS = ("speed", "large", "copies", "tests")
-SHARES = {"speed": 300 / 540, "large": 75 / 540, "copies": 25 / 540, "tests": 140 / 540}
+SHARES = {"speed": 300 / 540, "large": 105 / 540, "copies": 25 / 540, "tests": 110 / 540}
+# of the large part's time, largest_batch.py's share (sharded_memory.py gets the rest)
+LARGEST_BATCH = 75 / 105
 # the large sizes' targets: the largest batch in the GPU's memory without checkpointing, and its
 # MFU
 GPU_LARGE = [
@@ -65,6 +67,11 @@ DRY_LARGE = [
     "--steps",
     "1",
 ]
+# fully sharded fp32 / bf16 / fp16 (sharded_memory.py): BioMegatron-345m's width, 3 layers
+GPU_SHARDED = ["--device", "cuda", "--archs", "bio_megatron_345m", "--layers", "3"]
+GPU_SHARDED += ["--precisions", "fp32,bf16,fp16"]
+DRY_SHARDED = ["--device", "cpu", "--archs", "bio_roberta_tiny", "--layers", "2"]
+DRY_SHARDED += ["--precisions", "fp32,bf16,fp16", "--tokens", "16"]
 # the speed targets: bio_roberta_base at 128 x 512 in bf16 against the plain PyTorch reference in
 # the same run (and stock fairseq and HF beside them), each variant's true peak memory from its own
 # process
@@ -304,6 +311,21 @@ def copies_step(dry: bool, env, timeout: float) -> Step:
 
 
 def large_step(dry: bool, env, timeout: float) -> Step:
+    """Row 6: the largest batch of the large sizes, then fully sharded fp16 / bf16 over NCCL with
+    what is left (one row: pass when both pass)."""
+    start = time.time()
+    largest = largest_batch_step(dry, env, LARGEST_BATCH * timeout)
+    sharded = sharded_step(dry, env, timeout - (time.time() - start))
+    failed = [s for s in (largest, sharded) if s.result != "pass"]
+    return Step(
+        f"{largest.name}; {sharded.name}",
+        failed[0].result if failed else "pass",
+        time.time() - start,
+        f"{largest.details}; {sharded.details}",
+    )
+
+
+def largest_batch_step(dry: bool, env, timeout: float) -> Step:
     name = "6. large sizes (benchmarks/largest_batch.py" + (
         " bio_roberta_tiny, CPU)" if dry else " --device cuda, bf16)"
     )
@@ -324,6 +346,36 @@ def large_step(dry: bool, env, timeout: float) -> Step:
     return data_step(
         name, dry, env, timeout, "largest_batch.py", options, stem.with_suffix(".json"), describe
     )
+
+
+def sharded_step(dry: bool, env, timeout: float) -> Step:
+    """Fully sharded training (FSDP2) in fp32, bf16 and fp16 through the plugin's pieces: NCCL on
+    CUDA (one rank per GPU, up to 2; one rank shards nothing but runs every collective and cast),
+    gloo in the dry mode; bytes per parameter, the allocator's peak, a forced fp16 overflow."""
+    start = time.time()
+    if dry:
+        world, options = 2, DRY_SHARDED
+    else:
+        import torch
+
+        world, options = min(2, torch.cuda.device_count()), GPU_SHARDED
+    name = (
+        f"fully sharded fp32 / bf16 / fp16 (benchmarks/sharded_memory.py, {world} rank(s) over "
+        + ("gloo, CPU)" if dry else "NCCL)")
+    )
+    stem = RESULTS / ("sharded_memory_dry" if dry else "sharded_memory_cuda")
+    cmd = [sys.executable, REPO / "benchmarks" / "sharded_memory.py", "--out", stem]
+    cmd += [*options, "--world", str(world)]
+
+    def describe(result):
+        return "; ".join(
+            f"{r['arch']} {r['precision']}: {sum(r['kept_per_parameter'].values()):.1f} B/parameter "
+            f"kept, {r['transient_bytes'] / 2**20:,.0f} MiB transient"
+            + (f", overflow {r['overflow']}" if r["overflow"] else "")
+            for r in result["rows"]
+        )
+
+    return benchmark_step(name, cmd, env, timeout, start, stem.with_suffix(".json"), describe)
 
 
 def data_step(
