@@ -2,9 +2,10 @@
 in a temp dir; tests/helpers/slurm.py) runs a two-task job, and the documented pretraining command
 (`fairseq-hydra-train -m ... run_config=slurm_1x8`, docs/cluster.md) is submitted to it through
 hydra's submitit launcher: two CPU tasks over gloo that end with the parameters of the one-process
-reference run of tests/test_distributed.py. Every wait has a time limit; a failed job fails the test
-with its logs' tails. Skipped, in one line, where Debian's slurmctld, slurmd, slurm-client and munge
-are not installed."""
+reference run of tests/test_distributed.py. A job with a failed rank, and a cancelled one, end the
+submitting process's wait in one line (this cluster keeps no accounting: no sacct). Every wait has a
+time limit; a failed job fails the test with its logs' tails. Skipped, in one line, where Debian's
+slurmctld, slurmd, slurm-client and munge are not installed."""
 
 import os
 import pickle
@@ -31,6 +32,7 @@ from training_processes import reference  # noqa: F401  (a fixture)
 from fairseq_bio.runs import logged
 
 JOB_S = 600  # the longest a training job may take here, queued, requeued and run (2 shared cores)
+REPORT_S = 240  # the longest the submitting process may take to report a failed or cancelled job
 TAIL = 3000  # characters of each log in a failure's message
 
 
@@ -267,3 +269,86 @@ def test_usr2_checkpoints_requeues_and_resumes_on_the_cluster(
         f"Loaded checkpoint {save_dir / 'checkpoint_last.pt'} (epoch 1 @ {stopped} updates)" in text
     )
     assert_like_the_reference(reference, save_dir)
+
+
+def reported(run, cluster, logs, timeout=REPORT_S):
+    """The submitting process's exit status and output lines, once it ended by itself within
+    ``timeout`` s (else the test fails with the logs' tails: the wait hung)."""
+    try:
+        code = run.finish(timeout)
+    except RuntimeError as hung:
+        fail(hung, run, cluster, logs)
+    return code, run.output(whole=True).splitlines()
+
+
+def test_a_failed_rank_ends_the_job_and_the_wait_in_one_line(cluster, data_bin, tmp_path):
+    """checkpoint.save_dir naming a file: rank 0 fails (fairseq checks the directory on rank 0
+    only) while rank 1 waits for it in the process group. Rank 0 writes the traceback to its log and
+    exits with status 1, srun (SLURM_KILL_BAD_EXIT=1) ends the step, the job ends FAILED, and the
+    submitting process exits 1 with one line naming the task and the cause."""
+    save_dir, logs = tmp_path / "run", tmp_path / "slurm_logs"
+    save_dir.write_text("a file, not a directory\n")
+    run = submit(cluster, save_dir, data_bin("bytebpe"), logs)
+    code, lines = reported(run, cluster, logs)
+    (job,) = own_jobs(cluster, run)
+    fields = cluster.wait_job(job, 60)
+    assert code == 1 and fields["JobState"] == "FAILED" and fields["ExitCode"] == "1:0", fields
+    err = next(p for p in task_logs(logs) if p.name == f"{job}_0_log.err")
+    cause = f"NotADirectoryError: [Errno 20] Not a directory: '{save_dir / 'dummy'}'"
+    assert f"SLURM job {job}, task 0: {cause} (traceback in {err})" in lines, lines[-5:]
+    assert not any(line.startswith(("Traceback", "  File ")) for line in lines), lines[-40:]
+    text = err.read_text(errors="replace")
+    assert "Traceback (most recent call last)" in text and f"\n{cause}\n" in text, text[-TAIL:]
+    host = socket.gethostname().split(".")[0]
+    assert f"srun: error: {host}: task 0: Exited with exit code 1" in text, text[-TAIL:]
+    assert f"Terminating StepId={job}.0" in text, text[-TAIL:]  # srun's kill on a bad exit
+
+
+def test_a_cancelled_job_ends_the_wait_in_one_line(cluster, data_bin, tmp_path):
+    """scancel during training: SLURM stops the tasks before either saves a result, and sacct knows
+    nothing here (no accounting), where submitit would wait for ever: the submitting process learns
+    from squeue that the job was CANCELLED and exits 1 with one line naming it."""
+    assert cluster.client("sacct", check=False).returncode != 0
+    save_dir, logs = tmp_path / "run", tmp_path / "slurm_logs"
+    run = submit(cluster, save_dir, data_bin("bytebpe"), logs)
+    wait_for_update(run, cluster, logs, 1)
+    (job,) = own_jobs(cluster, run)
+    cluster.client("scancel", job)
+    code, lines = reported(run, cluster, logs)
+    assert code == 1 and cluster.wait_job(job, 60)["JobState"] == "CANCELLED"
+    err = next(p for p in task_logs(logs) if p.name == f"{job}_0_log.err")
+    assert (
+        f"SLURM job {job} ended CANCELLED before tasks 0, 1 of 2 saved a result (cancelled, out of "
+        f"time or killed); see {err}"
+    ) in lines, lines[-5:]
+    assert not any(line.startswith(("Traceback", "  File ")) for line in lines), lines[-40:]
+
+
+def test_job_states_come_from_squeue_where_sacct_fails(cluster, monkeypatch, tmp_path):
+    """The submitting side's watcher (fairseq_bio.slurm_jobs) on this cluster, which has no sacct:
+    squeue's states, a pending array's range ("5_[0-3]"), and a job squeue does not list counts as
+    ended; after scancel, each task of the array is CANCELLED."""
+    from fairseq_bio.slurm_jobs import GONE, SchedulerWatcher
+
+    for name, value in cluster.env.items():
+        monkeypatch.setenv(name, value)
+    array = cluster.sbatch(
+        "#!/bin/bash\nsleep 600\n", "-n", "1", "--array=0-3", "-o", tmp_path / "%A_%a.out"
+    )
+    tasks = [f"{array}_{i}" for i in range(4)]
+    watcher = SchedulerWatcher()
+    for job in [*tasks, "999999"]:
+        watcher.register_job(job)
+    watcher.update()
+    assert watcher.sacct is False
+    assert {j: watcher.get_state(j, mode="cache") for j in tasks} == dict.fromkeys(tasks, "RUNNING")
+    assert watcher.get_state("999999", mode="cache") == GONE
+    cluster.client("scancel", array)
+    deadline = time.monotonic() + 60
+    while not all(watcher.is_done(j, mode="cache") for j in tasks):
+        assert time.monotonic() < deadline, {j: watcher.get_state(j, mode="cache") for j in tasks}
+        time.sleep(0.5)
+        watcher.update()
+    assert {j: watcher.get_state(j, mode="cache") for j in tasks} == dict.fromkeys(
+        tasks, "CANCELLED"
+    )
