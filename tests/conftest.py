@@ -83,6 +83,19 @@ def build_once(tmp_path_factory, name, build):
     return tuple(map(Path, value)) if isinstance(value, list) else Path(value)
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A one-node SLURM of the module's own (tests/helpers/slurm.py), stopped after its tests; they
+    skip in one line where the SLURM packages are missing."""
+    from helpers.slurm import Cluster, available
+
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    with Cluster() as running:
+        yield running
+
+
 @pytest.fixture(scope="session")
 def pubmed_sample():
     from fairseq_bio_preprocess.fetch import pubmed_sample_dir

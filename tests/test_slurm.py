@@ -36,15 +36,6 @@ REPORT_S = 240  # the longest the submitting process may take to report a failed
 TAIL = 3000  # characters of each log in a failure's message
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    reason = available()
-    if reason:
-        pytest.skip(reason)
-    with Cluster() as running:
-        yield running
-
-
 def test_a_two_task_job_runs_on_the_cluster(cluster, tmp_path):
     """sbatch -n 2 (srun inside it) and srun -n 2 on its own: two tasks here, ranks 0 and 1."""
     host = socket.gethostname().split(".")[0]
@@ -325,10 +316,10 @@ def test_a_cancelled_job_ends_the_wait_in_one_line(cluster, data_bin, tmp_path):
 
 
 def test_job_states_come_from_squeue_where_sacct_fails(cluster, monkeypatch, tmp_path):
-    """The submitting side's watcher (fairseq_bio.slurm_jobs) on this cluster, which has no sacct:
+    """The submitting side's watcher (fairseq_bio.patches.slurm_jobs) on this cluster, which has no sacct:
     squeue's states, a pending array's range ("5_[0-3]"), and a job squeue does not list counts as
     ended; after scancel, each task of the array is CANCELLED."""
-    from fairseq_bio.slurm_jobs import GONE, SchedulerWatcher
+    from fairseq_bio.patches.slurm_jobs import GONE, SchedulerWatcher
 
     for name, value in cluster.env.items():
         monkeypatch.setenv(name, value)

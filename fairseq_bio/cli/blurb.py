@@ -8,7 +8,7 @@ predictions; a finished run made by the same command from the same encoder file 
 ``.json`` / ``.png`` give per dataset the test scores over seeds, per task type the average, and
 the benchmark score (**partial** when a dataset is missing). What a run does: docs/blurb.md. The
 datasets are the table ``hydra_configs/runner/datasets.yaml``; the library behind this command is
-``fairseq_bio.runner``.
+``fairseq_bio.runner``. ``--launcher slurm`` runs each run as a SLURM job (docs/cluster.md).
 """
 
 import argparse
@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence
 from ..runner.datasets import BENCHMARKS, RECIPES
 from ..runner.execute import run_all
 from ..runner.plan import lock_out, make_runs, plan_runs, resolve_tasks
+from ..runner.slurm import describe, run_on_slurm, slurm_options
 from ..errors import BioConfigError
 from .options import Parser, add_checkpoint, add_data, add_out, run_cli
 
@@ -55,6 +56,12 @@ def _batch_sizes(value: str) -> List[int]:
 def _positive(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive integer")
+    return int(value)
+
+
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number")
     return int(value)
 
 
@@ -151,11 +158,59 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan and the command lines, run nothing"
     )
+    add_slurm_options(parser)
     return parser
+
+
+def add_slurm_options(parser: Parser) -> None:
+    """``--launcher slurm`` and the jobs' resources (submitit's and the slurm_* presets' names;
+    unset: the presets' FAIRSEQ_BIO_SLURM_* variables)."""
+    group = parser.add_argument_group(
+        "SLURM (--launcher slurm; unset options come from FAIRSEQ_BIO_SLURM_PARTITION, _ACCOUNT, "
+        "_QOS, _CONSTRAINT, _GRES, _CPUS_PER_TASK, _MEM_GB, _TIMEOUT_MIN)"
+    )
+    group.add_argument(
+        "--launcher",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: the runs one after another here; slurm: one SLURM job per run (a job array), "
+        "waited for here (default: local)",
+    )
+    group.add_argument("--partition", default=None, help="the jobs' partition")
+    group.add_argument(
+        "--timeout-min", type=_positive, default=None, help="each job's time limit (default: 1440)"
+    )
+    group.add_argument(
+        "--gpus-per-node",
+        type=_count,
+        default=None,
+        help="GPUs of each job (default: 1; 0 with --cpu)",
+    )
+    group.add_argument(
+        "--cpus-per-task", type=_positive, default=None, help="CPUs of each job (default: 10)"
+    )
+    group.add_argument(
+        "--mem-gb", type=_count, default=None, help="memory of each job (default: the cluster's)"
+    )
+    group.add_argument(
+        "--array-parallelism",
+        type=_positive,
+        default=None,
+        help="jobs running at once (default: 256)",
+    )
+    group.add_argument(
+        "--slurm-param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an sbatch option for every job, e.g. account=proj, qos=high, gres=gpu:a100:1 "
+        "(repeatable)",
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    slurm = slurm_options(args)  # None: --launcher local
     benchmark = BENCHMARKS[args.preset]
     names = resolve_tasks(benchmark, args.tasks)
     args.checkpoint = Path(args.checkpoint).resolve()
@@ -179,6 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _print_plans(plans, tag)
         for run in runs:
             print(shlex.join(run.command))
+        if slurm is not None:
+            print(f"{tag} slurm: one job per run, {describe(slurm)}")
         return 0
     if not plans:
         raise BioConfigError(
@@ -188,6 +245,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lock = lock_out(out)  # before the plan is printed: a refused runner says only why
     try:
         _print_plans(plans, tag)
+        if slurm is not None:
+            return run_on_slurm(runs, slurm, args, benchmark, plans, missing, out, tag)
         return run_all(runs, args, benchmark, plans, missing, out, tag)
     finally:
         lock.close()

@@ -3,28 +3,21 @@ wait for the job ends, in one line, when the job fails or ends without a result.
 
 submitit waits until every task has saved its result, asking ``sacct`` meanwhile whether the job
 still runs; where SLURM keeps no accounting, ``sacct`` fails, and a cancelled job, or one whose
-tasks were killed, keeps it waiting forever. The hydra callback ``SlurmJobs`` (in the presets) has submitit's
-SLURM executor make ``WatchedSlurmJob``s: their state comes from ``squeue`` where ``sacct`` fails
-(``SchedulerWatcher``), and their results name the first task that failed, or the job's end state,
-in one line (``SlurmJobError``)."""
+tasks were killed, keeps it waiting forever. The hydra callback ``SlurmJobs`` (in the presets) has
+submitit's SLURM executor make ``WatchedSlurmJob``s: their state comes from ``squeue`` where
+``sacct`` fails (``SchedulerWatcher``), and their results name the first task that failed, or the
+job's end state, in one line (``SlurmJobError``)."""
 
-import logging
-import subprocess
 import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob, read_job_id
+from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
-from .errors import BioError, traceback_requested
+from ..errors import BioError, traceback_requested
+from ..slurm import ENDED, client, squeue_states
 
-logger = logging.getLogger(__name__)
 
-# job states after which nothing of the job runs any more (squeue's names); submitit counts every
-# state outside its short list of running ones as ended
-ENDED = frozenset(
-    "BOOT_FAIL CANCELLED COMPLETED DEADLINE FAILED NODE_FAIL OUT_OF_MEMORY REVOKED TIMEOUT".split()
-)
 GONE = "ENDED"  # a job squeue no longer lists (it ended more than MinJobAge ago)
 STATE_DELAY_S = 60  # the longest wait between two questions to SLURM (submitit's own: 600)
 
@@ -66,29 +59,19 @@ class SchedulerWatcher(SlurmInfoWatcher):
                 self._finished.add(job_id)
 
     def _sacct(self):
-        out = _client(self._make_command())
+        out = client(self._make_command())
         return None if out is None or out.returncode else self.read_info(out.stdout)
 
     def _squeue(self, ids):
         """{job id: {"State": ...}} from squeue (None where it failed): an ended state as it is,
         any other as RUNNING, GONE for a job it no longer lists."""
-        out = _client(["squeue", "-h", "-t", "all", "-j", ",".join(ids), "-o", "%i|%T"])
-        if out is None:
+        states = squeue_states(ids)
+        if states is None:
             return None
-        if out.returncode and "Invalid job id" not in out.stderr:  # not even one id is known
-            logger.warning("squeue: exit %d: %s", out.returncode, out.stderr.strip())
-            return None
-        listed = {}
-        for line in [] if out.returncode else out.stdout.splitlines():
-            job, _, state = line.strip().partition("|")
-            # "5", "5_0", or a pending array's range "5_[2-3]": ("5",), ("5", "0"), ("5", "2", "3")
-            for parts in read_job_id(job) if job else []:
-                if len(parts) == 1:
-                    keys = [parts[0]]
-                else:
-                    keys = [f"{parts[0]}_{i}" for i in range(int(parts[1]), int(parts[-1]) + 1)]
-                for key in keys:
-                    listed[key] = {"State": state if state in ENDED else "RUNNING"}
+        listed = {
+            job: {"State": state if state in ENDED else "RUNNING"}
+            for job, (state, _) in states.items()
+        }
         mains = {key.split("_")[0] for key in listed}
         gone = {
             j: {"State": GONE}
@@ -136,15 +119,6 @@ class WatchedSlurmJob(SlurmJob):
                 f"{tasks[missing[0]].paths.stderr}"
             )
         return [outcomes[i][1] for i in range(len(tasks))]
-
-
-def _client(command):
-    """A SLURM client command's CompletedProcess (text), None where it cannot run."""
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as e:
-        logger.warning("%s: %s", command[0], e)
-        return None
 
 
 def _outcomes(tasks, timeout):
