@@ -22,8 +22,8 @@ What fairseq 0.12 allows on CPU tensors (read in ``fairseq/optim/fp16_optimizer.
   (adam.py:151-153), and so does ``composite`` when every group's optimizer does
   (composite.py:216-218), though composite's state then does not load back
   (fp16_optimizer.py:377-379 reads ``param_groups``, which composite's torch optimizer lacks);
-  ``bio_adamw``'s ``torch.optim.AdamW`` does not declare it, so fairseq refuses bio_adamw there, on
-  any device. Without an fp32 copy, an update smaller than half a unit in the last place of a weight
+  ``bio_adamw`` declares it and keeps fp32 moments for fp16/bf16 weights (torch's AdamW would keep
+  them in the weights' dtype). Without an fp32 copy, an update smaller than half a unit in the last place of a weight
   is rounded away (bf16: 2^-9 to 2^-8 of it, so LayerNorm weights near 1 stay put at lr 1e-3).
 - fairseq's trainer casts model and criterion with ``.half()`` / ``.to(torch.bfloat16)``
   (trainer.py:100-106) and builds the wrapper in ``_build_optimizer`` (trainer.py:322-338); both run
@@ -325,16 +325,24 @@ def test_bio_adamw_trains_in_mixed_precision(precision, vocab_dir):
 
 
 @pytest.mark.parametrize("precision", ["memory_efficient_fp16", "memory_efficient_bf16"])
-def test_memory_efficient_precisions_refuse_bio_adamw(precision, vocab_dir):
-    """fairseq wraps only optimizers that update low-precision weights themselves
-    (fp16_optimizer.py:489-492), which torch's AdamW does not declare: bio_adamw with
-    ``precision=memory_efficient_*`` stops before the first update with fairseq's message (on a GPU
-    too)."""
-    from fairseq.trainer import Trainer
+def test_bio_adamw_trains_in_memory_efficient_precision(precision, vocab_dir):
+    """bio_adamw on the fp16/bf16 weights themselves (no fp32 master copy): fairseq's wrapper takes
+    it (it declares ``supports_memory_efficient_fp16``), its moments are fp32, and MLM pretraining
+    with the bio-lm recipe makes fp32's updates within the low precision's roundings."""
+    from fairseq_bio.optim.bio_adamw import FP32StateAdamW
 
-    trainer = Trainer(*pretraining_setup(vocab_dir, precision, "optimizer._name=bio_adamw")[:4])
-    with pytest.raises(ValueError, match="Unsupported optimizer: BioAdamW"):
-        trainer.optimizer  # built on first use, as by the first train_step
+    trainer, _, _ = check_against_fp32(
+        lambda p: pretraining_setup(vocab_dir, p, "optimizer._name=bio_adamw"), precision
+    )
+    wrapper = trainer.optimizer
+    assert type(wrapper).__name__ == "MemoryEfficientFP16Optimizer"
+    adamw = wrapper.optimizer
+    assert type(adamw) is FP32StateAdamW
+    dtype = torch.float16 if "fp16" in precision else torch.bfloat16
+    for group in adamw.param_groups:
+        for p in group["params"]:
+            state = adamw.state[p]
+            assert p.dtype == dtype and state["exp_avg_sq"].dtype == torch.float32
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

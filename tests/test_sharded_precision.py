@@ -8,8 +8,8 @@
 - fp16: both ranks' trainers in-process, stepped as fairseq's ``train_step`` steps them. An fp16
   overflow, and an inf in only one rank's gradient shard, make both ranks skip the same update and
   halve the loss scale alike, the weights and Adam states untouched; the next update applies.
-- ``memory_efficient_*`` with ``bio_adamw`` is refused in one line, and why (with
-  ``fully_sharded``: test_sharded.py).
+- ``memory_efficient_*`` with ``bio_adamw`` (not sharded; with ``fully_sharded`` it is refused,
+  test_sharded.py) keeps the fp32 moments torch's AdamW would keep in fp16 / bf16.
 """
 
 import copy
@@ -25,7 +25,6 @@ from test_sharded import SHARDED, mlm
 from training_processes import losses, updates_in
 
 from fairseq_bio import checkpoints
-from fairseq_bio.errors import BioConfigError
 
 UPDATES = 10
 SAVE_AT = 5
@@ -244,35 +243,47 @@ def test_an_fp16_overflow_skips_the_same_update_on_every_rank(vocab_dir, tmp_pat
 
 
 @pytest.mark.parametrize("precision", ["memory_efficient_fp16", "memory_efficient_bf16"])
-def test_memory_efficient_precisions_refuse_bio_adamw_and_say_why(
+def test_memory_efficient_precisions_give_bio_adamw_fp32_moments(
     precision, vocab_dir
 ):  # noqa: F811
     """fairseq's memory-efficient wrapper keeps no fp32 copy of the weights, so the optimizer must
-    keep fp32 moments itself. torch's AdamW (bio_adamw) keeps them in the weights' dtype: bf16's
-    second moment stops decaying (0.999 x v rounds back to v) and fp16's squared gradients of 1e-4
-    underflow to 0. The plugin's trainer refuses the pair in one line before training."""
-    from helpers.trainers import plugin_trainer, pretraining_setup
+    keep fp32 moments itself. torch's AdamW keeps them in the weights' dtype: bf16's second moment
+    stops decaying (0.999 x v rounds back to v) and fp16's squared gradients of 1e-4 underflow to 0.
+    bio_adamw keeps them in fp32 for fp16/bf16 weights: the plugin's trainer takes the pair (without
+    ``fully_sharded``: test_sharded.py refuses memory_efficient_* there) and its updates keep fp32
+    moments; the same two gradients give the fp32 values torch's AdamW loses."""
+    from helpers.trainers import STEPS, plugin_trainer, trained
 
-    setup = pretraining_setup(vocab_dir, precision, "optimizer._name=bio_adamw")
-    with pytest.raises(BioConfigError) as error:
-        plugin_trainer()(*setup[:4])
-    message = str(error.value)
-    assert "\n" not in message and message.startswith(
-        f"common.{precision} with optimizer._name=bio_adamw: torch's AdamW keeps its moments in the "
-        "weights' dtype"
-    )
+    from fairseq_bio.optim.bio_adamw import FP32StateAdamW
 
     dtype = torch.bfloat16 if "bf16" in precision else torch.float16
-    weight = torch.nn.Parameter(torch.ones(4, dtype=dtype))
-    adamw = torch.optim.AdamW([weight], lr=1e-3, betas=(0.9, 0.999), fused=True)
-    weight.grad = torch.full_like(weight, 1.0 if dtype == torch.bfloat16 else 1e-4)
-    adamw.step()
-    v = adamw.state[weight]["exp_avg_sq"]
-    assert v.dtype == dtype
+    trainer, norms = trained(plugin_trainer(), vocab_dir, precision, "optimizer._name=bio_adamw")
+    assert type(trainer.optimizer).__name__ == "MemoryEfficientFP16Optimizer"
+    adamw = trainer.optimizer.optimizer
+    assert type(adamw) is FP32StateAdamW and len(norms) == STEPS
+    for group in adamw.param_groups:
+        for p in group["params"]:
+            assert p.dtype == dtype
+            state = adamw.state[p]
+            assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.float32
+
+    weights = [torch.nn.Parameter(torch.ones(4, dtype=dtype)) for _ in range(2)]
+    torchs, ours = (
+        cls([w], lr=1e-3, betas=(0.9, 0.999), fused=True)
+        for cls, w in zip((torch.optim.AdamW, FP32StateAdamW), weights)
+    )
+    for w in weights:
+        w.grad = torch.full_like(w, 1.0 if dtype == torch.bfloat16 else 1e-4)
+    torchs.step(), ours.step()
+    v_torch, v_ours = torchs.state[weights[0]]["exp_avg_sq"], ours.state[weights[1]]["exp_avg_sq"]
+    assert v_torch.dtype == dtype and v_ours.dtype == torch.float32
     if dtype == torch.bfloat16:
-        first = v.clone()
-        weight.grad = torch.zeros_like(weight)
-        adamw.step()  # fp32: v x 0.999
-        assert torch.equal(v, first)
+        first_torch, first_ours = v_torch.clone(), v_ours.clone()
+        for w in weights:
+            w.grad = torch.zeros_like(w)
+        torchs.step(), ours.step()  # fp32: v x 0.999
+        assert torch.equal(v_torch, first_torch)
+        assert torch.equal(v_ours, first_ours * 0.999)
     else:
-        assert torch.equal(v, torch.zeros_like(v))  # 0.001 x 1e-8: below fp16's smallest number
+        assert torch.equal(v_torch, torch.zeros_like(v_torch))  # 0.001 x 1e-8: below fp16's range
+        assert bool((v_ours > 0).all())

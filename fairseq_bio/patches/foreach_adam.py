@@ -9,13 +9,13 @@ the optimizers fairseq's trainer builds (docs/pretraining.md, "Precision and mem
 
 import math
 from collections import defaultdict
-from typing import Iterable, List
+from typing import List
 
 import torch
 from fairseq.optim.adam import Adam, FairseqAdam
 from fairseq.optim.composite import FairseqCompositeOptimizer
 
-from ..optim.bio_adamw import foreach_grad_norm
+from ..optim.bio_adamw import foreach_grad_norm, tensor_chunks
 
 # Elements per multi-tensor launch group: bounds the denominators made at once (512 MiB of fp32).
 CHUNK = 2**27
@@ -49,7 +49,7 @@ class ForeachAdam(Adam):
                 state["step"] += 1
                 buckets[(p.device, state["step"])].append(p)
             for (_, step), params in buckets.items():
-                for chunk in _chunks(params):
+                for chunk in tensor_chunks(params, CHUNK):
                     self._update(group, step, chunk)
         return loss
 
@@ -88,19 +88,6 @@ def _plain(group: dict) -> bool:
         if p.device.type not in DEVICES:
             return False
     return True
-
-
-def _chunks(params: List[torch.Tensor]) -> Iterable[List[torch.Tensor]]:
-    """``params`` in order, cut into runs of at most ``CHUNK`` elements (a larger tensor alone)."""
-    chunk, size = [], 0
-    for p in params:
-        if chunk and size + p.numel() > CHUNK:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(p)
-        size += p.numel()
-    if chunk:
-        yield chunk
 
 
 class ForeachGradNorm:

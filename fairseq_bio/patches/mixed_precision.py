@@ -6,37 +6,13 @@ gradient into them and every master weight back: three Python loops of one small
 (about 600 launches per bio_roberta_base update), host time the GPU waits for between the backward
 pass and the next forward (benchmarks/README.md, "Master-weight copies in bf16").
 ``MultiTensorFP16Optimizer`` does each loop as one multi-tensor kernel per device: the same bits,
-state dict, checkpoints and loss scaling. ``refuse_memory_efficient_bio_adamw``: why
-``memory_efficient_*`` cannot wrap ``bio_adamw``."""
+state dict, checkpoints and loss scaling."""
 
 from collections import defaultdict
 from typing import Dict, List, Tuple
 
 import torch
 from fairseq.optim.fp16_optimizer import FP16Optimizer
-
-from ..errors import BioConfigError
-
-
-def refuse_memory_efficient_bio_adamw(cfg) -> None:
-    """One line for ``precision=memory_efficient_fp16|bf16`` with ``optimizer=bio_adamw``.
-
-    fairseq's ``MemoryEfficientFP16Optimizer`` keeps no fp32 copy of the weights: it needs an
-    optimizer that keeps fp32 state and updates through fp32 temporaries
-    (``supports_memory_efficient_fp16``, which fairseq's ``adam`` does). ``bio_adamw`` is torch's
-    AdamW, whose moments take the weights' dtype: in bf16 the second moment stops decaying (0.999
-    x v rounds back to v), in fp16 squared gradients underflow to 0. fairseq refuses it at the first
-    update (``Unsupported optimizer: BioAdamW``); this says why, before training."""
-    names = [n for n in ("memory_efficient_fp16", "memory_efficient_bf16") if cfg.common.get(n)]
-    optimizer = cfg.get("optimizer", None)
-    if names and optimizer is not None and optimizer.get("_name", None) == "bio_adamw":
-        raise BioConfigError(
-            f"common.{names[-1]} with optimizer._name=bio_adamw: torch's AdamW keeps its moments "
-            "in the weights' dtype, which without fp32 master weights are fp16 / bf16 (bf16's "
-            "second moment stops decaying, fp16's squared gradients underflow); use precision=bf16 "
-            "or precision=fp16 (fp32 master weights; distributed_training.ddp_backend="
-            "fully_sharded shards them) or optimizer._name=adam"
-        )
 
 
 class MultiTensorFP16Optimizer(FP16Optimizer):

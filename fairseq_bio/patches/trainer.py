@@ -1,20 +1,16 @@
 """The trainer fairseq-train builds once the plugin is imported: ``BioTrainer``, fairseq's Trainer
 with ``ddp_backend=fully_sharded`` on PyTorch's FSDP2 (``sharded``), multi-tensor copies to and
 from the fp32 master weights in bf16/fp16 (``mixed_precision``), multi-tensor ``adam`` updates and
-gradient norms on CUDA (``foreach_adam``), a training update's logging that reads no meter back to
-the host (``update_meter``), and ``memory_efficient_*`` with ``bio_adamw`` refused in one line
-(``mixed_precision``). Everything else is fairseq's. ``install()`` makes
+gradient norms on CUDA (``foreach_adam``), and a training update's logging that reads no meter
+back to the host (``update_meter``). Everything else is fairseq's. ``install()`` makes
 ``fairseq_cli.train.Trainer`` this class: fairseq-train's ``main`` builds its trainer from that
 name, and a ``--user-dir`` plugin has no other hook."""
 
-from argparse import Namespace
-
 import torch
 from fairseq import metrics
-from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.logging import meters
 
-from .mixed_precision import MultiTensorFP16Optimizer, refuse_memory_efficient_bio_adamw
+from .mixed_precision import MultiTensorFP16Optimizer
 from . import foreach_adam
 from .sharded import ShardedTrainer
 
@@ -23,12 +19,6 @@ _MARK = "fairseq_bio_trainer"
 
 class BioTrainer(ShardedTrainer):
     """fairseq's Trainer with the changes listed in the module docstring."""
-
-    def __init__(self, cfg, task, model, criterion, quantizer=None):
-        if isinstance(cfg, Namespace):
-            cfg = convert_namespace_to_omegaconf(cfg)
-        refuse_memory_efficient_bio_adamw(cfg)
-        super().__init__(cfg, task, model, criterion, quantizer)
 
     def _build_optimizer(self):
         super()._build_optimizer()
