@@ -25,6 +25,7 @@ from helpers.trainers import STEPS, plugin_trainer, pretraining_setup
 from helpers.trainers import vocab_dir  # noqa: F401  (a fixture)
 
 from fairseq_bio import runs
+from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.optim.bio_adamw import FP32StateAdamW
 
 PRECISIONS = ["memory_efficient_bf16", "memory_efficient_fp16"]
@@ -234,7 +235,7 @@ def test_a_checkpoint_restores_fp32_moments_and_resumes_exactly(precision, vocab
     trainer.consolidate_optimizer()  # as fairseq's save_checkpoint does first
     trainer.save_checkpoint(str(checkpoint), {})
 
-    saved = torch.load(checkpoint, weights_only=False)["last_optimizer_state"]
+    saved = load_checkpoint(checkpoint)["last_optimizer_state"]
     plain = torch.optim.AdamW([p.detach().clone() for g in adamw.param_groups for p in g["params"]])
     plain.load_state_dict(copy.deepcopy(saved))
     assert all(s["exp_avg_sq"].dtype == DTYPE[precision] for s in plain.state.values())
@@ -285,6 +286,6 @@ def test_fairseq_hydra_train_in_memory_efficient_bf16_trains(data_bin, tmp_path)
     )
     losses = [float(entry["loss"]) for entry in logged(log, "train_inner").values()]
     assert len(losses) >= 4 and losses[-1] < losses[0] - 0.5, losses
-    state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=False)
+    state = load_checkpoint(tmp_path / "checkpoint_last.pt")
     moments = [s["exp_avg_sq"] for s in state["last_optimizer_state"]["state"].values()]
     assert moments and all(m.dtype == torch.float32 for m in moments)
