@@ -248,20 +248,17 @@ class ShardedTrainer(Trainer):
     def __init__(self, cfg, task, model, criterion, quantizer=None):
         if isinstance(cfg, Namespace):
             cfg = convert_namespace_to_omegaconf(cfg)
-        if not sharded_backend(cfg):
-            super().__init__(cfg, task, model, criterion, quantizer)
-            return
-        refuse_unsupported_settings(cfg)
-        if half_precision(cfg) and cfg.distributed_training.distributed_world_size > 1:
-            if utils.has_parameters(criterion):
-                raise BioConfigError(
-                    "distributed_training.ddp_backend=fully_sharded in fp16 / bf16: a criterion "
-                    "with weights of its own (the distillation projections) is not sharded; use "
-                    "precision=fp32"
-                )
-            with fp32_settings(cfg):
-                super().__init__(cfg, task, model, criterion, quantizer)
-        else:
+        keep_fp32 = False  # fairseq's constructor would cast what FSDP2 casts unit by unit
+        if sharded_backend(cfg):
+            refuse_unsupported_settings(cfg)
+            keep_fp32 = half_precision(cfg) and cfg.distributed_training.distributed_world_size > 1
+        if keep_fp32 and utils.has_parameters(criterion):
+            raise BioConfigError(
+                "distributed_training.ddp_backend=fully_sharded in fp16 / bf16: a criterion "
+                "with weights of its own (the distillation projections) is not sharded; use "
+                "precision=fp32"
+            )
+        with fp32_settings(cfg) if keep_fp32 else contextlib.nullcontext():
             super().__init__(cfg, task, model, criterion, quantizer)
 
     @property
