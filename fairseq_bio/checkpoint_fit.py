@@ -10,17 +10,23 @@ dictionary in ``extra_state["dictionary_identity"]`` (``dictionary_record``): th
 order (the specials, ``dict.txt``'s lines, ``<mask>``), their count and sha256, and the ``dict.txt``
 they were read from. A checkpoint without the record (older, or made elsewhere) is checked by what
 it does record: its embedding rows and the ``dict.txt`` of the data directory it names.
+
+A model for prediction, export or the hub interface is loaded here too (``load_for_inference``),
+after its vocabulary is found and checked against it (``find_vocab_dir``).
 """
 
 import hashlib
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
-from .checkpoints import read_state
+from .checkpoints import checkpoint_section, read_state
+from .data.tokenizer_files import BPE_JSON, load_bpe_json
 from .errors import BioConfigError
+from .files import InputError
 
 # Model options that decide the parameter shapes or the computation: a training run restoring an
 # imported checkpoint must set them (on top of any primary config).
@@ -145,8 +151,6 @@ def embedding_rows(state) -> Optional[int]:
 def checkpoint_cfg(state, name: str) -> Dict:
     """Section ``name`` (model, task) of a loaded checkpoint's settings as a dict (empty when it has
     none)."""
-    from .checkpoints import checkpoint_section
-
     section = checkpoint_section(state, name) if isinstance(state, dict) else {}
     return dict(section.items()) if hasattr(section, "items") else {}
 
@@ -307,6 +311,135 @@ def check_fits(
     """A whole model (``check_whole``) trained with ``dictionary`` (``check_dictionary``)."""
     check_whole(checkpoint, state, error)
     check_dictionary(checkpoint, state, dictionary, dict_file, rows, verb, error)
+
+
+# ------------------------------------------------------------------------- vocabularies, models for inference
+
+
+def start_checkpoint_path(
+    restore_file: Optional[str], finetune_from_model: Optional[str]
+) -> Optional[str]:
+    """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own
+    run)."""
+    for path in (finetune_from_model, restore_file):
+        if path and path != DEFAULT_RESTORE_FILE:
+            return path
+    return None
+
+
+def has_vocab(directory: Optional[str]) -> bool:
+    """Whether ``directory`` holds a vocabulary: dict.txt and bpe.json."""
+    return bool(directory) and all(
+        os.path.exists(os.path.join(directory, f)) for f in (DICT_TXT, BPE_JSON)
+    )
+
+
+def recorded_vocab_dirs(checkpoint: str) -> List[str]:
+    """The vocabulary directories ``checkpoint`` records: its ``task.vocab``, its first data dir."""
+    task = checkpoint_cfg(read_state(checkpoint), "task")
+    dirs = [task["vocab"]] if task.get("vocab") else []
+    if task.get("data"):
+        dirs.append(str(task["data"]).split(os.pathsep)[0])
+    return dirs
+
+
+def vocab_candidates(checkpoint: Path, state: Dict) -> Iterator[str]:
+    """Where a checkpoint's vocabulary may be, in order: beside it (an encoder checkpoint, or a
+    fine-tuned run's save_dir, which holds a copy), its ``task.vocab``, beside the encoder a
+    fine-tuning run started from or where that encoder records its own, the first directory of its
+    ``task.data`` (a pretraining run's data-bin)."""
+    task, run = checkpoint_cfg(state, "task"), checkpoint_cfg(state, "checkpoint")
+    yield str(checkpoint.parent)
+    if task.get("vocab"):
+        yield task["vocab"]
+    start = start_checkpoint_path(run.get("restore_file"), run.get("finetune_from_model"))
+    if start and os.path.isfile(start):
+        yield os.path.dirname(os.path.abspath(start))
+        yield from recorded_vocab_dirs(start)
+    if task.get("data"):
+        yield str(task["data"]).split(os.pathsep)[0]
+
+
+def find_vocab_dir(checkpoint: Path, state: Dict, given=None, error=InputError) -> Path:
+    """Where dict.txt and bpe.json of the checkpoint's vocabulary are: ``given``, else the first of
+    ``vocab_candidates`` that has both; checked against the checkpoint (``check_vocab_fits``).
+    Neither found, or a vocabulary that does not fit, raises ``error``.
+    """
+    tried = []
+    for directory in [given] if given is not None else vocab_candidates(Path(checkpoint), state):
+        tried.append(str(directory))
+        if has_vocab(str(directory)):
+            check_vocab_fits(checkpoint, state, directory, error)
+            return Path(directory)
+    raise error(
+        f"{checkpoint}: no {DICT_TXT} + {BPE_JSON} in {' or '.join(tried)} "
+        "(pass --vocab <vocabulary dir>)"
+    )
+
+
+def check_vocab_fits(checkpoint, state: Dict, vocab_dir, error=InputError) -> None:
+    """Refuse, as ``error``, a checkpoint that is a shard or was trained with another dictionary
+    than the one the tasks build from ``vocab_dir``'s dict.txt (``check_fits``; without the record:
+    its embedding rows, the entity markers of a sentence-level checkpoint counted)."""
+    from fairseq.data import Dictionary
+
+    from .data.dictionary import load_dictionary
+
+    dict_file = os.path.join(vocab_dir, DICT_TXT)
+    dictionary = load_dictionary(dict_file, Dictionary)
+    dictionary.add_symbol("<mask>")
+    markers = (state.get("task_state") or {}).get("entity_markers") or ()
+    rows = len(dictionary) + len(markers)  # the markers: rows after the dictionary's
+    check_fits(checkpoint, state, dictionary, dict_file, rows=rows, error=error)
+
+
+def load_for_inference(
+    checkpoint, vocab=None, tasks: Sequence[str] = (), error=InputError, overrides=None
+):
+    """(cfg, task, model) of a fairseq checkpoint of ours, on the CPU in eval mode: the one way a
+    model for prediction, export, an import's check or the hub interface is loaded. ``overrides``
+    (fairseq's ``arg_overrides``) go on top; a ``bpe`` among them replaces the vocabulary's bpe.json.
+
+    Refused in one line, as ``error``, before fairseq reads it: a missing file, one that is no
+    fairseq checkpoint, another task than ``tasks`` (when given), no vocabulary found
+    (``find_vocab_dir``), a shard, or a checkpoint trained with another dictionary.
+    """
+    from fairseq import checkpoint_utils
+
+    if not os.path.exists(checkpoint):
+        raise error(f"{checkpoint}: not found")
+    contents = read_state(str(checkpoint))  # the tensors' bytes stay on disk until fairseq loads
+    if (
+        not isinstance(contents, dict)
+        or "model" not in contents
+        or not (contents.get("cfg") or contents.get("args"))
+    ):
+        raise error(f"{checkpoint}: not a fairseq checkpoint (no model and settings in it)")
+    section = checkpoint_section(contents, "task")
+    name = section.get("_name") or section.get("task")
+    if tasks and name not in tasks:
+        raise error(f"{checkpoint}: a {name} checkpoint, not a {' or '.join(tasks)} one")
+    vocab_dir = find_vocab_dir(Path(checkpoint), contents, vocab, error)
+    given = dict(overrides or {})
+    overrides = {"vocab": str(vocab_dir), "cache_dir": None, "load_checkpoint_heads": True}
+    if "vocab" not in section:  # pretraining tasks read their dictionary from the data directory
+        overrides["data"] = str(vocab_dir)
+    if "bpe" not in given:
+        spec = load_bpe_json(str(vocab_dir / BPE_JSON))
+        overrides.update(spec, bpe=spec.pop("_name"))
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={**overrides, **given}
+    )
+    return cfg, task, models[0].eval()
+
+
+def hub_interface(checkpoint, vocab=None, error=InputError, overrides=None):
+    """The checkpoint as fairseq's ``RobertaHubInterface`` (encode, extract_features, fill_mask;
+    BPE from the vocabulary's bpe.json), on the CPU in eval mode."""
+    from fairseq.models.roberta.hub_interface import RobertaHubInterface
+
+    cfg, task, model = load_for_inference(checkpoint, vocab, error=error, overrides=overrides)
+    return RobertaHubInterface(cfg, task, model).eval()
 
 
 # ------------------------------------------------------------------------------------------- training runs

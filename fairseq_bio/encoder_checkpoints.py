@@ -1,7 +1,7 @@
 """fairseq checkpoints on both sides of a conversion: the bio_roberta encoder checkpoint an import
 (or fairseq-bio-extract-encoder, fairseq-bio-init-student) writes and the bio_electra one an ELECTRA
 pair import writes, in fairseq's layout, with the model options a run restoring them must set.
-Reading one back for inference: ``inference.loading``."""
+Reading one back for inference: ``checkpoint_fit.load_for_inference``."""
 
 import argparse
 import filecmp
@@ -15,7 +15,7 @@ from fairseq.tasks import setup_task
 from omegaconf import OmegaConf, open_dict
 
 from .checkpoint_fit import ELECTRA_STRUCTURAL_OPTIONS  # noqa: F401  (also read from here)
-from .checkpoint_fit import RECORD, STRUCTURAL_OPTIONS, dictionary_record
+from .checkpoint_fit import DICT_TXT, RECORD, STRUCTURAL_OPTIONS, dictionary_record
 from .criterions.bio_electra import BioElectraCriterionConfig
 from .data.dictionary import load_dictionary
 from .files import atomic_path
@@ -27,7 +27,7 @@ from .models.bio_roberta import (
 )
 from .tasks.bio_electra import BioElectraTaskConfig
 from .tasks.bio_masked_lm import BioMaskedLMConfig
-from .tasks.fine_tuning import DICT_TXT, copy_vocab, resolve_vocab
+from .tasks.fine_tuning import copy_vocab, resolve_vocab
 
 
 def hydra_model_overrides(options: Dict, keys=STRUCTURAL_OPTIONS) -> List[str]:

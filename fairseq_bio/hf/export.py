@@ -14,6 +14,7 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
+from ..checkpoint_fit import find_vocab_dir, hub_interface
 from ..checkpoints import checkpoint_section, load_checkpoint
 from ..data.tokenizer_files import require_fastbpe
 from ..files import (
@@ -24,7 +25,6 @@ from ..files import (
     replace_dir,
     write_json,
 )
-from ..inference.loading import find_vocab_dir, hub_interface
 from .common import DEFAULT_TOLERANCE, HFConvertError
 from .config import position_offset, write_config
 from .electra import PARTS, electra_pair_from_fairseq

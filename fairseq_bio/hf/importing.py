@@ -13,6 +13,7 @@ from typing import Dict, Sequence
 
 import torch
 
+from ..checkpoint_fit import hub_interface
 from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from ..encoder_checkpoints import (
@@ -23,7 +24,6 @@ from ..encoder_checkpoints import (
     encoder_checkpoint_cfg,
     hydra_model_overrides,
 )
-from ..inference.loading import hub_interface
 from .common import CHECKPOINT_FILE, DEFAULT_TOLERANCE, HFConvertError
 from .config import read_hf_config
 from .electra import PARTS, check_pair_configs, electra_pair_to_fairseq, read_pair_weights

@@ -23,6 +23,7 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
+from ..checkpoint_fit import hub_interface
 from ..errors import BioConfigError
 from ..modules.masking import take_positions
 from ..modules.tagging_head import TokenClassificationHead, head_options
@@ -410,14 +411,12 @@ class BioRobertaModel(RobertaModel):
         **kwargs,
     ):
         """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local
-        checkpoint, loaded as every model for inference is (``inference.loading.hub_interface``).
+        checkpoint, loaded as every model for inference is (``checkpoint_fit.hub_interface``).
 
         The vocabulary (dict.txt, bpe.json) is ``data_name_or_path``, relative to
         ``model_name_or_path`` when it starts with "."; other keyword arguments are fairseq's
         ``arg_overrides`` (``bpe=`` replaces bpe.json's).
         """
-        from ..inference.loading import hub_interface
-
         data_dir = (
             os.path.join(model_name_or_path, data_name_or_path)
             if data_name_or_path.startswith(".")

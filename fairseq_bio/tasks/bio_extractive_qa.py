@@ -20,6 +20,7 @@ from typing import Optional
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
+from ..checkpoint_fit import start_checkpoint_path
 from ..checkpoints import read_state
 from ..data.qa_dataset import CACHE_VERSION, EncodedQA, ExtractiveQADataset, OffsetEncoder
 from ..data.squad import SquadFile, read_squad
@@ -173,9 +174,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
 
     def build_model(self, cfg, from_checkpoint=False):
         model = super().build_model(cfg, from_checkpoint)
-        start = fine_tuning.start_checkpoint_path(
-            self.cfg.restore_file, self.cfg.finetune_from_model
-        )
+        start = start_checkpoint_path(self.cfg.restore_file, self.cfg.finetune_from_model)
         resuming = self.cfg.finetune_from_model and os.path.exists(
             os.path.join(self.cfg.save_dir, LAST_CHECKPOINT)
         )

@@ -25,6 +25,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from omegaconf import MISSING
 
+from ..checkpoint_fit import DICT_TXT
 from ..data.class_balance import BALANCED, balanced_oversampling, parse_oversampling
 from ..data.sentence_files import (
     ENTITY_MARKERS,
@@ -264,7 +265,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
             for marker in ENTITY_MARKERS:
                 if marker in dictionary.indices:
                     raise BioConfigError(
-                        f"{vocab_dir}/{fine_tuning.DICT_TXT} already has {marker!r}, the entity marker token"
+                        f"{vocab_dir}/{DICT_TXT} already has {marker!r}, the entity marker token"
                     )
                 self.marker_ids[marker] = self.model_dictionary.add_symbol(marker)
             logger.info(

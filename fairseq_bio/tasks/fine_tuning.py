@@ -17,13 +17,23 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from fairseq import utils
 from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask
 from omegaconf import II
 from torch import nn
 
+from ..checkpoint_fit import (
+    DICT_TXT,
+    RECORD,
+    check_dictionary,
+    check_start_kept,
+    check_whole,
+    dictionary_record,
+    has_vocab,
+    recorded_vocab_dirs,
+    start_checkpoint_path,
+)
 from ..data.dictionary import load_dictionary
 from ..data.tagging_dataset import WordEncoder
 from ..data.tokenizer_files import BPE_JSON, bpe_file_options, load_bpe_json
@@ -31,26 +41,6 @@ from ..errors import BioConfigError
 from ..files import atomic_path
 
 logger = logging.getLogger(__name__)
-
-DICT_TXT = "dict.txt"
-DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
-
-
-def start_checkpoint_path(
-    restore_file: Optional[str], finetune_from_model: Optional[str]
-) -> Optional[str]:
-    """The encoder checkpoint a run starts from (None when it starts from scratch or resumes its own
-    run)."""
-    for path in (finetune_from_model, restore_file):
-        if path and path != DEFAULT_RESTORE_FILE:
-            return path
-    return None
-
-
-def has_vocab(directory: Optional[str]) -> bool:
-    return bool(directory) and all(
-        os.path.exists(os.path.join(directory, f)) for f in (DICT_TXT, BPE_JSON)
-    )
 
 
 def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
@@ -80,20 +70,6 @@ def resolve_vocab(explicit: Optional[str], encoder: Optional[str]) -> str:
         f"{encoder}: no {DICT_TXT} + {BPE_JSON} beside it or in the directories it records "
         f"({', '.join(recorded) or 'none'}); give task.vocab=<dir with the pretraining dict.txt and bpe.json>"
     )
-
-
-def recorded_vocab_dirs(checkpoint: str) -> List[str]:
-    """The vocabulary directories ``checkpoint`` records: its ``task.vocab``, its first data dir."""
-    from ..checkpoints import load_checkpoint
-
-    state = load_checkpoint(checkpoint)
-    task = (state.get("cfg") or {}).get("task") or {}
-    dirs = []
-    if task.get("vocab"):
-        dirs.append(task["vocab"])
-    if task.get("data"):
-        dirs.append(utils.split_paths(task["data"])[0])
-    return dirs
 
 
 # What fixes an encoder's shape and computation; a fine-tuning run takes these from its encoder
@@ -149,7 +125,6 @@ def check_encoder_fits(encoder: str, dictionary, vocab_dir: str) -> None:
     than ``vocab_dir``'s (its recorded one, else its embedding rows and the dict.txt of the data it
     records).
     """
-    from ..checkpoint_fit import check_dictionary, check_whole
     from ..checkpoints import read_state
 
     state = read_state(encoder)
@@ -410,7 +385,6 @@ class FineTuningTask(FairseqTask):
         that encoder).
         """
         if not from_checkpoint:
-            from ..checkpoint_fit import check_start_kept
 
             # before the task writes its encoded cache or vocabulary there; the reset flags, which a
             # task does not see, are checked when fairseq loads the checkpoint
@@ -443,7 +417,6 @@ class FineTuningTask(FairseqTask):
     def get_checkpoint_dict(self):
         """What fairseq adds to every checkpoint's ``extra_state``: the record of the dictionary,
         which a later run or command compares with the one it is given (``checkpoint_fit``)."""
-        from ..checkpoint_fit import RECORD, dictionary_record
 
         if self._dictionary_record is None:  # the dictionary is fixed once the task is set up
             self._dictionary_record = dictionary_record(
