@@ -2,7 +2,8 @@
 in a temp dir; tests/helpers/slurm.py) runs a two-task job, and the documented pretraining command
 (`fairseq-hydra-train -m ... run_config=slurm_1x8`, docs/cluster.md) is submitted to it through
 hydra's submitit launcher: two CPU tasks over gloo that end with the parameters of the one-process
-reference run of tests/test_distributed.py. A job with a failed rank, and a cancelled one, end the
+reference run of tests/test_distributed.py; pre-empted by USR2, or warned by SLURM before its time
+limit, it saves, is requeued and resumes. A job with a failed rank, and a cancelled one, end the
 submitting process's wait in one line (this cluster keeps no accounting: no sacct). Every wait has a
 time limit; a failed job fails the test with its logs' tails. Skipped, in one line, where Debian's
 slurmctld, slurmd, slurm-client and munge are not installed."""
@@ -80,11 +81,11 @@ def test_missing_packages_skip_in_one_line(monkeypatch):
     )
 
 
-def submit(cluster, save_dir, data, logs, *overrides):
-    """The documented cluster command (docs/cluster.md) at the reference run's size, submitted
-    from the shell with the FAIRSEQ_BIO_SLURM_* variables: 1 node, 2 CPU tasks over gloo, this
-    cluster's partition."""
-    command = hydra_command("bio_roberta_tiny", save_dir, f"task.data={data}", *MLM)
+def submit(cluster, save_dir, data, logs, *overrides, run=MLM):
+    """The documented cluster command (docs/cluster.md) at the reference run's size (``run``),
+    submitted from the shell with the FAIRSEQ_BIO_SLURM_* variables: 1 node, 2 CPU tasks over gloo,
+    this cluster's partition."""
+    command = hydra_command("bio_roberta_tiny", save_dir, f"task.data={data}", *run)
     argv = [
         command[0],
         "-m",
@@ -261,6 +262,48 @@ def test_usr2_checkpoints_requeues_and_resumes_on_the_cluster(
         f"Loaded checkpoint {save_dir / 'checkpoint_last.pt'} (epoch 1 @ {stopped} updates)" in text
     )
     assert_like_the_reference(reference, save_dir)
+
+
+def test_the_time_limit_warning_checkpoints_requeues_and_resumes(cluster, data_bin, tmp_path):
+    """SLURM's own warning before the time limit, nothing sent by hand: a 3-minute job whose preset
+    asks for SIGUSR2 135 s before its end gets it from slurmctld (which checks limits every 30 s)
+    45-75 s after it started, in training; the ranks save checkpoint_last.pt, submitit requeues the
+    job, and the requeued job resumes from that update and trains on. (That a resumed run ends with
+    an uninterrupted run's parameters is the USR2 test's; the signal is the same.)"""
+    save_dir, logs = tmp_path / "run", tmp_path / "slurm_logs"
+    endless = [o for o in MLM if not o.startswith("optimization.max_update=")]
+    run = submit(
+        cluster,
+        save_dir,
+        data_bin("bytebpe"),
+        logs,
+        "hydra.launcher.timeout_min=3",
+        "hydra.launcher.signal_delay_s=135",
+        run=[*endless, "optimization.max_update=100000"],
+    )
+    wait_for_update(run, cluster, logs, 1)
+    (job,) = own_jobs(cluster, run)
+    deadline = time.monotonic() + JOB_S
+    while True:
+        text = "".join(p.read_text(errors="replace") for p in task_logs(logs))
+        loaded = re.search(
+            rf"Loaded checkpoint {re.escape(str(save_dir))}\S+ \(epoch \d+ @ (\d+) updates\)", text
+        )
+        if loaded and max(logged(run.log, "train_inner"), default=0) > int(loaded[1]):
+            break
+        try:
+            _fail_fast(cluster, run, logs)
+        except ClusterError as error:
+            fail(error, run, cluster, logs)
+        if time.monotonic() > deadline or run.poll() is not None:
+            fail("no requeued job trained on from a saved checkpoint", run, cluster, logs)
+        time.sleep(1)
+    fields = cluster.wait_job(job, 5, states={"RUNNING"})
+    run.kill()
+    cluster.client("scancel", job)
+    stopped = int(text.split("SIGUSR2: saving a checkpoint at update ")[1].split(",")[0])
+    assert int(loaded[1]) == stopped >= 1 and fields["Restarts"] == "1", fields
+    assert f"Requeued job {job} " in text, text[-TAIL:]
 
 
 def reported(run, cluster, logs, timeout=REPORT_S):
