@@ -3,13 +3,14 @@
 
 A finding (``reproduce_findings.FINDINGS``) names the step that gives our number (``STEPS``: an
 existing benchmark or console script, with its budget at each scale). Steps run cheapest first,
-each only when its results (``benchmarks/results/reproduce/<step>.json``, same budget) are not
-there yet; an interrupted one starts again.
+each only when its record (``benchmarks/records/reproduce/<step>.json``, tracked, same budget) is
+not there yet; an interrupted one starts again. The page is made from the records alone.
 
-    python benchmarks/reproduce.py                       # every finding at the CPU scale (about 3 h on 2 cores)
+    python benchmarks/reproduce.py                       # every finding at the CPU scale
     python benchmarks/reproduce.py --only vocab-terms blurb-arithmetic     # some findings
     python benchmarks/reproduce.py --device cuda         # a GPU: the GPU scale (larger budgets)
-    python benchmarks/reproduce.py --no-run              # the page again, from the steps already run
+    python benchmarks/reproduce.py --from-records        # the page from the records, no runs
+    python benchmarks/reproduce.py --check               # fails unless the page is the records'
 
 Writes ``docs/reproduction.md`` and ``docs/reproduction.png``, each through a temp file and a
 rename.
@@ -21,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -39,6 +41,7 @@ from reproduce_findings import (  # noqa: E402
     ELECTRA,
     FINDINGS,
     NER_SETS,
+    NO_COMPARISON,
     NONE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -48,6 +51,7 @@ from reproduce_findings import (  # noqa: E402
     TABLE_2_MODELS,
     TABLE_2_SUMMARY,
     VALUE,
+    VERDICTS,
     Row,
     evaluate,
     seed_text,
@@ -56,9 +60,8 @@ from reproduce_findings import (  # noqa: E402
 )
 
 REPO = BENCH.parent
-RESULTS = (
-    REPO / "benchmarks" / "results" / "reproduce"
-)  # each step's record: its budget, numbers, commands, time
+# each step's record (budget, numbers, commands, time): small tracked JSON, the page's only input
+RECORDS = REPO / "benchmarks" / "records" / "reproduce"
 WORK = REPO / "runs" / "reproduce"  # the benchmarks' runs
 PAGE = REPO / "docs" / "reproduction.md"
 PROGRESS_SECONDS = 60  # how often a running step's last output line is shown
@@ -73,7 +76,7 @@ class Context:
 
     scale: str = "cpu"
     device: str = "cpu"
-    results: Path = RESULTS
+    results: Path = RECORDS
     work: Path = WORK
     commands: List[str] = field(default_factory=list)
 
@@ -128,6 +131,40 @@ def scale_dir(ctx: "Context", name: str) -> Path:
 def python(script: str, *args) -> list:
     """``python benchmarks/<script> args`` with this interpreter."""
     return [sys.executable, BENCH / script, *args]
+
+
+# The NER and relation sets in ../shared/data: fairseq-bio-blurb's name -> folder
+TASK_DATA = {
+    "ncbi-disease": "ner/NCBI-disease",
+    "bc5-disease": "ner/BC5CDR-disease",
+    "gad": "re/GAD",
+    "ddi": "re/DDI",
+}
+
+
+def trivial_baseline(task: str) -> float:
+    """The test score of the trivial answer on ``task`` (a TASK_DATA name): all-O tagging for NER
+    (entity F1), the majority training label for every test example for relations (micro F1 over
+    the positive classes), x 100."""
+    from fairseq_bio.data.conll import read_conll
+    from fairseq_bio.data.sentence_files import read_jsonl, read_tsv
+    from fairseq_bio.metrics.classification import micro_f1
+    from fairseq_bio.metrics.tagging import span_prf
+
+    folder = SHARED / "data" / TASK_DATA[task]
+    if folder.parent.name == "ner":
+        gold = [s.tags for s in read_conll(folder / "test.tsv")]
+        return 100 * span_prf(gold, [["O"] * len(tags) for tags in gold])[2]
+    if (folder / "train.json").exists():
+        train, test = (
+            read_jsonl(folder / f"{n}.json", ["sentence"], "label") for n in ("train", "test")
+        )
+    else:
+        train, test = (
+            read_tsv(folder / f"{n}.tsv", ["sentence"], "label") for n in ("train", "test")
+        )
+    majority = Counter(e.label for e in train).most_common(1)[0][0]
+    return 100 * micro_f1([e.label for e in test], [majority] * len(test))
 
 
 @dataclass(frozen=True)
@@ -299,7 +336,11 @@ def run_distill_ner(ctx: Context, params: Dict) -> Dict:
             )
         for row in markdown_rows(kept.read_text(encoding="utf-8"), "model"):
             f1.setdefault(row["model"], []).append(float(row["test F1"]))
-    return {"f1": f1, "seeds": params["seeds"]}
+    return {
+        "f1": f1,
+        "seeds": params["seeds"],
+        "trivial": {"NCBI-disease": trivial_baseline("ncbi-disease")},
+    }
 
 
 def run_variants(ctx: Context, params: Dict) -> Dict:
@@ -321,8 +362,13 @@ def run_variants(ctx: Context, params: Dict) -> Dict:
         "variants",
     )
     rows = json.loads((out / "results.json").read_text(encoding="utf-8"))["rows"]
+    # finetune_variants.py runs no random-init encoder: the findings' guard says so
     return {
-        f"{r['dataset']}:{r['variant']}": {"values": r["values"], "diffs": r.get("diffs")}
+        f"{r['dataset']}:{r['variant']}": {
+            "values": r["values"],
+            "diffs": r.get("diffs"),
+            "trivial": trivial_baseline(r["dataset"]),
+        }
         for r in rows
     }
 
@@ -351,11 +397,17 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
     )
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     at = str(params["updates"])
+    # domain_adaptation.py fine-tunes no random-init MiniLM: the findings' guard says so
     return {
         row["dataset"]: {
             "gains": row["seed_gains"][at],
             "scores": row["scores"]["0"]["values"],
             "continued": row["scores"][at]["values"],
+            "trivial": (
+                trivial_baseline(row["dataset"].lower())
+                if row["dataset"].lower() in TASK_DATA
+                else None
+            ),
         }
         for row in results["rows"]
     }
@@ -395,6 +447,7 @@ def run_electra_downstream(ctx: Context, params: Dict) -> Dict:
             k: results["pretrain"][ELECTRA]["valid"].get(k)
             for k in ("replaced_recall", "replaced_prob", "original_prob")
         },
+        "trivial": {"NCBI-disease": trivial_baseline("ncbi-disease")},
     }
 
 
@@ -441,7 +494,7 @@ STEPS = [
         "discriminator, 64-wide generator) and a 4 x 256 masked-LM bio_roberta, each pretrained on the PubMed sample "
         "for the same wall-clock minutes (on the CPU: the tiny configs' recipe), the discriminator extracted by "
         "fairseq-bio-extract-encoder, both fine-tuned on NCBI-disease with the same updates and seeds",
-        # cpu: 10 + 10 min of pretraining, 4 fine-tunings of 188 updates, the data prepared from
+        # cpu: 10 + 10 min of pretraining, 9 fine-tunings of 188 updates, the data prepared from
         # 3,000 abstracts a file
         {
             "cpu": {
@@ -459,12 +512,12 @@ STEPS = [
                     "--batch-size",
                     "16",
                 ],
-                "seeds": [1, 2],
+                "seeds": [1, 2, 3],
             },
             "gpu": {"args": ["--pretrain-minutes", "30", "--epochs", "3"], "seeds": [1, 2, 3]},
         },
         run_electra_downstream,
-        {"cpu": 35, "gpu": 90},
+        {"cpu": 40, "gpu": 90},
     ),
     Step(
         "distill-ner",
@@ -485,7 +538,7 @@ STEPS = [
                     "--distill-minutes",
                     "30",
                 ],
-                "seeds": [1, 2],
+                "seeds": [1, 2, 3],
             },
             "gpu": {
                 "args": ["--ner", "--pretrain-minutes", "10", "--distill-minutes", "15"],
@@ -493,7 +546,7 @@ STEPS = [
             },
         },
         run_distill_ner,
-        {"cpu": 40, "gpu": 90},
+        {"cpu": 50, "gpu": 90},
     ),
     Step(
         "variants",
@@ -510,13 +563,13 @@ STEPS = [
     Step(
         "dapt",
         "benchmarks/domain_adaptation.py: MiniLM continued on the PubMed sample (masked LM), fine-tuned by "
-        "fairseq-bio-blurb before and after",
+        "fairseq-bio-blurb before and after on the tasks its budget names",
         {
-            "cpu": {"updates": 400, "seeds": 2, "tasks": "ncbi-disease"},
-            "gpu": {"updates": 1000, "seeds": 3, "tasks": "ncbi-disease,bc5-disease,gad"},
+            "cpu": {"updates": 400, "seeds": 3, "tasks": ",".join(TASK_DATA)},
+            "gpu": {"updates": 1000, "seeds": 3, "tasks": ",".join(TASK_DATA)},
         },
         run_dapt,
-        {"cpu": 80, "gpu": 60},
+        {"cpu": 480, "gpu": 120},
     ),
 ]
 STEP = {s.name: s for s in STEPS}
@@ -581,6 +634,11 @@ def machine(device: str) -> str:
 # --- the page ------------------------------------------------------------------------------------------------------
 
 
+TRANSCRIBED = (
+    "; its record transcribed"  # a record rebuilt from an earlier page (its note says how)
+)
+
+
 def page(rows: List[Row], png: str) -> str:
     """docs/reproduction.md: the table, the rule, per row its scale, time, source and why, the PNG,
     the commands."""
@@ -589,8 +647,10 @@ def page(rows: List[Row], png: str) -> str:
         "# Reproduction: the seed papers' findings, measured here",
         "",
         "Written by `make reproduce` (`python benchmarks/reproduce.py`) from the steps' records in "
-        "`benchmarks/results/reproduce/`; never edited by hand. Each row reuses an existing benchmark or console "
-        "script at a budget this machine finishes (the scale per row below); `--scale gpu` (the default on a "
+        "`benchmarks/records/reproduce/`, which are committed with it; never edited by hand. "
+        "`python benchmarks/reproduce.py --check` (run by the test suite) fails when this page is "
+        "not what the records give. Each row reuses an existing benchmark or console script at a "
+        "budget this machine finishes (the scale per row below); `--scale gpu` (the default on a "
         "CUDA machine) runs larger budgets.",
         "",
         "| seed | finding | paper | ours | verdict |",
@@ -602,7 +662,7 @@ def page(rows: List[Row], png: str) -> str:
         lines.append(
             f"| {f.seed} {SEED_NAMES[f.seed]} | {f.finding} | {row.paper.text} | {ours} | **{row.verdict}** |"
         )
-    counts = {v: sum(r.verdict == v for r in rows) for v in (REPRODUCED, DIRECTION, NOT_REPRODUCED)}
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     lines += [
         "",
         "; ".join(f"{n} {v}" for v, n in counts.items()) + f" of {len(rows)}.",
@@ -619,7 +679,7 @@ def page(rows: List[Row], png: str) -> str:
         ran = (
             (
                 f"{rec['scale']} scale ({rec['device']}, {rec['date']}, step `{rec['step']}` took "
-                f"{rec['seconds'] / 60:.1f} min)"
+                f"{rec['seconds'] / 60:.1f} min{TRANSCRIBED if 'transcribed' in rec else ''})"
             )
             if rec
             else "not run"
@@ -627,7 +687,16 @@ def page(rows: List[Row], png: str) -> str:
         lines.append(f"- **{f.key}** ({f.seed}, {CLAIM_WORDS[f.claim]}): {ran}. Ours: {f.reads}.")
         if f.claim == VALUE:
             lines.append(f"  Tolerance {f.tolerance:.2g}: {f.why}.")
-        if row.verdict != REPRODUCED:
+        if f.claim == NONE:
+            lines.append(
+                f"  Margin ±{f.tolerance:g} {f.unit}: a difference within it is no difference "
+                "(fixed; the seeds' spread does not widen it)."
+            )
+        if row.detail:
+            lines.append(f"  Also measured: {row.detail}.")
+        if row.verdict == NO_COMPARISON:
+            lines += [f"  No comparison: {row.note}.", f"  Why: {f.why}."]
+        elif row.verdict != REPRODUCED:
             why = (
                 "ours differs from the published number by more than that"
                 if f.claim == VALUE
@@ -642,6 +711,8 @@ def page(rows: List[Row], png: str) -> str:
         "make reproduce                      # = python benchmarks/reproduce.py",
         "python benchmarks/reproduce.py --only KEY ...   # some rows (the keys above)",
         "python benchmarks/reproduce.py --scale gpu      # larger budgets (default with --device cuda)",
+        "python benchmarks/reproduce.py --from-records   # this page and its PNG from the records",
+        "python benchmarks/reproduce.py --check          # fails unless this page is the records'",
         "```",
         "",
         "What each step ran the last time (paths relative to the repository):",
@@ -655,6 +726,8 @@ def page(rows: List[Row], png: str) -> str:
             f"- `{step.name}` ({rec['scale']} scale, budget `{json.dumps(rec['params'])}`): {step.what}.",
             "",
         ]
+        if "transcribed" in rec:
+            lines += [f"  Its record is transcribed: {rec['transcribed']}", ""]
         lines += [
             "  ```",
             *(f"  {c}" for c in rec["commands"] or ["(computed in this process)"]),
@@ -664,7 +737,12 @@ def page(rows: List[Row], png: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-VERDICT_COLOURS = {REPRODUCED: "tab:green", DIRECTION: "tab:olive", NOT_REPRODUCED: "tab:red"}
+VERDICT_COLOURS = {
+    REPRODUCED: "tab:green",
+    DIRECTION: "tab:olive",
+    NOT_REPRODUCED: "tab:red",
+    NO_COMPARISON: "tab:gray",
+}
 
 
 def plot(rows: List[Row], path: Path) -> None:
@@ -702,13 +780,28 @@ def plot(rows: List[Row], path: Path) -> None:
     save_figure(fig, path, dpi=100)
 
 
+def rows_from_records(ctx: Context, failed: Optional[Dict[str, str]] = None) -> List[Row]:
+    """Every finding evaluated from its step's record in ``ctx.results``; a step in ``failed``
+    (name: why) without a record says so."""
+    failed = failed or {}
+    rows = [evaluate(f, load_record(ctx, STEP[f.step]) if f.step else None) for f in FINDINGS]
+    return [
+        (
+            replace(r, note=f"its step failed ({failed[r.finding.step]})")
+            if r.record is None and r.finding.step in failed
+            else r
+        )
+        for r in rows
+    ]
+
+
 def reproduce(
     ctx: Context, keys: Optional[Sequence[str]], out: Path, run: bool = True
 ) -> List[Row]:
-    """Run the steps the findings ``keys`` (None: all) need, cheapest first, then write the page
-    ``out`` and its PNG beside it from every step's record. A failing step is reported and the
-    others still run; its findings read whatever record it had (without one, the page says the step
-    failed)."""
+    """Run the steps the findings ``keys`` (None: all) need, cheapest first (none when not
+    ``run``), then write the page ``out`` and its PNG beside it from every step's record. A failing
+    step is reported and the others still run; its findings read whatever record it had (without
+    one, the page says the step failed)."""
     wanted = [f for f in FINDINGS if keys is None or f.key in keys]
     needed = [s for s in STEPS if any(f.step == s.name for f in wanted)]
     failed: Dict[str, str] = {}
@@ -718,15 +811,7 @@ def reproduce(
         except (runs.RunError, OSError, KeyError, ValueError, StopIteration) as e:
             failed[step.name] = str(e).splitlines()[0] if str(e) else type(e).__name__
             print(f"[reproduce] {step.name} FAILED: {e}", flush=True)
-    rows = [evaluate(f, load_record(ctx, STEP[f.step]) if f.step else None) for f in FINDINGS]
-    rows = [
-        (
-            replace(r, note=f"its step failed ({failed[r.finding.step]})")
-            if r.record is None and r.finding.step in failed
-            else r
-        )
-        for r in rows
-    ]
+    rows = rows_from_records(ctx, failed)
     png = out.with_suffix(".png")
     plot(rows, png)
     write_text(out, page(rows, png.name))
@@ -740,6 +825,17 @@ def reproduce(
             f"benchmarks/reproduce.py: {len(failed)} step(s) failed: {', '.join(failed)}"
         )
     return rows
+
+
+def check(ctx: Context, out: Path) -> None:
+    """SystemExit (one line, status 1) unless ``out`` is byte for byte the page the records give;
+    nothing is run or written."""
+    text = page(rows_from_records(ctx), out.with_suffix(".png").name)
+    if not out.is_file() or out.read_bytes() != text.encode("utf-8"):
+        raise SystemExit(
+            f"benchmarks/reproduce.py: {display([out])} is not the page its records give "
+            f"({display([ctx.results])}); write it with --from-records"
+        )
 
 
 def main(argv=None) -> None:
@@ -759,13 +855,27 @@ def main(argv=None) -> None:
         choices=("cpu", "gpu"),
         help="budgets (default: gpu with --device cuda, else cpu)",
     )
-    parser.add_argument(
-        "--no-run", action="store_true", help="write the page from the steps already run"
+    records = parser.add_mutually_exclusive_group()
+    records.add_argument(
+        "--from-records",
+        action="store_true",
+        help="write the page and its PNG from the steps' records alone (no step runs)",
+    )
+    records.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if the page differs from the one the records give",
     )
     parser.add_argument(
         "--out", type=Path, default=PAGE, help=f"the page (its PNG beside it; default {PAGE})"
     )
     args = parser.parse_args(argv)
+    if args.check or args.from_records:
+        ctx = Context()
+        if args.check:
+            return check(ctx, args.out.resolve())
+        reproduce(ctx, None, args.out.resolve(), run=False)
+        return
     device = args.device
     if device is None or device == "cuda":
         import torch
@@ -777,7 +887,7 @@ def main(argv=None) -> None:
     signal.signal(
         signal.SIGTERM, lambda *_: sys.exit(143)
     )  # as Ctrl-C: the running benchmark is killed with us
-    reproduce(ctx, args.only, args.out.resolve(), run=not args.no_run)
+    reproduce(ctx, args.only, args.out.resolve())
 
 
 if __name__ == "__main__":

@@ -6,15 +6,16 @@ paper's text in ``../shared/seeds``, from the tables ``fairseq-bio-vocab-report`
 in the finding with its table), the step of ``reproduce.py`` whose results give ours and
 ``ours(results)`` how, the kind of claim (``VALUE``: the paper's own arithmetic; ``SIGN``: a
 difference; ``NONE``: no substantial difference) and why it may not reproduce at this scale.
-``verdict`` is the rule (``RULE`` says it in words on the page); ``evaluate`` applies it to a
-finding and its step's record.
+``verdict`` is the rule (``RULE`` says it in words on the page); ``guard`` refuses a modelling
+row whose sides learned nothing measurable; ``evaluate`` applies both to a finding and its step's
+record.
 """
 
 import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_bio.metrics.benchmark_scores import SEQUENCE_LABELLING, TEXT_CLASSIFICATION
 
@@ -22,12 +23,14 @@ SHARED = (
     Path(__file__).resolve().parent.parent.parent / "shared"
 )  # the seed papers' text, the task data
 REPRODUCED, DIRECTION, NOT_REPRODUCED = "reproduced", "direction reproduced", "not reproduced"
+NO_COMPARISON = "no comparison"  # a modelling row whose sides fail the guard (``guard``)
+VERDICTS = (REPRODUCED, DIRECTION, NOT_REPRODUCED, NO_COMPARISON)
 VALUE, SIGN, NONE = (
     "value",
     "sign",
     "none",
 )  # the paper's arithmetic, a difference, no substantial difference
-NO_DIFFERENCE = 1.0  # points (F1 x 100): what "no substantial difference" allows
+NO_DIFFERENCE = 1.0  # points (F1 x 100): the fixed margin of "no substantial difference"
 CLAIM_WORDS = {
     VALUE: "value",
     SIGN: "difference",
@@ -49,22 +52,22 @@ def verdict(
     spread: Optional[float] = None,
     tolerance: float = 0.0,
 ) -> str:
-    """One of the three verdicts for ``ours`` against ``paper`` (the page states this rule in
-    words).
+    """Reproduced, direction reproduced or not reproduced, for ``ours`` against ``paper`` (``RULE``
+    says it in words; ``guard`` gives the fourth verdict).
 
     - VALUE: reproduced when |ours - paper| <= ``tolerance`` (the rounding of the paper's inputs);
     - SIGN: reproduced when ours has the paper's sign and |ours| exceeds ``spread`` (std over seeds
       or repeats, 0 for a deterministic count); direction reproduced when it has the sign but not
       beyond the spread, or when there is no spread (one run); not reproduced when the sign differs
       (or ours is 0);
-    - NONE: reproduced when |ours| <= max(``tolerance``, spread); not reproduced otherwise.
+    - NONE: reproduced when |ours| <= ``tolerance``, a fixed margin (the spread does not widen it).
     Nothing measured (``ours`` None) is not reproduced."""
     if ours is None:
         return NOT_REPRODUCED
     if claim == VALUE:
         return REPRODUCED if abs(ours - paper) <= tolerance else NOT_REPRODUCED
     if claim == NONE:
-        return REPRODUCED if abs(ours) <= max(tolerance, spread or 0.0) else NOT_REPRODUCED
+        return REPRODUCED if abs(ours) <= tolerance else NOT_REPRODUCED
     if claim != SIGN:
         raise ValueError(f"unknown claim {claim!r}; known: {VALUE}, {SIGN}, {NONE}")
     if ours == 0 or (ours > 0) != (paper > 0):
@@ -95,6 +98,69 @@ def differences(values: Sequence[float], text: Callable[[float, str], str]) -> M
     mean, spread = statistics.fmean(values), spread_of(values)
     runs_text = f"± {spread:.2f} over {len(values)} seeds" if spread is not None else "one seed"
     return Measure(mean, text(mean, runs_text), spread, list(values))
+
+
+# --- the guard on modelling rows -------------------------------------------------------------------------------------
+
+
+class NotAComparison(Exception):
+    """Raised by ``guard`` when a side of a modelling row learned nothing measurable (or that is not
+    recorded); its message says why, and the row's verdict is NO_COMPARISON."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a modelling comparison: its mean score over fine-tuning seeds and their
+    ``spread`` (std; None: one seed, or not recorded), the mean of the same architecture from
+    random initialisation (``random``; None: no such run recorded) and the trivial baseline's
+    score (``trivial``: all-O tagging, the majority class; None: not recorded). A side that is
+    itself the random-init run (``is_random``) is held to the trivial baseline only."""
+
+    name: str
+    mean: float
+    spread: Optional[float]
+    random: Optional[float]
+    trivial: Optional[float]
+    is_random: bool = False
+
+
+def side(
+    name: str,
+    values: Sequence[float],
+    random: Optional[Sequence[float]] = None,
+    trivial: Optional[float] = None,
+    is_random: bool = False,
+) -> Side:
+    """A ``Side`` from per-seed scores (and the random-init run's, when there is one)."""
+    random_mean = statistics.fmean(random) if random else None
+    return Side(name, statistics.fmean(values), spread_of(values), random_mean, trivial, is_random)
+
+
+def guard(sides: Sequence[Side]) -> None:
+    """NotAComparison unless every side beats the same architecture from random init and the
+    trivial baseline by more than its own seed spread; the message says, per side, what failed."""
+    reasons = []
+    for s in sides:
+        against = [("the trivial baseline", s.trivial, "trivial baseline")]
+        if not s.is_random:
+            against.insert(0, ("random init", s.random, "random-init run"))
+        problems, unjudged = [], False
+        for what, score, missing in against:
+            if score is None:
+                problems.append(f"no {missing} recorded")
+                continue
+            margin = s.mean - score
+            if s.spread is None and margin > 0:
+                unjudged = True
+            elif margin <= (s.spread or 0.0):
+                within = f", not more than its seed spread {s.spread:.2f}" if s.spread else ""
+                problems.append(f"{margin:+.2f} over {what} ({score:.2f}){within}")
+        if unjudged:
+            problems.append("no seed spread recorded to judge its margins by")
+        if problems:
+            reasons.append(f"{s.name} ({s.mean:.2f}): {', '.join(problems)}")
+    if reasons:
+        raise NotAComparison("; ".join(reasons))
 
 
 # --- the papers' text -----------------------------------------------------------------------------------------------
@@ -169,6 +235,8 @@ VOCAB_LABELS = {
 NER_SETS = ("NCBI-disease", "BC5CDR-disease")
 
 DISTILLED, TEACHER, RANDOM = "distilled student", "teacher", "student architecture, random init"
+# the teacher's architecture from random init: distillation.py --ner does not run it yet
+TEACHER_RANDOM = "teacher architecture, random init"
 ELECTRA, MLM, RANDOM_INIT = (
     "electra",
     "mlm",
@@ -183,8 +251,10 @@ ELECTRA, MLM, RANDOM_INIT = (
 class Finding:
     """One headline finding of a seed paper: ``paper()`` its number, ``ours(results)`` ours from
     ``step``'s results (None: nothing here measures it), the ``claim`` the verdict tests (with
-    ``tolerance``), ``reads`` which number of the step that is, ``why`` it may not reproduce at this
-    scale (shown unless it reproduced), ``unit`` the plot's.
+    ``tolerance``: the rounding of a value, the fixed margin of no difference), ``reads`` which
+    number of the step that is, ``why`` it may not reproduce at this scale (shown unless it
+    reproduced), ``unit`` the plot's. A modelling row names its ``sides(results)`` for ``guard``;
+    ``detail(results)`` is more of what the step measured, shown under the row.
     """
 
     key: str
@@ -198,6 +268,8 @@ class Finding:
     why: str
     tolerance: float = 0.0
     unit: str = ""
+    sides: Optional[Callable[[Dict], List[Side]]] = None
+    detail: Optional[Callable[[Dict], str]] = None
 
 
 def _published_break_out(vocabulary: str, dataset: str) -> float:
@@ -328,39 +400,48 @@ def _electra_paper() -> Measure:
 
 def _electra_ours(results: Dict) -> Measure:
     f1, updates, minutes = results["f1"], results["updates"], results["minutes"]
-    electra, mlm, random_init = (statistics.fmean(f1[m]) for m in (ELECTRA, MLM, RANDOM_INIT))
-    disc = results.get("discriminator") or {}
-    separation = (
-        f"; its discriminator's last validation: mean P(replaced) {disc['replaced_prob']:.3f} on replaced "
-        f"tokens vs {disc['original_prob']:.3f} on original ones, replaced recall "
-        f"{disc['replaced_recall']:g}"
-        if disc.get("replaced_prob") is not None
-        else ""
+    electra, mlm = (statistics.fmean(f1[m]) for m in (ELECTRA, MLM))
+    random_init = (
+        f"; random init {statistics.fmean(f1[RANDOM_INIT]):.2f}" if f1.get(RANDOM_INIT) else ""
     )
-    # a side that fine-tunes no better than the same encoder from random init learned nothing to
-    # compare
-    for model, name, mean in (
-        (ELECTRA, "ELECTRA's discriminator", electra),
-        (MLM, "the masked LM", mlm),
-    ):
-        gain = statistics.fmean(a - r for a, r in zip(f1[model], f1[RANDOM_INIT]))
-        if gain <= 0:
-            raise NotAComparison(
-                f"not a comparison at this budget: {name} after {updates[model]} pretraining updates (of "
-                f"{results['planned'][model]} planned) fine-tunes no better than the same encoder from random init "
-                f"(NCBI-disease F1 {mean:.2f} vs {random_init:.2f}, {gain:+.2f} paired by seed; ELECTRA "
-                f"{electra:.2f}, masked LM {mlm:.2f}){separation}; it needs a longer budget (--scale gpu)"
-            )
     budget = (
         f" in {minutes:g} min each" if minutes else ""
     )  # None: the same updates for both (no budget)
     return differences(
         [e - m for e, m in zip(f1[ELECTRA], f1[MLM])],
         lambda m, n: f"NCBI-disease F1: ELECTRA "
-        f"discriminator {electra:.2f} vs masked LM {mlm:.2f} (**{m:+.2f}** {n}; random init "
-        f"{random_init:.2f}; {updates[ELECTRA]} vs {updates[MLM]} pretraining updates"
-        f"{budget})",
+        f"discriminator {electra:.2f} vs masked LM {mlm:.2f} (**{m:+.2f}** {n}{random_init}; "
+        f"{updates[ELECTRA]} vs {updates[MLM]} pretraining updates{budget})",
     )
+
+
+def _electra_sides(results: Dict) -> List[Side]:
+    f1, updates, trivial = results["f1"], results["updates"], _trivial(results, "NCBI-disease")
+    return [
+        side(
+            f"{name} after {updates[m]} of {results['planned'][m]} planned pretraining updates",
+            f1[m],
+            f1.get(RANDOM_INIT),
+            trivial,
+        )
+        for m, name in ((ELECTRA, "ELECTRA's discriminator"), (MLM, "the masked LM"))
+    ]
+
+
+def _electra_detail(results: Dict) -> str:
+    disc = results.get("discriminator") or {}
+    if disc.get("replaced_prob") is None:
+        return ""
+    return (
+        f"the discriminator's last validation: mean P(replaced) {disc['replaced_prob']:.3f} on "
+        f"replaced tokens vs {disc['original_prob']:.3f} on original ones, replaced recall "
+        f"{disc['replaced_recall']:g}"
+    )
+
+
+def _trivial(results: Dict, dataset: str) -> Optional[float]:
+    """The trivial baseline's score on ``dataset`` that the step recorded (None: none)."""
+    return (results.get("trivial") or {}).get(dataset)
 
 
 def _distill_paper(kind: str) -> Callable[[], Measure]:
@@ -401,6 +482,21 @@ def _distill_ours(kind: str) -> Callable[[Dict], Measure]:
     return ours
 
 
+def _distill_sides(kind: str) -> Callable[[Dict], List[Side]]:
+    def sides(results: Dict) -> List[Side]:
+        f1, trivial = results["f1"], _trivial(results, "NCBI-disease")
+        student = side("the distilled 2 x 128 student", f1[DISTILLED], f1.get(RANDOM), trivial)
+        if kind == "retention":
+            return [
+                student,
+                side("the 4 x 256 teacher", f1[TEACHER], f1.get(TEACHER_RANDOM), trivial),
+            ]
+        random = side("the 2 x 128 student from random init", f1[RANDOM], None, trivial, True)
+        return [student, random]
+
+    return sides
+
+
 def _speed_ours(results: Dict) -> Measure:
     six, tiny = results["speedup"]["student 6 x 768"], results["speedup"]["student 4 x 312"]
     mean, spread = statistics.fmean(six), spread_of(six)
@@ -425,7 +521,15 @@ def _variant(name: str, reference: str, paper_text: str, paper_effect: float):
             lambda m, n: f"{name.split(':')[0]}: {before:.2f} → {after:.2f} " f"(**{m:+.2f}** {n})",
         )
 
-    return paper, ours
+    def sides(results: Dict) -> List[Side]:
+        # each row: its per-seed "values", and the random-init run and trivial baseline of its
+        # dataset when the step recorded them
+        return [
+            side(f"the {key.split(':')[1]} variant", r["values"], r.get("random"), r.get("trivial"))
+            for key, r in ((reference, results[reference]), (name, results[name]))
+        ]
+
+    return paper, ours, sides
 
 
 def _dapt_paper() -> Measure:
@@ -455,6 +559,14 @@ def _dapt_ours(results: Dict) -> Measure:
         f"{statistics.fmean(ncbi['scores']):.2f} → {statistics.fmean(ncbi['continued']):.2f} "
         f"(**{m:+.2f}** {n}){others}",
     )
+
+
+def _dapt_sides(results: Dict) -> List[Side]:
+    ncbi = results["NCBI-disease"]
+    return [
+        side(f"MiniLM {what}", ncbi[key], ncbi.get("random"), ncbi.get("trivial"))
+        for what, key in (("as imported", "scores"), ("continued on PubMed", "continued"))
+    ]
 
 
 _VOCAB_DOMAIN = _break_out("BERT-cased", "PubMedBERT-uncased (30k)", "MiniLM", "pubmedbert")
@@ -560,6 +672,7 @@ FINDINGS = [
         + "MiniLM continued for a few hundred updates on 4 M tokens, not BERT on PubMed for days; the "
         "fine-tuning is one or two epochs",
         unit="F1 points",
+        sides=_dapt_sides,
     ),
     Finding(
         "variants-bilstm",
@@ -576,6 +689,7 @@ FINDINGS = [
         "(benchmarks/README.md: with 20 x the rate it gains +4.7 instead)",
         tolerance=NO_DIFFERENCE,
         unit="F1 points",
+        sides=_BILSTM[2],
     ),
     Finding(
         "variants-markers",
@@ -591,6 +705,7 @@ FINDINGS = [
         "epochs at lr 3e-5 of a 6-layer MiniLM on GAD (Table 12 measures DDI and ChemProt)",
         tolerance=NO_DIFFERENCE,
         unit="F1 points",
+        sides=_MARKERS[2],
     ),
     Finding(
         "biolm-arithmetic",
@@ -620,6 +735,7 @@ FINDINGS = [
         + "our student starts from random weights (bio-lm's from its MLM-pretrained base), the teacher "
         "is a 4 x 256 model pretrained for minutes, the fine-tuning 1,000 sentences",
         unit="F1 points",
+        sides=_distill_sides("gain"),
     ),
     Finding(
         "electra-arithmetic",
@@ -646,9 +762,8 @@ FINDINGS = [
         "NCBI-disease test entity F1 of a tiny ELECTRA's 4 x 256 discriminator (extracted by "
         "fairseq-bio-extract-encoder) minus a masked-LM bio_roberta of the same size, both pretrained on the "
         "PubMed sample for the same wall-clock minutes (ELECTRA's last checkpoint), paired by fine-tuning seed, "
-        "from electra_downstream.py's results.json; a side whose encoder fine-tunes no better than the same "
-        "architecture from random init learned nothing, and the row is then no comparison; ours is in F1 points "
-        "on one NER set, the paper's in BLURB points (13 tasks)",
+        "from electra_downstream.py's results.json; ours is in F1 points on one NER set, the "
+        "paper's in BLURB points (13 tasks)",
         SHORT
         + "minutes of pretraining each (about a thousand updates of 16 x 128 tokens: the discriminator "
         "separates replaced tokens while the generator's samples are near random, and loses most of it once the "
@@ -656,6 +771,8 @@ FINDINGS = [
         "sequences (as many sequences as PubMedBERT saw); a 64-wide generator; one NER set fine-tuned on 1,000 "
         "sentences; and the paper's baseline is PubMedBERT itself, not a masked LM trained beside it",
         unit="points (paper BLURB, ours F1)",
+        sides=_electra_sides,
+        detail=_electra_detail,
     ),
     Finding(
         "compact-retention",
@@ -671,6 +788,7 @@ FINDINGS = [
         + "the teacher is a 4 x 256 model pretrained for minutes; only the TinyBioBERT preset is distilled "
         "(DistilBioBERT and CompactBioBERT are not run by the benchmark)",
         unit="F1 points",
+        sides=_distill_sides("retention"),
     ),
     Finding(
         "compact-speed",
@@ -695,7 +813,7 @@ FINDINGS = [
 @dataclass(frozen=True)
 class Row:
     """A finding evaluated: the paper's measure, ours (None: not measured), the verdict, the record
-    it came from."""
+    it came from, why it is not reproduced (``note``) and what else its step measured."""
 
     finding: Finding
     paper: Measure
@@ -703,36 +821,53 @@ class Row:
     verdict: str
     record: Optional[Dict]
     note: str = ""
+    detail: str = ""
 
 
-class NotAComparison(Exception):
-    """A finding's ``ours`` raises it when its step ran but one side never learned (the page says
-    why, no number)."""
+def measured(finding: Finding, record: Dict) -> Tuple[Measure, Optional[List[Side]], str]:
+    """Ours, the sides (None: not a modelling row) and the detail of ``finding`` from its step's
+    record: computed from the per-seed ``results``, or read from ``published`` in a record
+    transcribed from an earlier page whose per-seed results were not kept."""
+    if "published" in record:
+        entry = record["published"][finding.key]
+        ours = Measure(**entry["ours"])
+        sides = entry.get("sides")
+        if finding.sides is not None and sides is None:
+            raise KeyError(f"{finding.key}: no sides")
+        return ours, sides and [Side(**s) for s in sides], entry.get("detail", "")
+    results = record["results"]
+    ours = finding.ours(results)
+    sides = finding.sides(results) if finding.sides else None
+    return ours, sides, finding.detail(results) if finding.detail else ""
 
 
 def evaluate(finding: Finding, record: Optional[Dict]) -> Row:
-    """``finding`` against ``record`` (its step's, or None when that has not run)."""
+    """``finding`` against ``record`` (its step's, or None when that has not run): the verdict of
+    ``verdict``, or NO_COMPARISON when a side of a modelling row fails ``guard``."""
     paper = finding.paper()
-    ours, note = None, ""
+    ours, sides, note, detail = None, None, "", ""
     if finding.ours is None:
         note = finding.why
     elif record is None:
         note = f"not run yet: python benchmarks/reproduce.py --only {finding.key}"
     else:
         try:
-            ours = finding.ours(record["results"])
-        except NotAComparison as e:
-            note = str(e)
+            ours, sides, detail = measured(finding, record)
         except (KeyError, TypeError, ValueError, statistics.StatisticsError) as e:
             note = f"its step's results lack what it reads ({type(e).__name__}: {e})"
     spread = ours.spread if ours else None
     result = verdict(
         finding.claim, paper.effect, ours.effect if ours else None, spread, finding.tolerance
     )
-    return Row(finding, paper, ours, result, record, note)
+    if sides is not None:
+        try:
+            guard(sides)
+        except NotAComparison as e:
+            result, note = NO_COMPARISON, str(e)
+    return Row(finding, paper, ours, result, record, note, detail)
 
 
-RULE = f"""**The rule.** Each finding is one of three claims, and ours is the same comparison measured here:
+RULE = """**The rule.** Each finding is one of three claims, and ours is the same comparison measured here:
 
 - *value* (the paper's own arithmetic): **reproduced** when ours is within the rounding of the paper's inputs
   (stated per row), else **not reproduced**;
@@ -740,8 +875,14 @@ RULE = f"""**The rule.** Each finding is one of three claims, and ours is the sa
   fine-tuning seeds or timing runs; 0 for a deterministic count); **direction reproduced** when it has the sign but
   not beyond the spread, or comes from one run (no spread to compare with); **not reproduced** when its sign is the
   opposite;
-- *no difference* (the paper found none worth having): **reproduced** when |ours| is at most {NO_DIFFERENCE:g} point
-  or the spread, whichever is larger, else **not reproduced**.
+- *no difference* (the paper found none worth having): **reproduced** when |ours| is at most a fixed margin stated
+  per row (the seeds' spread does not widen it), else **not reproduced**.
+
+A modelling row (models pretrained, distilled or fine-tuned here) is judged only when each of its two sides learned
+something: each must beat the same architecture fine-tuned from random initialisation and the trivial baseline
+(all-O tagging for NER, the majority training label for relations) by more than its own seed spread. Otherwise
+the row is **no comparison**, with the reason, whatever its difference says; a step that recorded no random-init
+run (or no baseline, or one seed) cannot show this, and its rows are no comparison too.
 
 A finding nothing here measures is **not reproduced**, and says why. Levels are not compared: our models, corpora
 and budgets are a small fraction of the papers', so a number is set beside the paper's for its sign and size only."""
