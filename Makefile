@@ -19,6 +19,9 @@ $(STAMP): setup.py requirements/stack.txt requirements/fairseq.txt requirements/
 	# fairseq-fixed compiles its Cython/C++ extensions against the torch and numpy installed above.
 	$(BIN)/pip install --no-deps --no-build-isolation -r requirements/fairseq.txt
 	$(BIN)/pip install --no-deps -e .
+	# hydra finds its plugins by listing the hydra_plugins folders on sys.path, which an editable install's
+	# finder does not show: put plugins/ on the path (fairseq-hydra-train's one-line override errors).
+	$(BIN)/python -c "import os, site; open(os.path.join(site.getsitepackages()[0], 'fairseq_bio_hydra_plugins.pth'), 'w').write(os.path.abspath('plugins') + '\n')"
 	touch $(STAMP)
 
 demo: install

@@ -14,11 +14,14 @@ setup(
     # commands) installs as fairseq_bio_preprocess, so that no other project's "preprocess" collides
     # with it.
     packages=find_packages(include=["fairseq_bio", "fairseq_bio.*"])
-    + ["fairseq_bio_preprocess", "fairseq_bio.hydra_configs"],
+    + ["fairseq_bio_preprocess", "fairseq_bio.hydra_configs"]
+    # hydra imports it with its plugins: fairseq-hydra-train's composition errors in one line
+    + ["hydra_plugins.fairseq_bio"],
     # The hydra configs ship inside the package (fairseq-bio-config-dir prints where); in a checkout
     # they stay the top-level hydra_configs/ (fairseq_bio.runs.shipped_config_dir finds either).
     package_dir={
         "fairseq_bio_preprocess": "preprocess",
+        "hydra_plugins.fairseq_bio": "plugins/hydra_plugins/fairseq_bio",
         "fairseq_bio.hydra_configs": "hydra_configs",
     },
     package_data={

@@ -383,6 +383,58 @@ def _hydra_tagging(tmp_path, data, tiny_encoder, *extra, env=None):
     )
 
 
+MISTYPED = {  # override: the line fairseq-hydra-train ends with
+    "optimization.max_update=abc": "optimization.max_update=abc: Value 'abc' of type 'str' could "
+    "not be converted to Integer",
+    "model.encoder_layer=3": "model.encoder_layer=3: no such key in the config; did you mean "
+    "model.encoder_layers or model.encoder_embed_dim? (+model.encoder_layer=3 adds it)",
+    "optimization.lr=[abc": "optimization.lr=[abc: hydra cannot parse it (no viable alternative at "
+    "input '[abc')",
+    "precision=fp8": "precision=fp8: no such config (the options: bf16, fp16, fp32, "
+    "memory_efficient_bf16, memory_efficient_fp16, recipe)",
+}
+
+
+@pytest.mark.parametrize("override", MISTYPED)
+def test_hydra_train_names_a_mistyped_override_in_one_line(override, tmp_path):
+    """hydra's own report of an override it cannot compose (a block ending in "Set the environment
+    variable HYDRA_FULL_ERROR=1") becomes one line naming the override, through the plugin's hydra
+    plugin (plugins/hydra_plugins); FAIRSEQ_BIO_TRACEBACK=1 gives hydra's block back."""
+    argv = runs.hydra_train("bio_roberta_tiny", f"task.data={tmp_path}", override)
+    failed = runs.capture(argv, cwd=tmp_path, timeout=120)
+    assert one_line(failed) == MISTYPED[override]
+    assert "HYDRA_FULL_ERROR" not in failed.stderr
+    assert sum(override in line for line in failed.stderr.splitlines()) == 1  # hydra's block, again
+    if override == next(iter(MISTYPED)):  # once: hydra's own report when asked for
+        asked = runs.capture(argv, cwd=tmp_path, timeout=120, env={"FAIRSEQ_BIO_TRACEBACK": "1"})
+        assert asked.returncode == 1 and MISTYPED[override] not in asked.stderr
+        assert f"Error merging override {override}" in asked.stderr, asked.stderr[-3000:]
+
+
+def test_other_hydra_programs_keep_hydra_s_report(tmp_path):
+    """The hydra plugin acts in fairseq-hydra-train only: another hydra program in the same
+    environment reports a mistyped value as hydra does."""
+    (tmp_path / "app.py").write_text(
+        "from dataclasses import dataclass\n"
+        "import hydra\n"
+        "from hydra.core.config_store import ConfigStore\n"
+        "@dataclass\n"
+        "class Config:\n"
+        "    steps: int = 1\n"
+        "ConfigStore.instance().store(name='app', node=Config)\n"
+        "@hydra.main(config_name='app', version_base=None)\n"
+        "def main(cfg):\n"
+        "    print(cfg.steps)\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "app.py", "steps=abc"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "Error merging override steps=abc" in result.stderr, result.stderr
+    assert "HYDRA_FULL_ERROR" in result.stderr
+
+
 def test_hydra_train_reports_a_ragged_conll_line_in_one_line(tiny_encoder, tmp_path):
     """The error adds exactly one line to what every fairseq-hydra-train start prints on stderr
     (hydra's and fairseq's start-up warnings, measured on a good run of the same command): the

@@ -11,7 +11,6 @@ are, pretrains with ``fairseq-hydra-train --config-dir "$(...)"`` and fine-tunes
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 import venv
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 from conftest import REPO, build_once
 from helpers.console_scripts import console_scripts
 
-SOURCES = ("setup.py", "README.md", "fairseq_bio", "preprocess", "hydra_configs")
+SOURCES = ("setup.py", "README.md", "fairseq_bio", "preprocess", "hydra_configs", "plugins")
 
 
 def _linkable(name: str) -> bool:
@@ -41,12 +40,10 @@ def _fresh_install(root: Path) -> None:
     for entry in ours.iterdir():
         if not _linkable(entry.name) or (site / entry.name).exists():
             continue
-        if (
-            entry.name == "fairseq"
-        ):  # copied: fairseq finds a relative --user-dir at fairseq/../<dir>, which a
-            shutil.copytree(
-                entry, site / entry.name, ignore=shutil.ignore_patterns("__pycache__")
-            )  # link escapes
+        # copied: fairseq finds a relative --user-dir at fairseq/../<dir>, which a link escapes;
+        # pip installs the plugin's hydra plugin into hydra_plugins/, which must not be this one's
+        if entry.name in ("fairseq", "hydra_plugins"):
+            shutil.copytree(entry, site / entry.name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (site / entry.name).symlink_to(entry)
     python = root / "venv" / "bin" / "python"
@@ -117,22 +114,40 @@ def test_configs_ship_with_the_package(installed, tmp_path):
 def test_installed_top_level_names_are_namespaced(installed):
     """What the distribution puts into site-packages: only names that start with ``fairseq_bio``
     (the checkout's ``preprocess/`` installs as ``fairseq_bio_preprocess``), so that no other
-    project's module collides with it.
+    project's module collides with it, and ``hydra_plugins/fairseq_bio`` in hydra's namespace.
     """
     site = Path(
         sysconfig.get_paths(vars={"base": str(installed), "platbase": str(installed)})["purelib"]
     )
     (record,) = site.glob("fairseq_bio-*.dist-info/RECORD")
-    top = {
-        Path(line.split(",")[0]).parts[0]
-        for line in record.read_text(encoding="utf-8").splitlines()
-    }
+    paths = [Path(line.split(",")[0]) for line in record.read_text(encoding="utf-8").splitlines()]
+    top = {path.parts[0] for path in paths}
+    assert {p.parts[1] for p in paths if p.parts[0] == "hydra_plugins"} == {"fairseq_bio"}
     top = {
         name for name in top if not name.endswith(".dist-info") and name != ".."
     }  # .. : console scripts in bin/
-    assert top == {"fairseq_bio", "fairseq_bio_preprocess"}, top
+    assert top == {"fairseq_bio", "fairseq_bio_preprocess", "hydra_plugins"}, top
     assert (site / "fairseq_bio_preprocess" / "data" / "pubmedbert_table1_terms.tsv").is_file()
     assert not (site / "preprocess").exists()
+
+
+def test_a_mistyped_override_is_one_line_from_the_installed_copy(installed, tmp_path):
+    """hydra finds the installed hydra plugin (hydra_plugins/fairseq_bio) without the checkout."""
+    config_dir = run(installed, ["fairseq-bio-config-dir"], tmp_path).stdout.strip()
+    argv = ["fairseq-hydra-train", "--config-dir", config_dir, "--config-name", "bio_roberta_tiny"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{installed / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    result = subprocess.run(
+        [*argv, "optimization.max_update=abc"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "HYDRA_FULL_ERROR" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "optimization.max_update=abc: Value 'abc' of type 'str' could not be converted to Integer"
+    )
 
 
 def test_pretrain_and_blurb_from_an_unrelated_directory(installed, tmp_path, data_bin, ncbi_slice):

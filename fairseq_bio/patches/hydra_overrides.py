@@ -1,0 +1,86 @@
+"""A command-line override that hydra cannot compose, said by fairseq-hydra-train in one line naming
+the override: a value of the wrong type, a key the config does not have (with the nearest keys it
+does have), an override hydra cannot parse, a config group option that does not exist (with the
+options there are). hydra prints these as a block of five to thirty lines ending in "Set the
+environment variable HYDRA_FULL_ERROR=1", before the plugin's code is imported by fairseq.
+
+``install()`` is called by the ``hydra_plugins.fairseq_bio`` module, which hydra imports with its
+plugins when it starts, in fairseq-hydra-train only; ``FAIRSEQ_BIO_TRACEBACK=1`` or
+``HYDRA_FULL_ERROR=1`` keep hydra's own report.
+"""
+
+import difflib
+import functools
+import os
+import sys
+
+_MARK = "fairseq_bio_overrides"
+TRACEBACK_VARIABLES = ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")
+
+
+def _first_line(text) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def _nearest_keys(cause) -> str:
+    """ ", did you mean a.b?" for a key the config does not have, from the keys beside it."""
+    parent, key, full_key = (getattr(cause, k, None) for k in ("parent_node", "key", "full_key"))
+    if parent is None or not key or not hasattr(parent, "keys"):
+        return ""
+    close = difflib.get_close_matches(str(key), [str(k) for k in parent.keys()], n=3)
+    prefix = str(full_key)[: -len(str(key))] if full_key else ""
+    return f"; did you mean {' or '.join(prefix + k for k in close)}?" if close else ""
+
+
+def one_line(error) -> str:
+    """The composition error ``error`` (hydra's, with omegaconf's cause) as one line that starts
+    with the override it is about."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    cause = error.__cause__
+    if isinstance(error, OverrideParseException):
+        return f"{error.override}: hydra cannot parse it ({_first_line(error)})"
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        group, _, name = str(error.missing_cfg_file).rpartition("/")
+        options = ", ".join(error.options or ()) or "none"
+        return f"{group or 'config'}={name}: no such config (the options: {options})"
+    text = str(error)
+    if text.startswith("Error merging override "):
+        override = _first_line(text)[len("Error merging override ") :]
+        return f"{override}: {_first_line(cause)}" if cause is not None else override
+    if text.startswith("Could not override "):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        add = next((line.split(" use ", 1)[1] for line in lines if " use +" in line), None)
+        override = add[1:] if add else lines[0][len("Could not override ") :].strip("'.")
+        where = "default list" if "defaults list" in text else "config"
+        hint = f" ({add} adds it)" if add else ""
+        return f"{override}: no such key in the {where}{_nearest_keys(cause)}{hint}"
+    return "; ".join(filter(None, [_first_line(text), _first_line(cause) if cause else ""]))
+
+
+def _reporting_in_one_line(load_configuration):
+    @functools.wraps(load_configuration)
+    def load(*args, **kwargs):
+        from hydra.errors import ConfigCompositionException, MissingConfigException
+        from hydra.errors import OverrideParseException
+
+        try:
+            return load_configuration(*args, **kwargs)
+        except (ConfigCompositionException, MissingConfigException, OverrideParseException) as e:
+            if any(os.environ.get(name) == "1" for name in TRACEBACK_VARIABLES):
+                raise
+            print(one_line(e), file=sys.stderr)
+            raise SystemExit(1) from None
+
+    setattr(load, _MARK, True)
+    return load
+
+
+def install() -> None:
+    """Report composition errors in one line (see the module docstring). Idempotent."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    if not getattr(ConfigLoaderImpl.load_configuration, _MARK, False):
+        ConfigLoaderImpl.load_configuration = _reporting_in_one_line(
+            ConfigLoaderImpl.load_configuration
+        )
