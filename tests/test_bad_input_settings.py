@@ -7,6 +7,7 @@ directory."""
 import argparse
 import os
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -514,3 +515,46 @@ def test_shipped_configs_train_from_another_directory(data_bin, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (work / "run" / "checkpoint_last.pt").is_file()
+
+
+def test_processes_started_per_gpu_find_the_plugin_from_another_directory(tmp_path):
+    """fairseq starts one fresh process per GPU of a machine, which imports ``common.user_dir``
+    before anything imports the plugin. Composed in another directory, the configs' bare
+    ``fairseq_bio`` is the plugin's directory (the plugin's hydra plugin), which such a process
+    imports: its tasks are registered."""
+    composed = runs.capture(
+        [
+            runs.executable(runs.HYDRA_TRAIN),
+            "--config-dir",
+            CONFIG_DIR,
+            "--config-name",
+            "bio_roberta_tiny",
+            "task.data=data-bin",
+            "--cfg",
+            "job",
+        ],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert composed.returncode == 0, composed.stderr[-3000:]
+    (user_dir,) = [
+        line.split(":", 1)[1].strip()
+        for line in composed.stdout.splitlines()
+        if line.strip().startswith("user_dir:")
+    ]
+    assert Path(user_dir) == REPO / "fairseq_bio"
+    child = (
+        "import argparse, sys\n"
+        "from fairseq import utils\n"
+        "from fairseq.tasks import TASK_REGISTRY\n"
+        "utils.import_user_module(argparse.Namespace(user_dir=sys.argv[1]))\n"
+        "print('bio_masked_lm' in TASK_REGISTRY)\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", child, user_dir], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert found.stdout.strip() == "True", found.stderr[-3000:]
+    bare = subprocess.run(
+        [sys.executable, "-c", child, "fairseq_bio"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "FileNotFoundError" in bare.stderr  # what such a process met before

@@ -1,12 +1,16 @@
-"""A command-line override that hydra cannot compose, said by fairseq-hydra-train in one line naming
-the override: a value of the wrong type, a key the config does not have (with the nearest keys it
-does have), an override hydra cannot parse, a config group option that does not exist (with the
-options there are). hydra prints these as a block of five to thirty lines ending in "Set the
-environment variable HYDRA_FULL_ERROR=1", before the plugin's code is imported by fairseq.
+"""What fairseq-hydra-train's config composition gets from the plugin, before fairseq imports it.
+
+An override hydra cannot compose is said in one line naming it: a value of the wrong type, a key the
+config does not have (with the nearest keys it does have), an override hydra cannot parse, a config
+group option that does not exist (with the options there are), where hydra prints a block of five
+to thirty lines ending in "Set the environment variable HYDRA_FULL_ERROR=1"
+(``FAIRSEQ_BIO_TRACEBACK=1`` or ``HYDRA_FULL_ERROR=1`` keep hydra's report). And the shipped
+configs' bare ``common.user_dir: fairseq_bio``, where it names no directory from the working
+directory, becomes the plugin's own directory, so that the processes fairseq starts for the GPUs
+of one machine, which read it before anything imports the plugin, find the plugin too.
 
 ``install()`` is called by the ``hydra_plugins.fairseq_bio`` module, which hydra imports with its
-plugins when it starts, in fairseq-hydra-train only; ``FAIRSEQ_BIO_TRACEBACK=1`` or
-``HYDRA_FULL_ERROR=1`` keep hydra's own report.
+plugins when it starts, in fairseq-hydra-train only.
 """
 
 import difflib
@@ -16,6 +20,7 @@ import sys
 
 _MARK = "fairseq_bio_overrides"
 TRACEBACK_VARIABLES = ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")
+PLUGIN = "fairseq_bio"  # the shipped configs' common.user_dir
 
 
 def _first_line(text) -> str:
@@ -58,29 +63,43 @@ def one_line(error) -> str:
     return "; ".join(filter(None, [_first_line(text), _first_line(cause) if cause else ""]))
 
 
-def _reporting_in_one_line(load_configuration):
+def plugin_user_dir(cfg) -> None:
+    """``common.user_dir`` of ``cfg`` as the plugin's directory where it is the configs' bare
+    ``fairseq_bio`` and no such directory is here (see the module docstring)."""
+    from omegaconf import open_dict, read_write
+
+    common = cfg.get("common") if hasattr(cfg, "get") else None
+    user_dir = common.get("user_dir") if hasattr(common, "get") else None
+    if user_dir and os.path.normpath(str(user_dir)) == PLUGIN and not os.path.exists(user_dir):
+        import fairseq_bio
+
+        with read_write(common), open_dict(common):
+            common.user_dir = os.path.dirname(os.path.abspath(fairseq_bio.__file__))
+
+
+def _composing(load_configuration):
     @functools.wraps(load_configuration)
     def load(*args, **kwargs):
         from hydra.errors import ConfigCompositionException, MissingConfigException
         from hydra.errors import OverrideParseException
 
         try:
-            return load_configuration(*args, **kwargs)
+            cfg = load_configuration(*args, **kwargs)
         except (ConfigCompositionException, MissingConfigException, OverrideParseException) as e:
             if any(os.environ.get(name) == "1" for name in TRACEBACK_VARIABLES):
                 raise
             print(one_line(e), file=sys.stderr)
             raise SystemExit(1) from None
+        plugin_user_dir(cfg)
+        return cfg
 
     setattr(load, _MARK, True)
     return load
 
 
 def install() -> None:
-    """Report composition errors in one line (see the module docstring). Idempotent."""
+    """Compose as the module docstring says. Idempotent."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     if not getattr(ConfigLoaderImpl.load_configuration, _MARK, False):
-        ConfigLoaderImpl.load_configuration = _reporting_in_one_line(
-            ConfigLoaderImpl.load_configuration
-        )
+        ConfigLoaderImpl.load_configuration = _composing(ConfigLoaderImpl.load_configuration)
