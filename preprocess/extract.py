@@ -55,6 +55,12 @@ _NO_DEDUPE = -1
 
 # the script, and what its output directory is recorded as made by (fairseq_bio.files)
 EXTRACT = "fairseq-bio-extract"
+# The seed papers' corpora (--preset): the options each sets, and where the paper says so.
+PRESETS = {
+    # PubMedBERT (seed 001 sec. 6.1): "we filter out any abstracts with less than 128 words to
+    # reduce noise" (counted as too_short in extract_stats.json)
+    "pubmedbert": dict(min_words=128),
+}
 OUTPUT_NAMES = ("train.txt", "valid.txt", "extract_stats.json")
 
 
@@ -70,7 +76,7 @@ class ExtractStats:
     valid_documents: int = 0
     duplicates: int = 0  # records superseded by a later record with the same id
     deleted: int = 0  # records whose id was deleted by a later <DeleteCitation>
-    too_short: int = 0  # winning records under --min-words
+    too_short: int = 0  # winning records under --min-words (PubMedBERT's short abstracts dropped)
     no_abstract: int = 0  # winning records without abstract/body text
     skipped: int = 0  # bad files skipped with --skip-bad-files
     sentences: int = 0  # lines written, titles included
@@ -85,6 +91,7 @@ class ExtractStats:
     seconds: float = 0.0
     mb_per_s: float = 0.0  # uncompressed MB per second, end to end
     min_words: int = 0
+    preset: str = ""  # --preset (PRESETS), when given
     valid_fraction: float = 0.0
     max_docs_per_file: Optional[int] = None
     workers: int = 1
@@ -108,6 +115,20 @@ class ExtractStats:
         lines += [f"skipped file: {entry}" for entry in self.skipped_files]
         lines += [f"file without abstracts: {name}" for name in self.files_without_abstracts]
         return "\n".join(lines)
+
+
+def preset_options(preset: Optional[str], min_words: Optional[int]) -> dict:
+    """The options of ``preset`` (none: the defaults) with those given beside it, checked against
+    it (one-line error on a contradiction, as fairseq-bio-vocab's presets)."""
+    if preset is not None and preset not in PRESETS:
+        raise PreprocessError(f"unknown --preset {preset!r} (choose from {', '.join(PRESETS)})")
+    options = dict(PRESETS[preset]) if preset else {"min_words": 0}
+    if min_words is not None and preset and min_words != options["min_words"]:
+        raise PreprocessError(
+            f"--preset {preset} sets min_words={options['min_words']}; --min-words {min_words} "
+            "contradicts it (give one or the other)"
+        )
+    return {**options, **({} if min_words is None else {"min_words": min_words})}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -384,7 +405,8 @@ def extract(
     inputs: Sequence[Union[str, os.PathLike]],
     out_dir: Union[str, os.PathLike],
     *,
-    min_words: int = 0,
+    preset: Optional[str] = None,
+    min_words: Optional[int] = None,
     valid_fraction: float = 0.01,
     max_docs_per_file: Optional[int] = None,
     workers: int = 1,
@@ -403,9 +425,11 @@ def extract(
     abstracts, all under ``min_words``, all in valid) are refused: nothing is written.
 
     ``note_categories`` (a list, or one comma-separated string; None: all) and ``deid_placeholders``
-    (one of ``mimic.DEID_MODES``) apply to MIMIC-III notes only. Raises PreprocessError (one line
-    naming the file) for a bad input file unless ``skip_bad_files``.
+    (one of ``mimic.DEID_MODES``) apply to MIMIC-III notes only. ``preset`` (``PRESETS``) sets the
+    options of a seed paper's corpus (``min_words`` None: the preset's, else 0). Raises
+    PreprocessError (one line naming the file) for a bad input file unless ``skip_bad_files``.
     """
+    min_words = preset_options(preset, min_words)["min_words"]
     if min_words < 0:
         raise PreprocessError("--min-words must be >= 0")
     if not 0.0 <= valid_fraction < 1.0:
@@ -431,6 +455,7 @@ def extract(
             out_dir,
             tmp,
             min_words,
+            preset,
             valid_fraction,
             max_docs_per_file,
             workers,
@@ -464,6 +489,7 @@ def _extract(
     out_dir: Path,
     tmp: Path,
     min_words,
+    preset,
     valid_fraction,
     max_docs_per_file,
     workers,
@@ -481,6 +507,7 @@ def _extract(
     )
     stats = ExtractStats(
         min_words=min_words,
+        preset=preset or "",
         valid_fraction=valid_fraction,
         max_docs_per_file=max_docs_per_file,
         workers=workers,
@@ -609,10 +636,17 @@ def build_parser() -> Parser:
         "--overwrite",
     )
     parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default=None,
+        help="a seed paper's corpus: pubmedbert (abstracts under 128 words dropped, sec. 6.1)",
+    )
+    parser.add_argument(
         "--min-words",
         type=int,
-        default=0,
-        help="drop documents whose abstract/body has fewer words (PubMedBERT: 128)",
+        default=None,
+        help="drop documents whose abstract/body has fewer words (default 0, or the --preset's; "
+        "PubMedBERT: 128)",
     )
     parser.add_argument(
         "--valid-fraction",
@@ -667,6 +701,7 @@ def main(argv=None) -> None:
     stats = extract(
         args.inputs,
         args.out,
+        preset=args.preset,
         min_words=args.min_words,
         valid_fraction=args.valid_fraction,
         max_docs_per_file=args.max_docs_per_file,

@@ -210,6 +210,38 @@ def test_min_words_drops_short_abstracts(tmp_path, sample):
         assert sum(len(line.split()) for line in doc[1:]) >= 128  # abstract words, title excluded
 
 
+def test_pubmedbert_preset_drops_abstracts_under_128_words_and_counts_them(tmp_path, sample):
+    """--preset pubmedbert (seed 001 sec. 6.1: abstracts with less than 128 words filtered out) on
+    real MEDLINE: extract_stats.json records the preset, its 128 and how many abstracts it dropped,
+    which are the documents a run without it writes more; --min-words beside it must agree."""
+    everything = run([sample / BASELINE], tmp_path / "all", max_docs_per_file=300)
+
+    def cli(out, *extra):
+        return subprocess.run(
+            [sys.executable, "-m", "fairseq_bio_preprocess.extract", str(sample / BASELINE)]
+            + ["--out", str(out), "--no-progress", "--max-docs-per-file", "300"]
+            + ["--sentence-training-texts", str(PUNKT_TEXTS), "--preset", "pubmedbert", *extra],
+            capture_output=True,
+            text=True,
+        )
+
+    proc = cli(tmp_path / "pubmedbert")
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads((tmp_path / "pubmedbert" / "extract_stats.json").read_text())
+    assert (stats["preset"], stats["min_words"]) == ("pubmedbert", 128)
+    assert stats["too_short"] > 0 and stats["written"] + stats["too_short"] == everything.written
+    assert f"too_short: {stats['too_short']}" in proc.stdout
+    for doc in all_docs(tmp_path / "pubmedbert"):
+        assert sum(len(line.split()) for line in doc[1:]) >= 128  # abstract words, title excluded
+    assert cli(tmp_path / "same", "--min-words", "128").returncode == 0
+    bad = cli(tmp_path / "bad", "--min-words", "64")
+    assert bad.returncode == 1 and bad.stderr == (
+        "fairseq-bio-extract: --preset pubmedbert sets min_words=128; --min-words 64 contradicts it "
+        "(give one or the other)\n"
+    )
+    _assert_no_outputs(tmp_path / "bad")
+
+
 def test_split_is_deterministic_document_level_and_worker_independent(tmp_path, sample):
     one = run([sample], tmp_path / "one", max_docs_per_file=200, valid_fraction=0.2)
     two = run([sample], tmp_path / "two", max_docs_per_file=200, valid_fraction=0.2, workers=2)

@@ -271,6 +271,8 @@ def _print_plans(plans, tag: str) -> None:
             f"{_span(plan.seeds)}{folds})",
             flush=True,
         )
+        for note in plan.notes:  # the values a paper table set (recipe=finetune_bioelectra)
+            print(f"{tag} {note}", flush=True)
 
 
 def _batches(plan) -> str:

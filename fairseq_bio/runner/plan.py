@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .. import paper_tables
 from ..errors import BioConfigError, BioError
 from ..metrics.benchmark_scores import Benchmark, BenchmarkTask
 from ..runs import PLUGIN_DIR, command, hydra_train, shipped_config_dir
@@ -58,10 +59,18 @@ def comma_names(value: Any) -> List[str]:
 def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
     """The job config fairseq's hydra entry point composes for ``recipe``'s config, preset and
     overrides, then ``overrides`` (fairseq's schema included)."""
+    return compose_with_choices(recipe, overrides)[0]
+
+
+def compose_with_choices(
+    recipe: Recipe, overrides: Sequence[str]
+) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """``compose``'s config and hydra's choice of each config group (``recipe``,
+    ``sentence_task``)."""
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
     hydra_init(recipe.config)
     configs = str(shipped_config_dir())
@@ -74,13 +83,52 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> Dict[str, Any]:
         ):
             try:
                 overrides = merge_overrides(recipe.command_base()[2:], recipe.overrides, overrides)
-                cfg = hydra_compose(recipe.config, overrides=overrides)
+                cfg = hydra_compose(recipe.config, overrides=overrides, return_hydra_config=True)
             except Exception as e:  # hydra's messages span lines: keep the first
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise BioConfigError(
                     f"{recipe.name}: the overrides do not compose with {recipe.config}: {first}"
                 ) from None
-    return OmegaConf.to_container(cfg, resolve=False)
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return OmegaConf.to_container(cfg, resolve=False), choices
+
+
+def _value(cfg: Dict[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        node = (
+            node.get(part, paper_tables.ABSENT) if isinstance(node, dict) else paper_tables.ABSENT
+        )
+    return node
+
+
+def paper_row(
+    recipe: Recipe,
+    task: BenchmarkTask,
+    cfg: Dict[str, Any],
+    choices: Dict[str, Any],
+    user: Dict[str, Optional[str]],
+) -> Tuple[List[str], List[str]]:
+    """The overrides of the paper table of the run's recipe (``paper_tables``) for ``task``, over
+    the preset's and the dataset table's values but not the user's, and one note per value they
+    change or the user kept."""
+    configs = shipped_config_dir()
+    table = paper_tables.load_table(choices.get("recipe"), configs)
+    found = table.row((task.name, task.title, *task.aliases)) if table else None
+    if found is None:
+        return [], []
+    runner = set(paper_tables.override_keys(recipe.overrides))
+    composed = paper_tables.composed_by(configs, choices)
+    changes, notes = paper_tables.settle(
+        table,
+        *found,
+        lambda key: _value(cfg, key),
+        user,
+        lambda key: "runner/datasets.yaml" if key in runner else composed(key),
+    )
+    return paper_tables.as_overrides(changes), notes
 
 
 def check_overrides(name: str, cfg: Dict[str, Any]) -> None:
@@ -214,6 +262,7 @@ class Plan:
     batch_sizes: List[int] = field(
         default_factory=list
     )  # --batch-sizes (a grid); empty: the config's batch only
+    notes: List[str] = field(default_factory=list)  # the values a paper table set or the user kept
 
     def budget_for(self, batch: int) -> Budget:
         """The update budget at ``batch`` (of a --batch-sizes grid): the dataset's epochs x its
@@ -342,8 +391,9 @@ def plan_runs(
             raise BioConfigError(
                 f"{task.name}: give batch sizes with --batch-sizes or as overrides, not both"
             )
-        given = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}", *user]
-        cfg = compose(recipe, given)
+        paths = [f"task.data={data}", f"checkpoint.restore_file={args.checkpoint}"]
+        given = [*paths, *user]
+        cfg, choices = compose_with_choices(recipe, given)
         check_overrides(task.name, cfg)
         k = fold_count(args.folds, recipe)
         absent = [
@@ -358,6 +408,7 @@ def plan_runs(
                 for p in needed_files(recipe.alternative.config, other["task"], bool(k))
             ):
                 recipe, cfg, absent = recipe.alternative, other, []
+                choices = {**choices, "sentence_task": recipe.preset}
         if absent:
             hint = recipe.source or cfg["task"].get("data_source") or ""
             notes = (["user-supplied clinical data"] if task.clinical else []) + (
@@ -367,6 +418,18 @@ def plan_runs(
                 f" ({'; '.join(notes)})" if notes else ""
             )
             continue
+        # the paper's values for this dataset where the run's recipe has a table (paper_tables);
+        # the user's overrides and the runner's own options for lr, batch and epochs win
+        chosen: Dict[str, Optional[str]] = dict.fromkeys(paper_tables.override_keys(user))
+        if args.lr_grid:
+            chosen["optimizer.groups.default.lr_float"] = ",".join(f"{lr:g}" for lr in args.lr_grid)
+        if args.batch_sizes:
+            chosen["dataset.batch_size"] = ",".join(str(b) for b in args.batch_sizes)
+        if args.max_epoch is not None:
+            chosen["optimization.max_epoch"] = str(args.max_epoch)
+        paper, paper_notes = paper_row(recipe, task, cfg, choices, chosen)
+        if paper:
+            cfg = compose(recipe, [*paths, *paper, *user])
         folds: List[Fold] = []
         tagging = recipe.config == TAGGING
         if (
@@ -413,7 +476,7 @@ def plan_runs(
         ]
         if args.cpu:
             fixed.append("common.cpu=true")
-        overrides = merge_overrides(fixed, recipe.overrides, budget.overrides())
+        overrides = merge_overrides(fixed, recipe.overrides, paper, budget.overrides())
         plans.append(
             Plan(
                 recipe,
@@ -427,6 +490,7 @@ def plan_runs(
                 seeds,
                 folds,
                 list(args.batch_sizes or []),
+                [f"{task.name}: {note}" for note in paper_notes],
             )
         )
     return plans, missing
