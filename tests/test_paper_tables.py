@@ -277,6 +277,36 @@ def test_a_real_job_takes_the_row_and_logs_it(tmp_path):
     )
 
 
+def test_each_job_of_a_sweep_takes_the_row(tmp_path):
+    """fairseq-hydra-train -m (hydra's basic launcher; submitit composes its jobs the same way):
+    each job's recorded config has its dataset's Table 7 row, where the run config's callback never
+    sees a sweep's jobs; the submitting process says what each took."""
+    sweep = tmp_path / "sweep"
+    command = runs.hydra_train(
+        "bio_sentence_prediction",
+        "sentence_task=re_gad",
+        BIOELECTRA,
+        f"task.data={GAD}",
+        f"checkpoint.restore_file={tmp_path / 'missing.pt'}",
+        "dataset.batch_size=16,32",
+        f"hydra.sweep.dir={sweep}",
+        save_dir=tmp_path / "run",
+    )
+    result = run_cli([command[0], "-m", *command[1:]], cwd=REPO, check=False)
+    logged = result.stdout + result.stderr
+    assert "optimization.max_epoch=5: BioELECTRA Table 7, GAD" in logged, logged[-3000:]
+    jobs = sorted(sweep.glob("*/.hydra/config.yaml"))
+    assert len(jobs) == 2, logged[-3000:]
+    cfgs = [yaml.safe_load(p.read_text()) for p in jobs]
+    assert sorted(c["dataset"]["batch_size"] for c in cfgs) == [
+        16,
+        32,
+    ]  # the sweep's, not the row's
+    for cfg in cfgs:
+        assert (cfg["optimization"]["max_epoch"], cfg["task"]["max_positions"]) == (5, 128)
+        assert cfg["optimizer"]["groups"]["default"]["lr_float"] == 2e-4
+
+
 @pytest.mark.parametrize(
     "config, overrides, labels, noted",
     [

@@ -10,13 +10,15 @@ directory, becomes the plugin's own directory, so that the processes fairseq sta
 of one machine, which read it before anything imports the plugin, find the plugin too.
 
 ``install()`` is called by the ``hydra_plugins.fairseq_bio`` module, which hydra imports with its
-plugins when it starts, in fairseq-hydra-train only.
+plugins when it starts, in fairseq-hydra-train only; it also gives each job a sweep composes to the
+hooks that module names (a recipe's paper table, ``runner.paper_callback``).
 """
 
 import difflib
 import functools
 import os
 import sys
+from typing import Callable, Sequence
 
 _MARK = "fairseq_bio_overrides"
 TRACEBACK_VARIABLES = ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")
@@ -97,9 +99,26 @@ def _composing(load_configuration):
     return load
 
 
-def install() -> None:
-    """Compose as the module docstring says. Idempotent."""
+def _composing_sweep_jobs(load_sweep_config, per_job):
+    @functools.wraps(load_sweep_config)
+    def load(*args, **kwargs):
+        cfg = load_sweep_config(*args, **kwargs)
+        for hook in per_job:
+            hook(cfg)
+        return cfg
+
+    setattr(load, _MARK, True)
+    return load
+
+
+def install(per_job: Sequence[Callable] = ()) -> None:
+    """Compose as the module docstring says; ``per_job`` are called with the config of each job a
+    sweep (``-m``) composes, which the run config's callbacks do not see. Idempotent."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     if not getattr(ConfigLoaderImpl.load_configuration, _MARK, False):
         ConfigLoaderImpl.load_configuration = _composing(ConfigLoaderImpl.load_configuration)
+    if per_job and not getattr(ConfigLoaderImpl.load_sweep_config, _MARK, False):
+        ConfigLoaderImpl.load_sweep_config = _composing_sweep_jobs(
+            ConfigLoaderImpl.load_sweep_config, list(per_job)
+        )

@@ -6,7 +6,8 @@ The dataset is the one of the runner's table (``datasets``) the data directory i
 the first the ``sentence_task`` preset is run for; the command line wins over the row. When the row
 changes the epochs or the batch size, the update budget and warm-up follow them (``plan``'s, from
 the train file) unless ``optimization.max_update`` is on the command line. Each value set or kept
-is logged in one line when the job starts. A sweep (``-m``) composes its jobs past this hook.
+is logged in one line when the job starts. A sweep (``-m``) composes its jobs past the callback:
+the plugin's hydra plugin gives each of them to ``apply_to_sweep_job``.
 """
 
 import logging
@@ -41,6 +42,13 @@ class PaperTableValues(Callback):
         for note in self.notes:
             logger.info(note)
         self.notes = []
+
+
+def apply_to_sweep_job(config) -> None:
+    """``apply_paper_table`` to the config of one job of a sweep, its notes logged by the process
+    that composes it (the one that submits, under SLURM)."""
+    for note in apply_paper_table(config):
+        logger.info(note)
 
 
 def config_dir(config, recipe: str) -> Path:
