@@ -88,6 +88,65 @@ QUICK = {
     "epochs": 0.3,
 }  # --quick: slices, a few updates, one seed
 SIDES = ("ours", "hf")
+# One JSON per training (dataset, seed, lr): what compare and the dev scores measured, with the
+# settings that identify it; a later invocation, on this machine or a fresh checkout, reuses it
+# instead of training again, so a grid finishes in pieces (--stop-after).
+RECORDS = REPO / "benchmarks" / "records" / "hf_parity"
+IDENTITY = (
+    "dataset",
+    "data_id",
+    "lr",
+    "batch_size",
+    "epochs",
+    "max_length",
+    "warmup",
+    "hf_variant",
+    "device",
+    "train",
+    "seed",
+)
+
+
+class Stopped(Exception):
+    """--stop-after ran out before a training began: the same command goes on from the records."""
+
+
+class Records:
+    """The trainings' records in ``folder`` (None: none kept), and the time after which no new
+    training starts (``stop_at``, a ``time.monotonic()``; None: never)."""
+
+    def __init__(self, folder: Optional[Path], stop_at: Optional[float] = None):
+        self.folder, self.stop_at, self.new = folder, stop_at, 0
+
+    def path(self, spec: Dict) -> Path:
+        variant = "" if spec["hf_variant"] == "stock" else f"-{spec['hf_variant']}"
+        return self.folder / spec["dataset"] / f"{spec['name']}{variant}-{spec['device']}.json"
+
+    def get(self, spec: Dict) -> Optional[Dict]:
+        """The recorded entry of ``spec``'s training; None when there is none for these settings."""
+        if self.folder is None or not self.path(spec).is_file():
+            return None
+        record = json.loads(self.path(spec).read_text(encoding="utf-8"))
+        return record["entry"] if record.get("spec") == identity(spec) else None
+
+    def put(self, spec: Dict, entry: Dict) -> None:
+        from fairseq_bio.files import atomic_write
+
+        if self.folder is not None:
+            self.path(spec).parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(self.path(spec)) as f:
+                json.dump({"spec": identity(spec), "entry": entry}, f, indent=1, sort_keys=True)
+
+    def may_train(self) -> None:
+        """Raise ``Stopped`` once the time given to this invocation is up."""
+        if self.stop_at is not None and time.monotonic() > self.stop_at:
+            raise Stopped()
+        self.new += 1
+
+
+def identity(spec: Dict) -> Dict:
+    """The settings that make two trainings the same measurement."""
+    return {key: spec[key] for key in IDENTITY}
 
 
 def recipe_at(dataset: str, max_length: Optional[int] = None) -> Parity:
@@ -219,6 +278,7 @@ def run_dataset(
     imported: Path,
     tmp: Path,
     grid: List[float],
+    records: Records,
 ) -> Optional[Dict]:
     """Both sides at the shared recipe over the seeds, and with a ``grid`` each side's learning rate
     chosen on dev (``tune``); None with ``--only`` (one side trained, nothing to compare)."""
@@ -255,7 +315,9 @@ def run_dataset(
                 )
         return None
     runs = [
-        compare(run, work, point(spec, parity, parity.lr, seed), parity, args.predict_rounds)
+        compare(
+            run, work, point(spec, parity, parity.lr, seed), parity, args.predict_rounds, records
+        )
         for seed in seeds
     ]
     recipe = {**asdict(parity), "epochs": spec["epochs"]}
@@ -268,7 +330,7 @@ def run_dataset(
         **summary(runs, parity),
     }
     if grid:
-        result["grid"] = tune(run, work, spec, parity, seeds, grid, runs)
+        result["grid"] = tune(run, work, spec, parity, seeds, grid, runs, records)
     return result
 
 
@@ -289,10 +351,17 @@ def label(spec: Dict, parity: Parity) -> str:
     return f"{spec['dataset']} seed {spec['seed']}{lr}"
 
 
-def compare(run: Runner, work: Path, spec: Dict, parity: Parity, predict_rounds: int) -> Dict:
+def compare(
+    run: Runner, work: Path, spec: Dict, parity: Parity, predict_rounds: int, records: Records
+) -> Dict:
     """One seed's run of both sides (trained, or reused), checked to match, scored on test and
-    timed."""
+    timed; a recorded one is read from ``records``, a new one recorded there."""
     dataset = spec["dataset"]
+    kept = records.get(spec)
+    if kept is not None:
+        print(f"[parity] {label(spec, parity)}: recorded ({records.path(spec)})", flush=True)
+        return kept
+    records.may_train()
     print(f"[parity] {label(spec, parity)}: ours", flush=True)
     ours = run_ours(run, work, spec)
     print(f"[parity] {label(spec, parity)}: HF", flush=True)
@@ -323,6 +392,7 @@ def compare(run: Runner, work: Path, spec: Dict, parity: Parity, predict_rounds:
         f"[parity] {label(spec, parity)}: ours {entry['ours']['score']:.2f}, HF {entry['hf']['score']:.2f}",
         flush=True,
     )
+    records.put(spec, entry)
     return entry
 
 
@@ -346,6 +416,7 @@ def tune(
     seeds: List[int],
     grid: List[float],
     shared: List[Dict],
+    records: Records,
 ) -> Dict:
     """Both sides at every learning rate of ``grid``, the recipe otherwise unchanged (the recipe's
     lr: the ``shared`` runs), each scored on dev; per side the lr ``choose`` picks and its test
@@ -355,10 +426,13 @@ def tune(
         runs = (
             shared
             if lr == parity.lr
-            else [compare(run, work, point(spec, parity, lr, s), parity, 1) for s in seeds]
+            else [compare(run, work, point(spec, parity, lr, s), parity, 1, records) for s in seeds]
         )
         for entry in runs:
-            dev = dev_scores(run, work, point(spec, parity, lr, entry["seed"]))
+            at = point(spec, parity, lr, entry["seed"])
+            if all("dev" in entry[name] for name in SIDES):
+                continue  # recorded
+            dev = dev_scores(run, work, at)
             print(
                 f"[parity] {spec['dataset']} seed {entry['seed']} at lr {lr:g}: dev ours {dev['ours']:.2f}, HF "
                 f"{dev['hf']:.2f}",
@@ -366,6 +440,7 @@ def tune(
             )
             for name in SIDES:
                 entry[name]["dev"] = dev[name]
+            records.put(at, entry)
         points.append({"lr": lr, "runs": runs})
     sides = {name: choose(points, name) for name in SIDES}
     difference = sides["ours"]["test"]["mean"] - sides["hf"]["test"]["mean"]
@@ -620,10 +695,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--hf-variant",
-        choices=("stock", "fresh-pooler", "ours-input"),
+        choices=("stock", "fresh-pooler"),
         default="stock",
-        help="diagnosis: HF with a fresh pooler (as our head starts), and also ours' pair input "
-        "(one segment, a double separator)",
+        help="diagnosis: HF with a fresh pooler (as our head starts)",
     )
     parser.add_argument(
         "--max-length",
@@ -668,6 +742,18 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--combine", nargs="+", metavar="JSON", help="only write one report of earlier runs' .json"
     )
+    parser.add_argument(
+        "--records",
+        help=f"one JSON per training, reused by later invocations (default: {RECORDS.relative_to(REPO)}; "
+        "none with --quick unless given)",
+    )
+    parser.add_argument(
+        "--stop-after",
+        type=float,
+        metavar="MINUTES",
+        help="start no training after this many minutes (exit 75): the same command goes on from the "
+        "records, so a grid finishes in pieces",
+    )
     args = parser.parse_args(argv)
     if args.hf_worker:
         return hf_worker(json.loads(args.hf_worker))
@@ -691,15 +777,29 @@ def main(argv=None) -> None:
     env = f"CPU ({os.cpu_count()} cores, {platform.machine()}), torch {torch.__version__}, {threads} thread(s) each"
     if args.device == "cuda":
         env = f"GPU {torch.cuda.get_device_name(0)} (fp32, both sides), torch {torch.__version__}"
+    folder = Path(args.records) if args.records else (None if args.quick else RECORDS)
+    stop_at = time.monotonic() + 60 * args.stop_after if args.stop_after is not None else None
+    records = Records(folder, stop_at)
     results: List[Dict] = []
+    try:
+        measure(run, work, datasets, args, imported, grid, records, env, results)
+    except Stopped:
+        print(
+            f"hf_parity.py: stopped after {args.stop_after:g} minutes with {records.new} new "
+            f"training(s) recorded in {folder}; the same command goes on from there",
+            file=sys.stderr,
+        )
+        sys.exit(75)  # as a pre-empted training run: not finished, resumable
+
+
+def measure(run, work, datasets, args, imported, grid, records, env, results) -> None:
+    """Every dataset's result, the report rewritten after each (a run cut short keeps them)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for (
-            dataset
-        ) in (
-            datasets
-        ):  # the report is rewritten after each dataset: a run cut short keeps what finished
+        for dataset in datasets:
             parity = recipe_at(dataset, args.max_length)
-            result = run_dataset(run, work, dataset, parity, args, imported, Path(tmp), grid)
+            result = run_dataset(
+                run, work, dataset, parity, args, imported, Path(tmp), grid, records
+            )
             if result is not None:
                 results.append(result)
                 write(

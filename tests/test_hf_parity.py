@@ -443,3 +443,26 @@ def test_dev_input_is_the_split_each_task_holds_out(tmp_path):
         and len(written) == task["valid_from_train"] == 535
     )
     assert [(e.texts, e.label) for e in written] == [(e.texts, e.label) for e in held_out]
+
+
+def test_a_recorded_training_is_reused_and_a_stop_leaves_the_rest(tmp_path):
+    """A training's record (benchmarks/records/hf_parity: the grid in pieces) is what compare
+    returns, without training, while its settings are the same; other settings train again, and
+    past --stop-after no training starts."""
+    import time
+
+    parity = hf_parity.PARITY["ddi"]
+    spec = {key: 1 for key in hf_parity.IDENTITY}
+    spec.update(dataset="ddi", hf_variant="stock", device="cpu", lr=2e-4, seed=3)
+    spec["name"] = hf_parity.run_name("ddi", 3, 2e-4, parity)
+    entry = {"seed": 3, "ours": {"score": 54.8, "dev": 51.0}, "hf": {"score": 49.9, "dev": 50.2}}
+    records = hf_parity.Records(tmp_path)
+    records.put(spec, entry)
+    assert records.path(spec) == tmp_path / "ddi" / "ddi-lr0.0002-3-cpu.json"
+    # run and work are never used: a training would fail on them
+    assert hf_parity.compare(None, None, spec, parity, 1, records) == entry
+    assert records.get({**spec, "epochs": 2}) is None  # another recipe: measured again
+    stopped = hf_parity.Records(tmp_path, stop_at=time.monotonic() - 1)
+    assert hf_parity.compare(None, None, spec, parity, 1, stopped) == entry
+    with pytest.raises(hf_parity.Stopped):
+        hf_parity.compare(None, None, {**spec, "seed": 4}, parity, 1, stopped)
