@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 _MARK = "fairseq_bio_overrides"
 TRACEBACK_VARIABLES = ("FAIRSEQ_BIO_TRACEBACK", "HYDRA_FULL_ERROR")
 PLUGIN = "fairseq_bio"  # the shipped configs' common.user_dir
+PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this package
 
 
 def _first_line(text) -> str:
@@ -73,10 +74,8 @@ def plugin_user_dir(cfg) -> None:
     common = cfg.get("common") if hasattr(cfg, "get") else None
     user_dir = common.get("user_dir") if hasattr(common, "get") else None
     if user_dir and os.path.normpath(str(user_dir)) == PLUGIN and not os.path.exists(user_dir):
-        import fairseq_bio
-
         with read_write(common), open_dict(common):
-            common.user_dir = os.path.dirname(os.path.abspath(fairseq_bio.__file__))
+            common.user_dir = PLUGIN_DIR
 
 
 def _composing(load_configuration):
