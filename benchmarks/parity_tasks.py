@@ -481,17 +481,9 @@ class _SentenceSide:
         return DataCollatorWithPadding(self.tokenizer)
 
     def _encode(self, ex):
-        if self.spec.get("hf_variant") != "ours-input" or len(ex.texts) == 1:
-            return self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"])
-        # ours' pair input: [CLS] a [SEP] [SEP] b [SEP], one segment
-        enc = self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"] - 1)
-        ids = list(enc["input_ids"])
-        ids.insert(ids.index(self.tokenizer.sep_token_id) + 1, self.tokenizer.sep_token_id)
-        return {
-            "input_ids": ids,
-            "attention_mask": [1] * len(ids),
-            "token_type_ids": [0] * len(ids),
-        }
+        # a pair as the imported MiniLM reads it on our side too: [CLS] a [SEP] b [SEP], b of
+        # token type 1 (tests/test_sentence_pairs.py)
+        return self.tokenizer(*ex.texts, truncation=True, max_length=self.spec["max_length"])
 
     def rows(self, examples: Sequence, with_labels: bool) -> List[Dict]:
         rows = []

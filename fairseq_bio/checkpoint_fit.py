@@ -11,8 +11,8 @@ order (the specials, ``dict.txt``'s lines, ``<mask>``), their count and sha256, 
 they were read from. A checkpoint without the record (older, or made elsewhere) is checked by what
 it does record: its embedding rows and the ``dict.txt`` of the data directory it names.
 
-A model for prediction, export or the hub interface is loaded here too (``load_for_inference``),
-after its vocabulary is found and checked against it (``find_vocab_dir``).
+A model for prediction, export or the hub interface (``hub``) is loaded here too
+(``load_for_inference``), after its vocabulary is found and checked against it (``find_vocab_dir``).
 """
 
 import hashlib
@@ -41,6 +41,7 @@ STRUCTURAL_OPTIONS = (
     "activation_fn",
     "max_positions",
     "untie_weights_roberta",
+    "token_types",
 )
 # The same for a bio_electra checkpoint: both encoders' sizes and the shared embedding width.
 ELECTRA_STRUCTURAL_OPTIONS = (
@@ -431,15 +432,6 @@ def load_for_inference(
         [str(checkpoint)], arg_overrides={**overrides, **given}
     )
     return cfg, task, models[0].eval()
-
-
-def hub_interface(checkpoint, vocab=None, error=InputError, overrides=None):
-    """The checkpoint as fairseq's ``RobertaHubInterface`` (encode, extract_features, fill_mask;
-    BPE from the vocabulary's bpe.json), on the CPU in eval mode."""
-    from fairseq.models.roberta.hub_interface import RobertaHubInterface
-
-    cfg, task, model = load_for_inference(checkpoint, vocab, error=error, overrides=overrides)
-    return RobertaHubInterface(cfg, task, model).eval()
 
 
 # ------------------------------------------------------------------------------------------- training runs

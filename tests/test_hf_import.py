@@ -453,8 +453,8 @@ def test_command_line(tiny_bert, tmp_path, capsys):
     out = tmp_path / "imported"
     cli_main(["--checkpoint", str(tiny_bert), "--out", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].startswith(
-        "checked on 5 real sentences: token ids equal HF's; hidden states max |diff| "
+    assert lines[0].startswith(  # BERT's token types: its pairs are checked too
+        "checked on 7 real sentences (2 pairs): token ids equal HF's; hidden states max |diff| "
     )
     assert (
         lines[1] == f"wrote {out}/model.pt (bert, wordpiece vocabulary of 3000, MLM head imported)"

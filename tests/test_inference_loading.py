@@ -18,7 +18,7 @@ def _same_parameters(a, b) -> None:
 
 
 def test_a_fine_tuned_checkpoint_loads_the_same_every_way(ner_model):
-    from fairseq_bio.checkpoint_fit import hub_interface
+    from fairseq_bio.hub import hub_interface
     from fairseq_bio.inference.loading import load_fine_tuned
     from fairseq_bio.models.bio_roberta import BioRobertaModel
 
@@ -37,7 +37,7 @@ def test_a_fine_tuned_checkpoint_loads_the_same_every_way(ner_model):
 
 
 def test_a_pretraining_checkpoint_reads_its_vocabulary_from_its_data(tiny_encoder, tmp_path):
-    from fairseq_bio.checkpoint_fit import hub_interface
+    from fairseq_bio.hub import hub_interface
 
     alone = tmp_path / "checkpoint_last.pt"  # nothing beside it: the data-bin it records is used
     shutil.copy(tiny_encoder, alone)

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import SHARED_DATA
 
+from fairseq_bio.data.pair_format import PairFormat
 from fairseq_bio.data.sentence_files import (
     SentenceDataError,
     check_examples,
@@ -294,7 +295,7 @@ def test_pair_rows_are_roberta_pairs_and_pooling_is_the_mean():
         {"id": 0, "rows": [([5, 6], [7]), ([5, 6], [8, 9])], "target": 1},
         {"id": 1, "rows": [([5], [7, 7, 7])], "target": 0},
     ]
-    batch = collate_rows(samples, Dictionary(), pair=True)
+    batch = collate_rows(samples, Dictionary(), pair=PairFormat())
     assert batch["net_input"]["src_tokens"].tolist() == [
         [0, 5, 6, 2, 2, 7, 2, 1],
         [0, 5, 6, 2, 2, 8, 9, 2],

@@ -19,6 +19,7 @@ from fairseq.data import FairseqDataset
 from ..files import atomic_write
 
 from .batching import LengthSortedExamples
+from .pair_format import PairFormat
 from .squad import SquadFile, context_words, gold_texts
 from .tagging_dataset import WordEncoder
 
@@ -289,8 +290,9 @@ def answer_pieces(starts: np.ndarray, ends: np.ndarray, start: int, end: int) ->
 
 class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
     """SQuAD questions (each with all its windows), collated into rows ``<s> question </s></s>
-    window </s>``: the question cut to ``max_query_length`` pieces, the window as long as the rest
-    of the positions allow.
+    window </s>`` (a model with token types: BERT's ``<s> question </s> window </s>``, the window
+    segment 1; ``pair_format``): the question cut to ``max_query_length`` pieces, the window as long
+    as the rest of the positions allow.
 
     Each window is its own training example (BERT's ``run_squad``, HF's ``run_qa``): a window that
     holds the whole first gold answer points its start and end at the answer's first and last
@@ -306,8 +308,10 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         doc_stride: int,
         shuffle: bool = False,
         seed: int = 1,
+        pair_format: PairFormat = PairFormat(),
     ):
         self.squad, self.encoded, self.dictionary = squad, encoded, dictionary
+        self.pair_format = pair_format
         self.max_positions, self.doc_stride = max_positions, doc_stride
         self.shuffle, self.seed, self.epoch = shuffle, seed, 1
         self.max_tokens: Optional[int] = (
@@ -315,7 +319,8 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         )
         self.plans = [self._plan(i) for i in range(len(squad.examples))]
         self._sizes = np.array(
-            [sum(b - a + len(q) + 4 for a, b in w) for q, w, _ in self.plans], dtype=np.int64
+            [sum(b - a + len(q) + pair_format.specials for a, b in w) for q, w, _ in self.plans],
+            dtype=np.int64,
         )
         self.targets = (
             [self._target(i) for i in range(len(squad.examples))] if squad.labelled else None
@@ -323,7 +328,7 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
 
     def _plan(self, i: int):
         question = self.encoded.question(i)
-        capacity = self.max_positions - len(question) - 4  # <s> q </s></s> window </s>
+        capacity = self.context_room(len(question))
         if capacity < 1:
             raise ValueError(
                 f"{self.max_positions} positions leave no room for the context after a question of {len(question)} "
@@ -332,6 +337,10 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         n = len(self.encoded.context(self.squad.examples[i].context_index)[0])
         windows = doc_windows(n, capacity, self.doc_stride)
         return question, windows, max_context_windows(windows, n)
+
+    def context_room(self, question: int) -> int:
+        """Context pieces a row holds beside a question of ``question`` pieces."""
+        return self.max_positions - question - self.pair_format.specials
 
     def _target(self, i: int) -> Span:
         """(first, last) context piece of the question's first gold answer (``NO_ANSWER`` when it
@@ -377,27 +386,31 @@ class ExtractiveQADataset(LengthSortedExamples, FairseqDataset):
         }
 
     def collater(self, samples):
-        return collate_qa(samples, self.dictionary)
+        return collate_qa(samples, self.dictionary, self.pair_format)
 
 
-def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, Any]:
-    """Rows (one per window) with ``span_mask`` (R x T: context positions, where answers may start
-    and end), ``max_context`` (R x T: context positions whose piece belongs to this window),
-    ``context_column`` (R: where the window begins in its row), ``window_start`` (R: its first
-    context piece), ``row_example`` (R) and, for labelled samples, ``start_positions`` /
-    ``end_positions`` (R; 0 = ``<s>`` when the window does not hold the answer, and in every window
-    of an unanswerable question)."""
+def collate_qa(
+    samples: Sequence[Mapping[str, Any]], dictionary, pair_format: PairFormat = PairFormat()
+) -> Dict[str, Any]:
+    """Rows (one per window, in ``pair_format``; ``segment_labels`` R x T in BERT's) with
+    ``span_mask`` (R x T: context positions, where answers may start and end), ``max_context``
+    (R x T: context positions whose piece belongs to this window), ``context_column`` (R: where the
+    window begins in its row), ``window_start`` (R: its first context piece), ``row_example`` (R)
+    and, for labelled samples, ``start_positions`` / ``end_positions`` (R; 0 = ``<s>`` when the
+    window does not hold the answer, and in every window of an unanswerable question)."""
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    rows, row_example, columns, window_starts, owned, targets = [], [], [], [], [], []
+    rows, segments, row_example, columns, window_starts, owned, targets = ([] for _ in range(7))
     for s, sample in enumerate(samples):
         question = [int(p) for p in sample["question"]]
-        column = len(question) + 3
+        column = len(question) + pair_format.specials - 1  # after <s> q </s>(</s>)
         for k, (a, b) in enumerate(sample["windows"]):
-            rows.append(
-                [bos] + question + [eos, eos] + [int(p) for p in sample["pieces"][a:b]] + [eos]
+            tokens, ids = pair_format.row(
+                bos, eos, question, [int(p) for p in sample["pieces"][a:b]]
             )
+            rows.append(tokens)
+            segments.append(ids)
             row_example.append(s)
             columns.append(column)
             window_starts.append(a)
@@ -410,8 +423,10 @@ def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, An
     src_tokens = torch.full((len(rows), width), pad, dtype=torch.long)
     span_mask = torch.zeros((len(rows), width), dtype=torch.bool)
     max_context = torch.zeros((len(rows), width), dtype=torch.bool)
-    for r, (tokens, column, own) in enumerate(zip(rows, columns, owned)):
+    segment_labels = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, (tokens, ids, column, own) in enumerate(zip(rows, segments, columns, owned)):
         src_tokens[r, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        segment_labels[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         span_mask[r, column : column + len(own)] = True
         max_context[r, column : column + len(own)] = torch.from_numpy(own)
     batch = {
@@ -430,6 +445,8 @@ def collate_qa(samples: Sequence[Mapping[str, Any]], dictionary) -> Dict[str, An
         "contexts": [sample["context"] for sample in samples],
         "gold": [sample["gold"] for sample in samples],
     }
+    if pair_format.segments:
+        batch["net_input"]["segment_labels"] = segment_labels
     if targets and len(targets) == len(rows):
         positions = torch.tensor(targets, dtype=torch.long)
         batch["start_positions"], batch["end_positions"] = positions[:, 0], positions[:, 1]

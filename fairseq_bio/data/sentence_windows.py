@@ -1,12 +1,13 @@
 """Sentence-level examples (one text, or a pair) as rows of the encoder's positions, windowed so
 nothing is cut.
 
-A single text becomes ``<s> text </s>``, a pair RoBERTa's ``<s> a </s></s> b </s>``. A text longer
-than the positions (a HoC abstract, a PubMedQA context) is split at word boundaries into windows
-(``plan_rows``); a relation with entity markers is the one window centred on them
-(``centred_window``). Every window is one row, and an example's prediction is the mean of its rows'
-head outputs (``pool_windows``), in training and in scoring alike, so it is deterministic and every
-window counts."""
+A single text becomes ``<s> text </s>``, a pair the model family's format (``PairFormat``):
+RoBERTa's ``<s> a </s></s> b </s>``, or BERT's ``<s> a </s> b </s>`` with segment ids for a model
+with token types. A text longer than the positions (a HoC abstract, a PubMedQA context) is split at
+word boundaries into windows (``plan_rows``); a relation with entity markers is the one window
+centred on them (``centred_window``). Every window is one row, and an example's prediction is the
+mean of its rows' head outputs (``pool_windows``), in training and in scoring alike, so it is
+deterministic and every window counts."""
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -16,6 +17,7 @@ from fairseq.data import FairseqDataset
 
 from ..errors import BioError
 from .batching import LengthSortedExamples
+from .pair_format import PairFormat
 from .tagging_dataset import EncodedWords, plan_windows
 
 Window = Tuple[int, int]  # [start, end) words of the windowed text
@@ -38,7 +40,11 @@ def consecutive_windows(counts: Sequence[int], capacity: int) -> List[Window]:
 
 
 def plan_rows(
-    first: Sequence[int], second: Optional[Sequence[int]], max_positions: int, overlap: bool = False
+    first: Sequence[int],
+    second: Optional[Sequence[int]],
+    max_positions: int,
+    overlap: bool = False,
+    pair_format: PairFormat = PairFormat(),
 ) -> Tuple[Optional[int], List[Window], int]:
     """(pieces of the first text kept in every row of a pair, word windows over the windowed text,
     pieces one window holds) for texts with these per-word piece counts.
@@ -46,7 +52,8 @@ def plan_rows(
     Windows follow each other, each word in exactly one (``consecutive_windows``), or with
     ``overlap`` overlap by about half a window (``plan_windows``, as tagging does: twice the rows).
     A pair windows its second text and repeats the first in every window: the first keeps at least
-    half the room, and only its first pieces when it is longer still."""
+    half the room, and only its first pieces when it is longer still. A pair's special tokens are
+    ``pair_format``'s (4 RoBERTa's, 3 BERT's)."""
     windows = (
         (lambda counts, room: plan_windows(counts, room)[0]) if overlap else consecutive_windows
     )
@@ -55,7 +62,7 @@ def plan_rows(
         if capacity < 1:
             raise ValueError(f"max_positions {max_positions} leaves no room for text")
         return None, windows(first, capacity), capacity
-    capacity = max_positions - 4  # <s> a </s></s> b </s>
+    capacity = max_positions - pair_format.specials  # <s> a </s></s> b </s> or <s> a </s> b </s>
     if capacity < 2:
         raise ValueError(f"max_positions {max_positions} leaves no room for a pair")
     len_a, len_b = int(sum(first)), int(sum(second))
@@ -128,7 +135,8 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
     the words from the first mention to the last, and each row carries the mentions' token spans
     (``mentions``: ``R x 2 x 2``, ``[start, end)`` positions in the row). Sentences of documents
     (``documents``: BLUE's HoC) are ordered by document when not shuffled, and batches never split
-    a document, so per-batch document-level statistics add up to the corpus's."""
+    a document, so per-batch document-level statistics add up to the corpus's. A pair's rows are in
+    ``pair_format`` (the model's: ``PairFormat.of(model.args)``)."""
 
     def __init__(
         self,
@@ -142,6 +150,7 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         focus: Optional[Sequence[Tuple[int, int]]] = None,
         documents: Optional[np.ndarray] = None,
         mentions: Optional[Sequence[Sequence[Window]]] = None,
+        pair_format: PairFormat = PairFormat(),
     ):
         if not 1 <= len(texts) <= 2:
             raise ValueError(f"one text or a pair, not {len(texts)} texts")
@@ -163,6 +172,7 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         self.second = texts[1] if len(texts) == 2 else None
         self.dictionary = dictionary
         self.max_positions = max_positions
+        self.pair_format = pair_format
         self.targets = targets
         self.overlap = overlap
         self.shuffle = shuffle
@@ -198,7 +208,9 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
                             i, f"entity {k}'s mention (words {start}-{end}) encodes to no pieces"
                         )
             return None, [window], capacity
-        return plan_rows(self.first.piece_counts(i), second, self.max_positions, self.overlap)
+        return plan_rows(
+            self.first.piece_counts(i), second, self.max_positions, self.overlap, self.pair_format
+        )
 
     def cut(self, i: int) -> bool:
         """Whether pair ``i``'s first text is cut (kept to its first pieces in every row: it alone
@@ -213,7 +225,7 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         keep, _, room = self.plans[i]
         text = self.first if self.second is None else self.second
         pieces = min(int(text.piece_counts(i)[window[0] : window[1]].sum()), room)
-        return pieces + (2 if keep is None else keep + 4)
+        return pieces + (2 if keep is None else keep + self.pair_format.specials)
 
     def windows(self, i: int) -> int:
         """Rows (windows) example ``i`` becomes."""
@@ -246,7 +258,8 @@ class SentencePredictionDataset(LengthSortedExamples, FairseqDataset):
         return item
 
     def collater(self, samples):
-        return collate_rows(samples, self.dictionary, pair=self.second is not None)
+        pair = self.pair_format if self.second is not None else None
+        return collate_rows(samples, self.dictionary, pair)
 
     def ordered_indices(self):
         """Documents' sentences together, in document order, when scoring; otherwise
@@ -311,24 +324,33 @@ class RepeatedExamples(LengthSortedExamples, FairseqDataset):
         return self.dataset.collater(samples)
 
 
-def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> Dict[str, Any]:
-    """``src_tokens`` (R x T, one row per window), ``row_example`` (R: the sample each row belongs
-    to) and, when the samples have them, ``target`` (B, or B x K for multi-label) and ``mentions``
-    (R x 2 x 2 token spans).
+def collate_rows(
+    samples: Sequence[Dict[str, Any]], dictionary, pair: Optional[PairFormat]
+) -> Dict[str, Any]:
+    """``src_tokens`` (R x T, one row per window; pairs in the format ``pair``, None for single
+    texts), ``segment_labels`` (R x T, pairs in BERT's format only), ``row_example`` (R: the sample
+    each row belongs to) and, when the samples have them, ``target`` (B, or B x K for multi-label)
+    and ``mentions`` (R x 2 x 2 token spans).
     """
     if not samples:
         return {}
     bos, eos, pad = dictionary.bos(), dictionary.eos(), dictionary.pad()
-    rows, row_example = [], []
+    rows, segments, row_example = [], [], []
     for s, sample in enumerate(samples):
         for prefix, pieces in sample["rows"]:
-            tokens = [bos] + (prefix + [eos, eos] if pair else []) + pieces + [eos]
+            if pair is None:
+                tokens, ids = PairFormat().row(bos, eos, pieces, None)
+            else:
+                tokens, ids = pair.row(bos, eos, prefix, pieces)
             rows.append(tokens)
+            segments.append(ids)
             row_example.append(s)
     width = max(len(r) for r in rows)
     src_tokens = torch.full((len(rows), width), pad, dtype=torch.long)
-    for i, r in enumerate(rows):
+    segment_labels = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (r, ids) in enumerate(zip(rows, segments)):
         src_tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        segment_labels[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
     batch = {
         "id": torch.tensor([sample["id"] for sample in samples], dtype=torch.long),
         "nsentences": len(samples),
@@ -339,6 +361,8 @@ def collate_rows(samples: Sequence[Dict[str, Any]], dictionary, pair: bool) -> D
         },
         "row_example": torch.tensor(row_example, dtype=torch.long),
     }
+    if pair is not None and pair.segments:
+        batch["net_input"]["segment_labels"] = segment_labels
     if samples[0].get("target") is not None:
         batch["target"] = torch.as_tensor(
             np.stack([np.asarray(sample["target"]) for sample in samples])

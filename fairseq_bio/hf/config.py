@@ -137,8 +137,11 @@ def base_model_prefix(model_type: str) -> str:
     return BASE_MODEL_PREFIXES.get(model_type, model_type)
 
 
-def bio_roberta_options(config: dict, max_positions: int, untied: bool) -> Dict:
-    """The bio_roberta model options computing what the (checked) HF ``config`` computes."""
+def bio_roberta_options(
+    config: dict, max_positions: int, untied: bool, token_types: int = 0
+) -> Dict:
+    """The bio_roberta model options computing what the (checked) HF ``config`` computes
+    (``token_types``: the segment table the import keeps, ``weights.token_types``)."""
     pre_ln = config["model_type"] == MEGATRON
     return dict(
         encoder_layers=config["num_hidden_layers"],
@@ -153,6 +156,7 @@ def bio_roberta_options(config: dict, max_positions: int, untied: bool) -> Dict:
         attention_dropout=float(config.get("attention_probs_dropout_prob", 0.1)),
         max_positions=max_positions,
         untie_weights_roberta=untied,
+        token_types=token_types,
     )
 
 
@@ -192,7 +196,7 @@ def encoder_config(hub) -> Dict:
         "max_position_embeddings": encoder.embed_positions.weight.size(0)
         - (dictionary.pad() + 1)
         + position_offset(config),
-        "type_vocab_size": 1,
+        "type_vocab_size": args.token_types or 1,
         "initializer_range": 0.02,
         "layer_norm_eps": float(encoder.layers[0].final_layer_norm.eps),
         "position_embedding_type": "absolute",

@@ -107,9 +107,9 @@ def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
     """
     disc, gen = configs["discriminator"], configs["generator"]
     options = bio_roberta_options(disc, max_positions, untied=False)
-    del options[
-        "untie_weights_roberta"
-    ]  # the generator's output is always tied to the shared embeddings
+    # the generator's output is always tied to the shared embeddings; a bio_electra keeps one token
+    # type (segment 0 folded into its positions)
+    del options["untie_weights_roberta"], options["token_types"]
     return dict(
         options,
         generator_layers=gen["num_hidden_layers"],

@@ -14,9 +14,10 @@ from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import torch
 
-from ..checkpoint_fit import find_vocab_dir, hub_interface
+from ..checkpoint_fit import find_vocab_dir
 from ..checkpoints import checkpoint_section, load_checkpoint
 from ..data.tokenizer_files import require_fastbpe
+from ..hub import hub_interface
 from ..files import (
     check_destination,
     make_temp_dir,
@@ -112,6 +113,8 @@ def export_hf(
             kind == "sequence_classification"
         ):  # the pairs that fit one window of the model's positions
             sentences += tuple(pair for pair in CHECK_PAIRS if encode(pair, fits=True) is not None)
+        if kind == "masked_lm" and hub.pair_format.segments:  # token types: the pairs' segment 1
+            sentences += CHECK_PAIRS
         if (
             kind == "question_answering"
         ):  # question-context rows: the pairs (and each sentence asked about itself)
@@ -120,7 +123,9 @@ def export_hf(
 
     with _building(out_dir) as tmp:
         max_length = hf.config["max_position_embeddings"] - position_offset(hf.config)
-        tokenizer = write_hf_tokenizer(tmp, hub.task.source_dictionary, bpe, max_length)
+        tokenizer = write_hf_tokenizer(
+            tmp, hub.task.source_dictionary, bpe, max_length, hub.pair_format.segments
+        )
         hf.config["tokenizer_class"] = tokenizer["class"]
         write_config(hf.config, tmp / "config.json")
         for name, content in hf.side_files.items():

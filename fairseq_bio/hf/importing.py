@@ -13,9 +13,9 @@ from typing import Dict, Sequence
 
 import torch
 
-from ..checkpoint_fit import hub_interface
 from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
+from ..hub import hub_interface
 from ..encoder_checkpoints import (
     ELECTRA_STRUCTURAL_OPTIONS,
     build_model,
@@ -28,7 +28,7 @@ from .common import CHECKPOINT_FILE, DEFAULT_TOLERANCE, HFConvertError
 from .config import read_hf_config
 from .electra import PARTS, check_pair_configs, electra_pair_to_fairseq, read_pair_weights
 from .tokenizers import FAIRSEQ_ROLES, MASK
-from .verify import CHECK_SENTENCES, compare_electra_with_hf, compare_with_hf
+from .verify import CHECK_PAIRS, CHECK_SENTENCES, compare_electra_with_hf, compare_with_hf
 from .vocab import read_hf_vocab, write_vocab_files
 from .weights import LM_HEAD, hf_to_fairseq_state, read_hf_weights
 
@@ -115,11 +115,14 @@ def import_hf(
         state = encoder_checkpoint(cfg, model.state_dict(), extra)
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
-            info["check"] = _verify(
-                hf_dir, tmp, vocab, converted.has_mlm_head, sentences, tolerance
-            )
+            # a model with token types is also checked on pairs: HF's tokenizer(a, b) and its
+            # token_type_ids against the hub's encode(a, b) and segment ids
+            texts = tuple(sentences) + (CHECK_PAIRS if options["token_types"] else ())
+            info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, texts, tolerance)
+            pairs = f" ({info['check']['pairs']} pairs)" if info["check"]["pairs"] else ""
             log(
-                f"checked on {len(sentences)} real sentences: token ids equal HF's; {_describe(info['check'])}"
+                f"checked on {len(texts)} real sentences{pairs}: token ids equal HF's; "
+                f"{_describe(info['check'])}"
             )
         write_json(tmp / IMPORT_INFO, info)
         replace_dir(tmp, out_dir, overwrite, MARKERS, by=IMPORT_HF)

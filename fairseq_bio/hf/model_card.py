@@ -95,7 +95,7 @@ def _sequence_labels(config: Dict) -> List[str]:
         "",
         "## Input",
         (
-            f"A pair of texts ({' and '.join(f'`{f}`' for f in fields)}), read as `<s> a </s></s> b </s>`: "
+            f"A pair of texts ({' and '.join(f'`{f}`' for f in fields)}), read as {_pair_row(config, 'a', 'b')}: "
             "`tokenizer(a, b)` builds exactly that."
             if len(fields) == 2
             else f"One text (`{fields[0]}`), read as `<s> text </s>`: `tokenizer(text)`."
@@ -136,12 +136,19 @@ def _qa_input(config: Dict) -> List[str]:
     """Card section of a span head: its input rows and outputs."""
     return [
         "## Input and outputs",
-        "A question and a context, read as `<s> question </s></s> context </s>`: `tokenizer(question, context)` "
+        f"A question and a context, read as {_pair_row(config, 'question', 'context')}: `tokenizer(question, context)` "
         "builds exactly that (fairseq_bio reads texts as words split at whitespace: give HF the words joined by single "
         "spaces). `start_logits` and `end_logits` score each token as the first and the last of the answer; only "
         "context tokens are candidates (fairseq_bio masks the question and the special tokens).",
         "",
     ]
+
+
+def _pair_row(config: Dict, a: str, b: str) -> str:
+    """How the exported model reads a pair: BERT's row with token types, or RoBERTa's."""
+    if config.get("type_vocab_size", 1) > 1:
+        return f"`<s> {a} </s> {b} </s>` (`{b} </s>` of token type 1)"
+    return f"`<s> {a} </s></s> {b} </s>`"
 
 
 def _qa_use() -> List[str]:

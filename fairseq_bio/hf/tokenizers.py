@@ -48,10 +48,13 @@ def fastbpe_pipeline():
     return normalizers.Replace(Regex(PYTHON_WHITESPACE_RUN), " "), pre_tokenizers.WhitespaceSplit()
 
 
-def write_hf_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
+def write_hf_tokenizer(
+    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool = False
+) -> Dict:
     """HF tokenizer files whose ids are ``dictionary``'s, for the fairseq BPE ``bpe`` (a loaded
-    bpe.json); returns the tokenizer's class and a description (and a note where HF may differ from
-    fairseq)."""
+    bpe.json), pairs in the model's format (``segments``: BERT's ``<s> a </s> b </s>``, b of token
+    type 1; else RoBERTa's ``<s> a </s></s> b </s>``); returns the tokenizer's class and a
+    description (and a note where HF may differ from fairseq)."""
     writers = {
         "gpt2": _write_byte_bpe_tokenizer,
         "bert": _write_wordpiece_tokenizer,
@@ -63,7 +66,7 @@ def write_hf_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dic
             f'bpe "{bpe["_name"]}": HF tokenizers are written for gpt2 (byte-level BPE), bert (WordPiece), '
             "sentencepiece and fastbpe vocabularies"
         )
-    return writers[bpe["_name"]](out, dictionary, bpe, max_length)
+    return writers[bpe["_name"]](out, dictionary, bpe, max_length, segments)
 
 
 def _specials(dictionary) -> Dict[str, int]:
@@ -86,9 +89,17 @@ def _word_symbols(dictionary):
     }
 
 
-def _write_byte_bpe_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
+def _write_byte_bpe_tokenizer(
+    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+) -> Dict:
     import transformers
     from tokenizers import AddedToken
+
+    if segments:
+        raise HFConvertError(
+            "a model with token types over a byte-level BPE (gpt2) vocabulary: transformers' "
+            "RobertaTokenizer has RoBERTa's pair template only, so HF would read its pairs otherwise"
+        )
 
     with open(bpe["gpt2_encoder_json"], encoding="utf-8") as f:
         encoder = json.load(f)
@@ -131,7 +142,9 @@ def _write_byte_bpe_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int)
     return {"class": "RobertaTokenizer", "description": "RoBERTa byte-level BPE (GPT-2 format)"}
 
 
-def _write_wordpiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
+def _write_wordpiece_tokenizer(
+    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+) -> Dict:
     import transformers
 
     with open(bpe["bpe_vocab_file"], encoding="utf-8") as f:
@@ -154,10 +167,11 @@ def _write_wordpiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int
     # fairseq's bert BPE runs transformers' BertTokenizer(do_lower_case=not cased): its WordPiece
     # model, BERT normaliser and pre-tokenizer, over the dictionary's ids. Saved as
     # PreTrainedTokenizerFast, not BertTokenizer: that class rebuilds BERT's own pair template
-    # ([CLS] a [SEP] b [SEP], token type 1 for b) on loading, where fairseq (and this RoBERTa model,
-    # one token type) reads <s> a </s></s> b </s>.
+    # ([CLS] a [SEP] b [SEP], token type 1 for b) on loading, where a model without token types
+    # reads <s> a </s></s> b </s>; one with them gets BERT's template from _save_fast_tokenizer.
     tokenizer = transformers.BertTokenizer(vocab=vocab, do_lower_case=not cased).backend_tokenizer
-    description = f"WordPiece ({'cased' if cased else 'uncased'}, BERT's normalisation, fairseq's pair template)"
+    template = "BERT's pair template" if segments else "fairseq's pair template"
+    description = f"WordPiece ({'cased' if cased else 'uncased'}, BERT's normalisation, {template})"
     specials = _specials(dictionary)
     return _save_fast_tokenizer(
         tokenizer,
@@ -167,6 +181,7 @@ def _write_wordpiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int
         max_length,
         description,
         names=BERT_SPECIALS,
+        segments=segments,
     )
 
 
@@ -196,7 +211,9 @@ def read_fastbpe_codes(path: str) -> List[Tuple[str, str]]:
     return merges
 
 
-def _write_fastbpe_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
+def _write_fastbpe_tokenizer(
+    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+) -> Dict:
     # Built here: transformers has no tokenizer class or converter for fastBPE / subword-nmt codes.
     from tokenizers import Tokenizer, decoders, models
 
@@ -261,7 +278,9 @@ def _write_fastbpe_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) 
     tokenizer.normalizer, tokenizer.pre_tokenizer = fastbpe_pipeline()
     tokenizer.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
     description = 'fastBPE (subword-nmt codes as an HF BPE with "</w>")'
-    return _save_fast_tokenizer(tokenizer, out, specials, controls, max_length, description)
+    return _save_fast_tokenizer(
+        tokenizer, out, specials, controls, max_length, description, segments=segments
+    )
 
 
 # SentencePiece settings the exported tokenizer reproduces (sentencepiece's defaults, which
@@ -306,7 +325,9 @@ def read_sentencepiece_model(path: str):
     return proto
 
 
-def _write_sentencepiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length: int) -> Dict:
+def _write_sentencepiece_tokenizer(
+    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+) -> Dict:
     # Built here, not with transformers' SpmConverter: that keeps sentencepiece's piece ids
     # (fairseq's dictionary orders the pieces its own way) and keeps leading spaces, which
     # sentencepiece's remove_extra_whitespaces drops.
@@ -383,7 +404,9 @@ def _write_sentencepiece_tokenizer(out: Path, dictionary, bpe: Dict, max_length:
     tokenizer.decoder = decoders.Metaspace(SENTENCEPIECE_SPACE, prepend_scheme="always", split=True)
     kind = "unigram" if model_type == _SPM_UNIGRAM else "BPE"
     description = f"SentencePiece {kind} (rebuilt with tokenizers)"
-    info = _save_fast_tokenizer(tokenizer, out, specials, controls, max_length, description)
+    info = _save_fast_tokenizer(
+        tokenizer, out, specials, controls, max_length, description, segments=segments
+    )
     if model_type == _SPM_UNIGRAM:
         info["note"] = SPM_UNIGRAM_NOTE
     return info
@@ -397,18 +420,22 @@ def _save_fast_tokenizer(
     max_length: int,
     description: str,
     names: Optional[Dict] = None,
+    segments: bool = False,
 ) -> Dict:
     """A ``tokenizers`` tokenizer with fairseq's ``<s> A </s>`` / ``<s> A </s></s> B </s>`` template
-    (one token type) and ``controls`` as special tokens, saved as ``tokenizer.json`` for
-    ``PreTrainedTokenizerFast``; ``names`` maps fairseq's ``<s> </s> <pad> <unk> <mask>`` to the
-    vocabulary's own tokens (default: the same)."""
+    (one token type; ``segments``: BERT's ``<s> A </s> B </s>``, ``B </s>`` of token type 1) and
+    ``controls`` as special tokens, saved as ``tokenizer.json`` for ``PreTrainedTokenizerFast``;
+    ``names`` maps fairseq's ``<s> </s> <pad> <unk> <mask>`` to the vocabulary's own tokens
+    (default: the same)."""
     from tokenizers import AddedToken, processors
 
     name = {role: (names or {}).get(role, role) for role in specials}
     bos, eos = name["<s>"], name["</s>"]
+    # the pair as the model's hub encode and its tasks' rows make it (data/pair_format.py)
+    pair = f"{bos} $A {eos} $B:1 {eos}:1" if segments else f"{bos} $A {eos} {eos} $B {eos}"
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}",
-        pair=f"{bos} $A {eos} {eos} $B {eos}",  # fairseq's hub encode of a pair, and bio_sentence_prediction's
+        pair=pair,
         special_tokens=[(bos, specials["<s>"]), (eos, specials["</s>"])],
     )
     tokenizer.add_special_tokens(
@@ -430,5 +457,7 @@ def _save_fast_tokenizer(
         "model_max_length": max_length,
         "clean_up_tokenization_spaces": False,
     }
+    if segments:  # tokenizer(a, b) then gives the model the token types it reads
+        config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     write_json(out / "tokenizer_config.json", config)
     return {"class": config["tokenizer_class"], "description": description}

@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ..data.pair_format import segment_labels
 from .common import HFConvertError
 from .tokenizers import MASK
 
@@ -25,8 +26,8 @@ CHECK_SENTENCES = (
     "He never was in South or Central America, but studied the illness in Padua itself, in 18 Italian emigrants "
     "who had come back ill from the São Paulo region, Brazil.",
 )
-# Sentence pairs (``<s> a </s></s> b </s>``) the export of a sentence-level head also checks itself
-# on.
+# Sentence pairs (in the model's pair format) the export of a sentence-level head, and the import of
+# a model with token types, also check themselves on.
 CHECK_PAIRS = tuple(zip(CHECK_SENTENCES[0::2], CHECK_SENTENCES[1::2]))
 
 Text = Union[str, Tuple[str, str]]  # one text, or a pair
@@ -90,7 +91,8 @@ def compare_with_hf(
 ) -> Comparison:
     """Run HF (transformers, offline) and a fairseq hub model on ``sentences`` (texts, or ``(a, b)``
     pairs, which HF's tokenizer gets as ``tokenizer(a, b)``): token ids must correspond one to one
-    (``hf_to_fs``; fairseq's ids from ``encode``, default ``hub.encode``); returns the largest
+    (``hf_to_fs``; fairseq's ids from ``encode``, default ``hub.encode``), and so must HF's
+    ``token_type_ids`` and the segment ids of a model with token types; returns the largest
     differences of hidden states and of the logits of ``outputs`` ("masked_lm", or
     "token_classification" / "sequence_classification" with the fairseq head ``head_name``)."""
     if outputs not in AUTO_CLASSES or (outputs in HEAD_OUTPUTS) != (head_name is not None):
@@ -104,16 +106,18 @@ def compare_with_hf(
     hidden_diff, logits_diff, n_tokens = 0.0, 0.0, 0
     for text in sentences:
         texts = (text,) if isinstance(text, str) else tuple(text)
-        hf_ids, fs_ids = _within_positions(
-            hub, *_token_ids(tokenizer, hub, hf_to_fs, texts, encode(text))
-        )
+        hf_ids, types, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, texts, encode(text))
+        segments = _segments(hub, fs_ids, types, texts)  # None: one segment, HF given no types
+        hf_ids, fs_ids, segments = _within_positions(hub, hf_ids, fs_ids, segments)
+        types = {} if segments is None else {"token_type_ids": segments[None]}
         with torch.no_grad():
-            hf_out = model(hf_ids[None], output_hidden_states=True)
+            hf_out = model(hf_ids[None], output_hidden_states=True, **types)
             fs_logits, extra = hub.model(
                 fs_ids[None],
                 features_only=outputs != "masked_lm",
                 return_all_hiddens=True,
                 classification_head_name=head_name,
+                segment_labels=None if segments is None else segments[None],
             )
             fs_states = list(extra["inner_states"])
             final_norm = hub.model.encoder.sentence_encoder.layer_norm
@@ -146,26 +150,47 @@ def compare_with_hf(
 def _token_ids(
     tokenizer, hub, hf_to_fs: torch.Tensor, texts: Tuple[str, ...], fs_ids: torch.Tensor
 ):
-    """(HF ids, fairseq ids) of ``texts``, refused in one line unless they correspond one to one."""
-    hf_ids = torch.tensor(
-        tokenizer(*texts, verbose=False)["input_ids"]
-    )  # longer than the model: _within_positions
+    """(HF ids, HF token types or None, fairseq ids) of ``texts``, refused in one line unless the
+    ids correspond one to one."""
+    encoded = tokenizer(*texts, verbose=False)  # longer than the model: _within_positions
+    hf_ids = torch.tensor(encoded["input_ids"])
+    types = encoded.get("token_type_ids")
     if not torch.equal(hf_to_fs[hf_ids], fs_ids):
         fs_tokens = [hub.task.source_dictionary[int(i)] for i in fs_ids]
         raise HFConvertError(
             f"token ids differ from HF's on {texts[0][:60]!r}{' (a pair)' if len(texts) == 2 else ''}...: "
             f"HF {tokenizer.convert_ids_to_tokens(hf_ids)}, fairseq {fs_tokens}"
         )
-    return hf_ids, fs_ids
+    return hf_ids, None if types is None else torch.tensor(types), fs_ids
 
 
-def _within_positions(hub, hf_ids: torch.Tensor, fs_ids: torch.Tensor):
-    """Both id rows cut to the model's positions: a check text longer than a small model's is
-    compared on its first tokens (the ids were compared whole), not refused."""
+def _segments(hub, fs_ids: torch.Tensor, types: Optional[torch.Tensor], texts):
+    """The segment ids fairseq gives ``fs_ids`` (None: a model without token types), refused in
+    one line unless they are HF's ``types``."""
+    if not hub.pair_format.segments:
+        return None
+    dictionary = hub.task.source_dictionary
+    segments = segment_labels(fs_ids, dictionary.eos(), dictionary.pad())
+    if types is None:
+        raise HFConvertError(
+            "HF's tokenizer gives no token_type_ids, but the model reads a pair's segments"
+        )
+    if not torch.equal(types, segments):
+        raise HFConvertError(
+            f"token types differ from HF's on {texts[0][:60]!r}...: HF {types.tolist()}, fairseq "
+            f"{segments.tolist()}"
+        )
+    return segments
+
+
+def _within_positions(hub, *rows: Optional[torch.Tensor]):
+    """Each row (HF and fairseq ids, types; None stays None) cut to the model's positions: a check
+    text longer than a small model's is compared on its first tokens (the ids were compared whole),
+    not refused."""
     limit = hub.model.max_positions()
-    if isinstance(limit, int) and len(fs_ids) > limit:
-        return hf_ids[:limit], fs_ids[:limit]
-    return hf_ids, fs_ids
+    if not isinstance(limit, int):
+        return rows
+    return tuple(None if row is None else row[:limit] for row in rows)
 
 
 @dataclass
@@ -228,9 +253,8 @@ def compare_electra_with_hf(
         worst[part] = max(worst[part], (hf_logits - logits).abs().max().item())
 
     for text in sentences:
-        hf_ids, fs_ids = _within_positions(
-            hub, *_token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text))
-        )
+        hf_ids, _, fs_ids = _token_ids(tokenizer, hub, hf_to_fs, (text,), hub.encode(text))
+        hf_ids, fs_ids = _within_positions(hub, hf_ids, fs_ids)
         compare("discriminator", hf_ids, fs_ids)
         compare("generator", hf_ids, fs_ids)
         chosen = torch.arange(1, len(hf_ids) - 1, MASK_EVERY)  # never <s> or </s>
@@ -247,12 +271,22 @@ def compare_qa_logits(hf_dir: Path, hub, head_name: str, pairs: Sequence[Text], 
     """Largest |difference| of HF's start/end logits from the fairseq span head's on ``pairs`` (ids
     from ``encode``, already checked equal to HF's tokenizer's by ``compare_with_hf``)."""
     model = load_hf(hf_dir, "AutoModelForQuestionAnswering")
+    dictionary = hub.task.source_dictionary
     worst = 0.0
     for pair in pairs:
         ids = encode(pair)
+        segments, types = None, {}
+        if hub.pair_format.segments:  # BERT's rows: HF's token types are the segment ids
+            segments = segment_labels(ids, dictionary.eos(), dictionary.pad())[None]
+            types = {"token_type_ids": segments}
         with torch.no_grad():
-            out = model(ids[None])
-            scores, _ = hub.model(ids[None], features_only=True, classification_head_name=head_name)
+            out = model(ids[None], **types)
+            scores, _ = hub.model(
+                ids[None],
+                features_only=True,
+                classification_head_name=head_name,
+                segment_labels=segments,
+            )
         worst = max(worst, (out.start_logits[0] - scores[0, :, 0]).abs().max().item())
         worst = max(worst, (out.end_logits[0] - scores[0, :, 1]).abs().max().item())
     return worst
@@ -275,8 +309,8 @@ def word_encoder_ids(hub) -> Callable[[str], torch.Tensor]:
 
 def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
     """``text or (a, b) -> T`` ids of the row bio_sentence_prediction makes of it (its word
-    encoding, its dataset and collater: ``<s> text </s>`` / ``<s> a </s></s> b </s>``); a text that
-    needs more than one window is refused, since HF sees one (``fits=True``: None instead)."""
+    encoding, its dataset and collater: ``<s> text </s>`` / a pair in the model's format); a text
+    that needs more than one window is refused, since HF sees one (``fits=True``: None instead)."""
     from ..data.sentence_windows import SentencePredictionDataset
     from ..data.tagging_dataset import EncodedWords
 
@@ -285,7 +319,9 @@ def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
     def encode(text: Text, fits: bool = False) -> Optional[torch.Tensor]:
         texts = (text,) if isinstance(text, str) else tuple(text)
         encoded = [EncodedWords.encode(task.word_encoder, [t.split()]) for t in texts]
-        dataset = SentencePredictionDataset(encoded, task.source_dictionary, task.window)
+        dataset = SentencePredictionDataset(
+            encoded, task.source_dictionary, task.window, pair_format=task.pair_format
+        )
         rows = dataset.collater([dataset[0]])["net_input"]["src_tokens"]
         if len(rows) == 1 and not dataset.truncated:
             return rows[0]
@@ -300,8 +336,8 @@ def sentence_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
 
 def qa_task_ids(hub) -> Callable[..., Optional[torch.Tensor]]:
     """``(question, context) -> T`` ids of the first row bio_extractive_qa makes of them (its word
-    encoding, dataset and collater: ``<s> question </s></s> context </s>``); a pair that needs more
-    than one window, or whose question is cut, is refused (``fits=True``: None instead)."""
+    encoding, dataset and collater: the pair in the model's format); a pair that needs more than
+    one window, or whose question is cut, is refused (``fits=True``: None instead)."""
     from ..data.squad import QAExample, SquadFile
 
     task = hub.task

@@ -55,6 +55,8 @@ class HFVocab:
     added: List[str] = field(
         default_factory=list
     )  # fastbpe: added tokens (control symbols), kept as they are
+    # whether the tokenizer gives a pair's second text token type 1 (BERT's pair template)
+    pair_segments: bool = False
 
     def symbol(self, hf_id: int) -> str:
         """The dict.txt symbol of a non-special token: the wordpiece, the byte-BPE id as fairseq's
@@ -127,8 +129,29 @@ def read_hf_vocab(hf_dir: Path) -> HFVocab:
             f"{hf_dir}: no tokenizer files (tokenizer.json, vocab.txt, or vocab.json + merges.txt)"
         )
     vocab.roles = _special_roles(vocab, settings)
+    vocab.pair_segments = _pair_segments(hf_dir, vocab.kind)
     _check_symbols(vocab)
     return vocab
+
+
+def _pair_segments(hf_dir: Path, kind: str) -> bool:
+    """Whether the tokenizer of ``hf_dir`` makes a pair's second text token type 1: its
+    tokenizer.json's post-processor says; without one, BertTokenizer (vocab.txt) does and
+    RobertaTokenizer (vocab.json + merges.txt) does not."""
+    path = hf_dir / "tokenizer.json"
+    if not path.is_file():
+        return kind == "wordpiece"
+    processors = [read_json(path).get("post_processor") or {}]
+    if processors[0].get("type") == "Sequence":
+        processors = processors[0].get("processors") or []
+    for processor in processors:
+        if processor.get("type") == "BertProcessing":
+            return True
+        if processor.get("type") == "TemplateProcessing":
+            pieces = [next(iter(piece.values())) for piece in processor.get("pair") or []]
+            if any(piece.get("type_id", 0) > 0 for piece in pieces):
+                return True
+    return False
 
 
 def _tokens_by_id(path: Path, token_to_id: Dict[str, int]) -> List[str]:

@@ -228,7 +228,7 @@ def fairseq_positions(
 ) -> torch.Tensor:
     """fairseq's ``(max_positions + 2) x C`` position table (its first position at row padding_idx +
     1 = 2) of HF's ``position_embeddings``, with the segment-0 row of ``token_types`` (None:
-    DistilBERT has none) folded in.
+    DistilBERT has none) folded in (the other segments: ``segment_differences``).
     """
     offset = position_offset(config)
     max_positions = positions.size(0) - offset
@@ -248,6 +248,23 @@ def fairseq_positions(
     return table
 
 
+def token_types(config: dict, vocab: HFVocab) -> int:
+    """bio_roberta's ``token_types`` for an HF ``config``: its ``type_vocab_size`` where the model
+    has two or more and its tokenizer gives a pair's second text type 1 (the BERT family: BERT,
+    ELECTRA, MegatronBERT; also a model this plugin exported with token types), else 0 (RoBERTa:
+    pairs as ``<s> a </s></s> b </s>``, one type; DistilBERT has none)."""
+    if config["model_type"] == "distilbert" or not vocab.pair_segments:
+        return 0
+    types = config.get("type_vocab_size", 2)  # transformers' default for every such model
+    return types if types >= 2 else 0
+
+
+def segment_differences(table: torch.Tensor) -> torch.Tensor:
+    """bio_roberta's ``segment_embeddings`` of HF's ``token_type_embeddings``: each type's row minus
+    type 0's, which the positions hold (row 0 is then exactly zero)."""
+    return table - table[0]
+
+
 @dataclass
 class ConvertedModel:
     """bio_roberta parameters and model options converted from an HF encoder."""
@@ -263,7 +280,8 @@ def hf_to_fairseq_state(
 ) -> ConvertedModel:
     """Map HF parameters onto bio_roberta's: rows in fairseq dictionary order, segment-0 token-type
     embedding folded into the positions (fairseq's start at padding_idx + 1; DistilBERT has none, so
-    nothing is added), the MLM head when there is one."""
+    nothing is added) and, for the BERT family, the other types as ``segment_embeddings`` (their
+    differences from type 0), the MLM head when there is one."""
     model_type = config["model_type"]
     state = base_model_names(state, model_type)
     used = set(HF_BUFFERS)
@@ -304,6 +322,15 @@ def hf_to_fairseq_state(
     )
     out[f"{ENCODER}embed_positions.weight"] = fs_positions
     max_positions = fs_positions.size(0) - 2
+    types = token_types(config, vocab)
+    if types:
+        if segment0 is None or segment0.size(0) != types:
+            rows = "none" if segment0 is None else segment0.size(0)
+            raise HFConvertError(
+                f"{weights}: embeddings.token_type_embeddings.weight has {rows} rows but config.json "
+                f"type_vocab_size is {types}"
+            )
+        out[f"{ENCODER}segment_embeddings.weight"] = segment_differences(segment0)
 
     for hf, fs in encoder_name_map(config["num_hidden_layers"], model_type=model_type):
         out[fs] = take(hf)
@@ -349,7 +376,7 @@ def hf_to_fairseq_state(
             f"{weights}: parameter {unknown[0]!r} has no place in bio_roberta ({len(unknown)} such)"
         )
     return ConvertedModel(
-        out, bio_roberta_options(config, max_positions, untied), has_head, dropped
+        out, bio_roberta_options(config, max_positions, untied, types), has_head, dropped
     )
 
 
@@ -387,12 +414,17 @@ def hf_encoder(hub) -> Tuple[HFModel, str, set]:
         + "embeddings.position_embeddings.weight": state[f"{ENCODER}embed_positions.weight"][
             first:
         ],
-        prefix + "embeddings.token_type_embeddings.weight": torch.zeros(1, config["hidden_size"]),
+        # type 0 lives in the positions (an import folds it there): HF's row 0 adds nothing
+        prefix
+        + "embeddings.token_type_embeddings.weight": state.get(
+            f"{ENCODER}segment_embeddings.weight", torch.zeros(1, config["hidden_size"])
+        ),
     }
     names = encoder_name_map(config["num_hidden_layers"], model_type)
     hf.update({prefix + hf_name: state[fs_name] for hf_name, fs_name in names})
     used = {fs for _, fs in names} | {
         f"{ENCODER}embed_tokens.weight",
         f"{ENCODER}embed_positions.weight",
+        f"{ENCODER}segment_embeddings.weight",
     }
     return HFModel(config, hf), CLASS_PREFIXES[model_type], used

@@ -23,8 +23,8 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from omegaconf import OmegaConf
 from torch import Tensor, nn
 
-from ..checkpoint_fit import hub_interface
 from ..errors import BioConfigError
+from ..hub import hub_interface
 from ..modules.masking import take_positions
 from ..modules.tagging_head import TokenClassificationHead, head_options
 from ..modules.transformer_encoder import BioTransformerEncoder
@@ -130,6 +130,13 @@ class BioRobertaConfig(FairseqDataclass):
         default=0.0, metadata={"help": "dropout probability in classification heads"}
     )
     max_positions: int = field(default=512, metadata={"help": "number of learned positions"})
+    token_types: int = field(
+        default=0,
+        metadata={
+            "help": "token types (BERT's segment embeddings): 0, none, pairs are RoBERTa's <s> a </s></s> b "
+            "</s>; 2 (BERT, ELECTRA, MegatronBERT imports): pairs are BERT's <s> a </s> b </s>, b of type 1"
+        },
+    )
     untie_weights_roberta: bool = field(
         default=False,
         metadata={"help": "untie the masked-LM output projection from the input embeddings"},
@@ -191,6 +198,7 @@ LATER_OPTIONS = {
     "compile_encoder_layers": False,
     "compile_model": False,
     "lm_head_vocab_multiple": 64,
+    "token_types": 0,
 }
 
 
@@ -289,6 +297,10 @@ class BioRobertaModel(RobertaModel):
         if cfg.lm_head_vocab_multiple < 1:
             raise BioConfigError(
                 f"model.lm_head_vocab_multiple={cfg.lm_head_vocab_multiple}: must be >= 1"
+            )
+        if cfg.token_types < 0 or cfg.token_types == 1:
+            raise BioConfigError(
+                f"model.token_types={cfg.token_types}: 0 (none) or at least 2 (a pair's two segments)"
             )
         encoder = BioRobertaEncoder(cfg, task.source_dictionary)
         set_layer_norm_eps(encoder, cfg.layer_norm_eps)
@@ -410,8 +422,9 @@ class BioRobertaModel(RobertaModel):
         data_name_or_path=".",
         **kwargs,
     ):
-        """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features) for a local
-        checkpoint, loaded as every model for inference is (``checkpoint_fit.hub_interface``).
+        """A ``RobertaHubInterface`` (encode/decode/fill_mask/extract_features; pairs in the model's
+        own format) for a local checkpoint, loaded as every model for inference is
+        (``hub.hub_interface``).
 
         The vocabulary (dict.txt, bpe.json) is ``data_name_or_path``, relative to
         ``model_name_or_path`` when it starts with "."; other keyword arguments are fairseq's
@@ -520,7 +533,7 @@ class BioRobertaEncoder(RobertaEncoder):
     """RoBERTa encoder over ``BioTransformerEncoder``."""
 
     def build_encoder(self, args, dictionary, embed_tokens):
-        encoder = BioTransformerEncoder(args, dictionary, embed_tokens)
+        encoder = BioTransformerEncoder(args, dictionary, embed_tokens, args.token_types)
         encoder.apply(init_bert_params)
         return encoder
 
@@ -538,16 +551,21 @@ class BioRobertaEncoder(RobertaEncoder):
         return_attn=False,
         lm_targets=None,
         lm_ignore_index: int = -100,
+        segment_labels=None,
         **unused,
     ):
         """``B x T`` tokens -> (``B x T x V`` logits, or ``B x T x C`` features with
         ``features_only``; only the ``masked_tokens`` positions when given) and the extras dict.
         With ``lm_targets`` (the targets of the ``masked_tokens`` positions) the first is their
         summed cross-entropy instead of the logits (computed inside the forward, so that
-        data-parallel and sharded wrappers see the head's weights used there).
+        data-parallel and sharded wrappers see the head's weights used there). ``segment_labels``
+        (``B x T``): the token types of a model with ``token_types``.
         """
         x, extra = self.extract_features(
-            src_tokens, return_all_hiddens=return_all_hiddens, return_attn=return_attn
+            src_tokens,
+            return_all_hiddens=return_all_hiddens,
+            return_attn=return_attn,
+            segment_labels=segment_labels,
         )
         if lm_targets is not None:
             return (
@@ -566,6 +584,7 @@ class BioRobertaEncoder(RobertaEncoder):
             return_all_hiddens=return_all_hiddens,
             token_embeddings=kwargs.get("token_embeddings", None),
             return_attn=return_attn,
+            segment_labels=kwargs.get("segment_labels", None),
         )
         features = encoder_out["encoder_out"][0].transpose(0, 1)  # T x B x C -> B x T x C
         return features, {

@@ -1,6 +1,7 @@
 """fairseq's transformer encoder with a faster attention (one fused QKV projection, torch's
-scaled_dot_product_attention) that keeps fairseq's parameters and state-dict keys, and returns every
-layer's per-head attention maps (before dropout) on request."""
+scaled_dot_product_attention) that keeps fairseq's parameters and state-dict keys, returns every
+layer's per-head attention maps (before dropout) on request, and optionally embeds token types
+(BERT's segments)."""
 
 from typing import List, Optional, Tuple
 
@@ -10,7 +11,7 @@ from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-from torch import Tensor
+from torch import Tensor, nn
 
 
 class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
@@ -141,7 +142,22 @@ class BioTransformerEncoderLayer(TransformerEncoderLayerBase):
 
 
 class BioTransformerEncoder(TransformerEncoder):
-    """fairseq's ``TransformerEncoder`` built from ``BioTransformerEncoderLayer``s."""
+    """fairseq's ``TransformerEncoder`` built from ``BioTransformerEncoderLayer``s; with
+    ``token_types`` > 0 also a ``token_types x C`` table ``segment_embeddings`` whose row of each
+    token's segment id is added to its embedding (BERT's token types).
+
+    Row 0 is zero and stays so (its padding row): segment 0's own embedding lives in the positions,
+    where an HF import folds it, so a row without segment ids, or with ids 0 only, computes exactly
+    what a model without the table computes. Rows 1.. hold each type's difference from type 0.
+    """
+
+    def __init__(self, args, dictionary, embed_tokens, token_types: int = 0):
+        super().__init__(args, dictionary, embed_tokens)
+        self.segment_embeddings = (
+            nn.Embedding(token_types, embed_tokens.embedding_dim, padding_idx=0)
+            if token_types > 0
+            else None
+        )
 
     def build_encoder_layer(self, cfg):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -151,6 +167,31 @@ class BioTransformerEncoder(TransformerEncoder):
         min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
         return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
+    def forward_embedding(
+        self,
+        src_tokens: Tensor,
+        token_embedding: Optional[Tensor] = None,
+        segment_labels: Optional[Tensor] = None,
+    ):
+        """fairseq's embedding of ``B x T`` tokens (scaled tokens + positions, LayerNorm, dropout)
+        with the segments' rows added before the LayerNorm: (``B x T x C``, the scaled tokens)."""
+        if segment_labels is None:
+            return super().forward_embedding(src_tokens, token_embedding)
+        if self.segment_embeddings is None:
+            raise ValueError("segment labels given to an encoder without token types")
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        if self.embed_positions is not None:
+            x = embed + self.embed_positions(src_tokens)
+        x = x + self.segment_embeddings(segment_labels)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x, embed
+
     def forward(
         self,
         src_tokens: Tensor,
@@ -158,16 +199,23 @@ class BioTransformerEncoder(TransformerEncoder):
         return_all_hiddens: bool = False,
         token_embeddings: Optional[Tensor] = None,
         return_attn: bool = False,
+        segment_labels: Optional[Tensor] = None,
     ):
         """As fairseq's encoder; with ``return_attn`` the dict also holds ``attn``: one
-        ``B x H x T x T`` tensor per layer, the attention probabilities before dropout. Nothing
+        ``B x H x T x T`` tensor per layer, the attention probabilities before dropout;
+        ``segment_labels`` (``B x T``) are the token types of a model that has them. Nothing
         extra is computed or kept unless asked for."""
         padding_mask = src_tokens.eq(self.padding_idx)
         # Read once: a tensor's truth value waits for the GPU, and this encoder (as fairseq's) asked
         # it again before every layer, so the host stopped launching at each layer boundary until
         # the device had caught up.
         has_pads = bool(padding_mask.any())
-        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        if segment_labels is None:  # bio_electra's projected encoders embed without segments
+            x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        else:
+            x, encoder_embedding = self.forward_embedding(
+                src_tokens, token_embeddings, segment_labels
+            )
         if has_pads:
             x = x * (1 - padding_mask.unsqueeze(-1).type_as(x))
         # B x T x C -> T x B x C, contiguous like every later layer's input (one compiled graph

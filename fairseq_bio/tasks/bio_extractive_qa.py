@@ -1,6 +1,7 @@
 """bio_extractive_qa: extractive question answering (BioASQ factoid in SQuAD v1.1 form, as BioBERT
 distributes it; SQuAD itself) fine-tuning any encoder checkpoint:
-``<s> question </s></s> context window </s>`` rows, a start/end span head on every context piece,
+``<s> question </s></s> context window </s>`` rows (BERT's ``<s> question </s> context window </s>``
+with segment ids for a model with token types), a start/end span head on every context piece,
 contexts windowed with a doc stride (``data/qa_dataset.py`` says how, and what the windows that do
 not hold the answer learn), the SQuAD JSON read directly and encoded with the encoder's BPE
 (cached).
@@ -268,6 +269,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
             stride,
             shuffle=shuffle,
             seed=self.cfg.seed,
+            pair_format=self.pair_format,
         )
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
@@ -291,7 +293,7 @@ class BioExtractiveQATask(fine_tuning.FineTuningTask):
             dataset.unaligned_answers(),
         )
         short = sum(
-            self.window - len(dataset.encoded.question(i)) - 4 < self.cfg.doc_stride
+            dataset.context_room(len(dataset.encoded.question(i))) < self.cfg.doc_stride
             for i in range(len(dataset))
         )
         if short:

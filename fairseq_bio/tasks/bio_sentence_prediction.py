@@ -581,6 +581,7 @@ class BioSentencePredictionTask(fine_tuning.FineTuningTask):
                 focus=focus,
                 documents=self.documents(examples),
                 mentions=mentions,
+                pair_format=self.pair_format,
             )
         except WindowError as e:
             ex = examples[e.index]

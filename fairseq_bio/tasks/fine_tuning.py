@@ -35,6 +35,7 @@ from ..checkpoint_fit import (
     start_checkpoint_path,
 )
 from ..data.dictionary import load_dictionary
+from ..data.pair_format import PairFormat
 from ..data.tagging_dataset import WordEncoder
 from ..data.tokenizer_files import BPE_JSON, bpe_file_options, load_bpe_json
 from ..errors import BioConfigError
@@ -85,6 +86,7 @@ ARCHITECTURE_KEYS = (
     "max_positions",
     "untie_weights_roberta",
     "layer_norm_eps",
+    "token_types",
 )
 
 
@@ -363,6 +365,8 @@ class FineTuningTask(FairseqTask):
         self.window: Optional[int] = (
             None  # tokens per window: set by build_model from the model's positions
         )
+        # how a pair becomes a row: set by build_model from the model's token types
+        self.pair_format = PairFormat()
         self._dictionary_record = None  # get_checkpoint_dict's, made once
         if cfg.head_hidden_layers < 0 or cfg.head_hidden_size < 0:
             raise BioConfigError(
@@ -455,6 +459,7 @@ class FineTuningTask(FairseqTask):
         self.window = min(
             self.cfg.max_positions or model.args.max_positions, model.args.max_positions
         )
+        self.pair_format = PairFormat.of(model.args)
         if not from_checkpoint:
             copy_vocab(self.vocab_dir, self.cfg.save_dir)
         return model
