@@ -3,15 +3,17 @@
 (a) a ``bio_distillation`` step against a plain student MLM step plus the teacher forward it needs
 (the criterion's own overhead; target <= 1.1x); (b) inference tokens/s and peak memory of the
 12 x 768 teacher and the 6 x 768 and 4 x 312 students at 32 x 128 tokens; (c) ``--ner``:
-NCBI-disease F1 of a distilled tiny student, its teacher and the student's architecture from
-random initialisation.
+NCBI-disease F1 of a distilled tiny student, its teacher and each one's architecture from random
+initialisation; ``distill_minilm.py`` (this script's options): MiniLM-L6-H384 as the teacher of seed
+004's presets and bio-lm's recipe, beside random init and with each student's speed.
 Method and results: docs/distillation.md ("Measured").
 
     python benchmarks/distillation.py [--sizes paper|small] [--device cpu|cuda]   # (a), (b)
     python benchmarks/distillation.py --ner [--quick]                             # (c)
+    python benchmarks/distill_minilm.py [--quick]                                  # (c), MiniLM
 
-Writes ``benchmarks/results/distillation.md``, ``.png`` and ``distillation_ner.md`` and prints the
-results.
+Writes ``benchmarks/results/distillation.md``, ``.png``, ``distillation_ner.md`` (and
+``distillation_minilm.*``) and prints the results.
 """
 
 import argparse
@@ -504,6 +506,7 @@ def ner_benchmark(args) -> None:
     for key, value in (NER_QUICK if args.quick else NER_FULL).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    args.distill_lr = args.distill_lr or 1e-3
     args.size, args.new_encoder, args.lr = NER_TEACHER, args.new_teacher, args.ner_lr
     args.pretrain_dropout = (
         0.0  # tagging.py's default: a teacher pretrained briefly learns more without dropout
@@ -536,6 +539,12 @@ def ner_benchmark(args) -> None:
             [f"checkpoint.restore_file={student['checkpoint']}"],
         ),
         # fairseq's default restore_file in a fresh save_dir: nothing is restored
+        (
+            "teacher architecture, random init",
+            shape(harness.SIZES[NER_TEACHER]),
+            None,
+            harness.random_init(NER_TEACHER),
+        ),
         (
             "student architecture, random init",
             shape(NER_STUDENT),
@@ -607,7 +616,8 @@ def ner_benchmark(args) -> None:
     print(f"wrote {RESULTS / 'distillation_ner.md'}")
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """This script's options, which ``distill_minilm.py`` reads too."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -650,8 +660,8 @@ def main(argv=None):
     ner.add_argument(
         "--distill-lr",
         type=float,
-        default=1e-3,
-        help="distillation peak lr (the preset's is 5e-4 at " "192 x 256 tokens per update)",
+        help="distillation peak lr (default 1e-3; --teacher minilm: 5e-4, the presets' at 192 x 256 "
+        "tokens per update)",
     )
     ner.add_argument(
         "--train-sentences", type=int, help="first N NCBI-disease train sentences (default: all)"
@@ -676,9 +686,44 @@ def main(argv=None):
     ner.add_argument(
         "--workers", type=int, default=os.cpu_count() or 1, help="preprocessing processes"
     )
+    ner.add_argument(
+        "--teacher",
+        choices=("tiny", "minilm"),
+        default="tiny",
+        help="tiny: a 4 x 256 teacher pretrained here; minilm: MiniLM-L6-H384 (distill_minilm.py)",
+    )
+    ner.add_argument(
+        "--seeds", type=int, help="--teacher minilm: fine-tuning seeds of every model (default 3)"
+    )
+    ner.add_argument(
+        "--head-updates",
+        type=int,
+        help="--teacher minilm: updates fitting MiniLM's new MLM head, encoder frozen (default 100)",
+    )
+    ner.add_argument(
+        "--head-lr", type=float, default=1e-3, help="--teacher minilm: the head's peak lr"
+    )
+    ner.add_argument(
+        "--finetune-max-update",
+        type=int,
+        help="--teacher minilm: cap each fine-tuning (default: the CPU budget's 2 epochs)",
+    )
+    ner.add_argument(
+        "--speed-steps", type=int, default=3, help="--teacher minilm: timed inference repetitions"
+    )
+    ner.add_argument(
+        "--results", help=f"--teacher minilm: where the results are copied (default {RESULTS})"
+    )
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.memory_worker:
         return memory_worker(args.memory_worker, args.device, args.data, args.workdir)
+    if args.teacher == "minilm":
+        parser.error("--teacher minilm: run benchmarks/distill_minilm.py with the other options")
     if args.ner:
         args.workdir = args.ner_workdir
         return ner_benchmark(args)

@@ -5,7 +5,9 @@ biomedical tasks (`make bench-dapt`).
 Imported with ``fairseq-bio-import-hf``, continued with ``bio_masked_lm`` on the PubMed sample in
 its own WordPiece, then each checkpoint (0, half and the full ``--updates``) is fine-tuned with
 ``fairseq-bio-blurb`` on NCBI-disease, BC5-disease, GAD and BIOSSES and its MLM perplexity measured
-on held-out PubMed (and ``--general-text``). Every step is reused when its output is there. Writes
+on held-out PubMed (and ``--general-text``); ``--random-init`` fine-tunes MiniLM's architecture from
+random initialisation too, with the same seeds and budgets (what any pretraining adds). Every step
+is reused when its output is there. Writes
 ``<out>/results.md``, ``.json`` and ``.png``, copied to ``benchmarks/results/domain_adaptation.*``;
 the method: benchmarks/README.md and HISTORY.md.
 
@@ -288,8 +290,11 @@ def fine_tune(
     return json.loads((target / "results.json").read_text(encoding="utf-8"))["datasets"]
 
 
-def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
-    """{"rows": per dataset the scores at each point, "perplexity": ...} and the markdown table."""
+def report(
+    points: Dict[int, Dict], updates: int, tasks: List[str], random: Optional[Dict] = None
+) -> Dict:
+    """{"rows": per dataset the scores at each point (and under ``random`` those of the random-init
+    run, when ``random`` has the runner's datasets), "perplexity": ...}."""
     steps = sorted(points)
     rows = []
     for task in tasks:
@@ -322,6 +327,11 @@ def report(points: Dict[int, Dict], updates: int, tasks: List[str]) -> Dict:
                 },
             }
         )
+        fresh = (random or {}).get(task)
+        if fresh is not None:
+            rows[-1]["random"] = {
+                k: fresh.get(k, 0.0) for k in ("mean", "std", "values", "seeds", "dev_mean")
+            }
     results = {
         "updates": steps,
         "budget": updates,
@@ -356,8 +366,8 @@ def markdown(results: Dict, seeds: int) -> str:
     lines = [
         f"| dataset | metric | {head} | "
         + " | ".join(f"gain at {u} (per seed)" for u in later)
-        + " | dev |",
-        "| --- | --- |" + " ---: |" * (len(steps) + len(later)) + " --- |",
+        + " | dev | random init (per seed) |",
+        "| --- | --- |" + " ---: |" * (len(steps) + len(later)) + " --- | --- |",
     ]
     for row in results["rows"]:
         cells = " | ".join(
@@ -372,7 +382,17 @@ def markdown(results: Dict, seeds: int) -> str:
             for u in later
         )
         dev = " -> ".join("?" if row["dev"][u] is None else f"{row['dev'][u]:.2f}" for u in steps)
-        lines.append(f"| {row['dataset']} | {row['metric']} | {cells} | {gains} | {dev} |")
+        fresh = row.get("random")
+        random_init = (
+            f"{fresh['mean']:.2f} ± {fresh['std']:.2f} ("
+            + ", ".join(f"{v:.2f}" for v in fresh["values"])
+            + ")"
+            if fresh
+            else "not run"
+        )
+        lines.append(
+            f"| {row['dataset']} | {row['metric']} | {cells} | {gains} | {dev} | {random_init} |"
+        )
     ppl = " | ".join(f"{results['perplexity'][u]:,.1f}" for u in steps)
     lines.append(f"| held-out PubMed | MLM perplexity | {ppl} |" + " |" * len(later) + " |")
     if "general_perplexity" in results:
@@ -489,6 +509,12 @@ def main(argv=None) -> int:
         "learns (task.freeze_embeddings); use another --out than a run without it",
     )
     parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="also fine-tune MiniLM's architecture from random initialisation "
+        "(<out>/random-init/model.pt) on the same tasks with the same seeds and budgets",
+    )
+    parser.add_argument(
         "--coverage",
         action="store_true",
         help="also report how well the pretraining corpus covers each NER set's entity mentions",
@@ -534,7 +560,17 @@ def main(argv=None) -> int:
             points[step]["general_perplexity"] = perplexity(
                 checkpoint, general_bin, out / "perplexity" / f"general_{name}.log"
             )
-    results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")])
+    random = None
+    if args.random_init:
+        from fairseq_bio.encoder_checkpoints import random_init_checkpoint
+
+        fresh = out / "random-init" / "model.pt"
+        if not fresh.exists():
+            random_init_checkpoint(checkpoints[0], fresh, seed=1)
+        random = fine_tune(
+            out, "random_init", fresh, args.tasks, args.seeds, args.data, args.finetune_max_update
+        )
+    results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")], random)
     results["settings"] = {
         "updates": args.updates,
         "lr": args.lr,
@@ -542,6 +578,7 @@ def main(argv=None) -> int:
         "tasks": args.tasks,
         "head_warmup": args.head_warmup,
         "freeze_embeddings": args.freeze_embeddings,
+        "random_init": args.random_init,
         "pretrain": PRETRAIN,
         "max_docs": args.max_docs,
     }

@@ -1,12 +1,14 @@
 """PubMedBERT's fine-tuning variants, measured on real data beside the paper's numbers: Table 10
-(linear layer vs Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on GAD:
-dummified text with [CLS] vs MENTION pooling vs entity markers with the entity-start encoding).
-`make bench-variants`.
+(linear layer vs Bi-LSTM, and a BiLSTM-CRF, on BC5-disease) and Table 12 (relation encodings on DDI,
+the paper's dataset, and GAD: dummified text with [CLS] vs MENTION pooling vs entity markers with
+the entity-start encoding). `make bench-variants`.
 
 Every variant is one ``fairseq-bio-blurb`` run of MiniLM-L6-H384 with the same seeds and CPU budget
 and only the variant's overrides, so each row differs from its dataset's reference row in the head
-alone; differences are paired by seed. Writes ``<out>/results.*``, copied to
-``benchmarks/results/finetune_variants.*``; finished runs are reused.
+alone; differences are paired by seed. ``--random-init`` runs each variant again on MiniLM's
+architecture from random initialisation (same seeds and budget): what the encoder's pretraining
+adds. Writes ``<out>/results.*``, copied to ``benchmarks/results/finetune_variants.*``; finished
+runs are reused.
 
     python benchmarks/finetune_variants.py --variants bc5-disease:bilstm --seeds 1 --max-update 20   # smoke
 """
@@ -28,8 +30,9 @@ from harness import REPO, RESULTS, pyplot, save_figure, save_report  # noqa: E40
 # (dataset, variant, overrides, the paper's number for that row, where it comes from). The first
 # variant of each dataset is its reference. PubMedBERT (seed 001) Table 10: BC5-disease entity F1,
 # linear 85.62 vs Bi-LSTM 85.64 (no BiLSTM-CRF row; GAD 82.34 vs 81.80 is a relation task, whose
-# Bi-LSTM we do not build). Table 12 has no GAD column: its DDI micro F1 is shown (dummified [CLS]
-# 82.36, dummified MENTION 82.08, markers + entity start 82.18).
+# Bi-LSTM we do not build). Table 12, DDI micro F1 over the four interaction types (the negative
+# class left out, as sentence_task/re_ddi scores it): dummified [CLS] 82.36, dummified MENTION
+# 82.08, markers + entity start 82.18; it has no GAD column.
 VARIANTS = (
     ("bc5-disease", "linear", (), 85.62, "Table 10, BC5-disease"),
     ("bc5-disease", "bilstm", ("task.lstm_layers=1",), 85.64, "Table 10, BC5-disease"),
@@ -58,9 +61,12 @@ VARIANTS = (
         None,
         "not in Table 10",
     ),
-    ("gad", "dummy_cls", (), 82.36, "Table 12, DDI"),
-    ("gad", "mention_pool", ("task.entity_representation=mention_pool",), 82.08, "Table 12, DDI"),
-    ("gad", "marker_start", ("task.entity_representation=marker_start",), 82.18, "Table 12, DDI"),
+    ("ddi", "dummy_cls", (), 82.36, "Table 12, DDI"),
+    ("ddi", "mention_pool", ("task.entity_representation=mention_pool",), 82.08, "Table 12, DDI"),
+    ("ddi", "marker_start", ("task.entity_representation=marker_start",), 82.18, "Table 12, DDI"),
+    ("gad", "dummy_cls", (), None, "no GAD column in Table 12"),
+    ("gad", "mention_pool", ("task.entity_representation=mention_pool",), None, "no GAD column"),
+    ("gad", "marker_start", ("task.entity_representation=marker_start",), None, "no GAD column"),
 )
 
 BY_NAME = {f"{v[0]}:{v[1]}": v for v in VARIANTS}
@@ -81,59 +87,95 @@ def run_order(wanted: List[str]) -> List[str]:
     return order
 
 
+def blurb_run(
+    target: Path,
+    checkpoint: Path,
+    data: str,
+    dataset: str,
+    seeds: int,
+    overrides,
+    max_update: Optional[int],
+) -> Dict:
+    """``checkpoint`` fine-tuned by the runner on ``dataset`` with ``overrides`` (finished runs in
+    ``target`` reused); its results.json entry for the dataset."""
+    command = runs.command(
+        "fairseq-bio-blurb",
+        "--checkpoint",
+        checkpoint,
+        "--data",
+        data,
+        "--tasks",
+        dataset,
+        "--seeds",
+        seeds,
+        "--out",
+        target,
+        "--cpu",
+        "--",
+        *CPU_BUDGETS,
+        *overrides,
+        # after the CPU budgets, whose per-dataset caps (ddi:) it must override
+        *([f"{dataset}:optimization.max_update={max_update}"] if max_update else []),
+    )
+    print("$ " + " ".join(command), flush=True)
+    runs.Run(command).finish()  # a failed runner's results.json says which runs failed
+    results = target / "results.json"
+    if not results.exists():
+        sys.exit(f"{dataset} {target.name}: the runner wrote no {results}")
+    entry = json.loads(results.read_text(encoding="utf-8"))["datasets"].get(dataset)
+    if not entry or "values" not in entry:
+        sys.exit(f"{dataset} {target.name}: no scores in {results} (see the runner's output above)")
+    return entry
+
+
 def variant_runs(
-    out: Path, checkpoint: Path, data: str, seeds: int, wanted: List[str], max_update: Optional[int]
+    out: Path,
+    checkpoint: Path,
+    data: str,
+    seeds: int,
+    wanted: List[str],
+    max_update: Optional[int],
+    random_checkpoint: Optional[Path] = None,
 ) -> List[Dict]:
-    """Each wanted variant (and its dataset's reference) fine-tuned by the runner; their
-    results.json rows."""
+    """Each wanted variant (and its dataset's reference) fine-tuned by the runner, and from
+    ``random_checkpoint`` (the encoder's architecture, random weights) when given; their
+    results.json rows, the random-init run's per-seed scores under ``random``."""
     rows = []
     for dataset, name, overrides, paper, source in (BY_NAME[n] for n in run_order(wanted)):
-        target = out / dataset / name
-        command = runs.command(
-            "fairseq-bio-blurb",
-            "--checkpoint",
-            checkpoint,
-            "--data",
-            data,
-            "--tasks",
-            dataset,
-            "--seeds",
-            seeds,
-            "--out",
-            target,
-            "--cpu",
-            "--",
-            *CPU_BUDGETS,
-            *overrides,
-            *([f"optimization.max_update={max_update}"] if max_update else []),
+        entry = blurb_run(
+            out / dataset / name, checkpoint, data, dataset, seeds, overrides, max_update
         )
-        print("$ " + " ".join(command), flush=True)
-        runs.Run(command).finish()  # a failed runner's results.json says which runs failed
-        results = target / "results.json"
-        if not results.exists():
-            sys.exit(f"{dataset} {name}: the runner wrote no {results}")
-        entry = json.loads(results.read_text(encoding="utf-8"))["datasets"].get(dataset)
-        if not entry or "values" not in entry:
-            sys.exit(f"{dataset} {name}: no scores in {results} (see the runner's output above)")
-        rows.append(
-            {
-                "dataset": dataset,
-                "title": entry["title"],
-                "metric": entry["metric"],
-                "variant": name,
-                "reference": REFERENCE[dataset],
-                "overrides": list(overrides),
-                "paper": paper,
-                "paper_source": source,
-                "values": entry["values"],
-                "seeds": entry["seeds"],
-                "mean": entry["mean"],
-                "std": entry.get("std", 0.0),
-                "dev_mean": entry["dev_mean"],
-                "wall_s": entry["wall_s"],
-                "trivial_baseline": entry.get("trivial_baseline"),
+        row = {
+            "dataset": dataset,
+            "title": entry["title"],
+            "metric": entry["metric"],
+            "variant": name,
+            "reference": REFERENCE[dataset],
+            "overrides": list(overrides),
+            "paper": paper,
+            "paper_source": source,
+            "values": entry["values"],
+            "seeds": entry["seeds"],
+            "mean": entry["mean"],
+            "std": entry.get("std", 0.0),
+            "dev_mean": entry["dev_mean"],
+            "wall_s": entry["wall_s"],
+            "trivial_baseline": entry.get("trivial_baseline"),
+        }
+        if random_checkpoint is not None:
+            fresh = blurb_run(
+                out / "random-init" / dataset / name,
+                random_checkpoint,
+                data,
+                dataset,
+                seeds,
+                overrides,
+                max_update,
+            )
+            row["random"] = {
+                k: fresh.get(k, 0.0) for k in ("values", "seeds", "mean", "std", "wall_s")
             }
-        )
+        rows.append(row)
     return sorted(rows, key=lambda r: list(BY_NAME).index(f"{r['dataset']}:{r['variant']}"))
 
 
@@ -155,8 +197,8 @@ def paired(rows: List[Dict]) -> None:
 def markdown(rows: List[Dict], seeds: int) -> str:
     lines = [
         "| dataset | variant | overrides | test (mean ± std) | per seed | vs reference, paired by seed | dev mean |"
-        " PubMedBERT (paper) | paper's difference | wall (s) |",
-        "| --- | --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |",
+        " random init (per seed) | PubMedBERT (paper) | paper's difference | wall (s) |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: |",
     ]
     for r in rows:
         diff = (
@@ -174,6 +216,12 @@ def markdown(rows: List[Dict], seeds: int) -> str:
             else r["paper_source"]
         )
         paper_diff = f"{r['paper_diff']:+.2f}" if "paper_diff" in r else ""
+        fresh = r.get("random")
+        random_init = (
+            f"{fresh['mean']:.2f} ({', '.join(f'{v:.2f}' for v in fresh['values'])})"
+            if fresh
+            else "not run"
+        )
         cells = [
             f"{r['title']} {r['metric']}",
             r["variant"],
@@ -182,6 +230,7 @@ def markdown(rows: List[Dict], seeds: int) -> str:
             ", ".join(f"{v:.2f}" for v in r["values"]),
             diff,
             f"{r['dev_mean']:.2f}",
+            random_init,
             paper,
             paper_diff,
             f"{r['wall_s']:.0f}",
@@ -190,7 +239,9 @@ def markdown(rows: List[Dict], seeds: int) -> str:
     return (
         "\n".join(lines)
         + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
-        "checkpoint. The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
+        "checkpoint; random init: the same run on MiniLM's architecture from random weights "
+        "(--random-init). "
+        "The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
         "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n"
     )
 
@@ -214,12 +265,14 @@ def plot(rows: List[Dict], path: Path) -> None:
         )
         for i, r in zip(x, mine):
             ax.scatter([i] * len(r["values"]), r["values"], color="black", s=10, zorder=3)
+            if r.get("random"):
+                ax.scatter([i], [r["random"]["mean"]], color="tab:red", marker="x", zorder=3)
             if r.get("diff") is not None:
                 label = (
                     f"paper {r['paper_diff']:+.2f}\n" if "paper_diff" in r else ""
                 ) + f"ours {r['diff']:+.2f}"
                 ax.annotate(label, (i, r["mean"] + r["std"]), ha="center", va="bottom", fontsize=8)
-        low = min(min(r["values"]) for r in mine)
+        low = min(min(r["values"] + [r.get("random", {}).get("mean", 100.0)]) for r in mine)
         ax.set_ylim(low - 3, max(max(r["values"]) for r in mine) + 5)
         ax.set_xticks(list(x), [r["variant"] for r in mine])
         ax.set_title(f"{mine[0]['title']} ({mine[0]['metric']}, test)")
@@ -251,6 +304,12 @@ def main(argv=None) -> int:
         "--max-update", type=int, default=None, help="cap each fine-tuning (smoke runs)"
     )
     parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="also fine-tune each variant on the encoder's architecture from random initialisation "
+        "(<out>/random-init/model.pt), with the same seeds and budget",
+    )
+    parser.add_argument(
         "--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})"
     )
     args = parser.parse_args(argv)
@@ -263,7 +322,14 @@ def main(argv=None) -> int:
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
         imported_minilm(checkpoint.parent)
-    rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update)
+    fresh = None
+    if args.random_init:
+        from fairseq_bio.encoder_checkpoints import random_init_checkpoint
+
+        fresh = out / "random-init" / "model.pt"
+        if not fresh.exists():
+            random_init_checkpoint(checkpoint, fresh, seed=1)
+    rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update, fresh)
     paired(rows)
     text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(
         rows, args.seeds
@@ -273,6 +339,7 @@ def main(argv=None) -> int:
         "seeds": args.seeds,
         "budgets": CPU_BUDGETS,
         "max_update": args.max_update,
+        "random_init": str(fresh) if fresh else None,
         "rows": rows,
     }
     save_report(

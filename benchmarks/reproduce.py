@@ -344,8 +344,10 @@ def run_distill_ner(ctx: Context, params: Dict) -> Dict:
 
 
 def run_variants(ctx: Context, params: Dict) -> Dict:
-    """``finetune_variants.py`` on the variants named (each dataset's reference with them); per
-    variant its test scores and their differences to the reference, paired by seed."""
+    """``finetune_variants.py`` on the variants named (each dataset's reference with them), each
+    also on MiniLM's architecture from random init when ``random_init``; per variant its test
+    scores by seed, their differences to the reference paired by seed, the random-init run's
+    scores by seed and the dataset's trivial baseline."""
     out = scale_dir(ctx, "variants")
     ctx.call(
         python(
@@ -354,6 +356,7 @@ def run_variants(ctx: Context, params: Dict) -> Dict:
             ",".join(params["variants"]),
             "--seeds",
             params["seeds"],
+            *(["--random-init"] if params.get("random_init") else []),
             "--out",
             out,
             "--results",
@@ -362,11 +365,12 @@ def run_variants(ctx: Context, params: Dict) -> Dict:
         "variants",
     )
     rows = json.loads((out / "results.json").read_text(encoding="utf-8"))["rows"]
-    # finetune_variants.py runs no random-init encoder: the findings' guard says so
     return {
         f"{r['dataset']}:{r['variant']}": {
             "values": r["values"],
+            "seeds": r["seeds"],
             "diffs": r.get("diffs"),
+            "random": (r.get("random") or {}).get("values"),
             "trivial": trivial_baseline(r["dataset"]),
         }
         for r in rows
@@ -390,6 +394,7 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
             params["seeds"],
             "--tasks",
             params["tasks"],
+            *(["--random-init"] if params.get("random_init") else []),
             "--results",
             out,
         ),
@@ -397,12 +402,12 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
     )
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     at = str(params["updates"])
-    # domain_adaptation.py fine-tunes no random-init MiniLM: the findings' guard says so
     return {
         row["dataset"]: {
             "gains": row["seed_gains"][at],
             "scores": row["scores"]["0"]["values"],
             "continued": row["scores"][at]["values"],
+            "random": (row.get("random") or {}).get("values"),
             "trivial": (
                 trivial_baseline(row["dataset"].lower())
                 if row["dataset"].lower() in TASK_DATA
@@ -410,6 +415,43 @@ def run_dapt(ctx: Context, params: Dict) -> Dict:
             ),
         }
         for row in results["rows"]
+    }
+
+
+def run_distill_minilm(ctx: Context, params: Dict) -> Dict:
+    """``distill_minilm.py``: MiniLM's students by preset, fine-tuned on
+    NCBI-disease with MiniLM, and each architecture from random init, with the same seeds (the
+    benchmark reuses its finished pieces); per model its test F1 by seed, the students'
+    distillation updates and each architecture's inference tokens/s."""
+    work = scale_dir(ctx, "distill-minilm")
+    ctx.call(
+        python(
+            "distill_minilm.py",
+            *params["args"],
+            *(["--device", "cuda"] if ctx.device == "cuda" else []),
+            "--seeds",
+            params["seeds"],
+            "--ner-workdir",
+            work,
+            "--results",
+            work,
+        ),
+        "distill-minilm",
+    )
+    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    return {
+        "f1": results["f1"],
+        "seeds": results["seeds"],
+        "shapes": results["shapes"],
+        "labels": results["labels"],
+        "random_of": results["random_of"],
+        "distill": {
+            k: {"updates": d["updates"], "minutes": d["minutes"]}
+            for k, d in results["distill"].items()
+        },
+        "speed": {k: round(v["tokens_per_s"], 1) for k, v in results["speed"].items()},
+        "head": results["head"],
+        "trivial": {"NCBI-disease": trivial_baseline("ncbi-disease")},
     }
 
 
@@ -522,8 +564,8 @@ STEPS = [
     Step(
         "distill-ner",
         "benchmarks/distillation.py --ner: a 4 x 256 teacher pretrained on PubMed, a 2 x 128 student "
-        "distilled from it (distill_tinybiobert), both and the student's architecture from random initialisation "
-        "fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",
+        "distilled from it (distill_tinybiobert), both and each one's architecture from random "
+        "initialisation fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",
         # quick mode (a 400-update teacher), its time caps raised so that a busy machine changes
         # little
         {
@@ -549,27 +591,78 @@ STEPS = [
         {"cpu": 50, "gpu": 90},
     ),
     Step(
+        "distill-minilm",
+        "benchmarks/distill_minilm.py: MiniLM-L6-H384 (its MLM head fitted, "
+        "encoder frozen) distilled into 3 x 384 students from its every other layer (DistilBioBERT, "
+        "CompactBioBERT and bio-lm's presets) and a 3 x 192 TinyBioBERT-style student from random "
+        "init on the PubMed sample for the same updates; teacher, students and each architecture "
+        "from random init fine-tuned on NCBI-disease by fairseq-bio-blurb with the same seeds; "
+        "inference tokens/s of each architecture",
+        # cpu: 100 head updates, 4 x 200 distillation updates, 24 fine-tunings of 2 epochs
+        {
+            "cpu": {
+                "args": [
+                    "--head-updates",
+                    "100",
+                    "--distill-updates",
+                    "200",
+                    "--distill-minutes",
+                    "30",
+                ],
+                "seeds": 3,
+            },
+            "gpu": {
+                "args": [
+                    "--head-updates",
+                    "500",
+                    "--distill-updates",
+                    "2000",
+                    "--distill-minutes",
+                    "30",
+                ],
+                "seeds": 3,
+            },
+        },
+        run_distill_minilm,
+        {"cpu": 110, "gpu": 60},
+    ),
+    Step(
         "variants",
         "benchmarks/finetune_variants.py: MiniLM fine-tuned by fairseq-bio-blurb on BC5-disease (linear "
-        "vs BiLSTM head) and GAD (dummified [CLS] vs entity markers + entity start), benchmarks/blurb_scores.py's CPU "
-        "budgets, on the CPU at either scale",
+        "vs BiLSTM head) and DDI (dummified [CLS] vs entity markers + entity start), and MiniLM's "
+        "architecture from random init the same way, benchmarks/blurb_scores.py's CPU budgets, on "
+        "the CPU at either scale",
         {
-            "cpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 2},
-            "gpu": {"variants": ["bc5-disease:bilstm", "gad:marker_start"], "seeds": 3},
+            "cpu": {
+                "variants": ["bc5-disease:bilstm", "ddi:marker_start"],
+                "seeds": 3,
+                "random_init": True,
+            },
+            "gpu": {
+                "variants": ["bc5-disease:bilstm", "ddi:marker_start"],
+                "seeds": 3,
+                "random_init": True,
+            },
         },
         run_variants,
-        {"cpu": 40, "gpu": 60},
+        {"cpu": 240, "gpu": 240},
     ),
     Step(
         "dapt",
         "benchmarks/domain_adaptation.py: MiniLM continued on the PubMed sample (masked LM), fine-tuned by "
-        "fairseq-bio-blurb before and after on the tasks its budget names",
+        "fairseq-bio-blurb before and after on the tasks its budget names, beside MiniLM's "
+        "architecture from random init fine-tuned alike",
         {
-            "cpu": {"updates": 400, "seeds": 3, "tasks": ",".join(TASK_DATA)},
-            "gpu": {"updates": 1000, "seeds": 3, "tasks": ",".join(TASK_DATA)},
+            "cpu": {"updates": 400, "seeds": 3, "tasks": ",".join(TASK_DATA), "random_init": True},
+            "gpu": {
+                "updates": 1000,
+                "seeds": 3,
+                "tasks": ",".join(TASK_DATA),
+                "random_init": True,
+            },
         },
         run_dapt,
-        {"cpu": 480, "gpu": 120},
+        {"cpu": 650, "gpu": 150},
     ),
 ]
 STEP = {s.name: s for s in STEPS}
@@ -728,6 +821,13 @@ def page(rows: List[Row], png: str) -> str:
         ]
         if "transcribed" in rec:
             lines += [f"  Its record is transcribed: {rec['transcribed']}", ""]
+        now = step.budgets.get(rec["scale"])
+        if now != rec["params"]:  # what it is described as doing is what it does now
+            lines += [
+                f"  Its budget has changed since (now `{json.dumps(now)}`): it runs again on the "
+                "next `make reproduce`.",
+                "",
+            ]
         lines += [
             "  ```",
             *(f"  {c}" for c in rec["commands"] or ["(computed in this process)"]),

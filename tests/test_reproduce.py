@@ -190,32 +190,58 @@ def test_distillation_rows_read_the_benchmarks_table():
     assert [r["model"] for r in rows] == ["teacher", "distilled student"] and rows[1][
         "test F1"
     ] == "34.17"
-    f1 = {
-        "teacher": [35.5, 36.5],
-        "distilled student": [34.0, 35.6],
-        "student architecture, random init": [33.8, 33.8],
+
+
+def minilm_distillation(tiny, tiny_random):
+    """distill_minilm.py's results as reproduce.py records them, with the TinyBioBERT student's
+    per-seed F1 and its random-init twin's given."""
+    wide, narrow = "student 3 x 384, random init", "student 3 x 192, random init"
+    return {
+        "f1": {
+            "teacher": [60.0, 61.0, 60.5],
+            findings.TEACHER_RANDOM: [30.0, 31.0, 30.5],
+            "biolm": [50.0, 51.0, 50.5],
+            "tinybiobert": tiny,
+            wide: [28.0, 29.0, 28.5],
+            narrow: tiny_random,
+        },
+        "seeds": [1, 2, 3],
+        "shapes": {"teacher": "6 x 384", findings.TEACHER_RANDOM: "6 x 384", "biolm": "3 x 384"}
+        | {"tinybiobert": "3 x 192", wide: "3 x 384", narrow: "3 x 192"},
+        "labels": {"teacher": "MiniLM", "biolm": "bio-lm sec. 7", "tinybiobert": "TinyBioBERT"},
+        "random_of": {"teacher": findings.TEACHER_RANDOM, "biolm": wide, "tinybiobert": narrow},
+        "speed": {"teacher 6 x 384": 1000.0, "student 3 x 384": 2000.0, "student 3 x 192": 5000.0},
+        "trivial": {"NCBI-disease": 0.0},
     }
-    record = {"step": "distill-ner", "results": {"f1": f1, "trivial": {"NCBI-disease": 0.0}}}
+
+
+@needs_seeds
+def test_distillation_rows_read_minilms_students():
     by_key = {f.key: f for f in findings.FINDINGS}
+    assert by_key["compact-retention"].step == by_key["biolm-distill"].step == "distill-minilm"
+    record = {
+        "step": "distill-minilm",
+        "results": minilm_distillation([40.0, 41.0, 40.5], [41.0, 40.0, 41.5]),
+    }
     retention = findings.evaluate(by_key["compact-retention"], record)
-    assert retention.ours.effect == pytest.approx(-1.2) and retention.ours.spread == pytest.approx(
-        0.18**0.5
-    )
-    # the student is +1.0 over random init, within its seeds' spread 1.13; the teacher has no
-    # random-init run: no comparison, whatever the difference says
-    assert retention.verdict == NO_COMPARISON and "96.7 %" in retention.ours.text
+    assert retention.ours.effect == pytest.approx(-20.0) and "66.9 %" in retention.ours.text
+    # the difference alone has the paper's sign beyond its spread, but the student is below its
+    # random-init twin: no comparison
+    assert verdict(SIGN, retention.paper.effect, retention.ours.effect, 0.0) == REPRODUCED
+    assert retention.verdict == NO_COMPARISON
     assert retention.note == (
-        "the distilled 2 x 128 student (34.80): +1.00 over random init (33.80), not more than its "
-        "seed spread 1.13; the 4 x 256 teacher (36.00): no random-init run recorded"
+        "the distilled 3 x 192 student (40.50): -0.33 over random init (40.83), not more than its "
+        "seed spread 0.50"
+    )
+    assert (
+        "TinyBioBERT 3 x 192 40.50 (-0.33 over random init, 66.9 % of the teacher, 5.0x as fast)"
+        in retention.detail
     )
     gain = findings.evaluate(by_key["biolm-distill"], record)
-    assert gain.ours.effect == pytest.approx(1.0) and gain.ours.spread == pytest.approx(1.28**0.5)
-    assert gain.verdict == NO_COMPARISON
-    # both sides above random init and the trivial baseline beyond their spreads: judged
-    f1.update({"distilled student": [35.0, 35.4], findings.TEACHER_RANDOM: [30.0, 30.5]})
-    retention = findings.evaluate(by_key["compact-retention"], record)
-    assert retention.verdict == REPRODUCED and retention.note == ""
-    assert findings.evaluate(by_key["biolm-distill"], record).verdict == REPRODUCED  # +1.4 ± 0.28
+    assert gain.ours.effect == pytest.approx(22.0) and gain.verdict == REPRODUCED
+    # the student above its twin beyond its spread: judged, and the teacher's loss reproduced
+    record["results"] = minilm_distillation([45.0, 46.0, 45.5], [35.0, 36.0, 35.5])
+    assert findings.evaluate(by_key["compact-retention"], record).verdict == REPRODUCED
 
 
 @needs_seeds
