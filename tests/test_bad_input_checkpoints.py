@@ -465,7 +465,7 @@ def test_an_hf_model_with_fewer_positions_than_the_check_sentences_imports(learn
     records its dictionary, which a later run compares with the one it is given."""
     transformers = pytest.importorskip("transformers")
     from fairseq_bio.hf import import_hf
-    from fairseq_bio.hf.verify import CHECK_SENTENCES
+    from fairseq_bio.hf.verify import CHECK_PAIRS, CHECK_SENTENCES
 
     hf, vocab = tmp_path / "hf", learned_vocab("wordpiece")
     tokenizer = transformers.BertTokenizer(vocab=str(vocab / "vocab.txt"), do_lower_case=True)
@@ -482,7 +482,10 @@ def test_an_hf_model_with_fewer_positions_than_the_check_sentences_imports(learn
     shutil.copy(vocab / "vocab.txt", hf)  # transformers 5 writes tokenizer.json only
     info = import_hf(hf, tmp_path / "imported", log=lambda line: None)
     positions = info["model"]["max_positions"]
-    assert positions <= 16 and info["check"]["tokens"] == positions * len(CHECK_SENTENCES)
+    # a BERT has token types: its pairs are checked too, cut to the same 16 tokens
+    assert info["model"]["token_types"] == 2
+    checked = len(CHECK_SENTENCES) + len(CHECK_PAIRS)
+    assert positions <= 16 and info["check"]["tokens"] == positions * checked
     state = checkpoints.load_checkpoint(tmp_path / "imported" / "model.pt")
     record = state["extra_state"][checkpoint_fit.RECORD]
     assert (
