@@ -16,6 +16,13 @@ ENDED = frozenset(
 )
 
 
+def last_line(text, limit: int = 300) -> str:
+    """The last non-empty line of a task's saved error (submitit keeps its traceback), at most
+    ``limit`` characters; "no message" when there is none."""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else "no message"
+
+
 def client(command: Sequence[str], timeout: float = 120):
     """A SLURM client command's CompletedProcess (text), None where it cannot run."""
     try:

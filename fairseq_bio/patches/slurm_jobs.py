@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from submitit.slurm.slurm import SlurmExecutor, SlurmInfoWatcher, SlurmJob
 
 from ..errors import BioError, traceback_requested
-from ..slurm import ENDED, client, squeue_states
+from ..slurm import ENDED, client, last_line, squeue_states
 
 
 GONE = "ENDED"  # a job squeue no longer lists (it ended more than MinJobAge ago)
@@ -103,8 +103,7 @@ class WatchedSlurmJob(SlurmJob):
             outcome, value, _ = outcomes[first]
             where, log = f"SLURM job {self.job_id}, task {first}", tasks[first].paths.stderr
             if outcome == "error":  # raised outside hydra's job: submitit saved the traceback
-                last = [line.strip() for line in str(value).splitlines() if line.strip()][-1:]
-                raise SlurmJobError(f"{where}: {''.join(last)} (traceback in {log})")
+                raise SlurmJobError(f"{where}: {last_line(value)} (traceback in {log})")
             if not traceback_requested():
                 value._return_value = SlurmJobError(f"{where}: {_one_line(value, log)}")
             return [value] + [v for i, (_, v, _) in sorted(outcomes.items()) if i != first]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import BioConfigError, BioError
 from ..slurm import ENDED as SLURM_ENDED
-from ..slurm import squeue_states
+from ..slurm import last_line, squeue_states
 from .execute import (
     TRAINED,
     RunFailed,
@@ -265,10 +265,8 @@ def _record(job: Job, outcome: Tuple[str, Any]) -> Dict[str, Any]:
     kind, value = outcome
     if kind == "success" and isinstance(value, dict):
         return value
-    lines = [line.strip() for line in str(value).splitlines() if line.strip()]
-    last = lines[-1][:300] if lines else "no message"
     return failed_record(
-        job.run, f"SLURM job {job.job_id} failed: {last} (see {job.paths.stderr})", 0.0
+        job.run, f"SLURM job {job.job_id} failed: {last_line(value)} (see {job.paths.stderr})", 0.0
     )
 
 
