@@ -2,19 +2,18 @@
 BioELECTRA's Table 7 (seed 003), PubMedBERT's input lengths (seed 001 sec. 5.2) and BioMegatron's
 sub-token labels (seed 002 sec. 5.1), over the task preset's and the BLURB runner's values, the
 command line over them, each change said in one line; composed as fairseq-hydra-train composes (the
-run config's hydra callback applied), planned by the runner, in a real fairseq-hydra-train job, and
-trained and predicted on a slice of real NCBI-disease.
+run config's hydra callback applied), planned by the runner, and in a real fairseq-hydra-train job
+and sweep (BioMegatron's labels, trained and predicted on real NCBI-disease: test_head_hidden_layers).
 """
 
 import math
 
 import pytest
 import yaml
-from conftest import REPO, SHARED_DATA, fine_tune, run_cli
+from conftest import REPO, SHARED_DATA, run_cli
 from helpers.hydra_configs import CONFIG_DIR, composer, job_config
 
 from fairseq_bio import runs
-from fairseq_bio.checkpoints import load_checkpoint
 from fairseq_bio.cli.blurb import build_parser
 from fairseq_bio.errors import BioConfigError
 from fairseq_bio.paper_tables import load_table
@@ -361,39 +360,3 @@ def test_settle_leaves_keys_the_config_lacks():
     changes, notes = settle(table, dataset, row, lambda key: ABSENT, {}, lambda key: "s")
     assert (changes, notes) == ({}, [])
     assert table.row(["y"]) == ("other datasets", {"label_all_subtokens": True, "epochs": 9})
-
-
-def test_biomegatron_trains_on_every_piece_and_predicts_words(tiny_encoder, ncbi_slice, tmp_path):
-    """recipe=finetune_biomegatron on a slice of real NCBI-disease in a directory of no known name:
-    the default row (every sub-token labelled) trains, and fairseq-bio-predict still writes one tag
-    per word."""
-    save = tmp_path / "ner"
-    save.mkdir()
-    fine_tune(
-        ncbi_slice,
-        save,
-        f"checkpoint.restore_file={tiny_encoder}",
-        "recipe=finetune_biomegatron",
-        "task.head_hidden_size=16",
-        updates=8,
-    )
-    cfg = load_checkpoint(save / "checkpoint_best.pt")["cfg"]
-    assert cfg["task"]["label_all_subtokens"] is True
-    out = tmp_path / "pred.tsv"
-    run_cli(
-        [
-            "fairseq-bio-predict",
-            "--checkpoint",
-            save / "checkpoint_best.pt",
-            "--input",
-            ncbi_slice / "devel.tsv",
-            "--out",
-            out,
-            "--no-progress",
-        ],
-        cwd=tmp_path,
-    )
-    gold = [l.split("\t")[0] for l in (ncbi_slice / "devel.tsv").read_text().splitlines() if l]
-    predicted = [l.split("\t") for l in out.read_text().splitlines() if l]
-    assert [p[0] for p in predicted] == gold  # one line per word, in order
-    assert {p[-1] for p in predicted} <= {"O", "B-Disease", "I-Disease"}
