@@ -8,8 +8,9 @@ terms distil a trained output. Students, each distilled by its preset on the Pub
 WordPiece) for the same updates: DistilBioBERT, CompactBioBERT and bio-lm's recipe on 3 x 384
 from the teacher's every other layer (``fairseq-bio-init-student``), and TinyBioBERT on a narrower
 3 x 192 from random initialisation. The teacher, each student and each architecture from random
-initialisation are fine-tuned on NCBI-disease by ``fairseq-bio-blurb`` with the same seeds and
-budget; each architecture's inference tokens/s at 32 x 128 is measured (``distillation.py`` (b)).
+initialisation (``--random-init``: each seed its own draw) are fine-tuned on NCBI-disease by
+``fairseq-bio-blurb`` with the same seeds and budget; each architecture's inference tokens/s at
+32 x 128 is measured (``distillation.py`` (b)).
 Writes ``<workdir>/results.{json,md,png}``, copied to ``benchmarks/results/distillation_minilm.*``;
 every finished piece in ``<workdir>`` is reused.
 """
@@ -182,16 +183,6 @@ def distill(
     return record
 
 
-def random_twin(architecture_of: Path, out: Path) -> Path:
-    """``architecture_of``'s architecture and vocabulary from random initialisation (seed 1)."""
-    from fairseq_bio.encoder_checkpoints import random_init_checkpoint
-
-    target = out / "model.pt"
-    if not target.exists():
-        random_init_checkpoint(architecture_of, target, seed=1)
-    return target
-
-
 def speeds(model: Dict, data_bin: Path, steps: int, device: str, workdir: Path) -> Dict:
     """{architecture: {params, tokens/s, peak MiB}} of the teacher and the two student shapes,
     random weights (speed does not depend on them), timed alternately."""
@@ -287,10 +278,9 @@ def benchmark(args) -> None:
     }
     every_other = init_student(teacher, out / "students" / "every-other")
 
-    checkpoints = {
-        TEACHER: teacher,
-        TEACHER_RANDOM: random_twin(teacher, out / "random" / "teacher"),
-    }
+    # a random-init arm is fine-tuned from its architecture's checkpoint by the runner's
+    # --random-init: each seed its own draw
+    checkpoints = {TEACHER: teacher, TEACHER_RANDOM: teacher}
     distilled, labels = {}, {TEACHER: f"MiniLM {shape(model)} (teacher)"}
     random_of = {TEACHER: TEACHER_RANDOM}
     for s in STUDENTS:
@@ -300,9 +290,7 @@ def benchmark(args) -> None:
         distilled[s.key], labels[s.key] = record, s.label
         twin = random_key({**model, **s.sizes})
         checkpoints[s.key], random_of[s.key] = Path(record["checkpoint"]), twin
-        if twin not in checkpoints:
-            folder = out / "random" / shape({**model, **s.sizes}).replace(" ", "")
-            checkpoints[twin] = random_twin(Path(record["checkpoint"]), folder)
+        checkpoints.setdefault(twin, Path(record["checkpoint"]))
     shapes = {TEACHER: shape(model), TEACHER_RANDOM: shape(model)}
     for s in STUDENTS:
         shapes[s.key] = shapes[random_of[s.key]] = shape({**model, **s.sizes})
@@ -310,7 +298,14 @@ def benchmark(args) -> None:
     for name, checkpoint in checkpoints.items():
         slug = name.split(",")[0].replace(" ", "") + ("-random" if "random" in name else "")
         entry = dapt.fine_tune(
-            out, slug, checkpoint, TASK, args.seeds, str(SHARED_DATA), args.finetune_max_update
+            out,
+            slug,
+            checkpoint,
+            TASK,
+            args.seeds,
+            str(SHARED_DATA),
+            args.finetune_max_update,
+            random_init=name in random_of.values(),
         )[TASK]
         f1[name], dev[name] = entry["values"], entry.get("dev_mean")
         seeds = entry["seeds"]

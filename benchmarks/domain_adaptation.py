@@ -260,7 +260,10 @@ def fine_tune(
     seeds: int,
     data_root: str,
     max_update: Optional[int] = None,
+    random_init: bool = False,
 ) -> Dict:
+    """``checkpoint`` (from random initialisation when ``random_init``: each seed its own draw)
+    fine-tuned by the runner on ``tasks``; its results.json datasets."""
     import torch
 
     target = out / "blurb" / name
@@ -279,6 +282,8 @@ def fine_tune(
     )
     if max_update:
         command += ["--max-update", str(max_update)]
+    if random_init:
+        command.append("--random-init")
     if not torch.cuda.is_available():
         chosen = {t.strip() for t in tasks.split(",")}
         command += [
@@ -562,13 +567,15 @@ def main(argv=None) -> int:
             )
     random = None
     if args.random_init:
-        from fairseq_bio.encoder_checkpoints import random_init_checkpoint
-
-        fresh = out / "random-init" / "model.pt"
-        if not fresh.exists():
-            random_init_checkpoint(checkpoints[0], fresh, seed=1)
         random = fine_tune(
-            out, "random_init", fresh, args.tasks, args.seeds, args.data, args.finetune_max_update
+            out,
+            "random_init",
+            checkpoints[0],
+            args.tasks,
+            args.seeds,
+            args.data,
+            args.finetune_max_update,
+            random_init=True,
         )
     results = report(points, args.updates, [t.strip() for t in args.tasks.split(",")], random)
     results["settings"] = {

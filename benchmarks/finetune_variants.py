@@ -95,9 +95,11 @@ def blurb_run(
     seeds: int,
     overrides,
     max_update: Optional[int],
+    random_init: bool = False,
 ) -> Dict:
     """``checkpoint`` fine-tuned by the runner on ``dataset`` with ``overrides`` (finished runs in
-    ``target`` reused); its results.json entry for the dataset."""
+    ``target`` reused; from random initialisation when ``random_init``, each seed its own draw);
+    its results.json entry for the dataset."""
     command = runs.command(
         "fairseq-bio-blurb",
         "--checkpoint",
@@ -111,6 +113,7 @@ def blurb_run(
         "--out",
         target,
         "--cpu",
+        *(["--random-init"] if random_init else []),
         "--",
         *CPU_BUDGETS,
         *overrides,
@@ -135,11 +138,11 @@ def variant_runs(
     seeds: int,
     wanted: List[str],
     max_update: Optional[int],
-    random_checkpoint: Optional[Path] = None,
+    random_init: bool = False,
 ) -> List[Dict]:
-    """Each wanted variant (and its dataset's reference) fine-tuned by the runner, and from
-    ``random_checkpoint`` (the encoder's architecture, random weights) when given; their
-    results.json rows, the random-init run's per-seed scores under ``random``."""
+    """Each wanted variant (and its dataset's reference) fine-tuned by the runner, and from random
+    initialisation of the encoder's architecture (each seed its own draw) when ``random_init``;
+    their results.json rows, the random-init run's per-seed scores under ``random``."""
     rows = []
     for dataset, name, overrides, paper, source in (BY_NAME[n] for n in run_order(wanted)):
         entry = blurb_run(
@@ -162,15 +165,16 @@ def variant_runs(
             "wall_s": entry["wall_s"],
             "trivial_baseline": entry.get("trivial_baseline"),
         }
-        if random_checkpoint is not None:
+        if random_init:
             fresh = blurb_run(
                 out / "random-init" / dataset / name,
-                random_checkpoint,
+                checkpoint,
                 data,
                 dataset,
                 seeds,
                 overrides,
                 max_update,
+                random_init=True,
             )
             row["random"] = {
                 k: fresh.get(k, 0.0) for k in ("values", "seeds", "mean", "std", "wall_s")
@@ -307,7 +311,7 @@ def main(argv=None) -> int:
         "--random-init",
         action="store_true",
         help="also fine-tune each variant on the encoder's architecture from random initialisation "
-        "(<out>/random-init/model.pt), with the same seeds and budget",
+        "(each seed its own draw), with the same seeds and budget",
     )
     parser.add_argument(
         "--results", default=str(RESULTS), help=f"where the results are copied (default {RESULTS})"
@@ -322,14 +326,9 @@ def main(argv=None) -> int:
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else out / "minilm" / "model.pt"
     if not checkpoint.exists():
         imported_minilm(checkpoint.parent)
-    fresh = None
-    if args.random_init:
-        from fairseq_bio.encoder_checkpoints import random_init_checkpoint
-
-        fresh = out / "random-init" / "model.pt"
-        if not fresh.exists():
-            random_init_checkpoint(checkpoint, fresh, seed=1)
-    rows = variant_runs(out, checkpoint, args.data, args.seeds, wanted, args.max_update, fresh)
+    rows = variant_runs(
+        out, checkpoint, args.data, args.seeds, wanted, args.max_update, args.random_init
+    )
     paired(rows)
     text = "# Fine-tuning variants (PubMedBERT Tables 10 and 12) on real data\n\n" + markdown(
         rows, args.seeds
@@ -339,7 +338,7 @@ def main(argv=None) -> int:
         "seeds": args.seeds,
         "budgets": CPU_BUDGETS,
         "max_update": args.max_update,
-        "random_init": str(fresh) if fresh else None,
+        "random_init": args.random_init,
         "rows": rows,
     }
     save_report(

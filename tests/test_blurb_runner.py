@@ -18,6 +18,7 @@ import time
 
 import psutil
 import pytest
+import torch
 from conftest import BIN, SHARED_DATA, conll_slice, logged
 from helpers.blurb_tables import TABLE_6
 
@@ -213,6 +214,35 @@ def test_runner_two_datasets_two_seeds(tiny_encoder, blurb_data, tmp_path, monke
     assert again["counts"] == {"ran": 0, "redone": 0, "stale": 0, "reused": 4, "failed": 0}
     assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes
     assert again["score"] == results["score"] and again["datasets"] == results["datasets"]
+
+
+def test_random_init_draws_each_seed_once(tiny_encoder, blurb_data, tmp_path, monkeypatch):
+    """--random-init: a dry run writes nothing; each seed's run starts from its own draw of the
+    encoder's architecture (not the encoder's weights, not the other seed's), named in its command
+    and identity; a second invocation reuses the runs and keeps the draws."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "out"
+    argv = _args(tiny_encoder, blurb_data, out, "--tasks", "gad", "--random-init", *SMOKE)
+    argv[argv.index("--max-update") + 1] = "4"
+    assert main([*argv[: argv.index("--")], "--dry-run", *argv[argv.index("--") :]]) == 0
+    assert not (out / "random-init").exists()
+
+    assert main(argv) == 0
+    starts = [out / "random-init" / f"seed{s}" / "model.pt" for s in (1, 2)]
+    weights = [torch.load(p, weights_only=True)["model"] for p in (tiny_encoder, *starts)]
+    key = next(k for k in weights[0] if k.endswith("layers.0.self_attn.k_proj.weight"))
+    assert not torch.equal(weights[1][key], weights[2][key])
+    assert not any(torch.equal(weights[0][key], w[key]) for w in weights[1:])
+    assert all((p.parent / "dict.txt").exists() for p in starts)
+    for seed, start in zip((1, 2), starts):
+        run_dir = out / "gad" / LR / f"seed{seed}"
+        command = shlex.split((run_dir / "cmd.txt").read_text())
+        assert f"checkpoint.restore_file={start}" in command
+        assert json.loads((run_dir / "result.json").read_text())["identity"]["random_init"] == seed
+    stamps = [p.stat().st_mtime_ns for p in starts]
+    assert main(argv) == 0
+    assert json.loads((out / "results.json").read_text())["counts"]["reused"] == 2
+    assert [p.stat().st_mtime_ns for p in starts] == stamps
 
 
 def test_a_run_that_predicts_one_class_is_flagged(tiny_encoder, blurb_data, tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence
 
 from ..runner.datasets import BENCHMARKS, RECIPES
 from ..runner.execute import run_all
-from ..runner.plan import lock_out, make_runs, plan_runs, resolve_tasks
+from ..runner.plan import lock_out, make_runs, plan_runs, resolve_tasks, write_random_starts
 from ..runner.slurm import describe, run_on_slurm, slurm_options
 from ..errors import BioConfigError
 from .options import Parser, add_checkpoint, add_data, add_out, run_cli
@@ -153,6 +153,13 @@ def build_parser() -> Parser:
         "--validate-batch-size", type=_positive, default=32, help="batch size of the test scoring"
     )
     parser.add_argument(
+        "--random-init",
+        action="store_true",
+        help="fine-tune the checkpoint's architecture from random initialisation instead of its "
+        "weights, each seed from its own draw (written once to <out>/random-init/seed<N>/model.pt): "
+        "the from-scratch side of a pretrained-against-random comparison; give it its own --out",
+    )
+    parser.add_argument(
         "--cpu", action="store_true", help="train and score on the CPU even when a GPU is present"
     )
     parser.add_argument(
@@ -245,6 +252,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lock = lock_out(out)  # before the plan is printed: a refused runner says only why
     try:
         _print_plans(plans, tag)
+        if args.random_init:
+            write_random_starts(runs, args.checkpoint, out)
         if slurm is not None:
             return run_on_slurm(runs, slurm, args, benchmark, plans, missing, out, tag)
         return run_all(runs, args, benchmark, plans, missing, out, tag)

@@ -517,7 +517,9 @@ def make_runs(plan: Plan, args) -> List[Run]:
                 run_dir = (
                     out / plan.recipe.name / grid / (fold.name if fold else "") / f"seed{seed}"
                 )
+                start = random_start(out, seed) if args.random_init else None
                 own = [
+                    *([f"checkpoint.restore_file={start}"] if start else []),
                     f"checkpoint.save_dir={run_dir}",
                     f"common.log_file={run_dir / 'train.log'}",
                     f"common.seed={seed}",
@@ -552,6 +554,8 @@ def make_runs(plan: Plan, args) -> List[Run]:
                     *(["--cpu"] if args.cpu else []),
                 )
                 identity = {"command": training, "encoder": encoder_fingerprint(args.checkpoint)}
+                if start:  # the draw is the seed's: the command names it, the encoder its source
+                    identity["random_init"] = seed
                 if fold:
                     identity["fold_data"] = fold.digest
                 runs.append(
@@ -569,6 +573,23 @@ def make_runs(plan: Plan, args) -> List[Run]:
                     )
                 )
     return runs
+
+
+def random_start(out: Path, seed: int) -> Path:
+    """Where ``--random-init`` keeps seed ``seed``'s draw of the encoder's architecture."""
+    return out / "random-init" / f"seed{seed}" / "model.pt"
+
+
+def write_random_starts(runs: Sequence[Run], checkpoint: Path, out: Path) -> None:
+    """``--random-init``: each seed's draw of ``checkpoint``'s architecture (fairseq's
+    initialisation under the seed, its vocabulary beside it), written where ``random_start`` says
+    unless one newer than ``checkpoint`` is there already."""
+    from ..encoder_checkpoints import random_init_checkpoint
+
+    for seed in sorted({run.seed for run in runs}):
+        start = random_start(out, seed)
+        if not start.exists() or start.stat().st_mtime_ns < checkpoint.stat().st_mtime_ns:
+            random_init_checkpoint(checkpoint, start, seed=seed, error=BioConfigError)
 
 
 def test_input(config: str, task: Dict[str, Any]) -> Tuple[str, List[str]]:
