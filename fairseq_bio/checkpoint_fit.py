@@ -42,6 +42,7 @@ STRUCTURAL_OPTIONS = (
     "max_positions",
     "untie_weights_roberta",
     "token_types",
+    "bert_pairs",
 )
 # The same for a bio_electra checkpoint: both encoders' sizes and the shared embedding width.
 ELECTRA_STRUCTURAL_OPTIONS = (

@@ -1,7 +1,8 @@
 """fairseq's RoBERTa hub interface over a checkpoint of ours (``hub_interface``: what
 ``BioRobertaModel.from_pretrained``, the HF export and the HF import's check use), speaking the
-model's own pair format: RoBERTa's ``<s> a </s></s> b </s>`` for a model without token types, BERT's
-``<s> a </s> b </s>`` with segment ids (0 up to the first ``</s>``, 1 after it) for one with them.
+model's own pair format: RoBERTa's ``<s> a </s></s> b </s>`` for a RoBERTa-style model, BERT's
+``<s> a </s> b </s>`` with segment ids (0 up to the first ``</s>``, 1 after it) for one with token
+types, and without them for a DistilBERT import (``data/pair_format.py``).
 """
 
 from typing import List, Union
@@ -29,7 +30,7 @@ class BioHubInterface(RobertaHubInterface):
     def encode(self, sentence: str, *addl_sentences, no_separator=False) -> torch.LongTensor:
         """``<s> a </s>``, a pair (or more texts) in the model's format; ``no_separator`` (fairseq's:
         no extra ``</s>`` between texts) is BERT's format already."""
-        if not self.pair_format.segments:
+        if not self.pair_format.one_separator:
             return super().encode(sentence, *addl_sentences, no_separator=no_separator)
         text = "<s> " + self.bpe.encode(sentence) + " </s>"
         for other in addl_sentences:
@@ -40,7 +41,7 @@ class BioHubInterface(RobertaHubInterface):
 
     def decode(self, tokens: torch.LongTensor) -> Union[str, List[str]]:
         """The text of ``<s> a </s>``, or the texts of a pair in the model's format."""
-        if not self.pair_format.segments:
+        if not self.pair_format.one_separator:
             return super().decode(tokens)
         dictionary = self.task.source_dictionary
         ids = tokens.tolist()

@@ -5,7 +5,6 @@ one line with nothing written."""
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,8 @@ from helpers.hf_models import (
     TOL,
     fairseq_ids_of_hf_tokens,
     hf_and_fairseq_outputs,
-    randomise_parameters,
     real_sentences,
+    save_tiny_distilbert,
 )
 
 from fairseq_bio import checkpoints
@@ -23,30 +22,6 @@ from fairseq_bio.cli.import_hf import cli_main
 from fairseq_bio.models.bio_roberta import BioRobertaModel
 
 transformers = pytest.importorskip("transformers")
-
-
-def save_tiny_distilbert(directory, wordpiece_vocab, cls_name="DistilBertForMaskedLM", **config):
-    """A randomly initialised tiny HF DistilBERT with a WordPiece tokenizer learned on PubMed (a
-    sinusoidal position table is kept sinusoidal, as DistilBERT makes it)."""
-    tokenizer = transformers.DistilBertTokenizer(vocab=str(wordpiece_vocab / "vocab.txt"))
-    options = dict(
-        dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=512, **config
-    )
-    model = getattr(transformers, cls_name)(
-        transformers.DistilBertConfig(vocab_size=len(tokenizer), **options)
-    )
-    positions = model.distilbert.embeddings.position_embeddings.weight
-    sinusoids = positions.detach().clone()
-    randomise_parameters(model)
-    if config.get("sinusoidal_pos_embds"):
-        with torch.no_grad():
-            positions.copy_(sinusoids)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    shutil.copy(
-        wordpiece_vocab / "vocab.txt", directory
-    )  # transformers 5 writes tokenizer.json only
-    return Path(directory)
 
 
 @pytest.fixture(scope="module")

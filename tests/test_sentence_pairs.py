@@ -19,6 +19,7 @@ from helpers.hf_models import (
     fairseq_ids_of_hf_tokens,
     minilm_dir,
     save_tiny_bert,
+    save_tiny_distilbert,
 )
 from helpers.small_models import make_dictionary, small_model, small_task
 
@@ -43,23 +44,35 @@ SEGMENTS = "encoder.sentence_encoder.segment_embeddings.weight"
 PAIRS = CHECK_PAIRS + ((CHECK_SENTENCES[4], CHECK_SENTENCES[0]),)
 
 
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory):
-    """(HF dir, import dir, import_info) of a tiny random BertForMaskedLM over MiniLM's vocabulary."""
-    root = tmp_path_factory.mktemp("pairs-bert")
-    hf = save_tiny_bert(root / "hf", minilm_dir())
+def imported_tiny(tmp_path_factory, name, save, *args, **config):
+    """(HF dir, import dir, import_info) of a tiny random HF model saved by ``save`` over MiniLM's
+    vocabulary."""
+    root = tmp_path_factory.mktemp(f"pairs-{name}")
+    hf = save(root / "hf", minilm_dir(), *args, **config)
     info = import_hf(hf, root / "imported", log=lambda line: None)
     return hf, root / "imported", info
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    """A tiny random BertForMaskedLM (``imported_tiny``)."""
+    return imported_tiny(tmp_path_factory, "bert", save_tiny_bert)
 
 
 @pytest.fixture(scope="module")
 def electra(tmp_path_factory):
     """(HF dir, import dir) of a tiny random ElectraForPreTraining discriminator (embeddings as wide
     as its layers)."""
-    root = tmp_path_factory.mktemp("pairs-electra")
-    hf = save_tiny_bert(root / "hf", minilm_dir(), "ElectraForPreTraining", embedding_size=32)
-    import_hf(hf, root / "imported", log=lambda line: None)
-    return hf, root / "imported"
+    hf, out, _ = imported_tiny(
+        tmp_path_factory, "electra", save_tiny_bert, "ElectraForPreTraining", embedding_size=32
+    )
+    return hf, out
+
+
+@pytest.fixture(scope="module")
+def distilbert(tmp_path_factory):
+    """A tiny random DistilBertForMaskedLM (``imported_tiny``)."""
+    return imported_tiny(tmp_path_factory, "distilbert", save_tiny_distilbert)
 
 
 def hub_of(directory):
@@ -81,12 +94,12 @@ def pair_differences(hf_dir, hub, pairs, model_cls="AutoModel"):
     dictionary = hub.task.source_dictionary
     rows = [hub.encode(a, b) for a, b in pairs]
     batch = torch.full((len(rows), max(len(r) for r in rows)), dictionary.pad())
-    for i, (row, hf_ids, types) in enumerate(
-        zip(rows, encoded["input_ids"], encoded["token_type_ids"])
-    ):
+    for i, (row, hf_ids) in enumerate(zip(rows, encoded["input_ids"])):
         n = len(row)
         assert hf_to_fs[torch.tensor(hf_ids[:n])].tolist() == row.tolist()  # the same ids
-        assert list(types[:n]) == segment_labels(row, dictionary.eos(), dictionary.pad()).tolist()
+        if hub.pair_format.segments:  # the same token types
+            segments = segment_labels(row, dictionary.eos(), dictionary.pad()).tolist()
+            assert list(encoded["token_type_ids"][i][:n]) == segments
         batch[i, :n] = row
     with torch.no_grad():
         hf_states = model(
@@ -154,6 +167,22 @@ def test_electra_discriminator_pair_equals_hf(electra):
     assert worst <= TOL
 
 
+def test_distilbert_pair_is_berts_rows_without_token_types(distilbert):
+    """DistilBERT has no token types, but its tokenizer reads a pair as BERT's rows: the import
+    says so (``model.bert_pairs``), checks itself on pairs, and the hub's pair equals HF's."""
+    hf, out, info = distilbert
+    assert info["model"]["token_types"] == 0 and info["model"]["bert_pairs"]
+    assert info["check"]["pairs"] == 2
+    hub = hub_of(out)
+    assert hub.pair_format.one_separator and not hub.pair_format.segments
+    a, b = PAIRS[0]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
+    assert len(hub.encode(a, b)) == len(tokenizer(a, b)["input_ids"])
+    worst = pair_differences(hf, hub, PAIRS, "DistilBertModel")
+    print(f"DistilBERT pairs: every layer's states max |diff| {worst:.2e}")
+    assert worst <= TOL
+
+
 def test_fine_tuning_adopts_the_token_types_of_its_encoder(bert):
     _, out, _ = bert
     cfg = argparse.Namespace(token_types=0)
@@ -173,7 +202,7 @@ def test_a_checkpoint_without_token_types_is_served_as_before(bert, tmp_path):
     shutil.copytree(out, old)
     state = load_checkpoint(old / "model.pt")
     del state["model"][SEGMENTS]
-    del state["cfg"]["model"]["token_types"]
+    del state["cfg"]["model"]["token_types"], state["cfg"]["model"]["bert_pairs"]
     torch.save(state, old / "model.pt")
     hub = hub_of(old)
     assert hub.model.args.token_types == 0
@@ -338,3 +367,37 @@ def test_export_writes_the_table_and_hf_reads_pairs_as_fairseq(bert, tmp_path):
         load_checkpoint(back / "model.pt")["model"][SEGMENTS],
         load_checkpoint(out / "model.pt")["model"][SEGMENTS],
     )
+
+
+def test_a_distilbert_import_exports_and_imports_back_with_berts_rows(distilbert, tmp_path):
+    """Exported (a RoBERTa-class HF model, one token type), its tokenizer reads a pair as BERT's
+    rows with token type 0, as DistilBERT's does; the states equal the original DistilBERT's; the
+    export imports back as a model reading BERT's rows; fine-tuning adopts the format."""
+    hf, out, _ = distilbert
+    exported = tmp_path / "hf"
+    result = export_hf(out / "model.pt", exported, log=lambda line: None)
+    assert result["pairs"] == 2 and result["hidden_max_abs_diff"] <= TOL
+    hub = hub_of(out)
+    original = transformers.AutoModel.from_pretrained(str(hf)).eval()
+    again = transformers.AutoModel.from_pretrained(str(exported)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
+    exported_tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
+    hf_to_fs = hf_to_fairseq(hub, tokenizer)
+    worst = 0.0
+    for a, b in PAIRS:
+        encoded = tokenizer(a, b, return_tensors="pt")
+        ours = exported_tokenizer(a, b, return_tensors="pt")
+        assert torch.equal(hf_to_fs[encoded["input_ids"]], ours["input_ids"])
+        assert not ours.get("token_type_ids", torch.zeros(1)).any()
+        with torch.no_grad():
+            before = original(**encoded).last_hidden_state
+            after = again(**ours).last_hidden_state
+        worst = max(worst, (before - after).abs().max().item())
+    print(f"exported DistilBERT pairs: max |diff| {worst:.2e}")
+    assert worst <= TOL
+    info = import_hf(exported, tmp_path / "back", log=lambda line: None)
+    assert info["model"]["bert_pairs"] and info["model"]["token_types"] == 0
+    assert info["check"]["pairs"] == 2
+    cfg = argparse.Namespace(token_types=0, bert_pairs=False)
+    adopt_encoder_architecture(cfg, str(out / "model.pt"))
+    assert cfg.bert_pairs and cfg.token_types == 0

@@ -138,10 +138,11 @@ def base_model_prefix(model_type: str) -> str:
 
 
 def bio_roberta_options(
-    config: dict, max_positions: int, untied: bool, token_types: int = 0
+    config: dict, max_positions: int, untied: bool, token_types: int = 0, bert_pairs=False
 ) -> Dict:
     """The bio_roberta model options computing what the (checked) HF ``config`` computes
-    (``token_types``: the segment table the import keeps, ``weights.token_types``)."""
+    (``token_types``: the segment table the import keeps, ``weights.token_types``; ``bert_pairs``:
+    its tokenizer puts one separator between a pair's texts)."""
     pre_ln = config["model_type"] == MEGATRON
     return dict(
         encoder_layers=config["num_hidden_layers"],
@@ -157,6 +158,7 @@ def bio_roberta_options(
         max_positions=max_positions,
         untie_weights_roberta=untied,
         token_types=token_types,
+        bert_pairs=bool(bert_pairs),
     )
 
 

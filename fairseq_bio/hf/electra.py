@@ -109,7 +109,7 @@ def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
     options = bio_roberta_options(disc, max_positions, untied=False)
     # the generator's output is always tied to the shared embeddings; a bio_electra keeps one token
     # type (segment 0 folded into its positions)
-    del options["untie_weights_roberta"], options["token_types"]
+    del options["untie_weights_roberta"], options["token_types"], options["bert_pairs"]
     return dict(
         options,
         generator_layers=gen["num_hidden_layers"],

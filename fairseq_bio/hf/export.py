@@ -113,7 +113,7 @@ def export_hf(
             kind == "sequence_classification"
         ):  # the pairs that fit one window of the model's positions
             sentences += tuple(pair for pair in CHECK_PAIRS if encode(pair, fits=True) is not None)
-        if kind == "masked_lm" and hub.pair_format.segments:  # token types: the pairs' segment 1
+        if kind == "masked_lm" and hub.pair_format.one_separator:  # BERT's pairs: as HF reads them
             sentences += CHECK_PAIRS
         if (
             kind == "question_answering"
@@ -124,7 +124,7 @@ def export_hf(
     with _building(out_dir) as tmp:
         max_length = hf.config["max_position_embeddings"] - position_offset(hf.config)
         tokenizer = write_hf_tokenizer(
-            tmp, hub.task.source_dictionary, bpe, max_length, hub.pair_format.segments
+            tmp, hub.task.source_dictionary, bpe, max_length, hub.pair_format
         )
         hf.config["tokenizer_class"] = tokenizer["class"]
         write_config(hf.config, tmp / "config.json")

@@ -115,9 +115,10 @@ def import_hf(
         state = encoder_checkpoint(cfg, model.state_dict(), extra)
         torch.save(state, tmp / CHECKPOINT_FILE)
         if verify:
-            # a model with token types is also checked on pairs: HF's tokenizer(a, b) and its
-            # token_type_ids against the hub's encode(a, b) and segment ids
-            texts = tuple(sentences) + (CHECK_PAIRS if options["token_types"] else ())
+            # a model reading BERT's pairs is also checked on pairs: HF's tokenizer(a, b) (and its
+            # token_type_ids) against the hub's encode(a, b) (and segment ids)
+            bert = options["token_types"] or options["bert_pairs"]
+            texts = tuple(sentences) + (CHECK_PAIRS if bert else ())
             info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, texts, tolerance)
             pairs = f" ({info['check']['pairs']} pairs)" if info["check"]["pairs"] else ""
             log(

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from ..data.pair_format import PairFormat
 from ..files import write_json
 from .common import HFConvertError
 
@@ -49,11 +50,11 @@ def fastbpe_pipeline():
 
 
 def write_hf_tokenizer(
-    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool = False
+    out: Path, dictionary, bpe: Dict, max_length: int, pair: PairFormat = PairFormat()
 ) -> Dict:
     """HF tokenizer files whose ids are ``dictionary``'s, for the fairseq BPE ``bpe`` (a loaded
-    bpe.json), pairs in the model's format (``segments``: BERT's ``<s> a </s> b </s>``, b of token
-    type 1; else RoBERTa's ``<s> a </s></s> b </s>``); returns the tokenizer's class and a
+    bpe.json), pairs in the model's ``pair`` format (BERT's ``<s> a </s> b </s>``, b of token type
+    1 with segments; RoBERTa's ``<s> a </s></s> b </s>``); returns the tokenizer's class and a
     description (and a note where HF may differ from fairseq)."""
     writers = {
         "gpt2": _write_byte_bpe_tokenizer,
@@ -66,7 +67,7 @@ def write_hf_tokenizer(
             f'bpe "{bpe["_name"]}": HF tokenizers are written for gpt2 (byte-level BPE), bert (WordPiece), '
             "sentencepiece and fastbpe vocabularies"
         )
-    return writers[bpe["_name"]](out, dictionary, bpe, max_length, segments)
+    return writers[bpe["_name"]](out, dictionary, bpe, max_length, pair)
 
 
 def _specials(dictionary) -> Dict[str, int]:
@@ -90,14 +91,14 @@ def _word_symbols(dictionary):
 
 
 def _write_byte_bpe_tokenizer(
-    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+    out: Path, dictionary, bpe: Dict, max_length: int, pair: PairFormat
 ) -> Dict:
     import transformers
     from tokenizers import AddedToken
 
-    if segments:
+    if pair.one_separator:
         raise HFConvertError(
-            "a model with token types over a byte-level BPE (gpt2) vocabulary: transformers' "
+            "a model reading BERT's pairs over a byte-level BPE (gpt2) vocabulary: transformers' "
             "RobertaTokenizer has RoBERTa's pair template only, so HF would read its pairs otherwise"
         )
 
@@ -143,7 +144,7 @@ def _write_byte_bpe_tokenizer(
 
 
 def _write_wordpiece_tokenizer(
-    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+    out: Path, dictionary, bpe: Dict, max_length: int, pair: PairFormat
 ) -> Dict:
     import transformers
 
@@ -170,7 +171,7 @@ def _write_wordpiece_tokenizer(
     # ([CLS] a [SEP] b [SEP], token type 1 for b) on loading, where a model without token types
     # reads <s> a </s></s> b </s>; one with them gets BERT's template from _save_fast_tokenizer.
     tokenizer = transformers.BertTokenizer(vocab=vocab, do_lower_case=not cased).backend_tokenizer
-    template = "BERT's pair template" if segments else "fairseq's pair template"
+    template = "BERT's pair template" if pair.one_separator else "fairseq's pair template"
     description = f"WordPiece ({'cased' if cased else 'uncased'}, BERT's normalisation, {template})"
     specials = _specials(dictionary)
     return _save_fast_tokenizer(
@@ -181,7 +182,7 @@ def _write_wordpiece_tokenizer(
         max_length,
         description,
         names=BERT_SPECIALS,
-        segments=segments,
+        pair=pair,
     )
 
 
@@ -212,7 +213,7 @@ def read_fastbpe_codes(path: str) -> List[Tuple[str, str]]:
 
 
 def _write_fastbpe_tokenizer(
-    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+    out: Path, dictionary, bpe: Dict, max_length: int, pair: PairFormat
 ) -> Dict:
     # Built here: transformers has no tokenizer class or converter for fastBPE / subword-nmt codes.
     from tokenizers import Tokenizer, decoders, models
@@ -279,7 +280,7 @@ def _write_fastbpe_tokenizer(
     tokenizer.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
     description = 'fastBPE (subword-nmt codes as an HF BPE with "</w>")'
     return _save_fast_tokenizer(
-        tokenizer, out, specials, controls, max_length, description, segments=segments
+        tokenizer, out, specials, controls, max_length, description, pair=pair
     )
 
 
@@ -326,7 +327,7 @@ def read_sentencepiece_model(path: str):
 
 
 def _write_sentencepiece_tokenizer(
-    out: Path, dictionary, bpe: Dict, max_length: int, segments: bool
+    out: Path, dictionary, bpe: Dict, max_length: int, pair: PairFormat
 ) -> Dict:
     # Built here, not with transformers' SpmConverter: that keeps sentencepiece's piece ids
     # (fairseq's dictionary orders the pieces its own way) and keeps leading spaces, which
@@ -405,7 +406,7 @@ def _write_sentencepiece_tokenizer(
     kind = "unigram" if model_type == _SPM_UNIGRAM else "BPE"
     description = f"SentencePiece {kind} (rebuilt with tokenizers)"
     info = _save_fast_tokenizer(
-        tokenizer, out, specials, controls, max_length, description, segments=segments
+        tokenizer, out, specials, controls, max_length, description, pair=pair
     )
     if model_type == _SPM_UNIGRAM:
         info["note"] = SPM_UNIGRAM_NOTE
@@ -420,10 +421,10 @@ def _save_fast_tokenizer(
     max_length: int,
     description: str,
     names: Optional[Dict] = None,
-    segments: bool = False,
+    pair: PairFormat = PairFormat(),
 ) -> Dict:
     """A ``tokenizers`` tokenizer with fairseq's ``<s> A </s>`` / ``<s> A </s></s> B </s>`` template
-    (one token type; ``segments``: BERT's ``<s> A </s> B </s>``, ``B </s>`` of token type 1) and
+    (one token type; ``pair`` BERT's: ``<s> A </s> B </s>``, with segments ``B </s>`` of type 1) and
     ``controls`` as special tokens, saved as ``tokenizer.json`` for ``PreTrainedTokenizerFast``;
     ``names`` maps fairseq's ``<s> </s> <pad> <unk> <mask>`` to the vocabulary's own tokens
     (default: the same)."""
@@ -432,10 +433,11 @@ def _save_fast_tokenizer(
     name = {role: (names or {}).get(role, role) for role in specials}
     bos, eos = name["<s>"], name["</s>"]
     # the pair as the model's hub encode and its tasks' rows make it (data/pair_format.py)
-    pair = f"{bos} $A {eos} $B:1 {eos}:1" if segments else f"{bos} $A {eos} {eos} $B {eos}"
+    second = f"$B:1 {eos}:1" if pair.segments else f"$B {eos}"
+    template = f"{bos} $A {eos} {second}" if pair.one_separator else f"{bos} $A {eos} {eos} $B {eos}"
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A {eos}",
-        pair=pair,
+        pair=template,
         special_tokens=[(bos, specials["<s>"]), (eos, specials["</s>"])],
     )
     tokenizer.add_special_tokens(
@@ -457,7 +459,7 @@ def _save_fast_tokenizer(
         "model_max_length": max_length,
         "clean_up_tokenization_spaces": False,
     }
-    if segments:  # tokenizer(a, b) then gives the model the token types it reads
+    if pair.segments:  # tokenizer(a, b) then gives the model the token types it reads
         config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     write_json(out / "tokenizer_config.json", config)
     return {"class": config["tokenizer_class"], "description": description}

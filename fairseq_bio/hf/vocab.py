@@ -6,7 +6,7 @@ and written as dict.txt + bpe.json + the BPE files."""
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -57,6 +57,8 @@ class HFVocab:
     )  # fastbpe: added tokens (control symbols), kept as they are
     # whether the tokenizer gives a pair's second text token type 1 (BERT's pair template)
     pair_segments: bool = False
+    # whether one separator stands between a pair's texts (BERT's rows, DistilBERT's among them)
+    pair_one_separator: bool = False
 
     def symbol(self, hf_id: int) -> str:
         """The dict.txt symbol of a non-special token: the wordpiece, the byte-BPE id as fairseq's
@@ -129,29 +131,30 @@ def read_hf_vocab(hf_dir: Path) -> HFVocab:
             f"{hf_dir}: no tokenizer files (tokenizer.json, vocab.txt, or vocab.json + merges.txt)"
         )
     vocab.roles = _special_roles(vocab, settings)
-    vocab.pair_segments = _pair_segments(hf_dir, vocab.kind)
+    vocab.pair_one_separator, vocab.pair_segments = _pair_template(hf_dir, vocab.kind)
     _check_symbols(vocab)
     return vocab
 
 
-def _pair_segments(hf_dir: Path, kind: str) -> bool:
-    """Whether the tokenizer of ``hf_dir`` makes a pair's second text token type 1: its
-    tokenizer.json's post-processor says; without one, BertTokenizer (vocab.txt) does and
-    RobertaTokenizer (vocab.json + merges.txt) does not."""
+def _pair_template(hf_dir: Path, kind: str) -> Tuple[bool, bool]:
+    """Whether the tokenizer of ``hf_dir`` puts one separator between a pair's texts, and whether
+    it makes the second text token type 1: its tokenizer.json's post-processor says; without one,
+    BertTokenizer (vocab.txt) does both and RobertaTokenizer (vocab.json + merges.txt) neither."""
     path = hf_dir / "tokenizer.json"
     if not path.is_file():
-        return kind == "wordpiece"
+        return kind == "wordpiece", kind == "wordpiece"
     processors = [read_json(path).get("post_processor") or {}]
     if processors[0].get("type") == "Sequence":
         processors = processors[0].get("processors") or []
     for processor in processors:
         if processor.get("type") == "BertProcessing":
-            return True
+            return True, True
         if processor.get("type") == "TemplateProcessing":
-            pieces = [next(iter(piece.values())) for piece in processor.get("pair") or []]
-            if any(piece.get("type_id", 0) > 0 for piece in pieces):
-                return True
-    return False
+            pieces = [next(iter(p.items())) for p in processor.get("pair") or []]
+            kinds = [k if k == "SpecialToken" else v.get("id") for k, v in pieces]
+            between = kinds[kinds.index("A") + 1 : kinds.index("B")] if "B" in kinds else []
+            return len(between) == 1, any(v.get("type_id", 0) > 0 for _, v in pieces)
+    return False, False
 
 
 def _tokens_by_id(path: Path, token_to_id: Dict[str, int]) -> List[str]:

@@ -375,9 +375,8 @@ def hf_to_fairseq_state(
         raise HFConvertError(
             f"{weights}: parameter {unknown[0]!r} has no place in bio_roberta ({len(unknown)} such)"
         )
-    return ConvertedModel(
-        out, bio_roberta_options(config, max_positions, untied, types), has_head, dropped
-    )
+    options = bio_roberta_options(config, max_positions, untied, types, vocab.pair_one_separator)
+    return ConvertedModel(out, options, has_head, dropped)
 
 
 # ------------------------------------------------------------------------------------------ bio_roberta -> HF

@@ -137,6 +137,13 @@ class BioRobertaConfig(FairseqDataclass):
             "</s>; 2 (BERT, ELECTRA, MegatronBERT imports): pairs are BERT's <s> a </s> b </s>, b of type 1"
         },
     )
+    bert_pairs: bool = field(
+        default=False,
+        metadata={
+            "help": "pairs as BERT's <s> a </s> b </s> without token types (DistilBERT imports); "
+            "token_types > 0 implies it"
+        },
+    )
     untie_weights_roberta: bool = field(
         default=False,
         metadata={"help": "untie the masked-LM output projection from the input embeddings"},
@@ -199,6 +206,7 @@ LATER_OPTIONS = {
     "compile_model": False,
     "lm_head_vocab_multiple": 64,
     "token_types": 0,
+    "bert_pairs": False,
 }
 
 

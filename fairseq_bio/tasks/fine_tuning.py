@@ -87,6 +87,7 @@ ARCHITECTURE_KEYS = (
     "untie_weights_roberta",
     "layer_norm_eps",
     "token_types",
+    "bert_pairs",
 )
 
 

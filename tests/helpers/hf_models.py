@@ -130,12 +130,37 @@ def save_tiny_bert(
     )
     model = getattr(transformers, cls_name)(config_cls(vocab_size=len(tokenizer), **options))
     randomise_parameters(model)
+    return save_with_vocab(model, tokenizer, directory, wordpiece_vocab)
+
+
+def save_with_vocab(model, tokenizer, directory, wordpiece_vocab) -> Path:
+    """``model`` and ``tokenizer`` saved to ``directory`` with the WordPiece vocab.txt beside them
+    (transformers 5 writes tokenizer.json only)."""
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    shutil.copy(
-        wordpiece_vocab / "vocab.txt", directory
-    )  # transformers 5 writes tokenizer.json only
+    shutil.copy(wordpiece_vocab / "vocab.txt", directory)
     return Path(directory)
+
+
+def save_tiny_distilbert(directory, wordpiece_vocab, cls_name="DistilBertForMaskedLM", **config):
+    """A randomly initialised tiny HF DistilBERT with a WordPiece tokenizer learned on PubMed (a
+    sinusoidal position table is kept sinusoidal, as DistilBERT makes it)."""
+    import transformers
+
+    tokenizer = transformers.DistilBertTokenizer(vocab=str(wordpiece_vocab / "vocab.txt"))
+    options = dict(
+        dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=512, **config
+    )
+    model = getattr(transformers, cls_name)(
+        transformers.DistilBertConfig(vocab_size=len(tokenizer), **options)
+    )
+    positions = model.distilbert.embeddings.position_embeddings.weight
+    sinusoids = positions.detach().clone()
+    randomise_parameters(model)
+    if config.get("sinusoidal_pos_embds"):
+        with torch.no_grad():
+            positions.copy_(sinusoids)
+    return save_with_vocab(model, tokenizer, directory, wordpiece_vocab)
 
 
 def check_logits(
