@@ -60,6 +60,7 @@ ELECTRA_STRUCTURAL_OPTIONS = (
     "layer_norm_eps",
     "activation_fn",
     "max_positions",
+    "token_types",
 )
 
 RECORD = "dictionary_identity"  # the extra_state key of the record

@@ -16,7 +16,9 @@ import torch
 from conftest import logged, run_cli
 from helpers.hf_models import (
     BERT_SPECIALS,
+    TOL,
     fairseq_ids_of_hf_tokens,
+    pair_differences,
     randomise_parameters,
     real_sentences,
 )
@@ -466,6 +468,41 @@ def test_pairs_bio_electra_cannot_hold_are_refused_in_one_line(case, pairs, tmp_
         error.startswith("fairseq-bio-import-hf: ") and "\n" not in error and message in error
     ), error
     assert not (tmp_path / "out").exists()
+
+
+def test_the_token_types_reach_the_extracted_discriminator_and_the_export(
+    pairs, imported, tmp_path
+):
+    """The pair import keeps ELECTRA's token-type table (type 0 in the positions, as before, the
+    others as differences); continued pretraining never reads it (single texts), the extracted
+    discriminator reads pairs as BERT's rows with it, equal to HF's ElectraModel with its
+    token_type_ids; the export writes it back."""
+    from fairseq_bio.cli.extract_encoder import extract_encoder
+    from fairseq_bio.hf.verify import CHECK_PAIRS
+    from fairseq_bio.models.bio_roberta import BioRobertaModel
+
+    out, _ = imported["base"]
+    state = checkpoints.load_checkpoint(out / "model.pt")
+    assert state["cfg"]["model"]["token_types"] == 2
+    hf = transformers.ElectraForPreTraining.from_pretrained(str(pairs["base"][0]))
+    table = hf.electra.embeddings.token_type_embeddings.weight.detach()
+    assert torch.equal(state["model"]["discriminator.segment_embeddings.weight"], table - table[0])
+    assert "generator.segment_embeddings.weight" not in state["model"]  # stored once
+
+    extract_encoder(out / "model.pt", tmp_path / "disc" / "model.pt")
+    hub = BioRobertaModel.from_pretrained(str(tmp_path / "disc"), "model.pt").eval()
+    assert hub.model.args.token_types == 2 and hub.pair_format.segments
+    worst = pair_differences(pairs["base"][0], hub, CHECK_PAIRS, "ElectraModel")
+    print(f"extracted discriminator, pairs: every layer's states max |diff| {worst:.2e}")
+    assert worst <= TOL
+
+    export_main(["--checkpoint", str(out / "model.pt"), "--out", str(tmp_path / "hf")])
+    exported = transformers.ElectraForPreTraining.from_pretrained(
+        str(tmp_path / "hf" / "discriminator")
+    )
+    assert exported.config.type_vocab_size == 2
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf" / "discriminator"))
+    assert tokenizer(*CHECK_PAIRS[0])["token_type_ids"][-1] == 1
 
 
 def test_electra_small_discriminator_alone_still_points_at_the_pair_import(

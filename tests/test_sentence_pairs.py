@@ -14,10 +14,10 @@ import pytest
 import torch
 from fairseq.models.roberta.hub_interface import RobertaHubInterface
 from helpers.hf_models import (
-    BERT_SPECIALS,
     TOL,
-    fairseq_ids_of_hf_tokens,
+    hf_to_fairseq,
     minilm_dir,
+    pair_differences,
     save_tiny_bert,
     save_tiny_distilbert,
 )
@@ -77,38 +77,6 @@ def distilbert(tmp_path_factory):
 
 def hub_of(directory):
     return BioRobertaModel.from_pretrained(str(directory), "model.pt").eval()
-
-
-def hf_to_fairseq(hub, tokenizer):
-    tokens = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
-    return torch.tensor(fairseq_ids_of_hf_tokens(hub.task.source_dictionary, tokens, BERT_SPECIALS))
-
-
-def pair_differences(hf_dir, hub, pairs, model_cls="AutoModel"):
-    """Largest |difference| of every layer's states, HF (its tokenizer's ids and token_type_ids, a
-    padded batch) against the hub (``encode(a, b)``, ``extract_features``, a padded batch)."""
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
-    model = getattr(transformers, model_cls).from_pretrained(str(hf_dir)).eval()
-    hf_to_fs = hf_to_fairseq(hub, tokenizer)
-    encoded = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True)
-    dictionary = hub.task.source_dictionary
-    rows = [hub.encode(a, b) for a, b in pairs]
-    batch = torch.full((len(rows), max(len(r) for r in rows)), dictionary.pad())
-    for i, (row, hf_ids) in enumerate(zip(rows, encoded["input_ids"])):
-        n = len(row)
-        assert hf_to_fs[torch.tensor(hf_ids[:n])].tolist() == row.tolist()  # the same ids
-        if hub.pair_format.segments:  # the same token types
-            segments = segment_labels(row, dictionary.eos(), dictionary.pad()).tolist()
-            assert list(encoded["token_type_ids"][i][:n]) == segments
-        batch[i, :n] = row
-    with torch.no_grad():
-        hf_states = model(
-            **{k: torch.tensor(v) for k, v in encoded.items()}, output_hidden_states=True
-        ).hidden_states
-        fs_states = hub.extract_features(batch, return_all_hiddens=True)
-    mask = torch.tensor(encoded["attention_mask"]).bool()
-    assert len(hf_states) == len(fs_states)
-    return max((h[mask] - f[mask]).abs().max().item() for h, f in zip(hf_states, fs_states))
 
 
 # ------------------------------------------------------------------------------------ imported BERT, ELECTRA

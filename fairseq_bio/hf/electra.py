@@ -32,6 +32,8 @@ from .weights import (
     encoder_name_map,
     fairseq_positions,
     read_hf_weights,
+    segment_differences,
+    token_types,
 )
 
 PARTS = ("discriminator", "generator")
@@ -100,16 +102,16 @@ def check_pair_configs(configs: Dict[str, dict], paths: Dict[str, Path]) -> None
         )
 
 
-def bio_electra_options(configs: Dict[str, dict], max_positions: int) -> Dict:
+def bio_electra_options(configs: Dict[str, dict], max_positions: int, token_types: int) -> Dict:
     """The bio_electra model options computing what the (checked) pair of configs computes: the
-    discriminator's as a bio_roberta encoder's (the settings the pair shares included), the
-    generator's sizes and the embedding width.
+    discriminator's as a bio_roberta encoder's (the settings the pair shares included, the token
+    types it keeps), the generator's sizes and the embedding width.
     """
     disc, gen = configs["discriminator"], configs["generator"]
-    options = bio_roberta_options(disc, max_positions, untied=False)
-    # the generator's output is always tied to the shared embeddings; a bio_electra keeps one token
-    # type (segment 0 folded into its positions)
-    del options["untie_weights_roberta"], options["token_types"], options["bert_pairs"]
+    options = bio_roberta_options(disc, max_positions, untied=False, token_types=token_types)
+    # the generator's output is always tied to the shared embeddings; pairs are BERT's with token
+    # types, RoBERTa's without (no bert_pairs option)
+    del options["untie_weights_roberta"], options["bert_pairs"]
     return dict(
         options,
         generator_layers=gen["num_hidden_layers"],
@@ -180,6 +182,15 @@ def electra_pair_to_fairseq(
         "discriminator.embed_tokens.weight": word[order],
         "discriminator.embed_positions.weight": positions,
     }
+    types = token_types(disc_config, vocab)
+    if types:  # type 0 is in the positions, the others as differences from it
+        table = take("discriminator", "embeddings.token_type_embeddings.weight")
+        if table.size(0) != types:
+            raise HFConvertError(
+                f"{paths['discriminator']}: embeddings.token_type_embeddings.weight has {table.size(0)} "
+                f"rows but config.json type_vocab_size is {types}"
+            )
+        out["discriminator.segment_embeddings.weight"] = segment_differences(table)
     for p in ("weight", "bias"):
         out[f"discriminator.layernorm_embedding.{p}"] = take(
             "discriminator", f"embeddings.LayerNorm.{p}"
@@ -217,7 +228,8 @@ def electra_pair_to_fairseq(
             raise HFConvertError(
                 f"{paths[part]}: parameter {unknown[0]!r} has no place in bio_electra ({len(unknown)} such)"
             )
-    return ConvertedModel(out, bio_electra_options(configs, positions.size(0) - 2), True, [])
+    options = bio_electra_options(configs, positions.size(0) - 2, types)
+    return ConvertedModel(out, options, True, [])
 
 
 # ------------------------------------------------------------------------------------------ bio_electra -> HF
@@ -249,13 +261,17 @@ def electra_pair_from_fairseq(model, dictionary) -> Dict[str, HFModel]:
         "embeddings.position_embeddings.weight": positions[
             2:
         ],  # HF counts positions from 0, fairseq from 2
-        "embeddings.token_type_embeddings.weight": torch.zeros(1, positions.size(1)),
+        # type 0 is in the positions: its row is zero, the others the segment table's differences
+        "embeddings.token_type_embeddings.weight": state.get(
+            "discriminator.segment_embeddings.weight", torch.zeros(1, positions.size(1))
+        ),
         "embeddings.LayerNorm.weight": state["discriminator.layernorm_embedding.weight"],
         "embeddings.LayerNorm.bias": state["discriminator.layernorm_embedding.bias"],
     }
     used = {
         "discriminator.embed_tokens.weight",
         "discriminator.embed_positions.weight",
+        "discriminator.segment_embeddings.weight",
         "discriminator.layernorm_embedding.weight",
         "discriminator.layernorm_embedding.bias",
     }
@@ -308,7 +324,7 @@ def _electra_config(encoder, dictionary, cfg, max_positions: int) -> Dict:
         "hidden_dropout_prob": float(cfg.dropout),
         "attention_probs_dropout_prob": float(cfg.attention_dropout),
         "max_position_embeddings": max_positions,
-        "type_vocab_size": 1,
+        "type_vocab_size": cfg.token_types or 1,
         "initializer_range": 0.02,
         "layer_norm_eps": float(layer.final_layer_norm.eps),
         "position_embedding_type": "absolute",

@@ -16,6 +16,7 @@ import torch
 
 from ..checkpoint_fit import find_vocab_dir
 from ..checkpoints import checkpoint_section, load_checkpoint
+from ..data.pair_format import PairFormat
 from ..data.tokenizer_files import require_fastbpe
 from ..hub import hub_interface
 from ..files import (
@@ -226,8 +227,13 @@ def _export_electra(
     with _building(out_dir) as tmp:
         for part, hf in pair.items():
             (tmp / part).mkdir()
+            # with token types, pairs as BERT's rows with them (the extracted discriminator's)
             tokenizer = write_hf_tokenizer(
-                tmp / part, dictionary, bpe, hf.config["max_position_embeddings"]
+                tmp / part,
+                dictionary,
+                bpe,
+                hf.config["max_position_embeddings"],
+                PairFormat(segments=hf.config["type_vocab_size"] > 1),
             )
             hf.config["tokenizer_class"] = tokenizer["class"]
             write_config(hf.config, tmp / part / "config.json")

@@ -87,6 +87,7 @@ DEFAULT_ARCHITECTURE = "bio_electra_base"
 SHARED = (
     "embed_tokens.weight",
     "embed_positions.weight",
+    "segment_embeddings.weight",
     "layernorm_embedding.weight",
     "layernorm_embedding.bias",
 )
@@ -152,6 +153,14 @@ class BioElectraConfig(FairseqDataclass):
         default=0.0, metadata={"help": "dropout probability after the FFN activation"}
     )
     max_positions: int = field(default=512, metadata={"help": "number of learned positions"})
+    token_types: int = field(
+        default=0,
+        metadata={
+            "help": "token types (BERT's segment embeddings, shared by both encoders): 0, none; 2, an HF "
+            "ELECTRA import's table, unused by pretraining (single texts), kept for the extracted "
+            "discriminator and the export, which read pairs as BERT's <s> a </s> b </s>"
+        },
+    )
 
 
 def apply_architecture(cfg, name: Optional[str]) -> None:
@@ -197,6 +206,7 @@ def encoder_options(cfg, part: str) -> Dict:
         "attention_dropout",
         "activation_dropout",
         "max_positions",
+        "token_types",
     ):
         options[key] = getattr(cfg, key)
     return options
@@ -223,15 +233,16 @@ class BioElectraModel(BaseFairseqModel):
         # Both are projected encoders: with the default embedding width the discriminator's
         # projection is absent (no parameter, the keys of a plain BioTransformerEncoder).
         self.discriminator = ProjectedTransformerEncoder(
-            _encoder_args(cfg, "discriminator"), dictionary, embed_tokens
+            _encoder_args(cfg, "discriminator"), dictionary, embed_tokens, cfg.token_types
         )
         self.generator = ProjectedTransformerEncoder(
-            _encoder_args(cfg, "generator"), dictionary, embed_tokens
+            _encoder_args(cfg, "generator"), dictionary, embed_tokens, cfg.token_types
         )
         # One copy of each shared module: the generator's own (built above) are replaced by the
         # discriminator's.
         self.generator.embed_positions = self.discriminator.embed_positions
         self.generator.layernorm_embedding = self.discriminator.layernorm_embedding
+        self.generator.segment_embeddings = self.discriminator.segment_embeddings
         self.discriminator_head = DiscriminatorHead(cfg.encoder_embed_dim, cfg.activation_fn)
         self.generator_head = GeneratorHead(
             cfg.generator_embed_dim, embed_tokens.weight, cfg.activation_fn

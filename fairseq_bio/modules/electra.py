@@ -19,8 +19,8 @@ class ProjectedTransformerEncoder(BioTransformerEncoder):
     encoder's parameters, when ``E == H``).
     """
 
-    def __init__(self, args, dictionary, embed_tokens):
-        super().__init__(args, dictionary, embed_tokens)
+    def __init__(self, args, dictionary, embed_tokens, token_types: int = 0):
+        super().__init__(args, dictionary, embed_tokens, token_types)
         embed_dim, hidden = embed_tokens.embedding_dim, args.encoder_embed_dim
         self.embed_proj = nn.Linear(embed_dim, hidden) if embed_dim != hidden else None
         if (

@@ -215,3 +215,39 @@ def check_against_hf(hf_dir, checkpoint, data_dir, sentences):
         fs_logits = hub.model(batch)[0]
     mask = encoded["attention_mask"].bool()
     return (hf_logits[mask] - fs_logits[mask]).abs().max().item(), tokenizer, model
+
+
+def hf_to_fairseq(hub, tokenizer):
+    tokens = tokenizer.convert_ids_to_tokens(range(len(tokenizer)))
+    return torch.tensor(fairseq_ids_of_hf_tokens(hub.task.source_dictionary, tokens, BERT_SPECIALS))
+
+
+def pair_differences(hf_dir, hub, pairs, model_cls="AutoModel"):
+    """Largest |difference| of every layer's states, HF (its tokenizer's ids and token_type_ids, a
+    padded batch) against the hub (``encode(a, b)``, ``extract_features``, a padded batch)."""
+    import transformers
+
+    from fairseq_bio.data.pair_format import segment_labels
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf_dir))
+    model = getattr(transformers, model_cls).from_pretrained(str(hf_dir)).eval()
+    hf_to_fs = hf_to_fairseq(hub, tokenizer)
+    encoded = tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True)
+    dictionary = hub.task.source_dictionary
+    rows = [hub.encode(a, b) for a, b in pairs]
+    batch = torch.full((len(rows), max(len(r) for r in rows)), dictionary.pad())
+    for i, (row, hf_ids) in enumerate(zip(rows, encoded["input_ids"])):
+        n = len(row)
+        assert hf_to_fs[torch.tensor(hf_ids[:n])].tolist() == row.tolist()  # the same ids
+        if hub.pair_format.segments:  # the same token types
+            segments = segment_labels(row, dictionary.eos(), dictionary.pad()).tolist()
+            assert list(encoded["token_type_ids"][i][:n]) == segments
+        batch[i, :n] = row
+    with torch.no_grad():
+        hf_states = model(
+            **{k: torch.tensor(v) for k, v in encoded.items()}, output_hidden_states=True
+        ).hidden_states
+        fs_states = hub.extract_features(batch, return_all_hiddens=True)
+    mask = torch.tensor(encoded["attention_mask"]).bool()
+    assert len(hf_states) == len(fs_states)
+    return max((h[mask] - f[mask]).abs().max().item() for h, f in zip(hf_states, fs_states))
