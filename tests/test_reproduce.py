@@ -13,7 +13,8 @@ from conftest import REPO, SHARED_DATA
 sys.path.insert(0, str(REPO / "benchmarks"))
 import reproduce  # noqa: E402
 import reproduce_findings as findings  # noqa: E402
-from reproduce import Context, Step  # noqa: E402
+import reproduce_steps as steps  # noqa: E402
+from reproduce_steps import Context, Step  # noqa: E402
 from reproduce_findings import (  # noqa: E402
     DIRECTION,
     NO_COMPARISON,
@@ -186,7 +187,7 @@ def test_distillation_rows_read_the_benchmarks_table():
         "| teacher | 4 x 256 | 7.29 M | 37.86 | 32.83 | 38.65 | 35.50 | 123 |\n"
         "| distilled student | 2 x 128 | 2.46 M | 35.53 | 33.47 | 34.90 | 34.17 | 98 |\n\nCommands\n"
     )
-    rows = reproduce.markdown_rows(text, "model")
+    rows = steps.markdown_rows(text, "model")
     assert [r["model"] for r in rows] == ["teacher", "distilled student"] and rows[1][
         "test F1"
     ] == "34.17"
@@ -346,7 +347,7 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
         ],
         "seeds": [1],
     }
-    results = reproduce.run_electra_downstream(ctx, params)
+    results = steps.run_electra_downstream(ctx, params)
     assert results["seeds"] == [1] and results["updates"] == {"electra": 40, "mlm": 40}
     assert {m: len(v) for m, v in results["f1"].items()} == {"electra": 1, "mlm": 1, "random": 1}
     work = tmp_path / "work" / "electra-downstream"
@@ -365,7 +366,7 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
     )
     assert row.verdict == NO_COMPARISON and "over random init" in row.note
 
-    assert reproduce.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
+    assert steps.run_electra_downstream(ctx, params) == results  # the rerun reuses every piece
     output = (tmp_path / "work" / "logs" / "electra-downstream.out").read_text(encoding="utf-8")
     assert (
         output.count("reusing") == 5 and "fairseq-hydra-train" not in output

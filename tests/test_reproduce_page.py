@@ -14,12 +14,12 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 import reproduce  # noqa: E402
 import reproduce_findings as findings  # noqa: E402
+import reproduce_steps as steps  # noqa: E402
 from reproduce_findings import (  # noqa: E402
     NO_COMPARISON,
     NONE,
     NOT_REPRODUCED,
     REPRODUCED,
-    SIGN,
     verdict,
 )
 
@@ -31,7 +31,7 @@ BY_KEY = {f.key: f for f in findings.FINDINGS}
 
 
 def committed(step: str) -> dict:
-    return json.loads((reproduce.RECORDS / f"{step}.json").read_text(encoding="utf-8"))
+    return json.loads((steps.RECORDS / f"{step}.json").read_text(encoding="utf-8"))
 
 
 def test_the_committed_page_is_what_the_committed_records_give(tmp_path, capsys):
@@ -46,20 +46,20 @@ def test_the_committed_page_is_what_the_committed_records_give(tmp_path, capsys)
 
 
 def test_every_step_has_a_small_tracked_record():
-    names = sorted(p.stem for p in reproduce.RECORDS.glob("*.json"))
-    steps = {s.name for s in reproduce.STEPS}
-    assert set(names) <= steps
+    names = sorted(p.stem for p in steps.RECORDS.glob("*.json"))
+    known = {s.name for s in reproduce.STEPS}
+    assert set(names) <= known
     # a step not run yet (no record): each of its findings says so on the page
     page = reproduce.PAGE.read_text(encoding="utf-8")
     for f in findings.FINDINGS:
-        if f.step in steps - set(names):
+        if f.step in known - set(names):
             assert f"not run yet: python benchmarks/reproduce.py --only {f.key}" in page
-    for path in reproduce.RECORDS.glob("*.json"):
+    for path in steps.RECORDS.glob("*.json"):
         assert path.stat().st_size < 16_000, path  # numbers and commands, never weights or data
         record = json.loads(path.read_text(encoding="utf-8"))
         assert record["step"] == path.stem and ("results" in record or "published" in record)
     ignored = subprocess.run(
-        ["git", "check-ignore", "-q", str(reproduce.RECORDS / "dapt.json")], cwd=REPO
+        ["git", "check-ignore", "-q", str(steps.RECORDS / "dapt.json")], cwd=REPO
     )
     assert ignored.returncode == 1  # not ignored: the records are committed with the page
 
@@ -121,7 +121,7 @@ def test_no_difference_has_a_fixed_margin_stated_per_row():
     not (REPO.parent / "shared" / "data" / "re" / "GAD").is_dir(), reason="no GAD here"
 )
 def test_trivial_baselines_from_the_data():
-    assert reproduce.trivial_baseline("ncbi-disease") == 0.0  # all-O tagging finds no entity
-    assert reproduce.trivial_baseline("ddi") == 0.0  # the majority label is the negative one
+    assert steps.trivial_baseline("ncbi-disease") == 0.0  # all-O tagging finds no entity
+    assert steps.trivial_baseline("ddi") == 0.0  # the majority label is the negative one
     # GAD's majority training label is 1: every test pair called a relation, 281 of 534 right
-    assert reproduce.trivial_baseline("gad") == pytest.approx(100 * 2 * 281 / (281 + 534))
+    assert steps.trivial_baseline("gad") == pytest.approx(100 * 2 * 281 / (281 + 534))
