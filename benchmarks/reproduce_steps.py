@@ -283,35 +283,6 @@ def run_distill_speed(ctx: Context, params: Dict) -> Dict:
     return {"speedup": speedups}
 
 
-def run_distill_ner(ctx: Context, params: Dict) -> Dict:
-    """``distillation.py --ner`` once per fine-tuning seed (the teacher is pretrained once and
-    reused; a seed's table kept by an interrupted run of this step is reused too); each model's test
-    entity F1 on NCBI-disease.
-    """
-    f1: Dict[str, List[float]] = {}
-    work = scale_dir(ctx, "distill-ner")
-    for seed in params["seeds"]:
-        kept = work / f"seed{seed}.md"
-        if ctx.call(
-            python("distillation.py", *params["args"], "--ner-workdir", work, "--seed", seed),
-            f"distill-ner-seed{seed}",
-            done=kept,
-        ):
-            write_text(
-                kept,
-                (REPO / "benchmarks" / "results" / "distillation_ner.md").read_text(
-                    encoding="utf-8"
-                ),
-            )
-        for row in markdown_rows(kept.read_text(encoding="utf-8"), "model"):
-            f1.setdefault(row["model"], []).append(float(row["test F1"]))
-    return {
-        "f1": f1,
-        "seeds": params["seeds"],
-        "trivial": {"NCBI-disease": trivial_baseline("ncbi-disease")},
-    }
-
-
 def run_variants(ctx: Context, params: Dict) -> Dict:
     """``finetune_variants.py`` on the variants named (each dataset's reference with them), each
     also on MiniLM's architecture from random init when ``random_init``; per variant its test
@@ -529,35 +500,6 @@ STEPS = [
         },
         run_electra_downstream,
         {"cpu": 40, "gpu": 90},
-    ),
-    Step(
-        "distill-ner",
-        "benchmarks/distillation.py --ner: a 4 x 256 teacher pretrained on PubMed, a 2 x 128 student "
-        "distilled from it (distill_tinybiobert), both and each one's architecture from random "
-        "initialisation fine-tuned on NCBI-disease (one invocation per seed; the teacher is reused)",
-        # quick mode (a 400-update teacher), its time caps raised so that a busy machine changes
-        # little
-        {
-            "cpu": {
-                "args": [
-                    "--ner",
-                    "--quick",
-                    "--pretrain-minutes",
-                    "30",
-                    "--distill-updates",
-                    "200",
-                    "--distill-minutes",
-                    "30",
-                ],
-                "seeds": [1, 2, 3],
-            },
-            "gpu": {
-                "args": ["--ner", "--pretrain-minutes", "10", "--distill-minutes", "15"],
-                "seeds": [1, 2, 3],
-            },
-        },
-        run_distill_ner,
-        {"cpu": 50, "gpu": 90},
     ),
     Step(
         "distill-minilm",
