@@ -450,3 +450,30 @@ def test_a_failed_step_is_said_on_the_page_and_the_run_fails(tmp_path, monkeypat
         "| 001 PubMedBERT | finding row | paper 1.0 | not measured | **not reproduced** |" in text
     )
     assert not (tmp_path / "results" / "broken.json").exists()
+
+
+@needs_seeds
+def test_the_dapt_row_is_every_set_the_step_ran():
+    """Ours is the per-seed mean gain over every set (none singled out); a set where a side does not
+    beat its random-init run makes the row no comparison, naming the set."""
+    dapt = next(f for f in findings.FINDINGS if f.key == "dapt")
+
+    def entry(scores, continued, random):
+        gains = [c - s for s, c in zip(scores, continued)]
+        return {"gains": gains, "scores": scores, "continued": continued, "random": random}
+
+    results = {
+        "NCBI-disease": entry([70.0, 71.0, 72.0], [72.0, 73.0, 73.0], [20.0, 22.0, 21.0]),
+        "GAD": entry([60.0, 61.0, 62.0], [59.0, 61.0, 62.0], [55.0, 56.0, 57.0]),
+    }
+    for r in results.values():
+        r["trivial"] = 0.0
+    row = findings.evaluate(dapt, {"step": "dapt", "results": results})
+    assert row.ours.values == pytest.approx(
+        [0.5, 1.0, 0.5]
+    )  # (2 - 1) / 2, (2 + 0) / 2, (1 + 0) / 2
+    assert "mean over 2 sets" in row.ours.text and "GAD 61.00 → 60.67" in row.ours.text
+    assert "mean over 4 sets" in row.paper.text and row.verdict == REPRODUCED
+    results["GAD"]["random"] = [61.0, 61.5, 62.0]
+    row = findings.evaluate(dapt, {"step": "dapt", "results": results})
+    assert row.verdict == NO_COMPARISON and row.note.startswith("GAD: MiniLM as imported (61.00)")
