@@ -34,16 +34,15 @@ sys.path.insert(
     0, str(BENCH)
 )  # the findings, and the benchmarks whose helpers the steps use (parity_tasks)
 from harness import pyplot, save_figure  # noqa: E402
-from reproduce_findings import (  # noqa: E402
+from reproduce_findings import FINDINGS, SEED_NAMES  # noqa: E402
+from reproduce_rule import (  # noqa: E402
     CLAIM_WORDS,
     DIRECTION,
-    FINDINGS,
     NO_COMPARISON,
     NONE,
     NOT_REPRODUCED,
     REPRODUCED,
     RULE,
-    SEED_NAMES,
     VALUE,
     VERDICTS,
     Row,
@@ -52,7 +51,6 @@ from reproduce_findings import (  # noqa: E402
 from reproduce_steps import REPO, STEP, STEPS, Context, Step, display  # noqa: E402
 
 PAGE = REPO / "docs" / "reproduction.md"
-
 
 
 def record_path(ctx: Context, step: Step) -> Path:

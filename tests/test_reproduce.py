@@ -13,9 +13,10 @@ from conftest import REPO, SHARED_DATA
 sys.path.insert(0, str(REPO / "benchmarks"))
 import reproduce  # noqa: E402
 import reproduce_findings as findings  # noqa: E402
+import reproduce_rule as rule  # noqa: E402
 import reproduce_steps as steps  # noqa: E402
 from reproduce_steps import Context, Step  # noqa: E402
-from reproduce_findings import (  # noqa: E402
+from reproduce_rule import (  # noqa: E402
     DIRECTION,
     NO_COMPARISON,
     NONE,
@@ -23,10 +24,10 @@ from reproduce_findings import (  # noqa: E402
     REPRODUCED,
     SIGN,
     VALUE,
-    Finding,
     Measure,
     verdict,
 )
+from reproduce_findings import Finding  # noqa: E402
 
 SEEDS = REPO.parent / "shared" / "seeds"
 needs_seeds = pytest.mark.skipif(
@@ -63,10 +64,10 @@ def test_no_difference_and_arithmetic_claims():
 
 
 def test_differences_over_seeds():
-    m = findings.differences([1.0, 2.0, 3.0], lambda mean, n: f"{mean:+.2f} {n}")
+    m = rule.differences([1.0, 2.0, 3.0], lambda mean, n: f"{mean:+.2f} {n}")
     assert (m.effect, m.spread, list(m.values)) == (2.0, 1.0, [1.0, 2.0, 3.0])
     assert m.text == "+2.00 ± 1.00 over 3 seeds"
-    one = findings.differences([0.5], lambda mean, n: n)
+    one = rule.differences([0.5], lambda mean, n: n)
     assert one.spread is None and one.text == "one seed"
 
 
@@ -98,7 +99,7 @@ def test_page_and_png_from_findings_built_here(tmp_path):
     }
 
     def mean_difference(results):
-        return findings.differences(results["diffs"], lambda m, n: f"{m:+.2f}")
+        return rule.differences(results["diffs"], lambda m, n: f"{m:+.2f}")
 
     built = [
         fake_finding("up", "001", SIGN, 1.0, "s", mean_difference),
@@ -109,7 +110,7 @@ def test_page_and_png_from_findings_built_here(tmp_path):
         fake_finding("unmeasured", "003", SIGN, 1.0, None, None),
         fake_finding("not-run", "004", NONE, 0.1, "t", lambda r: Measure(0.0, "0")),
     ]
-    rows = [findings.evaluate(f, record if f.step == "s" else None) for f in built]
+    rows = [rule.evaluate(f, record if f.step == "s" else None) for f in built]
     assert [r.verdict for r in rows] == [
         REPRODUCED,
         NOT_REPRODUCED,
@@ -224,7 +225,7 @@ def test_distillation_rows_read_minilms_students():
         "step": "distill-minilm",
         "results": minilm_distillation([40.0, 41.0, 40.5], [41.0, 40.0, 41.5]),
     }
-    retention = findings.evaluate(by_key["compact-retention"], record)
+    retention = rule.evaluate(by_key["compact-retention"], record)
     assert retention.ours.effect == pytest.approx(-20.0) and "66.9 %" in retention.ours.text
     # the difference alone has the paper's sign beyond its spread, but the student is below its
     # random-init twin: no comparison
@@ -238,11 +239,11 @@ def test_distillation_rows_read_minilms_students():
         "TinyBioBERT 3 x 192 40.50 (-0.33 over random init, 66.9 % of the teacher, 5.0x as fast)"
         in retention.detail
     )
-    gain = findings.evaluate(by_key["biolm-distill"], record)
+    gain = rule.evaluate(by_key["biolm-distill"], record)
     assert gain.ours.effect == pytest.approx(22.0) and gain.verdict == REPRODUCED
     # the student above its twin beyond its spread: judged, and the teacher's loss reproduced
     record["results"] = minilm_distillation([45.0, 46.0, 45.5], [35.0, 36.0, 35.5])
-    assert findings.evaluate(by_key["compact-retention"], record).verdict == REPRODUCED
+    assert rule.evaluate(by_key["compact-retention"], record).verdict == REPRODUCED
 
 
 @needs_seeds
@@ -261,7 +262,7 @@ def test_electra_downstream_reads_the_paired_seeds():
         "discriminator": {"replaced_recall": 0.31, "replaced_prob": 0.4, "original_prob": 0.1},
         "trivial": {"NCBI-disease": 0.0},
     }
-    row = findings.evaluate(
+    row = rule.evaluate(
         by_key["electra-downstream"], {"step": "electra-downstream", "results": results}
     )
     assert row.ours.effect == pytest.approx(7 / 6) and list(row.ours.values) == [2.0, 0.5, 1.0]
@@ -276,14 +277,13 @@ def test_electra_downstream_reads_the_paired_seeds():
     assert row.paper.effect > 0  # BioELECTRA (P) over PubMedBERT in BLURB points
     results["f1"]["mlm"] = [41.0, 43.0, 42.0]
     assert (
-        findings.evaluate(by_key["electra-downstream"], {"results": results}).verdict
-        == NOT_REPRODUCED
+        rule.evaluate(by_key["electra-downstream"], {"results": results}).verdict == NOT_REPRODUCED
     )
     # an encoder that fine-tunes no better than random init (beyond its seeds' spread) learned
     # nothing: no comparison, ours still shown, the page says why
     results["f1"]["random"] = [41.0, 42.0, 41.5]
     results.update(updates={"electra": 700, "mlm": 1400})
-    row = findings.evaluate(by_key["electra-downstream"], {"results": results})
+    row = rule.evaluate(by_key["electra-downstream"], {"results": results})
     assert row.verdict == NO_COMPARISON and row.ours.effect == pytest.approx(-5 / 6)
     assert row.note == (
         "ELECTRA's discriminator after 700 of 900 planned pretraining updates (41.17): -0.33 over "
@@ -292,12 +292,12 @@ def test_electra_downstream_reads_the_paired_seeds():
         "seed spread 1.00"
     )
     results["f1"].update(electra=[45.0, 45.0, 45.0], mlm=[40.0, 41.0, 42.0])  # ELECTRA learned
-    assert findings.evaluate(by_key["electra-downstream"], {"results": results}).note.startswith(
+    assert rule.evaluate(by_key["electra-downstream"], {"results": results}).note.startswith(
         "the masked LM after 1400 of 1400 planned pretraining updates (41.00): -0.50 over random"
     )
     # a record without the random-init arm or the trivial baseline cannot be judged
     del results["f1"]["random"], results["trivial"]
-    row = findings.evaluate(by_key["electra-downstream"], {"results": results})
+    row = rule.evaluate(by_key["electra-downstream"], {"results": results})
     assert row.verdict == NO_COMPARISON and row.note.startswith(
         "ELECTRA's discriminator after 700 of 900 planned pretraining updates (45.00): no "
         "random-init run recorded, no trivial baseline recorded; the masked LM"
@@ -355,7 +355,7 @@ def test_electra_downstream_quick_through_its_step(data_bin, tmp_path):
     assert "| ELECTRA discriminator | 40 |" in text and "| masked LM | 40 |" in text
     assert "fairseq-bio-extract-encoder --checkpoint" in text  # the commands run
     assert (work / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    row = findings.evaluate(
+    row = rule.evaluate(
         next(f for f in findings.FINDINGS if f.key == "electra-downstream"), {"results": results}
     )
     # 40 updates on 200 sentences: every encoder scores F1 0 on NER, none above random init: no
@@ -404,7 +404,7 @@ def test_arithmetic_rows_end_to_end(tmp_path):
         "003",
         "004",
     }
-    assert all(line.endswith(tuple(f"| **{v}** |" for v in findings.VERDICTS)) for line in table)
+    assert all(line.endswith(tuple(f"| **{v}** |" for v in rule.VERDICTS)) for line in table)
     assert (tmp_path / "docs" / "reproduction.png").is_file()
     assert (
         "reusing" not in text and "fairseq_bio.runner.datasets.blurb_score" in text
@@ -468,12 +468,12 @@ def test_the_dapt_row_is_every_set_the_step_ran():
     }
     for r in results.values():
         r["trivial"] = 0.0
-    row = findings.evaluate(dapt, {"step": "dapt", "results": results})
+    row = rule.evaluate(dapt, {"step": "dapt", "results": results})
     assert row.ours.values == pytest.approx(
         [0.5, 1.0, 0.5]
     )  # (2 - 1) / 2, (2 + 0) / 2, (1 + 0) / 2
     assert "mean over 2 sets" in row.ours.text and "GAD 61.00 → 60.67" in row.ours.text
     assert "mean over 4 sets" in row.paper.text and row.verdict == REPRODUCED
     results["GAD"]["random"] = [61.0, 61.5, 62.0]
-    row = findings.evaluate(dapt, {"step": "dapt", "results": results})
+    row = rule.evaluate(dapt, {"step": "dapt", "results": results})
     assert row.verdict == NO_COMPARISON and row.note.startswith("GAD: MiniLM as imported (61.00)")

@@ -14,8 +14,9 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "benchmarks"))
 import reproduce  # noqa: E402
 import reproduce_findings as findings  # noqa: E402
+import reproduce_rule as rule  # noqa: E402
 import reproduce_steps as steps  # noqa: E402
-from reproduce_findings import (  # noqa: E402
+from reproduce_rule import (  # noqa: E402
     NO_COMPARISON,
     NONE,
     NOT_REPRODUCED,
@@ -66,7 +67,7 @@ def test_every_step_has_a_small_tracked_record():
 
 def test_a_transcribed_record_without_the_finding_is_not_run_yet():
     # variants-markers moved to DDI: the transcribed record's GAD numbers are not its number
-    row = findings.evaluate(BY_KEY["variants-markers"], committed("variants"))
+    row = rule.evaluate(BY_KEY["variants-markers"], committed("variants"))
     assert row.ours is None and row.verdict == NOT_REPRODUCED
     assert row.note.startswith("not run yet at its step's budget")
     assert "ddi" in BY_KEY["variants-markers"].reads.lower()
@@ -75,16 +76,16 @@ def test_a_transcribed_record_without_the_finding_is_not_run_yet():
 def test_an_encoder_below_its_random_init_is_no_comparison():
     # the committed ELECTRA record (per seed): its discriminator is below random init
     electra = committed("electra-downstream")
-    assert findings.evaluate(BY_KEY["electra-downstream"], electra).verdict == NO_COMPARISON
+    assert rule.evaluate(BY_KEY["electra-downstream"], electra).verdict == NO_COMPARISON
     # one number changed (random init's seed 2: 34.26 -> 30.0): both sides beat random init
     # beyond their spreads, and the row is judged (ELECTRA below the masked LM: not reproduced)
     judged = copy.deepcopy(electra)
     judged["results"]["f1"]["random"][1] = 30.0
-    row = findings.evaluate(BY_KEY["electra-downstream"], judged)
+    row = rule.evaluate(BY_KEY["electra-downstream"], judged)
     assert row.verdict == NOT_REPRODUCED and row.note == ""
     # and the other way: one ELECTRA seed lowered below random init, no comparison again
     judged["results"]["f1"]["electra"][0] = 25.0
-    assert findings.evaluate(BY_KEY["electra-downstream"], judged).verdict == NO_COMPARISON
+    assert rule.evaluate(BY_KEY["electra-downstream"], judged).verdict == NO_COMPARISON
 
 
 def test_no_difference_has_a_fixed_margin_stated_per_row():
@@ -96,9 +97,9 @@ def test_no_difference_has_a_fixed_margin_stated_per_row():
     for s in entry["sides"]:
         s.update(spread=0.5, random=40.0)
     entry["ours"].update(effect=1.5, spread=2.0)
-    assert findings.evaluate(BY_KEY["variants-bilstm"], record).verdict == NOT_REPRODUCED
+    assert rule.evaluate(BY_KEY["variants-bilstm"], record).verdict == NOT_REPRODUCED
     entry["ours"].update(effect=-0.6)
-    assert findings.evaluate(BY_KEY["variants-bilstm"], record).verdict == REPRODUCED
+    assert rule.evaluate(BY_KEY["variants-bilstm"], record).verdict == REPRODUCED
     # the step's results with a random-init run per variant: the sides read it
     results = {
         name: {"values": values, "diffs": diffs, "random": [20.0, 21.0], "trivial": 0.0}
@@ -107,10 +108,10 @@ def test_no_difference_has_a_fixed_margin_stated_per_row():
             ("ddi:marker_start", [60.5, 60.7], [0.5, -0.3]),
         )
     }
-    row = findings.evaluate(BY_KEY["variants-markers"], {"step": "variants", "results": results})
+    row = rule.evaluate(BY_KEY["variants-markers"], {"step": "variants", "results": results})
     assert row.verdict == REPRODUCED and row.ours.effect == pytest.approx(0.1)
     results["ddi:marker_start"]["random"] = [60.0, 61.0]  # no better than random init
-    row = findings.evaluate(BY_KEY["variants-markers"], {"step": "variants", "results": results})
+    row = rule.evaluate(BY_KEY["variants-markers"], {"step": "variants", "results": results})
     assert row.verdict == NO_COMPARISON and "over random init (60.50)" in row.note
     page = reproduce.PAGE.read_text(encoding="utf-8")
     rows = [f for f in findings.FINDINGS if f.claim == NONE]
