@@ -276,7 +276,7 @@ def memory_worker(sizes_json: str, device: str, data, workdir: str) -> None:
 
     task = setup(vocabulary(Path(workdir) / "vocab", data))
     tokens = to(batch(task, 32, 128, seed=2, data=data), device)["net_input"]["src_tokens"]
-    from encoder_speed import resident_bytes, rss_peak
+    from step_measures import resident_bytes, rss_peak
 
     base_rss = resident_bytes()
     if device == "cuda":

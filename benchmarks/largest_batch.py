@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import encoder_speed  # noqa: E402
+import step_measures  # noqa: E402
 
 # encoder_speed.py's, in bf16 through the trainer fairseq-train builds with the plugin, layers not
 # compiled (which activation checkpointing excludes): the bio_masked_lm criterion's fused LM head
@@ -90,7 +91,7 @@ class Config:
         if self.cuda:
             torch.cuda.empty_cache()
         try:
-            measured = encoder_speed.true_peak() if self.cuda else encoder_speed.rss_peak()
+            measured = step_measures.true_peak() if self.cuda else step_measures.rss_peak()
             with metrics.aggregate("train"), measured as peak:
                 for sample in samples:
                     start = time.perf_counter()
@@ -137,7 +138,7 @@ def cap(limit_bytes: float):
 def measure(config: Config, limit_gib: float, steps: int) -> dict:
     """The largest batch within ``limit_gib`` for one configuration, and its speed.
 
-    The peak is ``encoder_speed.true_peak``: parameters, gradients, fp32 master weights, Adam's
+    The peak is ``step_measures.true_peak``: parameters, gradients, fp32 master weights, Adam's
     moments and activations. On the CPU it is the process's resident memory, which the allocator
     keeps high once reached, and nothing is capped: there this is a check of the code, not a
     measurement."""
@@ -191,7 +192,7 @@ def measure(config: Config, limit_gib: float, steps: int) -> dict:
         peak, seconds = config.peak(batch, steps)
     finally:
         cap(2**50)
-    tokens = batch * encoder_speed.SEQ
+    tokens = batch * step_measures.SEQ
     return {
         **row,
         "batch": batch,
@@ -205,8 +206,8 @@ def measure(config: Config, limit_gib: float, steps: int) -> dict:
 def mfu(config: Config, row: dict, peak_flops) -> float:
     if not row.get("tokens_per_s") or not peak_flops:
         return None
-    tokens = row["batch"] * encoder_speed.SEQ
-    flops = encoder_speed.training_flops(
+    tokens = row["batch"] * step_measures.SEQ
+    flops = step_measures.training_flops(
         **config.sizes, tokens=tokens, predicted=round(0.15 * tokens)
     )
     return flops / row["step_seconds"] / peak_flops
@@ -270,7 +271,7 @@ def main(argv=None):
         raise SystemExit("largest_batch.py: --device cpu needs --limits-gib")
     peak_flops = None
     if args.device == "cuda":
-        tflops = encoder_speed.device_peak_tflops(torch.cuda.get_device_name(0), bf16=True)
+        tflops = step_measures.device_peak_tflops(torch.cuda.get_device_name(0), bf16=True)
         peak_flops = tflops * 1e12 if tflops else None
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (prediction only)"
     stem = args.out or RESULTS / ("largest_batch" + ("_cuda" if args.device == "cuda" else ""))

@@ -12,6 +12,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import encoder_speed  # noqa: E402
+import step_measures  # noqa: E402
 
 
 class FakeCuda:
@@ -36,7 +37,7 @@ def test_true_peak_survives_the_trainers_resets():
     cuda = FakeCuda()
     cuda.allocate(500)  # parameters, before the run
     original = cuda.reset_peak_memory_stats
-    with encoder_speed.true_peak(cuda) as peak:
+    with step_measures.true_peak(cuda) as peak:
         for activations in (3000, 9000, 2000):  # three steps; fairseq resets at the end of each
             cuda.allocate(activations)
             cuda.allocate(-activations)
@@ -52,7 +53,7 @@ def test_true_peak_starts_from_entry():
     cuda = FakeCuda()
     cuda.allocate(4000)
     cuda.allocate(-3000)  # an earlier peak, not this run's
-    with encoder_speed.true_peak(cuda, read=cuda.max_memory_allocated) as peak:
+    with step_measures.true_peak(cuda, read=cuda.max_memory_allocated) as peak:
         assert peak() == 1000
 
 
@@ -94,11 +95,11 @@ def test_true_peak_starts_from_entry():
         (["aten::native_layer_norm", "aten::layer_norm"], "elementwise / norm"),
         (["triton_poi_fused_add_native_dropout_0"], "elementwise / norm"),
         (["aten::copy_", "aten::_to_copy"], "copy / gather"),
-        (["aten::empty", "aten::ones"], encoder_speed.OTHER),
+        (["aten::empty", "aten::ones"], step_measures.OTHER),
     ],
 )
 def test_profile_groups(chain, group):
-    assert encoder_speed.profile_group(chain) == group
+    assert step_measures.profile_group(chain) == group
 
 
 def test_grouped_times_sums_cuda_kernels_by_their_launching_ops():
@@ -135,14 +136,14 @@ def test_grouped_times_sums_cuda_kernels_by_their_launching_ops():
         ),
         event("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", kernels=[], device=DeviceType.CUDA),
     ]
-    cuda = encoder_speed.grouped_times(events, cuda=True)
+    cuda = step_measures.grouped_times(events, cuda=True)
     assert (cuda["matmul"], cuda["optimizer + gradient norm"], cuda["elementwise / norm"]) == (
         300,
         40,
         7,
     )
     assert sum(cuda.values()) == 347
-    cpu = encoder_speed.grouped_times(events, cuda=False)
+    cpu = step_measures.grouped_times(events, cuda=False)
     assert (cpu["matmul"], cpu["optimizer + gradient norm"], cpu["elementwise / norm"]) == (
         5,
         53,
@@ -250,7 +251,7 @@ def test_tiny_run_and_profile_on_cpu(data_bin, tmp_path, capsys):
         for line in table.splitlines()
         if line.startswith("| ") and not line.startswith(("| group", "| ---"))
     }
-    assert set(shares) == set(encoder_speed.GROUP_NAMES) | {
+    assert set(shares) == set(step_measures.GROUP_NAMES) | {
         "outside any op (Python: Trainer, model code)"
     }
     assert (
