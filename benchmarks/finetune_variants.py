@@ -131,6 +131,33 @@ def blurb_run(
     return entry
 
 
+def dev_curve(target: Path, dataset: str) -> Dict[int, float]:
+    """{update: dev score} of ``dataset``'s runs in the runner's ``target`` at its chosen learning
+    rate, the mean over seeds at each validation all of them logged (read from each run's
+    train.log, so runs reused from before are read alike)."""
+    results = json.loads((target / "results.json").read_text(encoding="utf-8"))
+    lr = results["datasets"][dataset].get("lr")
+    curves = []
+    for run in results.get("runs", []):
+        if run.get("dataset") != dataset or run.get("lr") != lr or "run_dir" not in run:
+            continue
+        key = run["dev_selected_on"]
+        dev = runs.logged(Path(run["run_dir"]) / "train.log", "valid")
+        curves.append({u: float(e[key]) for u, e in dev.items() if key in e})
+    common = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return {u: statistics.fmean(c[u] for c in curves) for u in common}
+
+
+def converged(curve: Dict[int, float]) -> str:
+    """The dev score at the validation nearest half the budget and at the last one (a curve still
+    rising shows it)."""
+    if not curve:
+        return "–"
+    updates = sorted(curve)
+    half = min(updates, key=lambda u: (abs(u - updates[-1] / 2), -u))  # a tie: the later
+    return f"{curve[half]:.2f} @{half} → {curve[updates[-1]]:.2f} @{updates[-1]}"
+
+
 def variant_runs(
     out: Path,
     checkpoint: Path,
@@ -164,6 +191,7 @@ def variant_runs(
             "dev_mean": entry["dev_mean"],
             "wall_s": entry["wall_s"],
             "trivial_baseline": entry.get("trivial_baseline"),
+            "dev_curve": dev_curve(out / dataset / name, dataset),
         }
         if random_init:
             fresh = blurb_run(
@@ -179,6 +207,7 @@ def variant_runs(
             row["random"] = {
                 k: fresh.get(k, 0.0) for k in ("values", "seeds", "mean", "std", "wall_s")
             }
+            row["random"]["dev_curve"] = dev_curve(out / "random-init" / dataset / name, dataset)
         rows.append(row)
     return sorted(rows, key=lambda r: list(BY_NAME).index(f"{r['dataset']}:{r['variant']}"))
 
@@ -201,8 +230,8 @@ def paired(rows: List[Dict]) -> None:
 def markdown(rows: List[Dict], seeds: int) -> str:
     lines = [
         "| dataset | variant | overrides | test (mean ± std) | per seed | vs reference, paired by seed | dev mean |"
-        " random init (per seed) | PubMedBERT (paper) | paper's difference | wall (s) |",
-        "| --- | --- | --- | ---: | --- | --- | ---: | --- | ---: | ---: | ---: |",
+        " dev: half budget → end | random init (per seed) | PubMedBERT (paper) | paper's difference | wall (s) |",
+        "| --- | --- | --- | ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: |",
     ]
     for r in rows:
         diff = (
@@ -234,6 +263,7 @@ def markdown(rows: List[Dict], seeds: int) -> str:
             ", ".join(f"{v:.2f}" for v in r["values"]),
             diff,
             f"{r['dev_mean']:.2f}",
+            converged(r.get("dev_curve") or {}),
             random_init,
             paper,
             paper_diff,
@@ -243,7 +273,8 @@ def markdown(rows: List[Dict], seeds: int) -> str:
     return (
         "\n".join(lines)
         + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
-        "checkpoint; random init: the same run on MiniLM's architecture from random weights "
+        "checkpoint; dev: the mean over seeds at the validation nearest half the updates and at the "
+        "last (the PNG's lower panels draw every validation); random init: the same run on MiniLM's architecture from random weights "
         "(--random-init). "
         "The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
         "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n"
@@ -254,7 +285,20 @@ def plot(rows: List[Dict], path: Path) -> None:
     plt = pyplot()
 
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
+    fig, axes = plt.subplots(2, len(datasets), figsize=(5 * len(datasets), 8), squeeze=False)
+    for ax, dataset in zip(axes[1], datasets):  # the dev curves: has each run converged?
+        for r in (r for r in rows if r["dataset"] == dataset):
+            for curve, style, name in (
+                (r.get("dev_curve"), "-", r["variant"]),
+                ((r.get("random") or {}).get("dev_curve"), ":", f"{r['variant']}, random init"),
+            ):
+                if curve:
+                    updates = sorted(curve)
+                    ax.plot(updates, [curve[u] for u in updates], style, marker=".", label=name)
+        ax.set_title(f"{dataset} dev, every validation", fontsize=10)
+        ax.set_xlabel("update")
+        ax.set_ylabel("dev score (mean over seeds)")
+        ax.legend(fontsize=7)
     for ax, dataset in zip(axes[0], datasets):
         mine = [r for r in rows if r["dataset"] == dataset]
         x = range(len(mine))

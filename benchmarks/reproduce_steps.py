@@ -311,6 +311,7 @@ def run_variants(ctx: Context, params: Dict) -> Dict:
             "seeds": r["seeds"],
             "diffs": r.get("diffs"),
             "random": (r.get("random") or {}).get("values"),
+            "dev_curve": r.get("dev_curve"),  # has the budget converged: mean dev per validation
             "trivial": trivial_baseline(r["dataset"]),
         }
         for r in rows

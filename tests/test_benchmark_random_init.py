@@ -3,6 +3,7 @@ DDI variants (Table 12's dataset) and its random-init column, domain_adaptation.
 row, and distill_minilm.py's students, presets and report (``distillation.py --ner --teacher
 minilm``). Seconds."""
 
+import json
 import sys
 
 from conftest import REPO
@@ -45,6 +46,30 @@ def test_the_variants_table_shows_the_random_init_run():
     assert "| 21.00 (20.00, 22.00) |" in finetune_variants.markdown([row], 2)
     del row["random"]
     assert "| not run |" in finetune_variants.markdown([row], 2)
+
+
+def test_the_variants_show_each_runs_dev_curve(tmp_path):
+    """The dev curve is the mean over the chosen learning rate's seeds at every validation, read
+    from each run's fairseq log; the table shows its value at half the budget and at the end."""
+    target, runs = tmp_path / "ddi" / "dummy_cls", []
+    for seed, scores in ((1, (40.0, 60.0, 61.0)), (2, (42.0, 62.0, 63.0))):
+        run_dir = target / "ddi" / "lr0.0001" / f"seed{seed}"
+        run_dir.mkdir(parents=True)
+        lines = [
+            json.dumps({"epoch": i, "valid_f1": str(f), "valid_num_updates": str(100 * i)})
+            for i, f in enumerate(scores, start=1)
+        ]
+        (run_dir / "train.log").write_text("\n".join(lines) + "\n")
+        runs.append(
+            {"dataset": "ddi", "lr": 1e-4, "seed": seed, "run_dir": str(run_dir)}
+            | {"dev_selected_on": "f1"}
+        )
+    other = dict(runs[0], lr=3e-5, run_dir=str(tmp_path / "none"))  # another grid point: not read
+    results = {"datasets": {"ddi": {"lr": 1e-4}}, "runs": [*runs, other]}
+    (target / "results.json").write_text(json.dumps(results))
+    curve = finetune_variants.dev_curve(target, "ddi")
+    assert curve == {100: 41.0, 200: 61.0, 300: 62.0}
+    assert finetune_variants.converged(curve) == "61.00 @200 → 62.00 @300"
 
 
 def test_domain_adaptation_reports_the_random_init_run_per_dataset():
