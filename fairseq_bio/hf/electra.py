@@ -32,8 +32,7 @@ from .weights import (
     encoder_name_map,
     fairseq_positions,
     read_hf_weights,
-    segment_differences,
-    token_types,
+    segment_table,
 )
 
 PARTS = ("discriminator", "generator")
@@ -182,15 +181,14 @@ def electra_pair_to_fairseq(
         "discriminator.embed_tokens.weight": word[order],
         "discriminator.embed_positions.weight": positions,
     }
-    types = token_types(disc_config, vocab)
-    if types:  # type 0 is in the positions, the others as differences from it
-        table = take("discriminator", "embeddings.token_type_embeddings.weight")
-        if table.size(0) != types:
-            raise HFConvertError(
-                f"{paths['discriminator']}: embeddings.token_type_embeddings.weight has {table.size(0)} "
-                f"rows but config.json type_vocab_size is {types}"
-            )
-        out["discriminator.segment_embeddings.weight"] = segment_differences(table)
+    types, segments = segment_table(
+        take("discriminator", "embeddings.token_type_embeddings.weight"),
+        disc_config,
+        vocab,
+        paths["discriminator"],
+    )
+    if segments is not None:  # type 0 is in the positions, the others as differences from it
+        out["discriminator.segment_embeddings.weight"] = segments
     for p in ("weight", "bias"):
         out[f"discriminator.layernorm_embedding.{p}"] = take(
             "discriminator", f"embeddings.LayerNorm.{p}"

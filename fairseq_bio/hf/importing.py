@@ -13,6 +13,7 @@ from typing import Dict, Sequence
 
 import torch
 
+from ..data.pair_format import PairFormat
 from ..data.tokenizer_files import require_fastbpe
 from ..files import check_destination, make_temp_dir, remove_temp_dir, replace_dir, write_json
 from ..hub import hub_interface
@@ -117,8 +118,8 @@ def import_hf(
         if verify:
             # a model reading BERT's pairs is also checked on pairs: HF's tokenizer(a, b) (and its
             # token_type_ids) against the hub's encode(a, b) (and segment ids)
-            bert = options["token_types"] or options["bert_pairs"]
-            texts = tuple(sentences) + (CHECK_PAIRS if bert else ())
+            pair = PairFormat(options["token_types"] > 0, options["bert_pairs"])
+            texts = tuple(sentences) + (CHECK_PAIRS if pair.one_separator else ())
             info["check"] = _verify(hf_dir, tmp, vocab, converted.has_mlm_head, texts, tolerance)
             pairs = f" ({info['check']['pairs']} pairs)" if info["check"]["pairs"] else ""
             log(

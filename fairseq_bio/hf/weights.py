@@ -8,7 +8,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -228,7 +228,7 @@ def fairseq_positions(
 ) -> torch.Tensor:
     """fairseq's ``(max_positions + 2) x C`` position table (its first position at row padding_idx +
     1 = 2) of HF's ``position_embeddings``, with the segment-0 row of ``token_types`` (None:
-    DistilBERT has none) folded in (the other segments: ``segment_differences``).
+    DistilBERT has none) folded in (the other segments: ``segment_table``).
     """
     offset = position_offset(config)
     max_positions = positions.size(0) - offset
@@ -259,10 +259,23 @@ def token_types(config: dict, vocab: HFVocab) -> int:
     return types if types >= 2 else 0
 
 
-def segment_differences(table: torch.Tensor) -> torch.Tensor:
-    """bio_roberta's ``segment_embeddings`` of HF's ``token_type_embeddings``: each type's row minus
-    type 0's, which the positions hold (row 0 is then exactly zero)."""
-    return table - table[0]
+def segment_table(
+    table: Optional[torch.Tensor], config: dict, vocab: HFVocab, weights: Path
+) -> Tuple[int, Optional[torch.Tensor]]:
+    """(``token_types``, ``segment_embeddings``) an import keeps of HF's ``token_type_embeddings``
+    ``table`` (None: the weights have none): each type's row minus type 0's, which the positions
+    hold (row 0 is then exactly zero); (0, None) for a model without token types. A table whose
+    rows are not the config's ``type_vocab_size`` is refused in one line."""
+    types = token_types(config, vocab)
+    if not types:
+        return 0, None
+    if table is None or table.size(0) != types:
+        rows = "none" if table is None else table.size(0)
+        raise HFConvertError(
+            f"{weights}: embeddings.token_type_embeddings.weight has {rows} rows but config.json "
+            f"type_vocab_size is {types}"
+        )
+    return types, table - table[0]
 
 
 @dataclass
@@ -322,15 +335,9 @@ def hf_to_fairseq_state(
     )
     out[f"{ENCODER}embed_positions.weight"] = fs_positions
     max_positions = fs_positions.size(0) - 2
-    types = token_types(config, vocab)
-    if types:
-        if segment0 is None or segment0.size(0) != types:
-            rows = "none" if segment0 is None else segment0.size(0)
-            raise HFConvertError(
-                f"{weights}: embeddings.token_type_embeddings.weight has {rows} rows but config.json "
-                f"type_vocab_size is {types}"
-            )
-        out[f"{ENCODER}segment_embeddings.weight"] = segment_differences(segment0)
+    types, segments = segment_table(segment0, config, vocab, weights)
+    if segments is not None:
+        out[f"{ENCODER}segment_embeddings.weight"] = segments
 
     for hf, fs in encoder_name_map(config["num_hidden_layers"], model_type=model_type):
         out[fs] = take(hf)
