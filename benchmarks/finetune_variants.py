@@ -125,17 +125,17 @@ def blurb_run(
     results = target / "results.json"
     if not results.exists():
         sys.exit(f"{dataset} {target.name}: the runner wrote no {results}")
-    entry = json.loads(results.read_text(encoding="utf-8"))["datasets"].get(dataset)
+    written = json.loads(results.read_text(encoding="utf-8"))
+    entry = written["datasets"].get(dataset)
     if not entry or "values" not in entry:
         sys.exit(f"{dataset} {target.name}: no scores in {results} (see the runner's output above)")
-    return entry
+    return {**entry, "dev_curve": dev_curve(written, dataset)}
 
 
-def dev_curve(target: Path, dataset: str) -> Dict[int, float]:
-    """{update: dev score} of ``dataset``'s runs in the runner's ``target`` at its chosen learning
-    rate, the mean over seeds at each validation all of them logged (read from each run's
-    train.log, so runs reused from before are read alike)."""
-    results = json.loads((target / "results.json").read_text(encoding="utf-8"))
+def dev_curve(results: Dict, dataset: str) -> Dict[int, float]:
+    """{update: dev score} of ``dataset``'s runs in the runner's ``results`` (its results.json) at
+    its chosen learning rate, the mean over seeds at each validation all of them logged (read from
+    each run's train.log, so runs reused from before are read alike)."""
     lr = results["datasets"][dataset].get("lr")
     curves = []
     for run in results.get("runs", []):
@@ -191,7 +191,7 @@ def variant_runs(
             "dev_mean": entry["dev_mean"],
             "wall_s": entry["wall_s"],
             "trivial_baseline": entry.get("trivial_baseline"),
-            "dev_curve": dev_curve(out / dataset / name, dataset),
+            "dev_curve": entry["dev_curve"],
         }
         if random_init:
             fresh = blurb_run(
@@ -205,9 +205,9 @@ def variant_runs(
                 random_init=True,
             )
             row["random"] = {
-                k: fresh.get(k, 0.0) for k in ("values", "seeds", "mean", "std", "wall_s")
+                k: fresh.get(k, 0.0)
+                for k in ("values", "seeds", "mean", "std", "wall_s", "dev_curve")
             }
-            row["random"]["dev_curve"] = dev_curve(out / "random-init" / dataset / name, dataset)
         rows.append(row)
     return sorted(rows, key=lambda r: list(BY_NAME).index(f"{r['dataset']}:{r['variant']}"))
 
@@ -274,8 +274,8 @@ def markdown(rows: List[Dict], seeds: int) -> str:
         "\n".join(lines)
         + f"\n\nMean ± std over {seeds} seed(s); test scores x 100 of each run's best dev "
         "checkpoint; dev: the mean over seeds at the validation nearest half the updates and at the "
-        "last (the PNG's lower panels draw every validation); random init: the same run on MiniLM's architecture from random weights "
-        "(--random-init). "
+        "last (the PNG's lower panels draw every validation); random init: the same run on "
+        "MiniLM's architecture from random weights (--random-init). "
         "The paper's numbers are PubMedBERT (BERT-base, full fine-tuning budgets); ours are "
         "MiniLM-L6-H384 on benchmarks/blurb_scores.py's CPU budgets, so compare differences, not levels.\n"
     )

@@ -67,7 +67,7 @@ def test_the_variants_show_each_runs_dev_curve(tmp_path):
     other = dict(runs[0], lr=3e-5, run_dir=str(tmp_path / "none"))  # another grid point: not read
     results = {"datasets": {"ddi": {"lr": 1e-4}}, "runs": [*runs, other]}
     (target / "results.json").write_text(json.dumps(results))
-    curve = finetune_variants.dev_curve(target, "ddi")
+    curve = finetune_variants.dev_curve(json.loads((target / "results.json").read_text()), "ddi")
     assert curve == {100: 41.0, 200: 61.0, 300: 62.0}
     assert finetune_variants.converged(curve) == "61.00 @200 → 62.00 @300"
 
