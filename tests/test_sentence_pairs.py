@@ -301,6 +301,28 @@ class _Words:
 # ----------------------------------------------------------------------------------------------- export
 
 
+def export_against_original(hf, exported, hub, check_types) -> float:
+    """Largest |difference| of the last states, the original HF model on its tokenizer's pairs
+    against the export on its own tokenizer's: the ids the same in fairseq's order (``hub``'s),
+    the token types as ``check_types(encoded, ours)`` asserts."""
+    original = transformers.AutoModel.from_pretrained(str(hf)).eval()
+    again = transformers.AutoModel.from_pretrained(str(exported)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
+    exported_tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
+    hf_to_fs = hf_to_fairseq(hub, tokenizer)
+    worst = 0.0
+    for a, b in PAIRS:
+        encoded = tokenizer(a, b, return_tensors="pt")
+        ours = exported_tokenizer(a, b, return_tensors="pt")
+        assert torch.equal(hf_to_fs[encoded["input_ids"]], ours["input_ids"])
+        check_types(encoded, ours)
+        with torch.no_grad():
+            before = original(**encoded).last_hidden_state
+            after = again(**ours).last_hidden_state
+        worst = max(worst, (before - after).abs().max().item())
+    return worst
+
+
 def test_export_writes_the_table_and_hf_reads_pairs_as_fairseq(bert, tmp_path):
     hf, out, _ = bert
     exported = tmp_path / "hf"
@@ -310,21 +332,12 @@ def test_export_writes_the_table_and_hf_reads_pairs_as_fairseq(bert, tmp_path):
     assert config.type_vocab_size == 2
     hub = hub_of(out)
     worst = pair_differences(exported, hub, PAIRS)
+
     # and the export against the original HF BERT, pair for pair
-    original = transformers.AutoModel.from_pretrained(str(hf)).eval()
-    again = transformers.AutoModel.from_pretrained(str(exported)).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
-    exported_tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
-    hf_to_fs = hf_to_fairseq(hub, tokenizer)
-    for a, b in PAIRS:
-        encoded = tokenizer(a, b, return_tensors="pt")
-        ours = exported_tokenizer(a, b, return_tensors="pt")
-        assert torch.equal(hf_to_fs[encoded["input_ids"]], ours["input_ids"])
+    def same_types(encoded, ours):
         assert torch.equal(encoded["token_type_ids"], ours["token_type_ids"])
-        with torch.no_grad():
-            before = original(**encoded).last_hidden_state
-            after = again(**ours).last_hidden_state
-        worst = max(worst, (before - after).abs().max().item())
+
+    worst = max(worst, export_against_original(hf, exported, hub, same_types))
     print(f"exported pairs: max |diff| {worst:.2e}")
     assert worst <= TOL
     # imported back: the same table
@@ -345,22 +358,11 @@ def test_a_distilbert_import_exports_and_imports_back_with_berts_rows(distilbert
     exported = tmp_path / "hf"
     result = export_hf(out / "model.pt", exported, log=lambda line: None)
     assert result["pairs"] == 2 and result["hidden_max_abs_diff"] <= TOL
-    hub = hub_of(out)
-    original = transformers.AutoModel.from_pretrained(str(hf)).eval()
-    again = transformers.AutoModel.from_pretrained(str(exported)).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(hf))
-    exported_tokenizer = transformers.AutoTokenizer.from_pretrained(str(exported))
-    hf_to_fs = hf_to_fairseq(hub, tokenizer)
-    worst = 0.0
-    for a, b in PAIRS:
-        encoded = tokenizer(a, b, return_tensors="pt")
-        ours = exported_tokenizer(a, b, return_tensors="pt")
-        assert torch.equal(hf_to_fs[encoded["input_ids"]], ours["input_ids"])
+
+    def type_zero(encoded, ours):
         assert not ours.get("token_type_ids", torch.zeros(1)).any()
-        with torch.no_grad():
-            before = original(**encoded).last_hidden_state
-            after = again(**ours).last_hidden_state
-        worst = max(worst, (before - after).abs().max().item())
+
+    worst = export_against_original(hf, exported, hub_of(out), type_zero)
     print(f"exported DistilBERT pairs: max |diff| {worst:.2e}")
     assert worst <= TOL
     info = import_hf(exported, tmp_path / "back", log=lambda line: None)
